@@ -1,0 +1,5 @@
+"""``python -m oomdoctor``."""
+
+from oomdoctor.cli import main
+
+main()

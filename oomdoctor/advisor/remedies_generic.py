@@ -1,0 +1,74 @@
+"""Remedies that apply to any PyTorch-based failure."""
+
+from __future__ import annotations
+
+from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.report import Remedy
+from oomdoctor.units import format_size
+
+
+@remedy("torch.expandable-segments")
+def expandable_segments(inp: AdviceInput) -> Remedy | None:
+    if inp.context.expandable_segments:
+        return None
+    spare, req = inp.fig("reserved_unallocated_bytes"), inp.fig("requested_bytes")
+    if spare is None:
+        reserved, allocated = inp.fig("reserved_bytes"), inp.fig("allocated_bytes")
+        if reserved is not None and allocated is not None:
+            spare = reserved - allocated
+    if spare is None or req is None:
+        return None
+    # fragmentation matters when the cached-but-free memory is a sizeable share of the request
+    if spare < req / 4:
+        return None
+    fits = spare >= req
+    return Remedy(
+        id="torch.expandable-segments",
+        title="Let the caching allocator grow segments instead of fragmenting",
+        env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+        saves_bytes=spare,
+        fits=fits if fits else None,
+        confidence="high" if fits else "medium",
+        why=(
+            f"{format_size(spare)} is reserved by PyTorch but unallocated, against a request of {format_size(req)}: "
+            "fragmentation is part of the problem."
+        ),
+        tradeoff="None in most workloads; not supported on every platform (ROCm before 6.2, Windows).",
+    )
+
+
+@remedy("gpu.free-other-processes")
+def free_other_processes(inp: AdviceInput) -> Remedy | None:
+    others = inp.fig("other_processes") or []
+    if not others:
+        return None
+    held = sum(int(p.get("in_use_bytes", 0)) for p in others)
+    pids = ", ".join(str(p.get("pid")) for p in others[:8]) + (" ..." if len(others) > 8 else "")
+    req = inp.fig("requested_bytes")
+    free = inp.fig("free_bytes") or 0
+    gpu = inp.fig("gpu_index")
+    return Remedy(
+        id="gpu.free-other-processes",
+        title="Free the GPU from other processes (or pick another GPU)",
+        env={"CUDA_VISIBLE_DEVICES": "<an idle GPU>"} if gpu is not None else {},
+        saves_bytes=held,
+        fits=(free + held >= req) if req else None,
+        confidence="high",
+        why=f"{len(others)} other process(es) hold {format_size(held)} on this GPU (pid {pids}).",
+        tradeoff="Stops or moves the other work.",
+    )
+
+
+@remedy("torch.reduce-batch")
+def reduce_batch(inp: AdviceInput) -> Remedy | None:
+    req = inp.fig("requested_bytes")
+    return Remedy(
+        id="torch.reduce-batch",
+        title="Halve the batch size",
+        settings={"batch_size": "half of the current value"},
+        saves_bytes=None,
+        fits=None,
+        confidence="low",
+        why="Activations grow with the batch" + (f"; the failing request was {format_size(req)}." if req else "."),
+        tradeoff="Fewer samples per step; keep the effective batch with gradient accumulation when training.",
+    )

@@ -1,0 +1,39 @@
+"""The Python API: :func:`diagnose` a log given as text, bytes or lines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from oomdoctor.report import Report
+from oomdoctor.rulepack import RulePack, default_pack, load_pack
+from oomdoctor.scanner import Scanner
+
+
+def diagnose(
+    log: str | bytes | Iterable[str],
+    hints: Mapping[str, str] | None = None,
+    *,
+    rules: Iterable[Path | str] | None = None,
+    pack: RulePack | None = None,
+    source: str = "<text>",
+) -> Report:
+    """Diagnose a log and return the :class:`~oomdoctor.report.Report`.
+
+    ``log`` may be the whole text, raw bytes, or an iterable of lines (with or without newlines).
+    ``hints`` are user facts such as ``{"gpus": "2", "gpu": "A10G"}``; ``rules`` adds rule
+    directories on top of the built-in pack.
+    """
+    if pack is None:
+        pack = load_pack([Path(r) for r in rules]) if rules else default_pack()
+    scanner = Scanner(pack, source=source, hints=dict(hints or {}))
+    if isinstance(log, bytes):
+        scanner.feed(log)
+    elif isinstance(log, str):
+        scanner.feed(log.encode("utf-8", "surrogateescape"))
+    else:
+        for line in log:
+            scanner.feed(line.encode("utf-8", "surrogateescape"))
+            if not line.endswith("\n"):
+                scanner.feed(b"\n")
+    return scanner.close()

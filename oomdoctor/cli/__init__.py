@@ -1,0 +1,49 @@
+"""Command line entry point: ``oomdoctor [FILE...]`` and ``oomdoctor rules|run|fit|serve ...``.
+
+The CLI is a thin adapter over the core (``oomdoctor.diagnose``, ``Scanner``, renderers).
+"""
+
+from __future__ import annotations
+
+import sys
+
+SUBCOMMANDS = ("rules", "run", "fit", "serve")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns (and exits with) the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] in SUBCOMMANDS:
+            from oomdoctor.cli.tools import app as tools_app
+
+            code = _invoke(tools_app, args)
+        else:
+            from oomdoctor.cli.diagnose import app as diagnose_app
+
+            code = _invoke(diagnose_app, args)
+    except KeyboardInterrupt:
+        code = 130
+    if argv is None:
+        sys.exit(code)
+    return code
+
+
+def _invoke(app, args: list[str]) -> int:  # type: ignore[no-untyped-def]
+    import click
+
+    from oomdoctor.cli.errors import fail
+
+    try:
+        result = app(args=args, prog_name="oomdoctor", standalone_mode=False)
+    except click.exceptions.NoSuchOption as exc:
+        return fail(f"no such option: {exc.option_name}")
+    except click.exceptions.BadParameter as exc:
+        return fail(exc.format_message())
+    except click.exceptions.UsageError as exc:
+        return fail(exc.format_message())
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        return 130
+    return int(result or 0)

@@ -1,0 +1,188 @@
+"""``oomdoctor [FILE...]``: post-mortem on files, or pipe mode on stdin."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from oomdoctor import __version__
+from oomdoctor.cli.errors import color_for, fail
+from oomdoctor.inputs import InputError, read_blocks
+from oomdoctor.render import FORMATS, renderer
+from oomdoctor.report import Finding, Report
+from oomdoctor.rulepack import RulePackError, default_pack, load_pack
+from oomdoctor.scanner import RuleTimeout, Scanner
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+
+
+def parse_hints(items: list[str]) -> dict[str, str]:
+    hints: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise typer.BadParameter(f"--hint expects KEY=VALUE, got {item!r}")
+        hints[key.strip().replace("_", "-")] = value.strip()
+    return hints
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"oomdoctor {__version__}")
+        raise typer.Exit(0)
+
+
+def exit_code(report: Report, fail_on: str) -> int:
+    if fail_on == "warning":
+        return 1 if report.findings else 0
+    return 1 if report.has_errors else 0
+
+
+@app.command(
+    help="Diagnose GPU out-of-memory failures in logs. With no FILE and stdin a pipe, pass the "
+    "input through to stdout and print the diagnosis on stderr.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+def diagnose(
+    files: Annotated[list[str] | None, typer.Argument(help="Log files (.gz/.bz2/.xz ok); '-' is stdin.")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help=f"One of: {', '.join(FORMATS)}.")] = "text",
+    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the report here.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Pipe mode: do not pass input through.")] = False,
+    hint: Annotated[list[str] | None, typer.Option("--hint", help="Fact KEY=VALUE, e.g. gpus=2.")] = None,
+    model_config: Annotated[
+        str | None, typer.Option("--model-config", help="The model's config.json (KV geometry).")
+    ] = None,
+    rules: Annotated[list[str] | None, typer.Option("--rules", help="Extra rule directory (repeatable).")] = None,
+    fail_on: Annotated[str, typer.Option("--fail-on", help="error or warning.")] = "error",
+    follow: Annotated[str | None, typer.Option("--follow", "-F", help="Follow FILE like tail -F.")] = None,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> int:
+    if fmt not in FORMATS:
+        return fail(f"unknown --format {fmt!r} (choose {', '.join(FORMATS)})")
+    if fail_on not in ("error", "warning"):
+        return fail(f"unknown --fail-on {fail_on!r} (choose error or warning)")
+    hints = parse_hints(hint or [])
+    if model_config:
+        hints["model-config"] = model_config
+    rule_dirs = [Path(r) for r in (rules or [])]
+    env_rules = os.environ.get("OOMDOCTOR_RULES")
+    if env_rules:
+        rule_dirs += [Path(p) for p in env_rules.split(os.pathsep) if p]
+    try:
+        pack = load_pack(rule_dirs) if rule_dirs else default_pack()
+    except RulePackError as exc:
+        return fail(str(exc))
+    if follow:
+        from oomdoctor.cli.follow import follow_file
+
+        return follow_file(follow, pack, hints, fmt, output, fail_on)
+    paths = list(files or [])
+    if not paths:
+        if sys.stdin is None or sys.stdin.isatty():
+            return fail("no input: give a log FILE, or pipe a log into oomdoctor (see oomdoctor --help)")
+        return _pipe_mode(pack, hints, fmt, output, quiet, fail_on)
+    return _file_mode(paths, pack, hints, fmt, output, fail_on)
+
+
+def _write_report(report: Report, fmt: str, output: str | None, stream: object) -> None:
+    if output:
+        text = renderer(fmt)(report, color=False)
+        Path(output).write_text(text, encoding="utf-8")
+        return
+    text = renderer(fmt)(report, color=color_for(stream))
+    stream.write(text)  # type: ignore[attr-defined]
+    stream.flush()  # type: ignore[attr-defined]
+
+
+def _file_mode(
+    paths: list[str], pack: object, hints: dict[str, str], fmt: str, output: str | None, fail_on: str
+) -> int:
+    scanner = Scanner(pack, source=paths[0], hints=hints)  # type: ignore[arg-type]
+    input_error: str | None = None
+    try:
+        for i, path in enumerate(paths):
+            if i:
+                scanner.new_source(path)
+            try:
+                for block in read_blocks(path):
+                    scanner.feed(block)
+            except InputError as exc:
+                input_error = str(exc)
+                break
+    except RuleTimeout as exc:
+        return fail(str(exc))
+    report = scanner.close()
+    if input_error and not report.findings and "truncated" not in input_error and "corrupt" not in input_error:
+        return fail(input_error)
+    try:
+        _write_report(report, fmt, output, sys.stdout)
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+        return 0
+    except OSError as exc:
+        return fail(f"{output}: cannot write: {exc.strerror or exc}")
+    if input_error:
+        return fail(input_error)
+    return exit_code(report, fail_on)
+
+
+def _pipe_mode(pack: object, hints: dict[str, str], fmt: str, output: str | None, quiet: bool, fail_on: str) -> int:
+    from oomdoctor.cli.pipe import run_pipe
+
+    scanner = Scanner(pack, source="<stdin>", hints=hints)  # type: ignore[arg-type]
+    shown: list[Finding] = []
+    live = fmt == "text" and not output
+
+    def on_findings(found: list[Finding]) -> None:
+        shown.extend(found)
+        if not live:
+            return
+        from oomdoctor.render.text import render_findings_text
+
+        try:
+            sys.stderr.write(render_findings_text(found, color=color_for(sys.stderr)))
+            sys.stderr.flush()
+        except OSError:
+            pass
+
+    result = run_pipe(scanner, on_findings, out_fd=None if quiet else sys.stdout.fileno())
+    report = result.report
+    if report is not None:
+        try:
+            if live:
+                from oomdoctor.render.text import render_findings_text
+
+                rest = [f for f in report.findings if f not in shown]
+                text = render_findings_text(rest, color=color_for(sys.stderr)) if rest else ""
+                errors = report.summary.errors
+                text += (
+                    f"oomdoctor: {errors} out-of-memory failure(s) found.\n"
+                    if errors
+                    else "oomdoctor: no out-of-memory failure found.\n"
+                )
+                sys.stderr.write(text)
+                sys.stderr.flush()
+            else:
+                _write_report(report, fmt, output, sys.stderr)
+        except OSError:
+            pass
+    if result.downstream_closed:
+        _quiet_broken_pipe()
+    if result.analysis_error:
+        return 2
+    return exit_code(report, fail_on) if report else 2
+
+
+def _quiet_broken_pipe() -> None:
+    # Python's documented way to avoid a second BrokenPipeError at interpreter exit.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass

@@ -1,0 +1,119 @@
+"""Subcommands: ``rules list|show|test``, ``run``, ``fit``, ``serve``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from oomdoctor.cli.errors import fail
+from oomdoctor.rulepack import RulePackError, load_pack
+
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+rules_app = typer.Typer(help="Inspect and test rule packs.", no_args_is_help=True)
+app.add_typer(rules_app, name="rules")
+
+
+def _pack(dirs: list[str] | None, builtin: bool = True):  # type: ignore[no-untyped-def]
+    return load_pack([Path(d) for d in (dirs or [])], include_builtin=builtin)
+
+
+@rules_app.command("list", help="List every rule: id, kind, engine, title.")
+def rules_list(
+    rules: Annotated[list[str] | None, typer.Option("--rules", help="Extra rule directory.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+) -> int:
+    try:
+        pack = _pack(rules)
+    except RulePackError as exc:
+        return fail(str(exc))
+    if as_json:
+        rows = [
+            {"id": r.id, "kind": r.rule.kind, "engine": r.rule.engine, "severity": r.rule.severity,
+             "title": r.rule.title, "source": r.source}
+            for r in pack.rules
+        ]
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max((len(r.id) for r in pack.rules), default=10)
+    kw = max((len(r.rule.kind) for r in pack.rules), default=10)
+    for r in pack.rules:
+        print(f"{r.id:<{width}}  {r.rule.kind:<{kw}}  {r.rule.engine:<10}  {r.rule.title}")
+    print(f"{len(pack.rules)} rules, {len(pack.contexts)} context rules, {len(pack.phases)} phase rules")
+    return 0
+
+
+@rules_app.command("show", help="Show one rule in full (TOML-like).")
+def rules_show(
+    rule_id: Annotated[str, typer.Argument(help="Rule id.")],
+    rules: Annotated[list[str] | None, typer.Option("--rules", help="Extra rule directory.")] = None,
+) -> int:
+    try:
+        pack = _pack(rules)
+        rule = pack.rule(rule_id)
+    except RulePackError as exc:
+        return fail(str(exc))
+    except KeyError:
+        return fail(f"no rule with id {rule_id!r} (see 'oomdoctor rules list')")
+    data = rule.rule.model_dump(exclude_defaults=True)
+    print(f"# {rule.source}")
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+    return 0
+
+
+@rules_app.command("test", help="Run every example of the built-in pack, or of DIR (with the built-in pack).")
+def rules_test(
+    directory: Annotated[str | None, typer.Argument(help="A rule directory to test.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every example.")] = False,
+) -> int:
+    from oomdoctor.rulepack.examples import check_rule
+
+    try:
+        pack = _pack([directory] if directory else None)
+    except RulePackError as exc:
+        return fail(str(exc))
+    target = str(Path(directory).resolve()) if directory else None
+    passed = failed = 0
+    for rule in pack.rules:
+        if target and not str(Path(rule.source).resolve()).startswith(target):
+            continue
+        for res in check_rule(pack, rule):
+            if res.ok:
+                passed += 1
+                if verbose:
+                    print(f"ok    {res.name}")
+            else:
+                failed += 1
+                print(f"FAIL  {res.name} ({rule.source}): {res.problem}")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def _register_optional() -> None:
+    """Commands that live in their own modules register themselves here."""
+    import importlib
+
+    for name in ("oomdoctor.cli.run_cmd", "oomdoctor.cli.fit_cmd", "oomdoctor.cli.serve_cmd"):
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        mod.register(app)
+
+
+_register_optional()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

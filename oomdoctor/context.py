@@ -1,0 +1,207 @@
+"""Collect run facts from non-error lines: engine, version, model, launch args, memory figures."""
+
+from __future__ import annotations
+
+import ast
+import shlex
+import types
+import typing
+from collections import Counter
+from typing import Any
+
+import regex
+
+from oomdoctor.figures import convert
+from oomdoctor.report import Context
+
+# key=value scanning for Namespace(...) and "with config: a=b, c=d" dumps
+_KV = regex.compile(
+    r"(?P<key>[A-Za-z_][\w.]*)=(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|"
+    r"\((?:[^()]|\((?:[^()])*\))*\)|\[(?:[^\[\]]|\[[^\[\]]*\])*\]|\{(?:[^{}]|\{[^{}]*\})*\}|[^,()\s]+(?:\([^()]*\))?)"
+)
+_DICT_ITEM = regex.compile(
+    r"'(?P<key>[\w.\-]+)':\s*(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\[[^\]]*\]|\{[^{}]*\}|[^,{}]+)"
+)
+
+#: launch-arg spellings -> Context field
+ARG_FIELDS: dict[str, str] = {
+    "model": "model",
+    "model_tag": "model",
+    "max_model_len": "max_model_len",
+    "max_seq_len": "max_model_len",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size",
+    "dtype": "dtype",
+    "quantization": "quantization",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "enforce_eager": "enforce_eager",
+    "block_size": "block_size",
+}
+
+
+def _field_kind(name: str) -> str:
+    ann = Context.model_fields[name].annotation
+    args = typing.get_args(ann) if isinstance(ann, types.UnionType) or typing.get_origin(ann) else (ann,)
+    for a in args:
+        if a is bool:
+            return "bool"
+        if a is int:
+            return "size" if name.endswith("_bytes") else "int"
+        if a is float:
+            return "float"
+        if a is str:
+            return "str"
+    return "str"
+
+
+_FIELD_KINDS = {name: _field_kind(name) for name in Context.model_fields}
+
+
+def _literal(text: str) -> Any:
+    text = text.strip()
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+def _clean_value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "None"
+    return str(value)
+
+
+def parse_python_dict(text: str) -> dict[str, str]:
+    text = text.strip()
+    try:
+        val = ast.literal_eval(text)
+        if isinstance(val, dict):
+            return {str(k): _clean_value(v) for k, v in val.items()}
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        pass
+    return {m["key"]: _clean_value(_literal(m["value"])) for m in _DICT_ITEM.finditer(text)}
+
+
+def parse_key_values(text: str) -> dict[str, str]:
+    return {m["key"]: _clean_value(_literal(m["value"])) for m in _KV.finditer(text)}
+
+
+def parse_argv(text: str) -> tuple[list[str], dict[str, str]]:
+    """Split a shell command line; return argv and its ``--flag value`` pairs as snake_case keys."""
+    try:
+        argv = shlex.split(text.replace("\\\n", " "))
+    except ValueError:
+        argv = text.split()
+    args: dict[str, str] = {}
+    positional: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok.startswith("--"):
+            key, eq, val = tok[2:].partition("=")
+            key = key.replace("-", "_")
+            if eq:
+                args[key] = val
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                args[key] = argv[i + 1]
+                i += 1
+            else:
+                args[key] = "True"
+        else:
+            positional.append(tok)
+        i += 1
+    # `vllm serve MODEL`: the model is the positional after "serve"
+    if "serve" in positional:
+        idx = positional.index("serve")
+        if idx + 1 < len(positional) and "model" not in args:
+            args["model"] = positional[idx + 1]
+    return argv, args
+
+
+def _to_field(name: str, value: str) -> Any:
+    kind = _FIELD_KINDS.get(name, "str")
+    v = value.strip().strip("'\"")
+    if kind == "bool":
+        if v.lower() in ("true", "1", "yes"):
+            return True
+        if v.lower() in ("false", "0", "no"):
+            return False
+        return None
+    if kind == "str":
+        if v in ("None", "", "auto") and name in ("quantization", "kv_cache_dtype"):
+            return None if v == "None" else v
+        if name == "dtype" and v.startswith("torch."):
+            v = v[len("torch.") :]
+        return None if v == "None" else v
+    return convert(name, v, {name: kind}, {})
+
+
+class ContextCollector:
+    """Accumulates :class:`Context` from context-rule matches as lines pass."""
+
+    def __init__(self) -> None:
+        self.context = Context()
+        self._engines: Counter[str] = Counter()
+        self._engine_first: dict[str, int] = {}
+
+    def vote_engine(self, engine: str, line: int) -> None:
+        self._engines[engine] += 1
+        self._engine_first.setdefault(engine, line)
+
+    def engine(self) -> str | None:
+        if not self._engines:
+            return None
+        generic = {"pytorch", "python", "cuda", "linux", "host"}
+        specific = [e for e in self._engines if e not in generic]
+        pool = specific or list(self._engines)
+        return max(pool, key=lambda e: (self._engines[e], -self._engine_first[e]))
+
+    def apply_args(self, args: dict[str, str], argv: list[str] | None = None) -> None:
+        ctx = self.context
+        ctx.launch_args.update(args)
+        if argv:
+            ctx.command = argv
+        for key, value in args.items():
+            name = ARG_FIELDS.get(key)
+            if name is None:
+                continue
+            parsed = _to_field(name, value)
+            if parsed is not None:
+                setattr(ctx, name, parsed)
+
+    def apply_groups(self, groups: dict[str, str | None], parser: str | None, units: dict[str, str]) -> None:
+        ctx = self.context
+        for name, text in groups.items():
+            if text is None:
+                continue
+            if name == "args":
+                if parser == "python-dict":
+                    self.apply_args(parse_python_dict(text))
+                elif parser in ("namespace", "config"):
+                    self.apply_args(parse_key_values(text))
+                elif parser == "argv":
+                    argv, args = parse_argv(text)
+                    self.apply_args(args, argv)
+                continue
+            if name in Context.model_fields and name not in ("launch_args", "extra", "command"):
+                kind = _FIELD_KINDS[name]
+                if kind in ("str", "bool"):
+                    value = _to_field(name, text)
+                else:
+                    value = convert(name, text, {name: kind}, units)
+                if value is not None:
+                    setattr(ctx, name, value)
+            else:
+                value = convert(name, text, {}, units)
+                ctx.extra[name] = value if value is not None else text.strip()
+
+    def finish(self) -> Context:
+        eng = self.engine()
+        if eng is not None:
+            self.context.engine = eng
+        return self.context

@@ -1,0 +1,199 @@
+"""Bytes in, numbered lines out.
+
+:class:`LineSplitter` cuts a byte stream into physical lines however it is chunked, capping each
+line's length so that a 200 MB line without a newline costs bounded memory. :func:`normalise`
+turns one physical line into :class:`Line` objects: invalid UTF-8 replaced, ``\\r`` handled,
+ANSI colour codes (real and pasted renderings) removed, and the log prefix split off and kept.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+#: Longest physical line kept for analysis; the rest of a longer line is dropped (passthrough
+#: in pipe mode is unaffected, it happens before this).
+MAX_LINE_BYTES = 64 * 1024
+
+
+class LineSplitter:
+    """Split a byte stream into ``(line_number, bytes)`` pairs, independent of chunk boundaries."""
+
+    def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
+        self._max = max_line
+        self._partial = bytearray()
+        self._overflow = False
+        self.line_number = 0
+
+    def feed_block(self, data: bytes) -> tuple[int, bytes]:
+        """Return ``(first_line_number, block)`` where ``block`` holds only complete lines.
+
+        The block ends with ``\\n`` (or is empty). Bytes after the last newline are kept for the
+        next call. A line longer than the cap is cut at the cap; the cut part is discarded.
+        """
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._keep(data)
+            return self.line_number + 1, b""
+        head = data[: end + 1]
+        if self._partial or self._overflow:
+            first_nl = head.find(b"\n")
+            self._keep(head[:first_nl])
+            first_line = bytes(self._partial) + b"\n"
+            head = first_line + head[first_nl + 1 :]
+            self._partial.clear()
+            self._overflow = False
+        first = self.line_number + 1
+        if len(head) > self._max * 4 and head.count(b"\n") < len(head) // self._max:
+            head = _cap_lines(head, self._max)
+        self.line_number += head.count(b"\n")
+        self._keep(data[end + 1 :])
+        return first, head
+
+    def _keep(self, tail: bytes) -> None:
+        if self._overflow:
+            return
+        room = self._max - len(self._partial)
+        if len(tail) > room:
+            self._partial += tail[:room]
+            self._overflow = True
+        else:
+            self._partial += tail
+
+    def close(self) -> tuple[int, bytes]:
+        """Return the last line if the stream did not end with a newline."""
+        if not self._partial and not self._overflow:
+            return self.line_number + 1, b""
+        line = bytes(self._partial) + b"\n"
+        self._partial.clear()
+        self._overflow = False
+        self.line_number += 1
+        return self.line_number, line
+
+
+def _cap_lines(block: bytes, cap: int) -> bytes:
+    out = []
+    for line in block.split(b"\n")[:-1]:
+        out.append(line[:cap])
+    return b"\n".join(out) + b"\n"
+
+
+def iter_block_lines(first: int, block: bytes) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(number, line)`` for every line of a block from :meth:`LineSplitter.feed_block`."""
+    n = first
+    for line in block.split(b"\n")[:-1]:
+        yield n, line
+        n += 1
+
+
+# --- normalisation -----------------------------------------------------------------------------
+
+_ANSI = re.compile(
+    r"\x1b\[[0-9;?]*[A-Za-z]"  # real CSI sequences
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC
+    r"|\^\[\[[0-9;]*[A-Za-z]"  # pasted as ^[[1;36m
+    r"|#033\[[0-9;]*[A-Za-z]"  # journald's rendering
+    r"|\\x1b\[[0-9;]*[A-Za-z]"  # a repr()'d escape
+    r"|\\033\[[0-9;]*[A-Za-z]"
+    r"|\\u001b\[[0-9;]*[A-Za-z]"
+    r"|\x1b"
+)
+
+# Each prefix pattern is tried at the start of the remaining text, repeatedly, in this order.
+# Named group ``rank`` (or ``proc``) becomes the line's rank label.
+_PREFIXES: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p)
+    for p in (
+        # Kubernetes CRI: 2024-05-01T10:00:00.123456789Z stdout F
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] ",
+        # docker compose v2 / v1:  vllm-1  | ... , vllm_1  | ...
+        r"[A-Za-z0-9][\w.\-]*[-_]\d+\s+\| ?",
+        # syslog / journald: Mar  4 10:00:00 host proc[123]:
+        r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.\-]+ [\w.\-/@]+(?:\[\d+\])?: ",
+        # kernel ring buffer [12345.678901]
+        r"\[\s*\d+\.\d+\] ",
+        # ISO-ish timestamps, optionally bracketed, optionally followed by ': ' or ' - '
+        r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d| ?UTC)?\]?(?::| -|)\s+",
+        # FastChat / fairseq / loguru separators: | ERROR | stderr |   | WARNING | fairseq.trainer |
+        r"\|\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|SUCCESS)\s*\|\s*[\w.:<>\-]+\s*\|\s?",
+        r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s*\|\s*[\w.:<>\-]+\s*[|:\-]\s?",
+        # vLLM worker/process prefixes: (VllmWorkerProcess pid=1) (Worker_TP1 pid=2) (RayWorkerWrapper pid=3, ip=1.2.3.4)
+        r"\((?P<proc>[A-Za-z_][\w.\-]*(?: rank=\d+)?) pid=(?P<pid>\d+)(?:, ip=[\w.:\-]+)?\)\s*",
+        r"\((?:raylet|pid=\d+)(?:, ip=[\w.:\-]+)?\)\s*",
+        # torch.distributed and torchrun
+        r"\[rank(?P<rank>\d+)\]:\s?",
+        r"\[default(?P<rank>\d+)\]:\s?",
+        r"\[[\w.\-]+:\d+\]:\s?",
+        # vLLM's logger: INFO 06-28 23:40:03 llm_engine.py:164]  /  INFO 04-12 08:21:19 [worker.py:267]
+        r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./\-]+:\d+\]\s?",
+        # [2024-..] [INFO] [logging.py:96:log_dist] — DeepSpeed; also [INFO|file.py:12] transformers
+        r"\[(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?:\|[\w./\-]+:\d+)?\]\s*",
+        r"\[[\w.\-]+\.py:\d+(?::\w+)?\]\s*",
+        r"\[Rank (?P<rank>\d+)\]\s*",
+        # glog (XLA, TF, C10): E1021 12:00:00.123456 123 file.cc:12]  /  [W1021 12:00:00.000000 1 f.cpp:1]
+        r"\[?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w./\-]+:\d+\]\s?",
+        # TF: 2024-01-01 00:00:00.000000: W tensorflow/core/...cc:123]
+        r"[IWEF] [\w./\-]+\.(?:cc|h|cpp):\d+\]\s",
+        # plain level words at the start of a record
+        r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?::|\s+-)\s+",
+        # journald pasted with process: time= level=
+    )
+)
+
+
+@dataclass(slots=True)
+class Line:
+    """One logical line: its number in the source, the message text and the split-off prefix."""
+
+    number: int
+    text: str
+    prefix: str = ""
+    rank: str | None = None
+
+
+def strip_ansi(text: str) -> str:
+    """Remove ANSI escape sequences and their pasted renderings."""
+    if "\x1b" not in text and "[" not in text:
+        return text
+    return _ANSI.sub("", text)
+
+
+def split_prefix(text: str) -> tuple[str, str, str | None]:
+    """Return ``(prefix, message, rank)`` for one normalised line."""
+    rank: str | None = None
+    pos = 0
+    for _ in range(10):
+        for pat in _PREFIXES:
+            m = pat.match(text, pos)
+            if m and m.end() > pos:
+                gd = m.groupdict()
+                if gd.get("rank") is not None:
+                    rank = f"rank{gd['rank']}"
+                elif gd.get("proc") is not None:
+                    rank = f"{gd['proc']} pid={gd['pid']}"
+                pos = m.end()
+                break
+        else:
+            break
+    return text[:pos].rstrip(), text[pos:], rank
+
+
+def normalise(number: int, raw: bytes) -> list[Line]:
+    """Decode one physical line and split it into logical :class:`Line` objects.
+
+    ``\\r`` ends a logical line (progress bars, vLLM's ``\\r\\n`` multi-line records); each
+    non-blank piece keeps the physical line's number.
+    """
+    text = raw.decode("utf-8", "replace")
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    text = strip_ansi(text)
+    pieces = text.split("\r") if "\r" in text else [text]
+    out = []
+    for piece in pieces:
+        if not piece.strip():
+            continue
+        prefix, message, rank = split_prefix(piece.rstrip())
+        out.append(Line(number, message, prefix, rank))
+    return out

@@ -1,0 +1,139 @@
+"""The report contract (DESIGN §3): the one structure every renderer and the HTTP server read.
+
+``schema_version`` 1. The JSON Schema generated from these models is committed as
+``oomdoctor/report.schema.json`` and a test checks it does not drift.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Severity = Literal["error", "warning"]
+Confidence = Literal["high", "medium", "low"]
+Phase = Literal[
+    "weights-load",
+    "startup-check",
+    "profiling",
+    "kv-cache-alloc",
+    "cudagraph-capture",
+    "warmup",
+    "inference",
+    "training",
+    "unknown",
+]
+PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Remedy(_Model):
+    """One thing to try, with the concrete values to use."""
+
+    id: str
+    rank: int = 0
+    title: str
+    flags: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    settings: dict[str, str] = Field(default_factory=dict)
+    saves_bytes: int | None = None
+    fits: bool | None = None
+    confidence: Confidence = "medium"
+    why: str = ""
+    tradeoff: str = ""
+    command: str | None = None
+    sources: dict[str, str] = Field(
+        default_factory=dict,
+        description="Where each input of the calculation came from (message, context, config, catalog, hint).",
+    )
+
+
+class Location(_Model):
+    source: str = "<stdin>"
+    line: int
+    end_line: int
+
+
+class Finding(_Model):
+    """One failure (or memory warning) found in the log."""
+
+    rule: str
+    kind: str
+    engine: str
+    severity: Severity
+    phase: Phase = "unknown"
+    title: str
+    message: str
+    location: Location
+    occurrences: int = 1
+    ranks: list[str] = Field(default_factory=list)
+    figures: dict[str, Any] = Field(default_factory=dict)
+    remedies: list[Remedy] = Field(default_factory=list)
+
+
+class Context(_Model):
+    """Facts about the run collected from non-error lines (and hints)."""
+
+    engine: str | None = None
+    engine_version: str | None = None
+    model: str | None = None
+    gpu_name: str | None = None
+    gpu_total_bytes: int | None = None
+    gpu_count: int | None = None
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    dtype: str | None = None
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enforce_eager: bool | None = None
+    block_size: int | None = None
+    weights_bytes: int | None = None
+    kv_cache_bytes: int | None = None
+    kv_cache_tokens: int | None = None
+    num_gpu_blocks: int | None = None
+    cudagraph_bytes: int | None = None
+    activation_peak_bytes: int | None = None
+    non_torch_bytes: int | None = None
+    expandable_segments: bool | None = None
+    command: list[str] | None = None
+    launch_args: dict[str, str] = Field(default_factory=dict)
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class Tool(_Model):
+    name: str = "oomdoctor"
+    version: str
+
+
+class Summary(_Model):
+    errors: int = 0
+    warnings: int = 0
+
+
+class Report(_Model):
+    """The whole diagnosis of one or more log sources."""
+
+    schema_version: int = SCHEMA_VERSION
+    tool: Tool
+    sources: list[str] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    context: Context = Field(default_factory=Context)
+    summary: Summary = Field(default_factory=Summary)
+
+    @property
+    def has_errors(self) -> bool:
+        return any(f.severity == "error" for f in self.findings)
+
+
+def report_json_schema() -> dict[str, Any]:
+    """The JSON Schema of :class:`Report` (committed as ``oomdoctor/report.schema.json``)."""
+    return Report.model_json_schema()

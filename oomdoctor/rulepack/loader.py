@@ -1,0 +1,260 @@
+"""Load, validate and compile rule files.
+
+Errors name the file, the rule and the field, e.g.
+``rules/vllm.toml: rule "vllm.v1.kv-insufficient": match[2].figures.kv_cache_tokens: 'x' is not of type 'integer'``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import regex
+
+from oomdoctor.rulepack.model import ContextRule, PhaseRule, Rule, RuleFile
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+#: Seconds one regex search may take before the rule is reported as pathological.
+REGEX_TIMEOUT = 0.25
+
+
+class RulePackError(Exception):
+    """A rule file is unreadable or invalid; the message names file, rule and field."""
+
+
+@dataclass(slots=True)
+class CompiledRule:
+    rule: Rule
+    source: str
+    pattern: regex.Pattern[str]
+    extract: dict[str, regex.Pattern[str]]
+    extract_all: dict[str, regex.Pattern[str]]
+    triggers: tuple[str, ...]
+    order: int = 0
+
+    @property
+    def id(self) -> str:
+        return self.rule.id
+
+
+@dataclass(slots=True)
+class CompiledContext:
+    rule: ContextRule
+    source: str
+    pattern: regex.Pattern[str]
+    triggers: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class CompiledPhase:
+    rule: PhaseRule
+    frames: frozenset[str]
+    markers: tuple[regex.Pattern[str], ...]
+    progress: tuple[regex.Pattern[str], ...]
+    triggers: tuple[str, ...]
+
+
+@dataclass
+class RulePack:
+    """Every rule, context rule and phase rule, compiled and ready for the scanner."""
+
+    rules: list[CompiledRule] = field(default_factory=list)
+    contexts: list[CompiledContext] = field(default_factory=list)
+    phases: list[CompiledPhase] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+
+    def rule(self, rule_id: str) -> CompiledRule:
+        for r in self.rules:
+            if r.id == rule_id:
+                return r
+        raise KeyError(rule_id)
+
+    def all_triggers(self) -> list[str]:
+        """Every literal the prefilter must find (lower-cased, deduplicated)."""
+        seen: dict[str, None] = {}
+        for r in self.rules:
+            seen.update(dict.fromkeys(r.triggers))
+        for c in self.contexts:
+            seen.update(dict.fromkeys(c.triggers))
+        for p in self.phases:
+            seen.update(dict.fromkeys(p.triggers))
+        return list(seen)
+
+
+def builtin_rules_dir() -> Path:
+    """The shipped pack: ``oomdoctor/rules`` in a wheel, else the checkout's ``rules/``."""
+    here = Path(__file__).resolve().parent.parent
+    packaged = here / "rules"
+    if packaged.is_dir():
+        return packaged
+    return here.parent / "rules"
+
+
+@lru_cache(maxsize=1)
+def _schema() -> dict[str, Any]:
+    path = builtin_rules_dir() / "schema.json"
+    try:
+        return dict(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return RuleFile.model_json_schema()
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _field_path(parts: Sequence[Any]) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _validate(data: dict[str, Any], where: str) -> RuleFile:
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(_schema())
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        err = errors[0]
+        path = list(err.absolute_path)
+        who = ""
+        if len(path) >= 2 and path[0] in ("rule", "context") and isinstance(path[1], int):
+            items = data.get(path[0], [])
+            ident = items[path[1]].get("id") if isinstance(items[path[1]], dict) else None
+            who = f'{path[0]} "{ident}": ' if ident else f"{path[0]}[{path[1]}]: "
+            path = path[2:]
+        elif len(path) >= 2 and path[0] == "phase" and isinstance(path[1], int):
+            who = f"phase[{path[1]}]: "
+            path = path[2:]
+        field_name = _field_path(path) or "(file)"
+        raise RulePackError(f"{where}: {who}{field_name}: {err.message}")
+    return RuleFile.model_validate(data)
+
+
+def _compile(pattern: str, where: str, what: str) -> regex.Pattern[str]:
+    try:
+        return regex.compile(pattern, regex.VERSION0)
+    except regex.error as exc:
+        pos = f" at position {exc.pos}" if exc.pos is not None else ""
+        raise RulePackError(f"{where}: {what}: regex does not compile{pos}: {exc.msg}") from None
+
+
+def read_rule_file(path: Path) -> RuleFile:
+    """Parse and validate one TOML rule file."""
+    where = _display(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise RulePackError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RulePackError(f"{where}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        msg = str(exc)
+        line = getattr(exc, "lineno", None)
+        col = getattr(exc, "colno", None)
+        if line is None:
+            m = regex.search(r"\(at line (\d+), column (\d+)\)", msg)
+            if m:
+                line, col = int(m.group(1)), int(m.group(2))
+                msg = msg[: m.start()].strip()
+        else:
+            msg = getattr(exc, "msg", msg)
+        loc = f":{line}:{col}" if line is not None else ""
+        raise RulePackError(f"{where}{loc}: TOML syntax error: {msg}") from None
+    return _validate(data, where)
+
+
+def _compile_rule(rule: Rule, where: str, known_remedies: set[str] | None) -> CompiledRule:
+    who = f'{where}: rule "{rule.id}"'
+    pattern = _compile(rule.pattern, who, "pattern")
+    extract = {k: _compile(v, who, f"extract.{k}") for k, v in rule.extract.items()}
+    extract_all = {k: _compile(v, who, f"extract_all.{k}") for k, v in rule.extract_all.items()}
+    if known_remedies is not None:
+        for rid in rule.remedies:
+            if rid not in known_remedies:
+                raise RulePackError(f"{who}: remedies: unknown remedy id {rid!r}")
+    triggers = tuple(t.lower() for t in rule.triggers if t.strip())
+    if not triggers:
+        raise RulePackError(f"{who}: triggers: at least one non-blank literal is required")
+    return CompiledRule(rule, where, pattern, extract, extract_all, triggers)
+
+
+def load_pack(
+    dirs: Iterable[Path] | None = None, *, include_builtin: bool = True, check_remedies: bool = True
+) -> RulePack:
+    """Load the built-in pack and/or rule directories (later ones override rules by id)."""
+    paths: list[Path] = []
+    if include_builtin:
+        paths.append(builtin_rules_dir())
+    paths.extend(dirs or [])
+    known: set[str] | None = None
+    if check_remedies:
+        from oomdoctor.advisor.registry import remedy_ids
+
+        known = set(remedy_ids())
+    pack = RulePack()
+    by_id: dict[str, int] = {}
+    for d in paths:
+        if not d.exists():
+            raise RulePackError(f"{_display(d)}: no such rule directory")
+        files = [d] if d.is_file() else sorted(d.glob("*.toml"))
+        if d.is_dir() and not files:
+            raise RulePackError(f"{_display(d)}: no *.toml rule files")
+        seen_here: dict[str, str] = {}
+        for f in files:
+            rf = read_rule_file(f)
+            where = _display(f)
+            pack.sources.append(where)
+            for rule in rf.rule:
+                if rule.id in seen_here:
+                    raise RulePackError(
+                        f'{where}: rule "{rule.id}": id: duplicate rule id (also in {seen_here[rule.id]})'
+                    )
+                seen_here[rule.id] = where
+                compiled = _compile_rule(rule, where, known)
+                if rule.id in by_id:
+                    compiled.order = pack.rules[by_id[rule.id]].order
+                    pack.rules[by_id[rule.id]] = compiled
+                else:
+                    compiled.order = len(pack.rules)
+                    by_id[rule.id] = len(pack.rules)
+                    pack.rules.append(compiled)
+            for ctx in rf.context:
+                who = f'{where}: context "{ctx.id}"'
+                pack.contexts.append(
+                    CompiledContext(ctx, where, _compile(ctx.pattern, who, "pattern"),
+                                    tuple(t.lower() for t in ctx.triggers))
+                )
+            for i, ph in enumerate(rf.phase):
+                who = f"{where}: phase[{i}]"
+                pack.phases.append(
+                    CompiledPhase(
+                        ph,
+                        frozenset(ph.frames),
+                        tuple(_compile(p, who, "markers") for p in ph.markers),
+                        tuple(_compile(p, who, "progress") for p in ph.progress),
+                        tuple(t.lower() for t in ph.triggers),
+                    )
+                )
+    return pack
+
+
+@lru_cache(maxsize=1)
+def default_pack() -> RulePack:
+    """The built-in pack, loaded once per process."""
+    return load_pack()

@@ -1,0 +1,113 @@
+"""Pydantic models of the rule pack (``rules/*.toml``).
+
+The JSON Schema in ``rules/schema.json`` is generated from these models
+(``python -m oomdoctor.rulepack.schema``) and a test checks that it does not drift.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from oomdoctor.report import Phase
+
+FigureType = Literal["size", "int", "float", "str", "int-list"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MatchExample(_Strict):
+    """A log excerpt the rule must win, with every figure it must extract."""
+
+    log: str = Field(min_length=1)
+    figures: dict[str, Any] = Field(default_factory=dict)
+    phase: Phase | None = None
+    remedies: list[str] | None = Field(
+        default=None, description="Expected ids of the first remedies, in order (a prefix of the list)."
+    )
+    flags: dict[str, str] | None = Field(
+        default=None, description="Expected flags of the first remedy."
+    )
+    note: str = ""
+
+
+class NoMatchExample(_Strict):
+    """A near miss or a healthy line the rule must not match."""
+
+    log: str = Field(min_length=1)
+    note: str = ""
+
+
+class Rule(_Strict):
+    """One failure message (or family of wordings) and how to read its figures."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.\-]*$")
+    title: str = Field(min_length=1)
+    engine: str = Field(min_length=1)
+    kind: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    severity: Literal["error", "warning"] = "error"
+    phase: Phase | None = Field(default=None, description="Fixed phase; inferred from the log when absent.")
+    priority: int = Field(default=0, description="Higher wins when several rules match the same line.")
+    triggers: list[str] = Field(min_length=1, description="Literals (case-insensitive) for the prefilter.")
+    pattern: str = Field(min_length=1, description="Anchor regex; must start on the trigger line.")
+    window: int = Field(default=3, ge=0, le=40, description="Following lines joined to the anchor line.")
+    extract: dict[str, str] = Field(
+        default_factory=dict, description="Figure name -> regex whose first group is the value."
+    )
+    extract_all: dict[str, str] = Field(
+        default_factory=dict,
+        description="Figure name -> regex with named groups; every match becomes one item of a list.",
+    )
+    types: dict[str, FigureType] = Field(
+        default_factory=dict, description="Figure types; '*_bytes' default to size, others to number."
+    )
+    units: dict[str, str] = Field(
+        default_factory=dict, description="Unit of a size figure printed without one (default bytes)."
+    )
+    remedies: list[str] = Field(default_factory=list)
+    references: list[str] = Field(default_factory=list)
+    description: str = ""
+    match: list[MatchExample] = Field(min_length=1)
+    no_match: list[NoMatchExample] = Field(default_factory=list)
+
+
+class ContextRule(_Strict):
+    """A non-error line that carries a fact the advisor needs."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.\-]*$")
+    engine: str | None = Field(default=None, description="Engine this line proves the log comes from.")
+    triggers: list[str] = Field(min_length=1)
+    pattern: str = Field(min_length=1)
+    parser: Literal["python-dict", "namespace", "config", "argv"] | None = Field(
+        default=None, description="How to read the 'args' group into launch arguments."
+    )
+    types: dict[str, FigureType] = Field(default_factory=dict)
+    units: dict[str, str] = Field(default_factory=dict)
+    match: list[dict[str, Any]] = Field(
+        default_factory=list, description="Examples: {log = ..., values = {...}}"
+    )
+
+
+class PhaseRule(_Strict):
+    """Evidence for one phase: traceback frame names and progress lines."""
+
+    phase: Phase
+    frames: list[str] = Field(default_factory=list, description="Function names in traceback frames.")
+    markers: list[str] = Field(
+        default_factory=list, description="Regexes for lines that name the phase (near the failure)."
+    )
+    progress: list[str] = Field(
+        default_factory=list, description="Regexes for progress lines printed while the phase runs."
+    )
+    triggers: list[str] = Field(default_factory=list, description="Literals for the prefilter.")
+
+
+class RuleFile(_Strict):
+    """One TOML file of the pack."""
+
+    rule: list[Rule] = Field(default_factory=list)
+    context: list[ContextRule] = Field(default_factory=list)
+    phase: list[PhaseRule] = Field(default_factory=list)
