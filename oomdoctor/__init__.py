@@ -10,8 +10,8 @@ Public API::
 
 __version__ = "0.1.0"
 
-from oomdoctor.api import diagnose  # noqa: E402
-from oomdoctor.report import Context, Finding, Remedy, Report  # noqa: E402
-from oomdoctor.scanner import Scanner  # noqa: E402
+from oomdoctor.api import diagnose
+from oomdoctor.report import Context, Finding, Remedy, Report
+from oomdoctor.scanner import Scanner
 
 __all__ = ["Context", "Finding", "Remedy", "Report", "Scanner", "__version__", "diagnose"]

@@ -55,11 +55,11 @@ def _open(path: str) -> BinaryIO:
         return lzma.LZMAFile(raw, "rb")  # type: ignore[return-value]
     if kind == "zstd":
         try:
-            import zstandard  # type: ignore[import-not-found]
+            import zstandard
         except ImportError:
             raw.close()
             raise InputError(f"{path}: zstd-compressed; install 'zstandard' to read it") from None
-        return zstandard.ZstdDecompressor().stream_reader(raw)  # type: ignore[no-any-return]
+        return zstandard.ZstdDecompressor().stream_reader(raw)
     return raw
 
 

@@ -42,9 +42,23 @@ def remedy(remedy_id: str) -> Callable[[Calculator], Calculator]:
     return deco
 
 
+_LOADED = False
+
+
 def _load_all() -> None:
-    # importing the modules registers their calculators
-    from oomdoctor.advisor import remedies_generic, remedies_vllm  # noqa: F401
+    """Import every ``oomdoctor.advisor.remedies_*`` module; importing registers its calculators."""
+    global _LOADED
+    if _LOADED:
+        return
+    import importlib
+    import pkgutil
+
+    import oomdoctor.advisor as pkg
+
+    for mod in sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)):
+        if mod.startswith("remedies_"):
+            importlib.import_module(f"oomdoctor.advisor.{mod}")
+    _LOADED = True
 
 
 def remedy_ids() -> list[str]:

@@ -261,3 +261,79 @@ def lower_utilization(inp: AdviceInput) -> Remedy | None:
         ),
         tradeoff="A smaller KV cache: fewer concurrent sequences.",
     )
+
+
+# -- model-size levers (refined by the memory model; values need the weights figure) -----------
+
+
+def _weights(inp: AdviceInput) -> int | None:
+    return inp.context.weights_bytes
+
+
+@remedy("vllm.tensor-parallel-size")
+def tensor_parallel(inp: AdviceInput) -> Remedy | None:
+    gpus = inp.hints.get("gpus") or (str(inp.context.gpu_count) if inp.context.gpu_count else None)
+    if not gpus or not gpus.isdigit() or int(gpus) < 2:
+        return None
+    tp = inp.context.tensor_parallel_size or 1
+    n = int(gpus)
+    value = tp * 2
+    if value > n:
+        return None
+    return Remedy(
+        id="vllm.tensor-parallel-size",
+        title=f"Shard the model over {value} GPUs",
+        flags={"--tensor-parallel-size": str(value)},
+        fits=None,
+        confidence="medium",
+        why=f"{n} GPUs are available; weights and KV cache per GPU shrink by about {value // tp}×.",
+        tradeoff="Uses more GPUs; inter-GPU communication costs some latency.",
+    )
+
+
+@remedy("vllm.cpu-offload-gb")
+def cpu_offload(inp: AdviceInput) -> Remedy | None:
+    req = inp.fig("requested_bytes")
+    if not req:
+        return None
+    gib = max(1, -(-req // 2**30))
+    return Remedy(
+        id="vllm.cpu-offload-gb",
+        title=f"Offload {gib} GiB of weights to CPU memory",
+        flags={"--cpu-offload-gb": str(gib)},
+        saves_bytes=gib * 2**30,
+        fits=None,
+        confidence="low",
+        why=f"At least {format_size(req)} more is needed on the GPU; rounded up to whole GiB.",
+        tradeoff="Much slower: offloaded weights cross PCIe on every forward pass.",
+    )
+
+
+@remedy("vllm.quantization")
+def quantization(inp: AdviceInput) -> Remedy | None:
+    if inp.context.quantization:
+        return None
+    w = _weights(inp)
+    return Remedy(
+        id="vllm.quantization",
+        title="Quantize the weights on the fly (fp8)",
+        flags={"--quantization": "fp8"},
+        saves_bytes=w // 2 if w else None,
+        fits=None,
+        confidence="low",
+        why="fp8 weights take half the memory of bf16/fp16" + (f" ({format_size(w)} → {format_size(w // 2)})." if w else "."),
+        tradeoff="Needs an fp8-capable GPU (compute capability ≥ 8.9 for fast kernels); small quality loss.",
+    )
+
+
+@remedy("vllm.swap-space")
+def swap_space(inp: AdviceInput) -> Remedy | None:
+    return Remedy(
+        id="vllm.swap-space",
+        title="Reserve less CPU swap space per GPU",
+        flags={"--swap-space": "1"},
+        fits=None,
+        confidence="low",
+        why="Each worker pins --swap-space GiB of host memory (default 4); on a small host this adds up.",
+        tradeoff="Preempted sequences are recomputed instead of swapped (V0 engine).",
+    )

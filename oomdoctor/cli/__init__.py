@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _invoke(app, args: list[str]) -> int:  # type: ignore[no-untyped-def]
+def _invoke(app, args: list[str]) -> int:
     import click
 
     from oomdoctor.cli.errors import fail

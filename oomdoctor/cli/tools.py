@@ -23,7 +23,7 @@ rules_app = typer.Typer(help="Inspect and test rule packs.", no_args_is_help=Tru
 app.add_typer(rules_app, name="rules")
 
 
-def _pack(dirs: list[str] | None, builtin: bool = True):  # type: ignore[no-untyped-def]
+def _pack(dirs: list[str] | None, builtin: bool = True):
     return load_pack([Path(d) for d in (dirs or [])], include_builtin=builtin)
 
 

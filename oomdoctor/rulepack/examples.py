@@ -20,7 +20,7 @@ class ExampleResult:
         return f"{self.rule}:{self.kind}[{self.index}]"
 
 
-def _run(pack: RulePack, log: str):  # type: ignore[no-untyped-def]
+def _run(pack: RulePack, log: str):
     from oomdoctor.scanner import Scanner
 
     scanner = Scanner(pack, source="<example>")
