@@ -326,7 +326,8 @@ class Scanner:
         # evidence before the failure: frames of the traceback that precedes it
         tb = self._traceback_at.get(rank)
         for number, func, frank in self._frames:
-            if frank != rank or number > anchor.number or anchor.number - number > BEFORE_LINES:
+            # frames/markers after the anchor that were read with its look-ahead window count too
+            if frank != rank or anchor.number - number > BEFORE_LINES:
                 continue
             if tb is not None and number < tb:
                 continue
