@@ -33,6 +33,9 @@ AFTER_LINES = 80
 BEFORE_LINES = 200
 #: a failure repeated by another rank within this many lines is the same failure
 SAME_FAILURE_LINES = 400
+#: rule engines that name a library, not the tool that printed the log: such findings take the
+#: detected engine's name, and do not vote for one
+_GENERIC_ENGINES = frozenset({"pytorch", "python", "ggml", "xla", "host", "nccl"})
 #: findings kept at most (a log with endless OOMs still costs bounded memory)
 MAX_FINDINGS = 500
 
@@ -322,6 +325,8 @@ class Scanner:
             ranks=[rank] if rank else [],
             figures=figures,
         )
+        if rule.rule.engine not in _GENERIC_ENGINES:
+            self._collector.vote_engine(rule.rule.engine, anchor.number)
         o = _Open(finding, rank, anchor.number, last_line=anchor.number)
         # evidence before the failure: frames of the traceback that precedes it
         tb = self._traceback_at.get(rank)
@@ -399,7 +404,7 @@ class Scanner:
     def context(self) -> Any:
         ctx = self._collector.finish().model_copy(deep=True)
         for f in self._findings + [o.finding for o in self._open]:
-            if f.engine in ("pytorch", "python") and ctx.engine and ctx.engine not in ("pytorch",):
+            if f.engine in _GENERIC_ENGINES and ctx.engine and ctx.engine not in ("pytorch",):
                 f.engine = ctx.engine
         return ctx
 

@@ -27,7 +27,9 @@ def _is_llamacpp(inp: AdviceInput) -> bool:
     return engine_of(inp) in ("llama.cpp", "ggml")
 
 
-def _layers_fit(inp: AdviceInput, offloaded: int | None, free: int | None, per_layer: float | None) -> tuple[int, str] | None:
+def _layers_fit(
+    inp: AdviceInput, offloaded: int | None, free: int | None, per_layer: float | None
+) -> tuple[int, str, bool] | None:
     """Layers that fit: floor((free − headroom) / bytes per layer), else half the offloaded layers."""
     if per_layer and free:
         n = int((free - GGML_HEADROOM_BYTES) // per_layer)
@@ -35,11 +37,12 @@ def _layers_fit(inp: AdviceInput, offloaded: int | None, free: int | None, per_l
             f"{format_size(free)} free − {format_size(GGML_HEADROOM_BYTES)} headroom for KV cache and compute "
             f"buffers, at {format_size(per_layer)} per layer → {n} layers"
         )
-        if offloaded is not None and n >= offloaded:
-            return None
-        return max(n, 0), why
+        if offloaded is None or n < offloaded:
+            return max(n, 0), why, True
+        # the log's free figure says everything fits, yet the allocation failed: it was wrong
+        return offloaded // 2, f"half of the {offloaded} layers offloaded now (the free memory the log reports would have fit them all)", False
     if offloaded and offloaded > 1:
-        return offloaded // 2, f"half of the {offloaded} layers offloaded now (the free memory is not in the log)"
+        return offloaded // 2, f"half of the {offloaded} layers offloaded now (the free memory is not in the log)", False
     return None
 
 
@@ -62,13 +65,13 @@ def n_gpu_layers(inp: AdviceInput) -> Remedy | None:
     fit = _layers_fit(inp, offloaded, free, _per_layer(inp, offloaded))
     if fit is None:
         return None
-    value, why = fit
+    value, why, computed = fit
     return Remedy(
         id="ggml.n-gpu-layers",
         title=f"Offload {value} layers to the GPU",
         flags={"-ngl": str(value)},
-        fits=True if free else None,
-        confidence="medium" if free else "low",
+        fits=True if computed else None,
+        confidence="medium" if computed else "low",
         why=why + ".",
         tradeoff="Layers left on the CPU run much slower.",
     )
@@ -90,7 +93,7 @@ def _hint_bytes(inp: AdviceInput) -> int | None:
 def num_gpu(inp: AdviceInput) -> Remedy | None:
     if not _is_ollama(inp):
         return None
-    offloaded = as_int(setting(inp, "ollama_layers_offload", "llama_offloaded_layers"))
+    offloaded = as_int(setting(inp, "ollama_layers_offload", "llama_offloaded_layers", "n_gpu_layers"))
     model_layers = as_int(setting(inp, "ollama_layers_model"))
     free = as_int(setting(inp, "ollama_memory_available_bytes", "llama_device_free_bytes")) or _hint_bytes(inp)
     repeating = as_int(setting(inp, "ollama_weights_repeating_bytes"))
@@ -98,19 +101,21 @@ def num_gpu(inp: AdviceInput) -> Remedy | None:
     fit = _layers_fit(inp, offloaded, free, per_layer)
     if fit is None:
         return None
-    value, why = fit
+    value, why, computed = fit
     return Remedy(
         id="ollama.num-gpu",
         title=f"Offload {value} layers to the GPU (num_gpu)",
         settings={"num_gpu": str(value)},
-        fits=True if free else None,
-        confidence="medium" if free else "low",
+        fits=True if computed else None,
+        confidence="medium" if computed else "low",
         why=why + ". Set it with PARAMETER num_gpu in a Modelfile or options.num_gpu in the API request.",
         tradeoff="Layers left on the CPU run much slower.",
     )
 
 
 def _ctx_value(inp: AdviceInput) -> tuple[int, int] | None:
+    if inp.finding.phase == "weights-load":
+        return None  # the context does not change the weights' size
     n_ctx = inp.context.max_model_len or as_int(setting(inp, "ctx_size"))
     if not n_ctx or n_ctx < 2 * CTX_STEP:
         return None
@@ -147,7 +152,7 @@ def num_ctx(inp: AdviceInput) -> Remedy | None:
     if v is None:
         return None
     n_ctx, _ = v
-    parallel = as_int(setting(inp, "ollama_num_parallel")) or 1
+    parallel = as_int(setting(inp, "ollama_num_parallel", "parallel")) or 1
     per_slot = n_ctx // parallel
     value = round_down(per_slot // 2, CTX_STEP)
     if value < CTX_STEP:
@@ -168,9 +173,9 @@ def num_ctx(inp: AdviceInput) -> Remedy | None:
 
 @remedy("ollama.num-parallel")
 def num_parallel(inp: AdviceInput) -> Remedy | None:
-    if not _is_ollama(inp):
+    if not _is_ollama(inp) or inp.finding.phase == "weights-load":
         return None
-    cur = as_int(setting(inp, "ollama_num_parallel"))
+    cur = as_int(setting(inp, "ollama_num_parallel", "parallel"))
     if cur is not None and cur <= 1:
         return None
     return Remedy(
@@ -191,7 +196,7 @@ def _kv_quantized(inp: AdviceInput) -> bool:
 
 @remedy("ggml.kv-cache-type")
 def kv_cache_type(inp: AdviceInput) -> Remedy | None:
-    if not _is_llamacpp(inp) or _kv_quantized(inp):
+    if not _is_llamacpp(inp) or _kv_quantized(inp) or inp.finding.phase == "weights-load":
         return None
     kv = inp.context.kv_cache_bytes
     return Remedy(
@@ -208,7 +213,7 @@ def kv_cache_type(inp: AdviceInput) -> Remedy | None:
 
 @remedy("ollama.kv-cache-type")
 def ollama_kv_cache_type(inp: AdviceInput) -> Remedy | None:
-    if not _is_ollama(inp) or _kv_quantized(inp):
+    if not _is_ollama(inp) or _kv_quantized(inp) or inp.finding.phase == "weights-load":
         return None
     kv = inp.context.kv_cache_bytes
     return Remedy(

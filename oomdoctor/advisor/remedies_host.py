@@ -125,3 +125,45 @@ def ray_threshold(inp: AdviceInput) -> Remedy | None:
         why=f"Ray kills workers when the node's memory use passes {cur}; set the variable when starting Ray.",
         tradeoff="Above this the kernel OOM killer may strike first and take the raylet with it; reducing task parallelism (more CPUs per task) is safer.",
     )
+
+
+@remedy("host.vllm-swap-space")
+def vllm_swap_space(inp: AdviceInput) -> Remedy | None:
+    if engine_of(inp) != "vllm":
+        return None
+    cur = as_float(inp.context.launch_args.get("swap_space"))
+    if cur is not None and cur <= 0:
+        return None
+    gpus = inp.context.tensor_parallel_size or 1
+    per = cur if cur is not None else 4.0
+    return Remedy(
+        id="host.vllm-swap-space",
+        title="Pin no host memory for KV swapping",
+        flags={"--swap-space": "0"},
+        saves_bytes=int(per * gpus * 2**30),
+        fits=None,
+        confidence="medium",
+        why=f"vLLM (V0) pins --swap-space GiB of host RAM per GPU ({per:g} × {gpus} here) for preempted sequences.",
+        tradeoff="Preempted sequences are recomputed instead of swapped; the flag exists up to vLLM 0.17.1 (V0 only).",
+    )
+
+
+@remedy("host.vllm-cpu-offload-gb")
+def vllm_cpu_offload(inp: AdviceInput) -> Remedy | None:
+    if engine_of(inp) != "vllm":
+        return None
+    cur = as_float(inp.context.launch_args.get("cpu_offload_gb"))
+    if not cur or cur <= 0:
+        return None
+    value = cur / 2
+    gpus = inp.context.tensor_parallel_size or 1
+    return Remedy(
+        id="host.vllm-cpu-offload-gb",
+        title=f"Offload less to host memory ({value:g} GiB per GPU)",
+        flags={"--cpu-offload-gb": f"{value:g}"},
+        saves_bytes=int((cur - value) * gpus * 2**30),
+        fits=None,
+        confidence="medium",
+        why=f"--cpu-offload-gb {cur:g} pins that much host RAM per GPU ({gpus} GPUs).",
+        tradeoff="More weights stay on the GPU: less room for the KV cache.",
+    )
