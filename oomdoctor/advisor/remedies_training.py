@@ -32,7 +32,7 @@ def batch_accumulation(inp: AdviceInput) -> Remedy | None:
     batch_key = "train_micro_batch_size_per_gpu" if ds else "per_device_train_batch_size"
     settings = {batch_key: str(new)}
     if gas:
-        settings["gradient_accumulation_steps"] = str(gas * 2 if per % 2 == 0 else gas * 2)
+        settings["gradient_accumulation_steps"] = str(gas * 2)
         keep = f"{per} × {gas} = {new} × {gas * 2}" if per % 2 == 0 else f"{per} × {gas} ≈ {new} × {gas * 2}"
     else:
         settings["gradient_accumulation_steps"] = "2 × the current value"
