@@ -81,6 +81,7 @@ class Scanner:
         self._advise = advise
         self._prefilter = prefilter or make_prefilter([*self.pack.all_triggers(), *_BUILTIN_TRIGGERS])
         self._lookahead = min(48, max([r.rule.window for r in self.pack.rules] + [0]) * 4)
+        self._index_triggers()
         self.sources: list[str] = []
         self._collector = ContextCollector()
         self._findings: list[Finding] = []
@@ -88,6 +89,24 @@ class Scanner:
         self._ready: list[Finding] = []
         self._done = False
         self._start_source(source)
+
+    def _index_triggers(self) -> None:
+        """Map each trigger literal to the phases, context rules and rules that name it."""
+        self._phase_by_trigger: dict[str, list[int]] = {}
+        self._ctx_by_trigger: dict[str, list[int]] = {}
+        self._rule_by_trigger: dict[str, list[int]] = {}
+        self._phases_always = [i for i, ph in enumerate(self.pack.phases) if not ph.triggers]
+        for index, items in (
+            (self._phase_by_trigger, self.pack.phases),
+            (self._ctx_by_trigger, self.pack.contexts),
+            (self._rule_by_trigger, self.pack.rules),
+        ):
+            for i, item in enumerate(items):
+                for t in item.triggers:
+                    index.setdefault(t, []).append(i)
+        self._all_triggers = list(
+            dict.fromkeys([*self._phase_by_trigger, *self._ctx_by_trigger, *self._rule_by_trigger])
+        )
 
     # -- sources -------------------------------------------------------------------------------
 
@@ -166,10 +185,26 @@ class Scanner:
                 for o in self._open:
                     if o.line < line.number <= o.line + AFTER_LINES and o.rank == line.rank:
                         o.frames.append(func)
+        # which triggers does the line hold? (one pass over the pack's literals, then an index)
+        present = [t for t in self._all_triggers if t in low]
+        phases = self._phases_always
+        contexts: list[Any] = []
+        rules: list[CompiledRule] = []
+        if present:
+            ph_idx: set[int] = set()
+            ctx_idx: set[int] = set()
+            rule_idx: set[int] = set()
+            for t in present:
+                ph_idx.update(self._phase_by_trigger.get(t, ()))
+                ctx_idx.update(self._ctx_by_trigger.get(t, ()))
+                rule_idx.update(self._rule_by_trigger.get(t, ()))
+            if ph_idx:
+                phases = sorted(set(phases) | ph_idx)
+            contexts = [self.pack.contexts[i] for i in sorted(ctx_idx)]
+            rules = [self.pack.rules[i] for i in sorted(rule_idx)]
         # phase markers and progress lines
-        for ph in self.pack.phases:
-            if ph.triggers and not any(t in low for t in ph.triggers):
-                continue
+        for i in phases:
+            ph = self.pack.phases[i]
             for pat in ph.markers:
                 if pat.search(text, timeout=REGEX_TIMEOUT):
                     for o in self._open:
@@ -182,9 +217,7 @@ class Scanner:
                     self._progress = (line.number, ph.rule.phase)
                     break
         # context lines
-        for ctx in self.pack.contexts:
-            if not any(t in low for t in ctx.triggers):
-                continue
+        for ctx in contexts:
             m = ctx.pattern.search(text, timeout=REGEX_TIMEOUT)
             if m is None:
                 continue
@@ -193,7 +226,6 @@ class Scanner:
             groups = {k: v for k, v in m.groupdict().items() if k != "engine"}
             self._collector.apply_groups(groups, ctx.rule.parser, ctx.rule.units)
         # rule candidates
-        rules = [r for r in self.pack.rules if any(t in low for t in r.triggers)]
         if rules:
             self._pending.append(_Pending(line, rules, self.source))
         self._evaluate_pending(final=False)
