@@ -96,13 +96,14 @@ class Scanner:
         self._ctx_by_trigger: dict[str, list[int]] = {}
         self._rule_by_trigger: dict[str, list[int]] = {}
         self._phases_always = [i for i, ph in enumerate(self.pack.phases) if not ph.triggers]
-        for index, items in (
-            (self._phase_by_trigger, self.pack.phases),
-            (self._ctx_by_trigger, self.pack.contexts),
-            (self._rule_by_trigger, self.pack.rules),
-        ):
-            for i, item in enumerate(items):
-                for t in item.triggers:
+        groups: list[tuple[dict[str, list[int]], list[tuple[str, ...]]]] = [
+            (self._phase_by_trigger, [p.triggers for p in self.pack.phases]),
+            (self._ctx_by_trigger, [c.triggers for c in self.pack.contexts]),
+            (self._rule_by_trigger, [r.triggers for r in self.pack.rules]),
+        ]
+        for index, trigger_lists in groups:
+            for i, triggers in enumerate(trigger_lists):
+                for t in triggers:
                     index.setdefault(t, []).append(i)
         self._all_triggers = list(
             dict.fromkeys([*self._phase_by_trigger, *self._ctx_by_trigger, *self._rule_by_trigger])
