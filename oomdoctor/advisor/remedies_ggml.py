@@ -57,10 +57,15 @@ def _per_layer(inp: AdviceInput, offloaded: int | None) -> float | None:
 def n_gpu_layers(inp: AdviceInput) -> Remedy | None:
     if not _is_llamacpp(inp):
         return None
+    # llama.cpp prints "offloaded N/M layers" only after the buffers are allocated, so a failing
+    # load rarely shows it: fall back to -ngl from the command line, then to every layer.
     offloaded = as_int(setting(inp, "llama_offloaded_layers", "n_gpu_layers", "gpu_layers"))
-    total_layers = as_int(setting(inp, "llama_total_layers"))
-    if offloaded is None and total_layers:
-        offloaded = total_layers
+    n_layer = as_int(setting(inp, "llama_n_layer"))
+    assumed = ""
+    if n_layer and (offloaded is None or offloaded > n_layer + 1):
+        if offloaded is None:
+            assumed = f" (assuming all {n_layer} layers + output were offloaded; the log does not show -ngl)"
+        offloaded = n_layer + 1
     free = as_int(setting(inp, "llama_device_free_bytes")) or _hint_bytes(inp)
     fit = _layers_fit(inp, offloaded, free, _per_layer(inp, offloaded))
     if fit is None:
@@ -70,9 +75,9 @@ def n_gpu_layers(inp: AdviceInput) -> Remedy | None:
         id="ggml.n-gpu-layers",
         title=f"Offload {value} layers to the GPU",
         flags={"-ngl": str(value)},
-        fits=True if computed else None,
+        fits=True if computed and not assumed else None,
         confidence="medium" if computed else "low",
-        why=why + ".",
+        why=why + assumed + ".",
         tradeoff="Layers left on the CPU run much slower.",
     )
 
