@@ -105,3 +105,38 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
         why=f"The failing tensor has shape {shape} ({elems:,} elements); its leading dimension ({shape[0]}) is usually the batch.",
         tradeoff="Fewer samples per step; keep the effective batch with gradient accumulation when training.",
     )
+
+
+#: step taken off the fraction to leave the CUDA driver room for graphs
+JAX_LOWER_STEP = 0.1
+
+
+@remedy("xla.mem-fraction.lower")
+def mem_fraction_lower(inp: AdviceInput) -> Remedy | None:
+    cur = as_float(setting(inp, "xla_mem_fraction")) or JAX_DEFAULT_FRACTION
+    value = round(cur - JAX_LOWER_STEP, 2)
+    if value <= 0.1:
+        return None
+    return Remedy(
+        id="xla.mem-fraction.lower",
+        title=f"Leave the CUDA driver more memory ({value:.2f})",
+        env={"XLA_PYTHON_CLIENT_MEM_FRACTION": f"{value:.2f}"},
+        fits=None,
+        confidence="medium",
+        why=f"CUDA graphs are instantiated by the driver outside JAX's preallocated {cur} of the GPU; "
+        f"{cur} − {JAX_LOWER_STEP} = {value:.2f} (XLA's own advice).",
+        tradeoff="Less memory for JAX's arrays.",
+    )
+
+
+@remedy("xla.disable-command-buffer")
+def disable_command_buffer(inp: AdviceInput) -> Remedy | None:
+    return Remedy(
+        id="xla.disable-command-buffer",
+        title="Run XLA without CUDA graphs",
+        env={"XLA_FLAGS": "--xla_gpu_enable_command_buffer="},
+        fits=True,
+        confidence="medium",
+        why="The failure is the driver instantiating CUDA graphs (XLA command buffers); with an empty set none are built.",
+        tradeoff="More kernel-launch overhead per step; append to any XLA_FLAGS already set.",
+    )
