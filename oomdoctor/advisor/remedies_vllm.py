@@ -171,10 +171,13 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
     weights_note = ""
     if f.weights and f.weights.value > total * cap:
         weights_note = f" The weights alone ({format_size(f.weights.value)}) exceed {fmt_fraction(cap)} of the GPU."
+    title = f"Give vLLM a larger share of the GPU ({fmt_fraction(target)})"
+    if not fits:
+        title = "Raising --gpu-memory-utilization cannot make this fit"
     return Remedy(
         id="vllm.gpu-memory-utilization.raise-for-kv",
-        title=f"Give vLLM a larger share of the GPU ({fmt_fraction(target)})",
-        flags={"--gpu-memory-utilization": fmt_fraction(target)},
+        title=title,
+        flags={"--gpu-memory-utilization": fmt_fraction(target)} if fits else {},
         saves_bytes=None,
         fits=fits,
         confidence="medium" if fits else "low",
@@ -425,6 +428,9 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
     why = f"The activation peak grows with the tokens per step ({cur} in this run); half of it roughly halves the peak."
     saves = act // 2 if act else None
     fits: bool | None = None
+    if act and short and short[0] >= act:
+        fits = False
+        why += f" Cannot help alone: {format_size(short[0])} is missing, the whole activation peak is {format_size(act)}."
     if act and short and 0 < short[0] < act:
         # activation ∝ batched tokens: keep the share of the peak that is not missing
         exact = round_down(cur * (act - short[0]) / act, 256)
@@ -495,7 +501,9 @@ def _per_gpu_need(f: Facts, tp: int, pp: int) -> int | None:
         geo: ModelGeometry | None = f.geometry.value if f.geometry else None
         per_tok = f.bytes_per_token.value * f.pp / pp
         if geo is not None and not geo.is_mla:
-            per_tok = per_tok * geo.kv_heads_per_rank(f.tp) / geo.kv_heads_per_rank(tp)
+            per_tok = per_tok * geo.kv_heads_per_rank(tp) / geo.kv_heads_per_rank(f.tp)
+        elif geo is None:
+            per_tok = per_tok * f.tp / tp
         kv = per_tok * f.max_model_len.value
     act = f.activation.value if f.activation else 0
     nt = f.non_torch.value if f.non_torch else 0
@@ -573,6 +581,9 @@ def pipeline_parallel(inp: AdviceInput) -> Remedy | None:
             if need is not None and need <= budget:
                 chosen, fits = p, True
                 break
+        else:
+            if _per_gpu_need(f, f.tp, candidates[-1]) is not None:
+                chosen, fits = candidates[-1], False
     return Remedy(
         id="vllm.pipeline-parallel-size",
         title=f"Split the layers over {chosen} pipeline stages",
