@@ -40,6 +40,21 @@ TRADEOFF_COST: dict[str, int] = {
     "vllm.cpu-offload-gb": 10,
     "vllm.swap-space": 5,
 }
+#: remedies that pull the same lever: never combined with each other
+LEVER: dict[str, str] = {
+    "vllm.quantization": "weights",
+    "vllm.quantization-4bit": "weights",
+    "vllm.cpu-offload-gb": "weights",
+    "vllm.gpu-memory-utilization.raise-for-kv": "utilization",
+    "vllm.gpu-memory-utilization.lower": "utilization",
+    "vllm.gpu-memory-utilization.fit-free": "utilization",
+    "vllm.enforce-eager": "graphs",
+    "vllm.cudagraph-capture-size": "graphs",
+    "vllm.max-num-batched-tokens": "activation",
+    "torch.reduce-batch": "activation",
+}
+#: savings that are not additive with others (they scale every term): never combined
+NOT_ADDITIVE = {"vllm.tensor-parallel-size", "vllm.pipeline-parallel-size"}
 _CONFIDENCE = {"high": 0, "medium": 1, "low": 2}
 _FITS = {True: 0, None: 1, False: 2}
 
@@ -60,13 +75,17 @@ def _changes(r: Remedy) -> dict[str, str]:
 
 def _combine(rems: Sequence[Remedy], missing: int) -> Remedy | None:
     """The smallest set (then cheapest) of compatible remedies whose savings cover ``missing`` bytes."""
-    pool = [r for r in rems if r.fits is not False and r.saves_bytes and r.saves_bytes > 0 and _changes(r)]
+    pool = [r for r in rems if r.fits is not False and r.saves_bytes and r.saves_bytes > 0 and _changes(r)
+            and r.id not in NOT_ADDITIVE]
     for size in (2, 3):
         best: tuple[int, tuple[Remedy, ...]] | None = None
         for combo in combinations(pool, size):
             keys = [k for r in combo for k in _changes(r)]
             if len(keys) != len(set(keys)):
                 continue  # two values for one flag
+            levers = [LEVER.get(r.id, r.id) for r in combo]
+            if len(levers) != len(set(levers)):
+                continue  # alternatives, not complements
             if sum(r.saves_bytes or 0 for r in combo) < missing:
                 continue
             cost = sum(TRADEOFF_COST.get(r.id, 5) for r in combo)
@@ -134,10 +153,10 @@ def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
         rem.rank = order
         out.append(rem)
     if out and not any(r.fits for r in out):
-        from oomdoctor.advisor.remedies_vllm import shortage
+        from oomdoctor.advisor.remedies_vllm import shortage, shortage_is_lower_bound
 
         short = shortage(inp)
-        if short and short[0] > 0:
+        if short and short[0] > 0 and not shortage_is_lower_bound(inp):
             combo = _combine(out, short[0])
             if combo is not None:
                 combo.rank = -1

@@ -80,6 +80,22 @@ def kv_capacity_tokens(inp: AdviceInput) -> tuple[int, str, str] | None:
     return None
 
 
+def shortage_is_lower_bound(inp: AdviceInput) -> bool:
+    """True when :func:`shortage` only knows part of the need (no blocks, one request's KV unknown)."""
+    f = get_facts(inp)
+    return inp.finding.kind == "vllm.kv-cache.no-blocks" and not (f.bytes_per_token and f.max_model_len)
+
+
+def covers(saves: int | None, inp: AdviceInput) -> bool | None:
+    """Does saving ``saves`` bytes alone make the failure fit? None when unknown."""
+    short = shortage(inp)
+    if saves is None or short is None or short[0] <= 0:
+        return None
+    if saves < short[0]:
+        return False
+    return None if shortage_is_lower_bound(inp) else True
+
+
 def shortage(inp: AdviceInput) -> tuple[int, str] | None:
     """Bytes missing for this failure to fit, and the figures behind it."""
     f = get_facts(inp)
@@ -98,6 +114,8 @@ def shortage(inp: AdviceInput) -> tuple[int, str] | None:
         why = f"the KV budget is {format_size(int(kv))}"
         if one:
             why += f"; one {f.max_model_len.value}-token request needs {format_size(one)}"  # type: ignore[union-attr]
+        else:
+            why += ", plus the KV cache of one request (size unknown)"
         return miss, why
     desired, free = inp.fig("desired_bytes"), inp.fig("free_bytes")
     if desired and free is not None:
@@ -167,7 +185,10 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
     if target <= util:
         target = round(util + 0.01, 2)
     cap, cap_why = _util_cap(f)
-    fits = target <= cap
+    fits: bool | None = target <= cap
+    lower_bound = shortage_is_lower_bound(inp)
+    if lower_bound and target < cap:
+        target = min(cap, ceil_to(target + 0.02, 2))  # room for at least a few blocks
     weights_note = ""
     if f.weights and f.weights.value > total * cap:
         weights_note = f" The weights alone ({format_size(f.weights.value)}) exceed {fmt_fraction(cap)} of the GPU."
@@ -179,10 +200,10 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
         title=title,
         flags={"--gpu-memory-utilization": fmt_fraction(target)} if fits else {},
         saves_bytes=None,
-        fits=fits,
+        fits=None if (fits and lower_bound) else fits,
         confidence="medium" if fits else "low",
         why=(
-            f"The KV cache lacks {format_size(missing)} ({why_missing}): {fmt_fraction(util)} + "
+            f"The KV cache lacks {'at least ' if lower_bound else ''}{format_size(missing)} ({why_missing}): {fmt_fraction(util)} + "
             f"{format_size(missing)} / {format_size(total)} = {fmt_fraction(target)}"
             + ("" if fits else f", above the ceiling of {fmt_fraction(cap)} ({cap_why}); cannot help alone")
             + "."
@@ -437,7 +458,7 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
         if 512 <= exact < cur:
             value = exact
             saves = int(act * (cur - value) / cur)
-            fits = True
+            fits = None if shortage_is_lower_bound(inp) else True
             why = (
                 f"The activation peak is {format_size(act)} for {cur} tokens per step and {format_size(short[0])} "
                 f"is missing: {cur} × ({format_size(act)} − {format_size(short[0])}) / {format_size(act)}, "
@@ -615,7 +636,7 @@ def cpu_offload(inp: AdviceInput) -> Remedy | None:
         title=f"Offload {gib} GiB of weights to CPU memory",
         flags={"--cpu-offload-gb": str(gib)},
         saves_bytes=gib * GiB,
-        fits=True if f.weights is not None else None,
+        fits=None if (f.weights is None or shortage_is_lower_bound(inp)) else True,
         confidence="medium" if f.weights is not None else "low",
         why=f"{format_size(short[0])} is missing ({short[1]}); rounded up to whole GiB.",
         tradeoff="Much slower: offloaded weights cross PCIe on every forward pass; needs as much pinned host RAM.",
@@ -647,7 +668,7 @@ def quantization(inp: AdviceInput) -> Remedy | None:
             sources=f.sources("gpu"),
         )
     saves = w // 2 if w else None
-    fits = (saves >= short[0]) if (saves and short and short[0] > 0) else None
+    fits = covers(saves, inp)
     gpu_note = ""
     if f.gpu is not None and not f.gpu.value.fp8_tensor_cores:
         gpu_note = f" On the {f.gpu.value.name} fp8 runs weight-only (Marlin): memory is saved, speed is not gained."
@@ -658,7 +679,7 @@ def quantization(inp: AdviceInput) -> Remedy | None:
         saves_bytes=saves,
         fits=fits,
         confidence="medium" if w else "low",
-        why="fp8 weights take half the memory of bf16/fp16"
+        why="fp8 weights take half the memory of bf16/fp16 (assuming this checkpoint is 16-bit)"
         + (f" ({format_size(w)} → {format_size(w // 2)})" if w else "")
         + (f"; {format_size(short[0])} is missing" if short and short[0] > 0 else "")
         + "."
@@ -680,9 +701,9 @@ def quantization_4bit(inp: AdviceInput) -> Remedy | None:
     if geo is not None and geo.params:
         params = geo.params * 1e9 / (f.tp * f.pp)
         src = f.geometry.source  # type: ignore[union-attr]
-    elif f.weights is not None:
-        params = f.weights.value / 2  # bf16/fp16 checkpoint: 2 bytes per parameter
-        src = f.weights.source
+    elif f.weights is not None and not inp.context.quantization:
+        params = f.weights.value / 2  # assumes a bf16/fp16 checkpoint: 2 bytes per parameter
+        src = f.weights.source + " (weights ÷ 2 bytes, assuming a 16-bit checkpoint)"
     else:
         return None
     now = f.weights.value if f.weights else int(params * 2)
@@ -690,8 +711,7 @@ def quantization_4bit(inp: AdviceInput) -> Remedy | None:
     if after >= now:
         return None
     saves = now - after
-    short = shortage(inp)
-    fits = (saves >= short[0]) if (short and short[0] > 0) else None
+    fits = covers(saves, inp)
     model = inp.context.model or (geo.name if geo else "this model")
     return Remedy(
         id="vllm.quantization-4bit",
