@@ -43,7 +43,7 @@ def _case(case: str) -> tuple[dict[str, Any], Any, Finding, list[Remedy]]:
 
 @pytest.mark.parametrize("case", CASES)
 def test_top_remedy_is_consistent_with_the_log(case: str) -> None:
-    label, _, finding, rems = _case(case)
+    label, _, _, rems = _case(case)
     assert rems, "no remedy"
     top = rems[0]
     assert top.fits is not False
