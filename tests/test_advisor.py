@@ -310,3 +310,26 @@ def test_vllm_calculators_silent_for_other_engines(engine: str) -> None:
 
 def test_remedies_for_unknown_rule_is_empty() -> None:
     assert remedies_for(finding(rule="no.such.rule"), Context()) == []
+
+
+def test_free_other_processes_skips_the_failing_process() -> None:
+    f = finding(kind="torch.cuda-oom", engine="pytorch", phase="inference", requested_bytes=96 * 2**20,
+                free_bytes=63900221, allocated_bytes=13797582438,
+                other_processes=[{"pid": 868956, "in_use_bytes": 15537044193}])
+    assert calc("gpu.free-other-processes", f, Context()) is None
+    f2 = finding(kind="torch.cuda-oom", engine="pytorch", phase="inference", requested_bytes=GiB, free_bytes=0,
+                 in_use_bytes=10 * GiB, other_processes=[{"pid": 1, "in_use_bytes": 10 * GiB},
+                                                         {"pid": 2, "in_use_bytes": 3 * GiB}])
+    r = calc("gpu.free-other-processes", f2, Context())
+    assert r is not None and r.saves_bytes == 3 * GiB and "pid 2" in r.why and r.fits is True
+
+
+def test_lower_utilization_only_after_the_kv_cache_exists() -> None:
+    f = finding(kind="torch.cuda-oom", engine="pytorch", phase="profiling", requested_bytes=800 * 2**20,
+                total_bytes=16 * GiB, free_bytes=GiB // 2)
+    assert calc("vllm.gpu-memory-utilization.lower", f, Context(engine="vllm")) is None
+    f2 = f.model_copy(update={"phase": "cudagraph-capture"})
+    r = calc("vllm.gpu-memory-utilization.lower", f2, Context(engine="vllm", gpu_memory_utilization=0.95))
+    # 0.95 − 800 MiB / 16 GiB = 0.9012 → 0.90 (free/total at failure time is no bound here)
+    assert r is not None and r.flags == {"--gpu-memory-utilization": "0.90"}
+    assert calc("torch.reduce-batch", f2, Context(engine="vllm")) is None

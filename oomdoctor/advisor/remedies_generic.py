@@ -39,7 +39,15 @@ def expandable_segments(inp: AdviceInput) -> Remedy | None:
 
 @remedy("gpu.free-other-processes")
 def free_other_processes(inp: AdviceInput) -> Remedy | None:
-    others = inp.fig("other_processes") or []
+    others = list(inp.fig("other_processes") or [])
+    own = inp.fig("in_use_bytes")
+    if own is not None:
+        # recent PyTorch lists every process, the failing one included
+        others = [p for p in others if int(p.get("in_use_bytes", 0)) != own]
+    else:
+        allocated = inp.fig("allocated_bytes")
+        if len(others) == 1 and allocated and int(others[0].get("in_use_bytes", 0)) >= allocated:
+            return None  # the one process listed holds at least what PyTorch allocated: it is this one
     if not others:
         return None
     held = sum(int(p.get("in_use_bytes", 0)) for p in others)
@@ -61,6 +69,8 @@ def free_other_processes(inp: AdviceInput) -> Remedy | None:
 
 @remedy("torch.reduce-batch")
 def reduce_batch(inp: AdviceInput) -> Remedy | None:
+    if inp.context.engine == "vllm" or inp.finding.engine == "vllm":
+        return None  # vLLM batches itself: vllm.max-num-seqs / vllm.max-num-batched-tokens say how
     req = inp.fig("requested_bytes")
     return Remedy(
         id="torch.reduce-batch",

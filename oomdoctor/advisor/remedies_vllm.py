@@ -335,6 +335,8 @@ def enforce_eager(inp: AdviceInput) -> Remedy | None:
     if phase in ("weights-load", "startup-check", "training"):
         return None
     f = get_facts(inp)
+    if phase == "profiling" and not (f.version and f.version >= (0, 18, 0)):
+        return None  # graphs are captured after profiling before 0.18 (research §2.4)
     graph = f.cudagraph.value if f.cudagraph else None
     short = shortage(inp)
     fits = True if (graph and short and graph >= short[0]) else None
@@ -481,14 +483,14 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
 def lower_utilization(inp: AdviceInput) -> Remedy | None:
     if not is_vllm(inp):
         return None
+    if inp.finding.phase in ("profiling", "weights-load", "startup-check", "kv-cache-alloc", "training"):
+        return None  # before the KV cache exists the budget does not limit this allocation (research §7)
     f = get_facts(inp)
     req = inp.fig("requested_bytes")
     if not (f.utilization and f.total and req):
         return None
     util, total = f.utilization.value, f.total.value
-    value = floor_to(util - req / total, 2)
-    cap, _ = _util_cap(f)
-    value = min(value, cap)
+    value = min(MAX_UTILIZATION, floor_to(util - req / total, 2))
     if value >= util:
         value = round(util - 0.01, 2)
     if value <= 0.1:
