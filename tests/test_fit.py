@@ -117,3 +117,19 @@ def test_cli_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fit", "--model", "no/such-model", "--gpu", "A10G"]) == 2
     assert main(["fit", "--model", "Qwen/Qwen3-8B", "--gpu", "Voodoo5"]) == 2
     assert "unknown GPU" in capsys.readouterr().err
+
+
+def test_smallest_combination_when_nothing_fits_alone() -> None:
+    geo, gpu = find_model("meta-llama/Llama-3.1-70B"), find_gpu("A10G")
+    assert geo is not None and gpu is not None
+    res = fit(geo, gpu, gpus=4)
+    top = res.remedies[0]
+    # 4 × A10G: TP 4 alone leaves 32.9 GiB of bf16 weights per GPU; with a 4-bit checkpoint 8.7 GiB
+    assert top.id == "combined:vllm.tensor-parallel-size+vllm.quantization-4bit"
+    assert top.flags == {"--tensor-parallel-size": "4"} and "4-bit" in top.settings["model"]
+    assert top.fits is True
+    geo2, gpu2 = find_model("Qwen/Qwen2.5-32B-Instruct"), find_gpu("RTX 4090")
+    assert geo2 is not None and gpu2 is not None
+    top2 = fit(geo2, gpu2).remedies[0]
+    assert top2.id == "combined:vllm.quantization-4bit+vllm.kv-cache-dtype-fp8"
+    assert top2.flags == {"--kv-cache-dtype": "fp8"}

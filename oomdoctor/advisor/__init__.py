@@ -62,6 +62,8 @@ _FITS = {True: 0, None: 1, False: 2}
 def _cost(r: Remedy) -> int:
     if r.id.startswith("combined:"):
         return sum(TRADEOFF_COST.get(x, 5) for x in r.id[len("combined:") :].split("+"))
+    if r.id == "vllm.cpu-offload-gb" and r.confidence == "low":
+        return 20  # most of the weights over PCIe: worse than any model change
     return TRADEOFF_COST.get(r.id, 5)
 
 
@@ -152,15 +154,18 @@ def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
         rem.id = rid
         rem.rank = order
         out.append(rem)
-    if out and not any(r.fits for r in out):
+    if out and not any(r.fits and r.confidence != "low" for r in out):
         from oomdoctor.advisor.remedies_vllm import shortage, shortage_is_lower_bound
 
+        from oomdoctor.advisor.remedies_vllm import plan_remedy
+
+        combo = plan_remedy(inp)
         short = shortage(inp)
-        if short and short[0] > 0 and not shortage_is_lower_bound(inp):
+        if combo is None and short and short[0] > 0 and not shortage_is_lower_bound(inp):
             combo = _combine(out, short[0])
-            if combo is not None:
-                combo.rank = -1
-                out.append(combo)
+        if combo is not None:
+            combo.rank = -1
+            out.append(combo)
     out.sort(key=_rank_key)
     for i, rem in enumerate(out, 1):
         rem.rank = i

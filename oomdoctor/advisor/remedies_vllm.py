@@ -639,7 +639,8 @@ def cpu_offload(inp: AdviceInput) -> Remedy | None:
         flags={"--cpu-offload-gb": str(gib)},
         saves_bytes=gib * GiB,
         fits=None if (f.weights is None or shortage_is_lower_bound(inp)) else True,
-        confidence="medium" if f.weights is not None else "low",
+        # offloading more than half the weights makes every forward pass PCIe-bound
+        confidence="medium" if (f.weights is not None and gib * GiB <= f.weights.value // 2) else "low",
         why=f"{format_size(short[0])} is missing ({short[1]}); rounded up to whole GiB.",
         tradeoff="Much slower: offloaded weights cross PCIe on every forward pass; needs as much pinned host RAM.",
         sources=f.sources("weights"),
@@ -760,4 +761,116 @@ def swap_space(inp: AdviceInput) -> Remedy | None:
         ),
         tradeoff="Preempted sequences are recomputed instead of swapped (V0 engine).",
         sources={"swap_space": "context" if current_txt else "default (4 GiB)"},
+    )
+
+
+# -- the smallest combination of levers (memory model search) ----------------------------------
+
+#: a plan that shortens the context keeps at least this many tokens (or the current length if smaller)
+MIN_USEFUL_CONTEXT = 4096
+
+
+def plan_remedy(inp: AdviceInput) -> Remedy | None:
+    """Search tensor parallelism × weight format × KV dtype × utilization × max-model-len for the
+    configuration that fits with the fewest changes, then the cheapest trade-offs.
+
+    Per GPU: total × util − weights × w / tp − activation − non-torch (− graphs, 0.20+) must hold one
+    request: bytes/token × kv_heads_per_rank(tp) / kv_heads_per_rank(now) × kv × cdiv(len, block) × block.
+    Needs the weights, the GPU total, the bytes per token and the max length (message, log, config or catalog).
+    """
+    if not is_vllm(inp):
+        return None
+    f = get_facts(inp)
+    if not (f.weights and f.total and f.utilization and f.bytes_per_token and f.max_model_len):
+        return None
+    from oomdoctor.advisor.memory_model import counts_cudagraphs_in_budget
+
+    geo: ModelGeometry | None = f.geometry.value if f.geometry else None
+    total, util0, length = f.total.value, f.utilization.value, int(f.max_model_len.value)
+    bs = _block(f)
+    weights_all = f.weights.value * f.tp * f.pp
+    fixed = (f.activation.value if f.activation else 0) + (f.non_torch.value if f.non_torch else 0)
+    if f.cudagraph and counts_cudagraphs_in_budget(f.version):
+        fixed += f.cudagraph.value
+    cap_util, _ = _util_cap(f)
+    gpus = int(f.gpus.value) if f.gpus else f.tp * f.pp
+    heads = geo.attention_heads if geo else None
+    tps = [t for t in (1, 2, 4, 8, 16) if t >= f.tp and t * f.pp <= max(gpus, f.tp * f.pp)
+           and (t == f.tp or not heads or heads % t == 0)]
+    quantized = bool(inp.context.quantization) or bool(geo and (geo.weight_bytes_per_param or geo.dtype.startswith("fp8")))
+    fp8_w_ok = not quantized and not (f.gpu is not None and f.gpu.value.cc < fp8_weights_min_cc(f.version))
+    weight_opts: list[tuple[str, float]] = [("", 1.0)]
+    if fp8_w_ok:
+        weight_opts.append(("fp8", 0.5))
+    if not quantized:
+        weight_opts.append(("4bit", FOUR_BIT_BYTES_PER_PARAM / 2))
+    kv_value, _ = fp8_kv_support(inp)
+    kv_opts: list[tuple[str, float]] = [("", 1.0)]
+    if kv_value and f.kv_dtype_bytes >= 2:
+        kv_opts.append((kv_value, 1 / f.kv_dtype_bytes))
+    utils = [util0] + ([cap_util] if cap_util > util0 else [])
+    best: tuple[tuple[int, int, int], dict[str, str], dict[str, str], str] | None = None
+    for tp in tps:
+        for wname, wf in weight_opts:
+            for kvname, kvf in kv_opts:
+                for util in utils:
+                    w = weights_all * wf / (tp * f.pp)
+                    budget = total * util - w - fixed
+                    per_tok = f.bytes_per_token.value * kvf
+                    if geo is not None and not geo.is_mla:
+                        per_tok = per_tok * geo.kv_heads_per_rank(tp) / geo.kv_heads_per_rank(f.tp)
+                    elif geo is None:
+                        per_tok = per_tok * f.tp / tp
+                    if budget <= 0:
+                        continue
+                    cap = round_down(budget / (per_tok * bs), 1) * bs
+                    new_len = length if cap >= -(-length // bs) * bs else cap
+                    if new_len < min(length, MIN_USEFUL_CONTEXT):
+                        continue
+                    flags: dict[str, str] = {}
+                    settings: dict[str, str] = {}
+                    ids = []
+                    if tp != f.tp:
+                        flags["--tensor-parallel-size"] = str(tp)
+                        ids.append("vllm.tensor-parallel-size")
+                    if wname == "fp8":
+                        flags["--quantization"] = "fp8"
+                        ids.append("vllm.quantization")
+                    elif wname == "4bit":
+                        settings["model"] = f"an AWQ or GPTQ 4-bit checkpoint of {inp.context.model or 'this model'}"
+                        ids.append("vllm.quantization-4bit")
+                    if kvname:
+                        flags["--kv-cache-dtype"] = kvname
+                        ids.append("vllm.kv-cache-dtype-fp8")
+                    if util != util0:
+                        flags["--gpu-memory-utilization"] = fmt_fraction(util)
+                        ids.append("vllm.gpu-memory-utilization.raise-for-kv")
+                    if new_len != length:
+                        flags["--max-model-len"] = str(new_len)
+                        ids.append("vllm.max-model-len")
+                    if len(ids) < 2:
+                        continue  # single levers are the calculators' business
+                    from oomdoctor.advisor import TRADEOFF_COST
+
+                    key = (len(ids), sum(TRADEOFF_COST.get(i, 5) for i in ids), -new_len)
+                    if best is None or key < best[0]:
+                        best = (key, flags, settings, "+".join(ids))
+    if best is None:
+        return None
+    _, flags, settings, ids_txt = best
+    parts = [f"{k} {v}" for k, v in flags.items()] + list(settings.values())
+    return Remedy(
+        id="combined:" + ids_txt,
+        title="Together: " + ", ".join(parts),
+        flags=flags,
+        settings=settings,
+        fits=True,
+        confidence="medium" if (geo is not None or f.bytes_per_token.source in ("message", "context")) else "low",
+        why=(
+            f"No single change fits. Per GPU: {format_size(total)} × util − weights × format / TP − "
+            f"{format_size(fixed)} (activation, non-torch, graphs) must hold one request at "
+            f"{format_size(int(f.bytes_per_token.value))} per token; the fewest changes that do: " + "; ".join(parts) + "."
+        ),
+        tradeoff="The trade-offs of each change together.",
+        sources=f.sources("weights", "total", "utilization", "bytes_per_token", "max_model_len", "gpus", "geometry"),
     )
