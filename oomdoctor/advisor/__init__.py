@@ -155,9 +155,7 @@ def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
         rem.rank = order
         out.append(rem)
     if out and not any(r.fits and r.confidence != "low" for r in out):
-        from oomdoctor.advisor.remedies_vllm import shortage, shortage_is_lower_bound
-
-        from oomdoctor.advisor.remedies_vllm import plan_remedy
+        from oomdoctor.advisor.remedies_vllm import plan_remedy, shortage, shortage_is_lower_bound
 
         combo = plan_remedy(inp)
         short = shortage(inp)
