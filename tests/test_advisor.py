@@ -333,3 +333,12 @@ def test_lower_utilization_only_after_the_kv_cache_exists() -> None:
     # 0.95 − 800 MiB / 16 GiB = 0.9012 → 0.90 (free/total at failure time is no bound here)
     assert r is not None and r.flags == {"--gpu-memory-utilization": "0.90"}
     assert calc("torch.reduce-batch", f2, Context(engine="vllm")) is None
+
+
+def test_max_num_seqs_from_the_logits_rows() -> None:
+    # Qwen2.5-7B: 152064 × 4 B = 594 KiB per dummy request; 300 MiB → 518 rows; 1024 − 518 = 506 → 256
+    f = finding(kind="torch.cuda-oom", phase="warmup", num_dummy_requests=1024, requested_bytes=300 * 2**20)
+    r = calc("vllm.max-num-seqs", f, Context(engine="vllm", model="Qwen/Qwen2.5-7B-Instruct"))
+    assert r is not None and r.flags == {"--max-num-seqs": "256"}
+    assert r.saves_bytes == (1024 - 256) * 152064 * 4
+    assert r.sources == {"dummy requests": "message", "geometry": "catalog: config.json of Qwen/Qwen2.5-7B-Instruct"}

@@ -34,6 +34,7 @@ def expandable_segments(inp: AdviceInput) -> Remedy | None:
             "fragmentation is part of the problem."
         ),
         tradeoff="None in most workloads; not supported on every platform (ROCm before 6.2, Windows).",
+        sources={"fragmentation": "message", "requested": "message"},
     )
 
 
@@ -64,6 +65,7 @@ def free_other_processes(inp: AdviceInput) -> Remedy | None:
         confidence="high",
         why=f"{len(others)} other process(es) hold {format_size(held)} on this GPU (pid {pids}).",
         tradeoff="Stops or moves the other work.",
+        sources={"other processes": "message"},
     )
 
 
