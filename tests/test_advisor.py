@@ -342,3 +342,26 @@ def test_max_num_seqs_from_the_logits_rows() -> None:
     assert r is not None and r.flags == {"--max-num-seqs": "256"}
     assert r.saves_bytes == (1024 - 256) * 152064 * 4
     assert r.sources == {"dummy requests": "message", "geometry": "catalog: config.json of Qwen/Qwen2.5-7B-Instruct"}
+
+
+def test_sliding_window_capacity_is_not_linear() -> None:
+    # Gemma 3 27B: 52 of 62 layers keep a 1024-token window. Linear extrapolation from the message
+    # (needed ∝ length) would overshoot; with the geometry the answer is vLLM's own search.
+    gemma = find_model("google/gemma-3-27b-it")
+    assert gemma is not None
+    need = kv_bytes_for_len(gemma, 131072, 2)
+    avail = 10 * GiB
+    assert capacity_from_figures(need, avail, 131072) > capacity_tokens(gemma, avail, 2, limit=131072)
+    f = finding(max_seq_len=131072, kv_cache_needed_bytes=need, kv_cache_available_bytes=avail)
+    r = calc("vllm.max-model-len", f, Context(engine="vllm", model="google/gemma-3-27b-it"))
+    assert r is not None
+    value = int(r.flags["--max-model-len"])
+    assert value == capacity_tokens(gemma, avail - int(0.005 * GiB), 2, limit=131072)
+    assert kv_bytes_for_len(gemma, value, 2) <= avail
+
+
+def test_mla_rounds_to_the_mla_block_size() -> None:
+    f = finding(max_seq_len=163840, kv_cache_needed_bytes=10 * GiB, kv_cache_available_bytes=3 * GiB)
+    r = calc("vllm.max-model-len", f, Context(engine="vllm", model="deepseek-ai/DeepSeek-V3"))
+    assert r is not None and int(r.flags["--max-model-len"]) % 128 == 0
+    assert r.sources["block_size"] == "default for MLA backends"

@@ -31,6 +31,8 @@ from oomdoctor.units import parse_size
 GiB = 2**30
 #: vLLM prints GiB with two decimals: a printed figure may be up to half a hundredth of a GiB off.
 PRINT_HALF_STEP = int(0.005 * GiB)
+#: block size assumed for MLA models when the log does not say (research §5, --block-size)
+MLA_BLOCK_SIZE = 128
 
 Version = tuple[int, int, int]
 
@@ -228,6 +230,9 @@ def facts(finding: Finding | None, context: Context, hints: dict[str, str] | Non
         f.kv_dtype_bytes = DTYPE_BYTES.get(context.kv_cache_dtype, 2)
     geo = geometry_for(context, hints)
     f.geometry = geo
+    if geo is not None and geo.value.is_mla and not context.block_size:
+        # MLA backends force 64 (FlashMLA) or 128 (CUTLASS MLA) tokens per block: 128 is safe for both
+        f.block_size = Value(MLA_BLOCK_SIZE, "default for MLA backends")
     if geo is not None and (not context.kv_cache_dtype or context.kv_cache_dtype == "auto"):
         f.kv_dtype_bytes = DTYPE_BYTES.get(geo.value.dtype, 2)
     # memory terms

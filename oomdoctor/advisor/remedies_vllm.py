@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from oomdoctor.advisor.catalog import ModelGeometry
 from oomdoctor.advisor.memory_model import (
+    PRINT_HALF_STEP,
     Facts,
     GiB,
     capacity_from_figures,
+    capacity_tokens,
     capture_sizes,
     cudagraph_size_flag,
     facts,
     fp8_kv_flag_value,
     fp8_weights_min_cc,
+    kv_bytes_for_len,
 )
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import (
@@ -65,6 +68,17 @@ def kv_capacity_tokens(inp: AdviceInput) -> tuple[int, str, str] | None:
         inp.fig("kv_cache_available_bytes"),
         inp.fig("max_seq_len"),
     )
+    geo: ModelGeometry | None = f.geometry.value if f.geometry else None
+    if needed and avail is not None and max_len and avail > 0 and geo is not None and geo.sliding_window_layers:
+        # sliding-window layers need a fixed amount, not bytes ∝ length: search like vLLM does
+        model_need = kv_bytes_for_len(geo, int(max_len), f.kv_dtype_bytes, _block(f), f.tp, f.pp)
+        if abs(model_need - needed) <= max(PRINT_HALF_STEP, needed // 100):
+            cap = capacity_tokens(geo, int(avail) - PRINT_HALF_STEP, f.kv_dtype_bytes, _block(f), f.tp, f.pp,
+                                  limit=int(max_len))
+            return cap, (
+                f"{format_size(avail)} available holds {cap} tokens of {geo.name} "
+                f"({geo.sliding_window_layers} of {geo.layers} layers keep only a {geo.sliding_window}-token window)"
+            ), "message"
     if needed and avail is not None and max_len and avail > 0:
         cap = capacity_from_figures(int(needed), int(avail), int(max_len), _block(f))
         return cap, (
