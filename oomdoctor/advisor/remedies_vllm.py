@@ -504,7 +504,8 @@ def lower_utilization(inp: AdviceInput) -> Remedy | None:
     if not (f.utilization and f.total and req):
         return None
     util, total = f.utilization.value, f.total.value
-    value = min(MAX_UTILIZATION, floor_to(util - req / total, 2))
+    exact = floor_to(util - req / total, 2)
+    value = min(MAX_UTILIZATION, exact)
     if value >= util:
         value = round(util - 0.01, 2)
     if value <= 0.1:
@@ -518,7 +519,8 @@ def lower_utilization(inp: AdviceInput) -> Remedy | None:
         confidence="medium" if f.utilization.source != "default" else "low",
         why=(
             f"{format_size(req)} could not be allocated outside the {fmt_fraction(util)} × {format_size(total)} budget; "
-            f"{fmt_fraction(util)} − {format_size(req)} / {format_size(total)} = {fmt_fraction(value)}."
+            f"{fmt_fraction(util)} − {format_size(req)} / {format_size(total)} = {fmt_fraction(exact)}"
+            + (f", capped at {fmt_fraction(MAX_UTILIZATION)}." if value < exact else ".")
         ),
         tradeoff="A smaller KV cache: fewer concurrent sequences.",
         sources=f.sources("utilization", "total"),
