@@ -78,3 +78,12 @@ def test_top_remedy_carries_the_command_in_every_renderer() -> None:
     assert "`vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 79200`" in render_markdown(report)
     data = json.loads(report.model_dump_json())
     assert data["findings"][0]["remedies"][0]["command"] == top.command
+
+
+def test_user_scripts_only_get_flags_they_already_take() -> None:
+    ctx = Context(command=["python3", "bench.py", "--model", "m", "--gpu-memory-utilization", "0.99"])
+    assert corrected_command(ctx, rem(flags={"--gpu-memory-utilization": "0.95"})) == (
+        "python3 bench.py --model m --gpu-memory-utilization 0.95")
+    assert corrected_command(ctx, rem(flags={"--enforce-eager": ""})) is None
+    ctx2 = Context(command=["/usr/bin/vllm", "serve", "m"])
+    assert corrected_command(ctx2, rem(flags={"--enforce-eager": ""})) == "/usr/bin/vllm serve m --enforce-eager"

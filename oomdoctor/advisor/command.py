@@ -82,6 +82,12 @@ def argv_from_launch_args(args: dict[str, str]) -> list[str] | None:
     return argv
 
 
+def is_vllm_cli(argv: list[str]) -> bool:
+    """``vllm serve ...`` or ``python -m vllm.entrypoints...``: every engine flag is accepted."""
+    names = [a.rsplit("/", 1)[-1] for a in argv[:4]]
+    return ("vllm" in names and "serve" in argv[:5]) or any(a.startswith("vllm.entrypoints") for a in argv[:4])
+
+
 def corrected_command(context: Context, remedy: Remedy) -> str | None:
     """The full command with ``remedy`` applied, or None when the command or the change is unknown."""
     if not remedy.flags and not remedy.env:
@@ -96,6 +102,11 @@ def corrected_command(context: Context, remedy: Remedy) -> str | None:
         if argv[0].split("=", 1)[0] not in remedy.env:
             env_prefix.append(argv[0])
         argv = argv[1:]
+    if not is_vllm_cli(argv):
+        # a user script: only flags it already takes can be changed safely
+        present = {tok.split("=", 1)[0] for tok in argv}
+        if any(not (_spellings(flag) & present) for flag in remedy.flags):
+            return None
     argv = apply_flags(argv, remedy.flags)
     env = [f"{k}={v}" for k, v in remedy.env.items()]
     return shlex.join(env_prefix + env + argv)
