@@ -33,7 +33,11 @@ def expandable_segments(inp: AdviceInput) -> Remedy | None:
             f"{format_size(spare)} is reserved by PyTorch but unallocated, against a request of {format_size(req)}: "
             "fragmentation is part of the problem."
         ),
-        tradeoff="None in most workloads; not supported on every platform (ROCm before 6.2, Windows).",
+        tradeoff=(
+            "None in most workloads; not supported on every platform (ROCm before 6.2, Windows)."
+            + (" vLLM 0.8–0.20 refuses it together with sleep mode (its cumem allocator)."
+               if (inp.context.engine == "vllm" or inp.finding.engine == "vllm") else "")
+        ),
         sources={"fragmentation": "message", "requested": "message"},
     )
 
