@@ -365,3 +365,11 @@ def test_mla_rounds_to_the_mla_block_size() -> None:
     r = calc("vllm.max-model-len", f, Context(engine="vllm", model="deepseek-ai/DeepSeek-V3"))
     assert r is not None and int(r.flags["--max-model-len"]) % 128 == 0
     assert r.sources["block_size"] == "default for MLA backends"
+
+
+def test_nominal_gpu_size_lowers_confidence() -> None:
+    f = finding(max_seq_len=32768, kv_cache_needed_bytes=4 * GiB, kv_cache_available_bytes=3 * GiB)
+    r = calc("vllm.gpu-memory-utilization.raise-for-kv", f, Context(engine="vllm"), gpu="A10G")
+    # 0.90 (default) + 1 GiB / 24 GiB (nominal) = 0.9417 → 0.95; the real A10G is smaller, so not "fits"
+    assert r is not None and r.flags == {"--gpu-memory-utilization": "0.95"}
+    assert r.fits is None and r.confidence == "low" and r.sources["total"] == "catalog (nominal size)"

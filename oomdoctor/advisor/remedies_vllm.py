@@ -206,6 +206,9 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
     weights_note = ""
     if f.weights and f.weights.value > total * cap:
         weights_note = f" The weights alone ({format_size(f.weights.value)}) exceed {fmt_fraction(cap)} of the GPU."
+    nominal = f.total.source.startswith("catalog (nominal")
+    if nominal:
+        weights_note += " The GPU size is the catalog's nominal figure; the usable capacity is smaller (ECC, driver)."
     title = f"Give vLLM a larger share of the GPU ({fmt_fraction(target)})"
     if not fits:
         title = "Raising --gpu-memory-utilization cannot make this fit"
@@ -214,8 +217,8 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
         title=title,
         flags={"--gpu-memory-utilization": fmt_fraction(target)} if fits else {},
         saves_bytes=None,
-        fits=None if (fits and lower_bound) else fits,
-        confidence="medium" if fits else "low",
+        fits=None if (fits and (lower_bound or nominal)) else fits,
+        confidence="medium" if (fits and not nominal) else "low",
         why=(
             f"The KV cache lacks {'at least ' if lower_bound else ''}{format_size(missing)} ({why_missing}): {fmt_fraction(util)} + "
             f"{format_size(missing)} / {format_size(total)} = {fmt_fraction(target)}"
