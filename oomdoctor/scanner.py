@@ -238,6 +238,11 @@ class Scanner:
     def _search(
         self, rule: CompiledRule, anchor: Line, window: list[Line]
     ) -> tuple[Any, str, int]:
+        # Try the window joined with "\n" (lines broken at a word boundary) and with "" (a
+        # terminal that wrapped mid-word, "20.00 M" / "iB"); keep the reading that fills more
+        # named groups, the "\n" one on a tie.
+        best: tuple[Any, str, int] | None = None
+        best_score = -1
         for joiner in ("\n", ""):
             text = anchor.text + (joiner + joiner.join(w.text for w in window) if window else "")
             try:
@@ -247,16 +252,18 @@ class Scanner:
                     f'{rule.source}: rule "{rule.id}": pattern: regex timed out (catastrophic backtracking?)'
                 ) from None
             if m is not None and m.start() <= len(anchor.text):
-                end_line = anchor.number
-                consumed = len(anchor.text)
-                for w in window:
-                    if m.end() > consumed + len(joiner):
-                        end_line = w.number
-                    consumed += len(joiner) + len(w.text)
-                return m, text, end_line
+                score = sum(v is not None for v in m.groupdict().values())
+                if score > best_score:
+                    end_line = anchor.number
+                    consumed = len(anchor.text)
+                    for w in window:
+                        if m.end() > consumed + len(joiner):
+                            end_line = w.number
+                        consumed += len(joiner) + len(w.text)
+                    best, best_score = (m, text, end_line), score
             if not window:
                 break
-        return None, "", anchor.number
+        return best if best is not None else (None, "", anchor.number)
 
     def _extract(self, rule: CompiledRule, m: Any, text: str) -> dict[str, Any]:
         r = rule.rule
