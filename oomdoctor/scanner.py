@@ -22,10 +22,21 @@ from oomdoctor.report import Finding, Location, Report, Summary, Tool
 from oomdoctor.rulepack import CompiledRule, RulePack, default_pack
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
 
-_FRAME = regex.compile(r'^\s*File "(?P<path>[^"]*)", line \d+, in (?P<func>[\w<>.\-]+)')
+_FRAME = regex.compile(
+    r'^\s*File "(?P<path>[^"]*)", line \d+, in (?P<func>[\w<>.\-]+)'
+    # IPython >= 8 / Jupyter: "File ~/x/cache_engine.py:64, in CacheEngine._allocate_kv_cache(self, ...)",
+    # rendered as "File [~/x/cache_engine.py:64](http://...), in ..." when pasted from a notebook
+    r"|^\s*File \[?(?P<path>[^\s\]]+?\.py):\d+(?:\]\([^)]*\))?, in (?:[\w<>]+\.)*(?P<func>[\w<>\-]+)\("
+    # IPython <= 7: "~/lib/python3.7/site-packages/torch/nn/modules/module.py in _call_impl(self, *input)"
+    r"|^\s*(?P<path>\S+\.py) in (?P<func>[\w<>\-]+)\("
+    # the second half of a frame line wrapped by a terminal: 'io\queueing.py", line 536, in process_events'
+    r'|^(?P<path>[^"\s]*)", line \d+, in (?P<func>[\w<>.\-]+)\s*$'
+)
 _TRACEBACK = "Traceback (most recent call last)"
 #: literals every scan needs besides the rules' own triggers
-_BUILTIN_TRIGGERS = ('file "', "traceback (most recent call last)")
+_BUILTIN_TRIGGERS = (
+    'file "', "traceback (most recent call last)", ".py in ", "file [", "file ~", "file /", '", line ',
+)
 
 #: lines after a finding during which traceback frames and markers still count for its phase
 AFTER_LINES = 80
@@ -98,7 +109,7 @@ class Scanner:
         self._claimed_until: dict[str | None, int] = {}
         self._frames: deque[tuple[int, str, str | None]] = deque(maxlen=400)
         self._traceback_at: dict[str | None, int] = {}
-        self._progress: tuple[int, str] | None = None
+        self._progress: deque[tuple[int, str]] = deque(maxlen=64)
         self._last_line = 0
 
     def new_source(self, name: str) -> None:
@@ -155,7 +166,7 @@ class Scanner:
         # traceback frames
         if _TRACEBACK in text:
             self._traceback_at[line.rank] = line.number
-        if 'file "' in low:
+        if "file " in low or ".py in " in low or '", line ' in low:
             m = _FRAME.match(text)
             if m:
                 func = m["func"]
@@ -176,7 +187,7 @@ class Scanner:
                     break
             for pat in ph.progress:
                 if pat.search(text, timeout=REGEX_TIMEOUT):
-                    self._progress = (line.number, ph.rule.phase)
+                    self._progress.append((line.number, ph.rule.phase))
                     break
         # context lines
         for ctx in self.pack.contexts:
@@ -333,13 +344,21 @@ class Scanner:
         # evidence before the failure: frames of the traceback that precedes it
         tb = self._traceback_at.get(rank)
         for number, func, frank in self._frames:
-            if frank != rank or number > anchor.number or anchor.number - number > BEFORE_LINES:
+            if frank != rank:
+                continue
+            if number > anchor.number:
+                # seen while the look-ahead window filled, before the finding existed
+                if number - anchor.number <= AFTER_LINES:
+                    o.frames.append(func)
+                continue
+            if anchor.number - number > BEFORE_LINES:
                 continue
             if tb is not None and number < tb:
                 continue
             o.frames.append(func)
-        if self._progress is not None:
-            o.progress_phase = self._progress[1]
+        before = [ph for number, ph in self._progress if number <= anchor.number]
+        if before:
+            o.progress_phase = before[-1]
         self._open.append(o)
 
     @staticmethod
