@@ -69,6 +69,8 @@ class _Open:
     before_phase: str | None = None
     progress_phase: str | None = None
     last_line: int = 0
+    #: ranks of merged occurrences: their frames count as evidence too
+    merged_ranks: set[str | None] = field(default_factory=set)
 
 
 class Scanner:
@@ -172,7 +174,9 @@ class Scanner:
                 func = m["func"]
                 self._frames.append((line.number, func, line.rank))
                 for o in self._open:
-                    if o.line < line.number <= o.line + AFTER_LINES and o.rank == line.rank:
+                    if o.line < line.number <= o.line + AFTER_LINES and (
+                        o.rank == line.rank or line.rank in o.merged_ranks
+                    ):
                         o.frames.append(func)
         # phase markers and progress lines
         for ph in self.pack.phases:
@@ -320,6 +324,9 @@ class Scanner:
             ):
                 self._merge(o.finding, rank)
                 o.last_line = anchor.number
+                if rank != o.rank and rank not in o.merged_ranks:
+                    o.merged_ranks.add(rank)
+                    o.frames.extend(self._evidence(anchor, rank))
                 return
         for f in reversed(self._findings[-20:]):
             if f.rule == rule.id and f.figures == figures and f.location.source == self.source:
@@ -341,25 +348,30 @@ class Scanner:
             figures=figures,
         )
         o = _Open(finding, rank, anchor.number, last_line=anchor.number)
-        # evidence before the failure: frames of the traceback that precedes it
+        o.frames.extend(self._evidence(anchor, rank))
+        before = [ph for number, ph in self._progress if number <= anchor.number]
+        if before:
+            o.progress_phase = before[-1]
+        self._open.append(o)
+
+    def _evidence(self, anchor: Line, rank: str | None) -> list[str]:
+        """Frames (and "@phase" markers) of ``rank`` already seen for a failure at ``anchor``:
+        the traceback that precedes it, and what came while its look-ahead window filled."""
+        out: list[str] = []
         tb = self._traceback_at.get(rank)
         for number, func, frank in self._frames:
             if frank != rank:
                 continue
             if number > anchor.number:
-                # seen while the look-ahead window filled, before the finding existed
                 if number - anchor.number <= AFTER_LINES:
-                    o.frames.append(func)
+                    out.append(func)
                 continue
             if anchor.number - number > BEFORE_LINES:
                 continue
             if tb is not None and number < tb:
                 continue
-            o.frames.append(func)
-        before = [ph for number, ph in self._progress if number <= anchor.number]
-        if before:
-            o.progress_phase = before[-1]
-        self._open.append(o)
+            out.append(func)
+        return out
 
     @staticmethod
     def _merge(f: Finding, rank: str | None) -> None:
