@@ -22,10 +22,21 @@ from oomdoctor.report import Finding, Location, Report, Summary, Tool
 from oomdoctor.rulepack import CompiledRule, RulePack, default_pack
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
 
-_FRAME = regex.compile(r'^\s*File "(?P<path>[^"]*)", line \d+, in (?P<func>[\w<>.\-]+)')
+_FRAME = regex.compile(
+    r'^\s*File "(?P<path>[^"]*)", line \d+, in (?P<func>[\w<>.\-]+)'
+    # IPython >= 8 / Jupyter: "File ~/x/cache_engine.py:64, in CacheEngine._allocate_kv_cache(self, ...)",
+    # rendered as "File [~/x/cache_engine.py:64](http://...), in ..." when pasted from a notebook
+    r"|^\s*File \[?(?P<path>[^\s\]]+?\.py):\d+(?:\]\([^)]*\))?, in (?:[\w<>]+\.)*(?P<func>[\w<>\-]+)\("
+    # IPython <= 7: "~/lib/python3.7/site-packages/torch/nn/modules/module.py in _call_impl(self, *input)"
+    r"|^\s*(?P<path>\S+\.py) in (?P<func>[\w<>\-]+)\("
+    # the second half of a frame line wrapped by a terminal: 'io\queueing.py", line 536, in process_events'
+    r'|^(?P<path>[^"\s]*)", line \d+, in (?P<func>[\w<>.\-]+)\s*$'
+)
 _TRACEBACK = "Traceback (most recent call last)"
 #: literals every scan needs besides the rules' own triggers
-_BUILTIN_TRIGGERS = ('file "', "traceback (most recent call last)")
+_BUILTIN_TRIGGERS = (
+    'file "', "traceback (most recent call last)", ".py in ", "file [", "file ~", "file /", '", line ',
+)
 
 #: lines after a finding during which traceback frames and markers still count for its phase
 AFTER_LINES = 80
@@ -61,6 +72,8 @@ class _Open:
     before_phase: str | None = None
     progress_phase: str | None = None
     last_line: int = 0
+    #: ranks of merged occurrences: their frames count as evidence too
+    merged_ranks: set[str | None] = field(default_factory=set)
 
 
 class Scanner:
@@ -121,7 +134,7 @@ class Scanner:
         self._claimed_until: dict[str | None, int] = {}
         self._frames: deque[tuple[int, str, str | None]] = deque(maxlen=400)
         self._traceback_at: dict[str | None, int] = {}
-        self._progress: tuple[int, str] | None = None
+        self._progress: deque[tuple[int, str]] = deque(maxlen=64)
         self._last_line = 0
 
     def new_source(self, name: str) -> None:
@@ -178,13 +191,15 @@ class Scanner:
         # traceback frames
         if _TRACEBACK in text:
             self._traceback_at[line.rank] = line.number
-        if 'file "' in low:
+        if "file " in low or ".py in " in low or '", line ' in low:
             m = _FRAME.match(text)
             if m:
                 func = m["func"]
                 self._frames.append((line.number, func, line.rank))
                 for o in self._open:
-                    if o.line < line.number <= o.line + AFTER_LINES and o.rank == line.rank:
+                    if o.line < line.number <= o.line + AFTER_LINES and (
+                        o.rank == line.rank or line.rank in o.merged_ranks
+                    ):
                         o.frames.append(func)
         # which triggers does the line hold? (one pass over the pack's literals, then an index)
         present = [t for t in self._all_triggers if t in low]
@@ -215,7 +230,7 @@ class Scanner:
                     break
             for pat in ph.progress:
                 if pat.search(text, timeout=REGEX_TIMEOUT):
-                    self._progress = (line.number, ph.rule.phase)
+                    self._progress.append((line.number, ph.rule.phase))
                     break
         # context lines
         for ctx in contexts:
@@ -274,6 +289,11 @@ class Scanner:
     def _search(
         self, rule: CompiledRule, anchor: Line, window: list[Line]
     ) -> tuple[Any, str, int]:
+        # Try the window joined with "\n" (lines broken at a word boundary) and with "" (a
+        # terminal that wrapped mid-word, "20.00 M" / "iB"); keep the reading that fills more
+        # named groups, the "\n" one on a tie.
+        best: tuple[Any, str, int] | None = None
+        best_score = -1
         for joiner in ("\n", ""):
             text = anchor.text + (joiner + joiner.join(w.text for w in window) if window else "")
             try:
@@ -283,16 +303,18 @@ class Scanner:
                     f'{rule.source}: rule "{rule.id}": pattern: regex timed out (catastrophic backtracking?)'
                 ) from None
             if m is not None and m.start() <= len(anchor.text):
-                end_line = anchor.number
-                consumed = len(anchor.text)
-                for w in window:
-                    if m.end() > consumed + len(joiner):
-                        end_line = w.number
-                    consumed += len(joiner) + len(w.text)
-                return m, text, end_line
+                score = sum(v is not None for v in m.groupdict().values())
+                if score > best_score:
+                    end_line = anchor.number
+                    consumed = len(anchor.text)
+                    for w in window:
+                        if m.end() > consumed + len(joiner):
+                            end_line = w.number
+                        consumed += len(joiner) + len(w.text)
+                    best, best_score = (m, text, end_line), score
             if not window:
                 break
-        return None, "", anchor.number
+        return best if best is not None else (None, "", anchor.number)
 
     def _extract(self, rule: CompiledRule, m: Any, text: str) -> dict[str, Any]:
         r = rule.rule
@@ -338,6 +360,9 @@ class Scanner:
             ):
                 self._merge(o.finding, rank)
                 o.last_line = anchor.number
+                if rank != o.rank and rank not in o.merged_ranks:
+                    o.merged_ranks.add(rank)
+                    o.frames.extend(self._evidence(anchor, rank))
                 return
         for f in reversed(self._findings[-20:]):
             if f.rule == rule.id and f.figures == figures and f.location.source == self.source:
@@ -361,18 +386,30 @@ class Scanner:
         if rule.rule.engine not in _GENERIC_ENGINES:
             self._collector.vote_engine(rule.rule.engine, anchor.number)
         o = _Open(finding, rank, anchor.number, last_line=anchor.number)
-        # evidence before the failure: frames of the traceback that precedes it
+        o.frames.extend(self._evidence(anchor, rank))
+        before = [ph for number, ph in self._progress if number <= anchor.number]
+        if before:
+            o.progress_phase = before[-1]
+        self._open.append(o)
+
+    def _evidence(self, anchor: Line, rank: str | None) -> list[str]:
+        """Frames (and "@phase" markers) of ``rank`` already seen for a failure at ``anchor``:
+        the traceback that precedes it, and what came while its look-ahead window filled."""
+        out: list[str] = []
         tb = self._traceback_at.get(rank)
         for number, func, frank in self._frames:
-            # frames/markers after the anchor that were read with its look-ahead window count too
-            if frank != rank or anchor.number - number > BEFORE_LINES:
+            if frank != rank:
+                continue
+            if number > anchor.number:
+                if number - anchor.number <= AFTER_LINES:
+                    out.append(func)
+                continue
+            if anchor.number - number > BEFORE_LINES:
                 continue
             if tb is not None and number < tb:
                 continue
-            o.frames.append(func)
-        if self._progress is not None:
-            o.progress_phase = self._progress[1]
-        self._open.append(o)
+            out.append(func)
+        return out
 
     @staticmethod
     def _merge(f: Finding, rank: str | None) -> None:

@@ -24,7 +24,7 @@ def test_deepspeed_config_dump() -> None:
 
 def test_healthy_estimates_and_summaries() -> None:
     assert not errors(diagnose("deepspeed/synthetic-healthy-estimate.log"))
-    assert not errors(diagnose("pytorch/synthetic-memory-summary.log"))
+    assert not errors(diagnose("pytorch/synthetic-healthy-memory-summary.log"))
 
 
 def test_lightning_and_accelerate_detection() -> None:

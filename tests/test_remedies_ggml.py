@@ -22,7 +22,9 @@ def test_ollama_gets_ollama_settings_not_llamacpp_flags() -> None:
     assert ids[0] == "ollama.num-ctx" and not any(i.startswith("ggml.") for i in ids)
     assert remedy(f, "ollama.num-ctx").settings == {"num_ctx": "32768"}
     assert remedy(f, "ollama.kv-cache-type").env == {"OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_FLASH_ATTENTION": "1"}
-    assert remedy(f, "ollama.kv-cache-type").saves_bytes == 8589934592 - int(8589934592 * 8.5 / 16)
+    # the KV cache sits in CUDA_Host memory here: shrinking it frees no GPU memory
+    assert remedy(f, "ollama.kv-cache-type").saves_bytes is None
+    assert remedy(f, "ollama.num-ctx").saves_bytes is None
 
 
 def test_ollama_num_gpu_halves_when_its_estimate_was_wrong() -> None:

@@ -19,6 +19,14 @@ Q8_0_RATIO = 8.5 / 16
 CTX_STEP = 256
 
 
+def _gpu_kv(inp: AdviceInput) -> int | None:
+    """KV-cache bytes held on a GPU (None when the log shows the cache in host memory)."""
+    buf = str(inp.context.extra.get("llama_kv_buffer_type") or "")
+    if buf == "CPU" or buf.endswith("_Host"):
+        return None
+    return inp.context.kv_cache_bytes
+
+
 def _is_ollama(inp: AdviceInput) -> bool:
     return engine_of(inp) == "ollama"
 
@@ -135,7 +143,7 @@ def ctx_size(inp: AdviceInput) -> Remedy | None:
     if v is None:
         return None
     n_ctx, value = v
-    kv = inp.context.kv_cache_bytes
+    kv = _gpu_kv(inp)
     return Remedy(
         id="ggml.ctx-size",
         title=f"Halve the context to {value} tokens",
@@ -162,7 +170,7 @@ def num_ctx(inp: AdviceInput) -> Remedy | None:
     value = round_down(per_slot // 2, CTX_STEP)
     if value < CTX_STEP:
         return None
-    kv = inp.context.kv_cache_bytes
+    kv = _gpu_kv(inp)
     return Remedy(
         id="ollama.num-ctx",
         title=f"Halve the context to {value} tokens (num_ctx)",
@@ -203,7 +211,7 @@ def _kv_quantized(inp: AdviceInput) -> bool:
 def kv_cache_type(inp: AdviceInput) -> Remedy | None:
     if not _is_llamacpp(inp) or _kv_quantized(inp) or inp.finding.phase == "weights-load":
         return None
-    kv = inp.context.kv_cache_bytes
+    kv = _gpu_kv(inp)
     return Remedy(
         id="ggml.kv-cache-type",
         title="Store the KV cache in q8_0",
@@ -220,7 +228,7 @@ def kv_cache_type(inp: AdviceInput) -> Remedy | None:
 def ollama_kv_cache_type(inp: AdviceInput) -> Remedy | None:
     if not _is_ollama(inp) or _kv_quantized(inp) or inp.finding.phase == "weights-load":
         return None
-    kv = inp.context.kv_cache_bytes
+    kv = _gpu_kv(inp)
     return Remedy(
         id="ollama.kv-cache-type",
         title="Store the KV cache in q8_0",
