@@ -55,8 +55,10 @@ def timed(cmd: str, env: dict[str, str] | None = None, stdin: int | None = None)
     if TIME:
         wrapped = f"{TIME} -f %M -o {rss_file} sh -c {sh_quote(cmd)}"
     t0 = time.perf_counter()
-    subprocess.run(wrapped, shell=True, env={**os.environ, **(env or {})}, check=False, stdin=stdin)
+    proc = subprocess.run(wrapped, shell=True, env={**os.environ, **(env or {})}, check=False, stdin=stdin)
     dt = time.perf_counter() - t0
+    if proc.returncode not in (0, 1):  # oomdoctor exits 1 when it finds a failure; grep when none
+        raise SystemExit(f"bench: command failed with exit code {proc.returncode}: {cmd}")
     rss = None
     if TIME and rss_file.exists():
         m = re.findall(r"^(\d+)\s*$", rss_file.read_text(), re.M)
@@ -135,6 +137,13 @@ def live_latency(env: dict[str, str]) -> float | None:
         p.wait(timeout=30)
 
 
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=genlog.parse_size, default=genlog.parse_size("1GiB"))
@@ -143,6 +152,7 @@ def main() -> None:
     ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
     args = ap.parse_args()
 
+    load_before = _load()
     log = genlog.generate(args.size)
     size = log.stat().st_size
     trigs = triggers()
@@ -210,7 +220,8 @@ def main() -> None:
         f"`python bench/run.py --size {genlog.size_label(args.size)}` on {platform.machine()}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}; log: {log.name} ({size / 2**30:.2f} GiB, "
         f"{len(trigs)} triggers); grep: `LC_ALL=C grep -c -i -E` of the same triggers; "
-        f"baselines cat {t_cat:.2f} s, cat|cat {t_catcat:.2f} s. Default prefilter here: {prefilter}.",
+        f"baselines cat {t_cat:.2f} s, cat|cat {t_catcat:.2f} s. Default prefilter here: {prefilter}. "
+        f"Load average before/after: {load_before} / {_load()} (other work on the machine skews wall times).",
         "",
         "| measure | oomdoctor | baseline | ratio | target |",
         "| --- | --- | --- | --- | --- |",

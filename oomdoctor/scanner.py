@@ -404,6 +404,10 @@ class Scanner:
         self._evaluate_pending(final=True)
         self._age_open(final=True)
 
+    def findings_so_far(self) -> int:
+        """How many findings the scan has made so far (for progress displays)."""
+        return len(self._findings) + len(self._open)
+
     def poll(self) -> list[Finding]:
         """Findings finished since the last poll, with their remedies (for live output)."""
         ready, self._ready = self._ready, []

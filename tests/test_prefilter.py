@@ -251,3 +251,27 @@ def test_a_message_wrapped_over_lines_is_read_whole_even_when_a_block_ends_on_it
         assert figures["free_bytes"] == round(154.25 * 2**20)
         assert figures["allocated_bytes"] == round(22.88 * 2**30)
         assert findings[0]["location"]["line"] == 7
+
+
+def test_progress_bar_only_on_a_terminal_and_only_for_big_inputs(tmp_path: Path) -> None:
+    import io
+
+    from oomdoctor.cli.progress import MIN_BYTES, FileProgress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    small = tmp_path / "small.log"
+    small.write_bytes(b"x\n")
+    big = tmp_path / "big.log"
+    with open(big, "wb") as f:
+        f.truncate(MIN_BYTES)
+    assert not FileProgress([str(big)], io.StringIO()).active  # not a TTY
+    assert not FileProgress([str(small)], Tty()).active  # too small to need one
+    assert not FileProgress(["-"], Tty()).active  # size unknown
+    out = Tty()
+    with FileProgress([str(big)], out) as bar:
+        assert bar.active
+        bar.advance(MIN_BYTES, 2)
+    assert "2 finding(s)" in out.getvalue()
