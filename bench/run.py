@@ -48,31 +48,51 @@ def grep_pattern(trigs: list[str]) -> str:
     return "|".join(re.sub(r"([][.*+?(){}|^$\\])", r"\\\1", t) for t in trigs)
 
 
-def timed(cmd: str, env: dict[str, str] | None = None, stdin: int | None = None) -> tuple[float, int | None]:
-    """Wall seconds and peak RSS (KiB, from /usr/bin/time) of a shell command."""
-    rss_file = HERE / "out" / "rss.txt"
-    wrapped = cmd
-    if TIME:
-        wrapped = f"{TIME} -f %M -o {rss_file} sh -c {sh_quote(cmd)}"
+class Run:
+    """Best wall and CPU (user + sys) seconds over the repeats, worst peak RSS (KiB)."""
+
+    def __init__(self) -> None:
+        self.wall = float("inf")
+        self.cpu = float("inf")
+        self.rss = 0
+
+    def add(self, wall: float, cpu: float, rss: int) -> None:
+        self.wall = min(self.wall, wall)
+        self.cpu = min(self.cpu, cpu)
+        self.rss = max(self.rss, rss)
+
+
+def timed(cmd: str, env: dict[str, str] | None = None, run: Run | None = None) -> Run:
+    """Run a shell command under /usr/bin/time: wall, CPU of the whole command, peak RSS."""
+    run = run or Run()
+    stats = HERE / "out" / "time.txt"
+    wrapped = f"{TIME} -f '%U %S %M' -o {stats} sh -c {sh_quote(cmd)}" if TIME else cmd
     t0 = time.perf_counter()
-    proc = subprocess.run(wrapped, shell=True, env={**os.environ, **(env or {})}, check=False, stdin=stdin)
-    dt = time.perf_counter() - t0
+    t_cpu0 = os.times()
+    proc = subprocess.run(wrapped, shell=True, env={**os.environ, **(env or {})}, check=False)
+    wall = time.perf_counter() - t0
     if proc.returncode not in (0, 1):  # oomdoctor exits 1 when it finds a failure; grep when none
         raise SystemExit(f"bench: command failed with exit code {proc.returncode}: {cmd}")
-    rss = None
-    if TIME and rss_file.exists():
-        m = re.findall(r"^(\d+)\s*$", rss_file.read_text(), re.M)
-        rss = int(m[-1]) if m else None
-    return dt, rss
+    if TIME:
+        m = re.findall(r"^([\d.]+) ([\d.]+) (\d+)\s*$", stats.read_text(), re.M)
+        user, sys_, rss = m[-1]
+        run.add(wall, float(user) + float(sys_), int(rss))
+    else:
+        t_cpu1 = os.times()
+        cpu = (t_cpu1.children_user - t_cpu0.children_user) + (t_cpu1.children_system - t_cpu0.children_system)
+        run.add(wall, cpu, 0)
+    return run
 
 
 def sh_quote(s: str) -> str:
     return "'" + s.replace("'", "'\"'\"'") + "'"
 
 
-def best(n: int, cmd: str, env: dict[str, str] | None = None) -> tuple[float, int | None]:
-    runs = [timed(cmd, env) for _ in range(n)]
-    return min(r[0] for r in runs), max((r[1] or 0) for r in runs) or None
+def best(n: int, cmd: str, env: dict[str, str] | None = None) -> Run:
+    run = Run()
+    for _ in range(n):
+        timed(cmd, env, run)
+    return run
 
 
 def hyperscan_ok() -> bool:
@@ -84,7 +104,7 @@ def hyperscan_ok() -> bool:
 
 
 def long_line(size: int) -> Path:
-    path = HERE / "out" / f"one-line-{genlog.size_label(size)}.log"
+    path = HERE / "out" / f"one-line-{size}.log"
     if not path.exists() or path.stat().st_size != size:
         chunk = (b"INFO prompt: " + b"abcdefghij" * 100_000)[: 1 << 20]
         with open(path, "wb") as f:
@@ -147,7 +167,8 @@ def _load() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=genlog.parse_size, default=genlog.parse_size("1GiB"))
-    ap.add_argument("--line-size", type=genlog.parse_size, default=genlog.parse_size("200MB"))
+    ap.add_argument("--line-size", type=int, default=200_000_000, help="bytes of the newline-less line")
+    ap.add_argument("--repeat", type=int, default=2, help="runs of each timed command (best is kept)")
     ap.add_argument("--no-pure", action="store_true", help="skip the pure-Python post-mortem")
     ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
     args = ap.parse_args()
@@ -166,52 +187,65 @@ def main() -> None:
 
     subprocess.run(f"cat {log} > /dev/null", shell=True, check=False)  # warm the page cache
     # not > /dev/null: GNU grep then stops at the first match
-    grep_out = HERE / "out" / "grep-count.txt"
-    t_grep, _ = best(2, f"LC_ALL=C grep -c -i -E {sh_quote(pat)} {log} > {grep_out}")
-    t_cat, _ = best(2, f"cat {log} > /dev/null")
-    t_catcat, _ = best(2, f"cat {log} | cat > /dev/null")
-    rss: dict[str, int | None] = {}
+    grep_cmd = f"LC_ALL=C grep -c -i -E {sh_quote(pat)} {log} > {HERE / 'out' / 'grep-count.txt'}"
+    ours = f"{' '.join(OOMDOCTOR)} -f json {log} > /dev/null"
+    grep, fast, pure = Run(), Run(), Run()
+    for _ in range(args.repeat):  # interleaved, so that load from elsewhere hits both sides alike
+        timed(grep_cmd, run=grep)
+        if hs:
+            timed(ours, {"OOMDOCTOR_PREFILTER": "hyperscan"}, fast)
+    if not args.no_pure:
+        timed(ours, {"OOMDOCTOR_PREFILTER": "python"}, pure)
+        timed(grep_cmd, run=grep)
+
+    def vs(r: Run, base: Run) -> tuple[str, str, str]:
+        return (
+            f"{r.wall:.2f} s wall, {r.cpu:.2f} s CPU",
+            f"{base.wall:.2f} s wall, {base.cpu:.2f} s CPU",
+            f"{r.wall / base.wall:.2f}× wall, {r.cpu / base.cpu:.2f}× CPU",
+        )
 
     if hs:
-        t_fast, rss["post-mortem, hyperscan"] = timed(
-            f"{' '.join(OOMDOCTOR)} -f json {log} > /dev/null", {"OOMDOCTOR_PREFILTER": "hyperscan"}
-        )
-        row("post-mortem, hyperscan", f"{t_fast:.2f} s", f"grep {t_grep:.2f} s", f"{t_fast / t_grep:.2f}×", "≤ 1.0×")
+        row("post-mortem, hyperscan (vs grep)", *vs(fast, grep), "≤ 1.0×")
     else:
-        row("post-mortem, hyperscan", "hyperscan not importable", "", "", "≤ 1.0×")
+        row("post-mortem, hyperscan (vs grep)", "hyperscan not importable", "", "", "≤ 1.0×")
     if not args.no_pure:
-        t_pure, rss["post-mortem, pure Python"] = timed(
-            f"{' '.join(OOMDOCTOR)} -f json {log} > /dev/null", {"OOMDOCTOR_PREFILTER": "python"}
-        )
-        row("post-mortem, pure Python", f"{t_pure:.2f} s", f"grep {t_grep:.2f} s", f"{t_pure / t_grep:.2f}×", "≤ 3×")
-    t_pipe, rss["pipe mode"] = timed(f"cat {log} | {' '.join(OOMDOCTOR)} > /dev/null 2>/dev/null")
+        row("post-mortem, pure Python (vs grep)", *vs(pure, grep), "≤ 3×")
+    catcat, pipe = Run(), Run()
+    for _ in range(args.repeat):
+        timed(f"cat {log} | cat > /dev/null", run=catcat)
+        timed(f"cat {log} | {' '.join(OOMDOCTOR)} > /dev/null 2>/dev/null", run=pipe)
     mb = size / 1e6
     row(
-        "pipe passthrough throughput",
-        f"{mb / t_pipe:.0f} MB/s",
-        f"cat|cat {mb / t_catcat:.0f} MB/s",
-        f"{t_catcat / t_pipe:.2f}×",
+        "pipe passthrough throughput (vs cat|cat)",
+        f"{mb / pipe.wall:.0f} MB/s ({pipe.wall:.2f} s, {pipe.cpu:.2f} s CPU)",
+        f"{mb / catcat.wall:.0f} MB/s ({catcat.wall:.2f} s, {catcat.cpu:.2f} s CPU)",
+        f"{catcat.wall / pipe.wall:.2f}×",
         "≥ 0.5×",
     )
+    rss = {"post-mortem, hyperscan": fast.rss, "post-mortem, pure": pure.rss, "pipe mode": pipe.rss}
     line = long_line(args.line_size)
-    _, rss[f"{genlog.size_label(args.line_size)} line, no newline"] = timed(
-        f"{' '.join(OOMDOCTOR)} -f json {line} > /dev/null"
-    )
-    _, rss["pipe, long line"] = timed(f"cat {line} | {' '.join(OOMDOCTOR)} > /dev/null 2>/dev/null")
-    worst = max((v for v in rss.values() if v), default=0)
+    label = f"{args.line_size / 1e6:.0f} MB line, no newline"
+    rss[label] = timed(f"{' '.join(OOMDOCTOR)} -f json {line} > /dev/null").rss
+    rss[label + ", pipe"] = timed(f"cat {line} | {' '.join(OOMDOCTOR)} > /dev/null 2>/dev/null").rss
+    worst = max(rss.values())
     row(
         "peak RSS (worst of the runs)",
         f"{worst / 1024:.0f} MiB",
-        ", ".join(f"{k} {v / 1024:.0f}" for k, v in rss.items() if v),
+        "; ".join(f"{k} {v / 1024:.0f} MiB" for k, v in rss.items() if v),
         "",
         "≤ 80 MiB",
     )
     small = small_log()
-    t_imp, _ = best(5, f'{PY} -c "import typer, rich, pydantic, jsonschema, regex"')
-    t_small, _ = best(5, f"{' '.join(OOMDOCTOR)} {small} > /dev/null")
-    row("50-line log end to end", f"{t_small:.3f} s", f"imports {t_imp:.3f} s", f"{t_small / t_imp:.2f}×", "≤ 2×")
+    imp, tiny = Run(), Run()
+    for _ in range(7):
+        timed(f'{PY} -c "import typer, rich, pydantic, jsonschema, regex"', run=imp)
+        timed(f"{' '.join(OOMDOCTOR)} {small} > /dev/null", run=tiny)
+    row("50-line log end to end (vs importing the deps)", *vs(tiny, imp), "≤ 2×")
     lat = live_latency({})
     row("live diagnosis latency", f"{lat:.2f} s" if lat is not None else "none in 10 s", "", "", "≤ 1 s")
+    t_cat = best(1, f"cat {log} > /dev/null").wall
+    t_catcat = catcat.wall
 
     prefilter = "hyperscan" if hs else "pure Python"
     lines = [
