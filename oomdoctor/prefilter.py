@@ -14,8 +14,9 @@ from typing import Protocol
 
 
 class Prefilter(Protocol):
-    def line_spans(self, block: bytes) -> list[tuple[int, int]]:
-        """Return sorted, unique ``(start, end)`` byte spans (end excludes ``\\n``) of candidate lines."""
+    def line_spans(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
+        """Return sorted, unique ``(start, end)`` byte spans (end excludes ``\\n``) of candidate lines
+        in ``block[lo:hi]`` (``lo`` at a line start), as offsets into ``block``."""
         ...
 
 
@@ -42,25 +43,25 @@ class PurePrefilter:
     def __init__(self, triggers: Sequence[str]) -> None:
         self._needles = needles(triggers)
 
-    def line_spans(self, block: bytes) -> list[tuple[int, int]]:
-        if not self._needles or not block:
+    def line_spans(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
+        n = len(block) if hi is None else hi
+        if not self._needles or n <= lo:
             return []
         lowered = block.lower()
         find = lowered.find
         rfind = lowered.rfind
-        n = len(lowered)
         found: dict[int, int] = {}
         for needle in self._needles:
-            pos = find(needle)
+            pos = find(needle, lo, n)
             while pos >= 0:
-                start = rfind(b"\n", 0, pos) + 1
-                end = find(b"\n", pos + len(needle))
+                start = rfind(b"\n", 0, pos) + 1  # >= lo: lo starts a line
+                end = find(b"\n", pos + len(needle), n)
                 if end < 0:
                     end = n
                 found[start] = end
                 if end >= n:
                     break
-                pos = find(needle, end + 1)
+                pos = find(needle, end + 1, n)
         return sorted(found.items())
 
 

@@ -8,6 +8,7 @@ give the same line spans: a line is a candidate when it holds a trigger, ASCII c
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import hyperscan
 
@@ -36,8 +37,9 @@ class HyperscanPrefilter:
             self._db = db
             self._scratch = hyperscan.Scratch(db)
 
-    def line_spans(self, block: bytes) -> list[tuple[int, int]]:
-        if self._db is None or not block:
+    def line_spans(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
+        n = len(block) if hi is None else hi
+        if self._db is None or n <= lo:
             return []
         ends: list[int] = []
         add = ends.append
@@ -45,20 +47,21 @@ class HyperscanPrefilter:
         def on_match(_id: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
             add(end)
 
-        self._db.scan(block, match_event_handler=on_match, scratch=self._scratch)
+        view: Any = block if (lo == 0 and n == len(block)) else memoryview(block)[lo:n]  # no copy
+        self._db.scan(view, match_event_handler=on_match, scratch=self._scratch)
         if not ends:
             return []
         ends.sort()
         spans: list[tuple[int, int]] = []
         rfind = block.rfind
         find = block.find
-        n = len(block)
         line_end = -1
-        for e in ends:
+        for rel in ends:
+            e = rel + lo
             if e <= line_end:
                 continue  # another match on the same line
-            start = rfind(b"\n", 0, e) + 1
-            line_end = find(b"\n", e - 1)
+            start = rfind(b"\n", 0, e) + 1  # >= lo: lo starts a line
+            line_end = find(b"\n", e - 1, n)
             if line_end < 0:
                 line_end = n
             spans.append((start, line_end))

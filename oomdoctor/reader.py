@@ -55,6 +55,38 @@ class LineSplitter:
             self._keep(memoryview(data)[end + 1 :])
         return first, head
 
+    def feed_spans(self, data: bytes) -> tuple[bytes, int, int]:
+        """Like ``feed_block(data, count=False)`` without copying ``data``.
+
+        Returns ``(head, lo, hi)``: ``head`` is a (small) block of complete lines that comes
+        first (the line started by earlier calls, finished now; ``b""`` if none), then
+        ``data[lo:hi]`` holds the following complete lines (``lo == hi`` if none). Line numbers
+        and :meth:`advance` work as with ``feed_block(..., count=False)``, head first.
+        """
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._keep(data)
+            return b"", 0, 0
+        lo, hi = 0, end + 1
+        head = b""
+        if self._partial or self._overflow:
+            lo = data.find(b"\n") + 1
+            head_len = min(len(self._partial) + lo, self._max + 1)
+            total = head_len + hi - lo
+            if total > self._max * 4 and _fewer_newlines(data, total // self._max - 1, lo, hi):
+                _, block = self.feed_block(data, count=False)  # rare: lines over the cap
+                return block, 0, 0
+            self._keep(memoryview(data)[: lo - 1])
+            head = bytes(self._partial) + b"\n"
+            self._partial.clear()
+            self._overflow = False
+        elif hi > self._max * 4 and _fewer_newlines(data, hi // self._max, 0, hi):
+            _, block = self.feed_block(data, count=False)
+            return block, 0, 0
+        if hi < len(data):
+            self._keep(memoryview(data)[hi:])
+        return head, lo, hi
+
     def advance(self, lines: int) -> None:
         """Count ``lines`` lines of a block taken with ``feed_block(..., count=False)``."""
         self.line_number += lines
@@ -80,12 +112,13 @@ class LineSplitter:
         return self.line_number, line
 
 
-def _fewer_newlines(block: bytes, k: int) -> bool:
-    """``block.count(b"\\n") < k`` without counting past ``k`` (``k`` is small)."""
-    pos = -1
+def _fewer_newlines(block: bytes, k: int, lo: int = 0, hi: int | None = None) -> bool:
+    """``block.count(b"\\n", lo, hi) < k`` without counting past ``k`` (``k`` is small)."""
+    hi = len(block) if hi is None else hi
+    pos = lo - 1
     find = block.find
     for _ in range(k):
-        pos = find(b"\n", pos + 1)
+        pos = find(b"\n", pos + 1, hi)
         if pos < 0:
             return True
     return False

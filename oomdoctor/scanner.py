@@ -110,24 +110,26 @@ class Scanner:
 
     def feed(self, data: bytes) -> None:
         """Consume a chunk of bytes (any size, any split)."""
-        first, block = self._splitter.feed_block(data, count=False)
-        if block:
-            self._scan_block(first, block)
+        head, lo, hi = self._splitter.feed_spans(data)  # no copy of ``data``
+        if head:
+            self._scan_block(self._splitter.line_number + 1, head)
+        if hi > lo:
+            self._scan_block(self._splitter.line_number + 1, data, lo, hi)
 
-    def _scan_block(self, first: int, block: bytes) -> None:
+    def _scan_block(self, first: int, block: bytes, lo: int = 0, hi: int | None = None) -> None:
         # Only candidate lines (a trigger on them) are decoded and matched. A line holding a
         # rule's trigger also brings the next ``lookahead`` lines (its window); other candidates
         # (context, phase, traceback frames) stand alone. Line numbers come from counting
         # newlines between candidates (C speed); the splitter is told the block's total.
-        spans = self._prefilter.line_spans(block)
-        n = len(block)
+        n = len(block) if hi is None else hi
+        spans = self._prefilter.line_spans(block, lo, n)
         count = block.count
         find = block.find
         lookahead = self._lookahead
         owe = self._need_lookahead
         rule_triggers = self._rule_trigger_set()
         process = self._process
-        pos, line = 0, first  # the next line not yet processed or skipped
+        pos, line = lo, first  # the next line not yet processed or skipped
         for start, end in spans:
             while owe > 0 and pos < start:
                 e = find(b"\n", pos)

@@ -109,6 +109,14 @@ def test_random_blocks_agree_with_a_line_by_line_search() -> None:
         assert pure.line_spans(block) == want, block
         if hs is not None:
             assert hs.line_spans(block) == want, block
+        # a window of a bigger buffer (what the scanner passes to avoid copies)
+        lo = block.find(b"\n") + 1
+        hi = block.rfind(b"\n") + 1
+        if 0 < lo < hi:
+            inner = [(a + lo, b + lo) for a, b in _spans_by_hand(block[lo : hi - 1], trigs)]
+            assert pure.line_spans(block, lo, hi) == inner, block
+            if hs is not None:
+                assert hs.line_spans(block, lo, hi) == inner, block
 
 
 def test_whole_fixture_suite_reports_are_identical_with_each_prefilter() -> None:
@@ -275,3 +283,28 @@ def test_progress_bar_only_on_a_terminal_and_only_for_big_inputs(tmp_path: Path)
         assert bar.active
         bar.advance(MIN_BYTES, 2)
     assert "2 finding(s)" in out.getvalue()
+
+
+def test_feed_spans_cuts_the_same_lines_as_feed_block_without_copying() -> None:
+    rng = random.Random(12)
+    for _ in range(300):
+        parts = []
+        for _ in range(rng.randint(0, 30)):
+            parts.append(b"y" * rng.choice((0, 1, 5, 15, 16, 17, 40, 200)))
+        data = b"\n".join(parts) + rng.choice((b"", b"\n", b"tail"))
+        a, b = LineSplitter(max_line=16), LineSplitter(max_line=16)
+        got_a, got_b = [], []
+        pos = 0
+        while pos < len(data):
+            size = rng.choice((1, 3, 16, 64, 100, 1000))
+            chunk = data[pos : pos + size]
+            pos += size
+            first, block = a.feed_block(chunk)
+            got_a.append((first, block))
+            head, lo, hi = b.feed_spans(chunk)
+            first_b = b.line_number + 1
+            b.advance(head.count(b"\n"))
+            b.advance(chunk.count(b"\n", lo, hi))
+            got_b.append((first_b, head + chunk[lo:hi]))
+        assert got_a == got_b, data
+        assert a.close() == b.close()
