@@ -123,41 +123,62 @@ class Scanner:
 
     def feed(self, data: bytes) -> None:
         """Consume a chunk of bytes (any size, any split)."""
-        first, block = self._splitter.feed_block(data)
-        if block:
-            self._scan_block(first, block)
+        head, lo, hi = self._splitter.feed_spans(data)  # no copy of ``data``
+        if head:
+            self._scan_block(self._splitter.line_number + 1, head)
+        if hi > lo:
+            self._scan_block(self._splitter.line_number + 1, data, lo, hi)
 
-    def _scan_block(self, first: int, block: bytes) -> None:
-        spans = self._prefilter.line_spans(block)
-        wanted: list[tuple[int, int, int]] = []  # (line number, start, end)
-        n = len(block)
+    def _scan_block(self, first: int, block: bytes, lo: int = 0, hi: int | None = None) -> None:
+        # Only candidate lines (a trigger on them) are decoded and matched. A line holding a
+        # rule's trigger also brings the next ``lookahead`` lines (its window); other candidates
+        # (context, phase, traceback frames) stand alone. Line numbers come from counting
+        # newlines between candidates (C speed); the splitter is told the block's total.
+        n = len(block) if hi is None else hi
+        spans = self._prefilter.line_spans(block, lo, n)
+        count = block.count
+        find = block.find
         lookahead = self._lookahead
-        cur_pos, cur_line = 0, first
-        # look-ahead owed from the previous block
-        while self._need_lookahead > 0 and cur_pos < n:
-            end = block.find(b"\n", cur_pos)
-            wanted.append((cur_line, cur_pos, end))
-            cur_pos, cur_line = end + 1, cur_line + 1
-            self._need_lookahead -= 1
+        owe = self._need_lookahead
+        rule_triggers = self._rule_trigger_set()
+        process = self._process
+        pos, line = lo, first  # the next line not yet processed or skipped
         for start, end in spans:
-            if start < cur_pos:
-                continue
-            cur_line += block.count(b"\n", cur_pos, start)
-            wanted.append((cur_line, start, end))
-            p, k = end + 1, 0
-            while k < lookahead and p < n:
-                e = block.find(b"\n", p)
-                k += 1
-                wanted.append((cur_line + k, p, e))
-                p = e + 1
-            self._need_lookahead = lookahead - k
-            cur_pos, cur_line = p, cur_line + k + 1
-        for number, start, end in wanted:
-            for line in normalise(number, block[start:end]):
-                self._process(line)
-        self._last_line = first + block.count(b"\n") - 1
+            while owe > 0 and pos < start:
+                e = find(b"\n", pos)
+                for ln in normalise(line, block[pos:e]):
+                    process(ln)
+                pos, line, owe = e + 1, line + 1, owe - 1
+            if pos < start:
+                line += count(b"\n", pos, start)
+            raw = block[start:end]
+            for ln in normalise(line, raw):
+                process(ln)
+            pos, line = end + 1, line + 1
+            if owe > 0:
+                owe -= 1
+            low = raw.lower()
+            if any(t in low for t in rule_triggers):
+                owe = lookahead
+        while owe > 0 and pos < n:
+            e = find(b"\n", pos)
+            for ln in normalise(line, block[pos:e]):
+                process(ln)
+            pos, line, owe = e + 1, line + 1, owe - 1
+        if pos < n:
+            line += count(b"\n", pos, n)
+        self._need_lookahead = owe
+        self._splitter.advance(line - first)
+        self._last_line = line - 1
         self._evaluate_pending(final=False)
         self._age_open(final=False)
+
+    def _rule_trigger_set(self) -> tuple[bytes, ...]:
+        cached: tuple[bytes, ...] | None = getattr(self, "_rule_triggers_b", None)
+        if cached is None:
+            cached = tuple({t.lower().encode("utf-8") for r in self.pack.rules for t in r.triggers if t})
+            self._rule_triggers_b = cached
+        return cached
 
     # -- per line ------------------------------------------------------------------------------
 
@@ -422,6 +443,10 @@ class Scanner:
         """Decide everything seen so far (after a quiet spell in pipe mode); input may continue."""
         self._evaluate_pending(final=True)
         self._age_open(final=True)
+
+    def findings_so_far(self) -> int:
+        """How many findings the scan has made so far (for progress displays)."""
+        return len(self._findings) + len(self._open)
 
     def poll(self) -> list[Finding]:
         """Findings finished since the last poll, with their remedies (for live output)."""
