@@ -14,7 +14,7 @@ import logging
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Query, Request
@@ -31,11 +31,10 @@ from oomdoctor.rulepack import RulePack, default_pack
 from oomdoctor.server import mattermost as mm
 from oomdoctor.server import slack
 from oomdoctor.server.config import ServerConfig
-from oomdoctor.server.limits import Analyser, BodyLimitMiddleware, LimitError, gunzip
+from oomdoctor.server.limits import AccessLogMiddleware, Analyser, BodyLimitMiddleware, LimitError, gunzip
 from oomdoctor.server.redaction import redact_report
 
 log = logging.getLogger("oomdoctor.server")
-access_log = logging.getLogger("oomdoctor.server.access")
 
 Format = Literal["json", "markdown", "slack", "text"]
 #: hints that would make the server read its own files
@@ -119,7 +118,7 @@ def _post_json(url: str, payload: dict[str, Any], headers: dict[str, str] | None
     req.add_header("Content-Type", "application/json; charset=utf-8")
     for k, v in (headers or {}).items():
         req.add_header(k, v)
-    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (URL checked by the caller)
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # the caller checked the URL
         return int(resp.status)
 
 
@@ -174,21 +173,6 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
     async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
         log.error("internal error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
         return _error(500, "internal error")
-
-    # -- access log without bodies or query strings -------------------------------------------------
-
-    @app.middleware("http")
-    async def _access(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        t0 = time.perf_counter()
-        status = 500
-        try:
-            response = await call_next(request)
-            status = response.status_code
-            return response
-        finally:
-            access_log.info(
-                "%s %s %d %.1fms", request.method, request.url.path, status, (time.perf_counter() - t0) * 1000
-            )
 
     # -- auth ---------------------------------------------------------------------------------------
 
@@ -488,6 +472,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
     app.openapi = openapi  # type: ignore[method-assign]
     # the body limit wraps everything, so even a 404 path cannot be sent a huge body
     app.add_middleware(BodyLimitMiddleware, max_body=cfg.max_body)
+    app.add_middleware(AccessLogMiddleware)
     return app
 
 

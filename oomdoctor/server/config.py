@@ -118,11 +118,11 @@ class ServerConfig:
         if get("INSECURE") in ("1", "true", "yes"):
             kw["insecure"] = True
         names = {f.name for f in fields(cls)}
-        for k, v in overrides.items():
+        for k, ov in overrides.items():
             if k not in names:
                 raise TypeError(f"unknown server setting {k!r}")
-            if v is not None:
-                kw[k] = v
+            if ov is not None:
+                kw[k] = ov
         cfg = cls(**kw)  # type: ignore[arg-type]
         cfg.validate()
         return cfg

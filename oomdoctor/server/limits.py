@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
@@ -99,6 +100,35 @@ class BodyLimitMiddleware:
         except LimitError as exc:
             if not started:
                 await send_json_error(send, exc.status, exc.message, {"connection": "close"})
+
+
+class AccessLogMiddleware:
+    """One line per request: method, path (never the query string), status, milliseconds. No bodies."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.log = logging.getLogger("oomdoctor.server.access")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        status = 500
+
+        async def tracking_send(msg: Message) -> None:
+            nonlocal status
+            if msg["type"] == "http.response.start":
+                status = int(msg["status"])
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        finally:
+            self.log.info(
+                "%s %s %d %.1fms", scope.get("method", "?"), scope.get("path", "?"), status,
+                (time.perf_counter() - t0) * 1000,
+            )
 
 
 def gunzip(data: bytes, max_out: int) -> bytes:

@@ -81,7 +81,7 @@ def verify(
 
 _MENTION = re.compile(r"^\s*<@[A-Z0-9]+(?:\|[^>]*)?>\s*")
 _LINK = re.compile(r"<((?:https?|mailto|tel):[^>|]*)(?:\|([^>]*))?>")
-_FENCE = re.compile(r"^\s*```[^\n]*\n?|\n?```\s*$")
+_FENCE = re.compile(r"^\s*```(?:[A-Za-z0-9_+-]*[ \t]*\n)?|\n?```\s*$")
 
 
 def slack_text_to_log(text: str) -> str:
