@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 
-from tests.test_server import AUTH, MM_TOKEN, SLACK_SECRET, Receiver, base_config, running  # noqa: E402
 from oomdoctor.server.slack import sign  # noqa: E402
+from tests.test_server import AUTH, MM_TOKEN, SLACK_SECRET, Receiver, base_config, running  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +61,7 @@ def test_openapi_fuzz_no_server_error(fuzz_server: str) -> None:
         @given(case=op.as_strategy())
         def check(case) -> None:  # type: ignore[no-untyped-def]
             r = case.call_and_validate(session=session, headers=AUTH, checks=[not_a_server_error], timeout=30)
-            statuses.setdefault(op.label, set()).add(r.status_code)
+            statuses.setdefault(case.operation.label, set()).add(r.status_code)
 
         check()
     session.close()
