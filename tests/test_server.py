@@ -494,7 +494,7 @@ def test_slack_command_wrong_expired_replayed(server: str) -> None:
     assert r.status_code == 401 and r.json() == {"error": "invalid Slack signature"}
     r = slack_post(server, "/slack/commands", body, ts=int(time.time()) - 301)
     assert r.status_code == 401 and "window" in r.json()["error"]
-    r = slack_post(server, "/slack/commands", body, ts=int(time.time()) + 301)
+    r = slack_post(server, "/slack/commands", body, ts=int(time.time()) + 302)
     assert r.status_code == 401
     ts = int(time.time())
     assert slack_post(server, "/slack/commands", body, ts=ts).status_code == 200
@@ -562,6 +562,13 @@ def test_slack_events_url_verification_and_message(deferring_server: str, receiv
     slack_post(deferring_server, "/slack/events", json.dumps(event).encode(), ctype="application/json")
     time.sleep(0.3)
     assert receiver.posts.empty()
+
+
+def test_event_log_text_takes_snippet_preview() -> None:
+    from oomdoctor.server.slack import event_log_text
+
+    event = {"text": "<@U1> why did this die?", "files": [{"mode": "snippet", "preview": "CUDA out of memory &lt;x&gt;"}]}
+    assert event_log_text(event) == "why did this die?\nCUDA out of memory <x>"
 
 
 def test_slack_text_to_log() -> None:
@@ -701,3 +708,17 @@ def test_markdown_max_chars() -> None:
     assert "more finding(s) not shown" in text
     assert "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True --max-num-seqs 64`" in text
     assert "```\nCUDA out of memory. `x` y" in text
+
+
+def test_cli_markdown_and_slack_render_like_the_service(
+    client: httpx.Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from oomdoctor.cli import main
+
+    path = str(ROOT / "fixtures/vllm/vllm-054.log")
+    for fmt in ("markdown", "slack"):
+        main(["--format", fmt, path])
+        cli = capsys.readouterr().out
+        r = client.post("/v1/diagnose", json={"log": VLLM_054.decode(), "format": fmt}, headers=AUTH)
+        served = r.text if fmt == "markdown" else json.dumps(r.json(), indent=2, ensure_ascii=False) + "\n"
+        assert cli.replace(f"{path}:", "line ") == served

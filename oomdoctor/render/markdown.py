@@ -61,12 +61,19 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def location_text(f: Finding) -> str:
+    """``line 12`` for a pasted log (source ``<stdin>``, ``<request>``), ``server.log:12`` for a file."""
+    loc = f.location
+    span = f"{loc.line}" if loc.end_line == loc.line else f"{loc.line}-{loc.end_line}"
+    return f"line {span}" if loc.source.startswith("<") else where(f)
+
+
 def finding_markdown(f: Finding) -> str:
     out: list[str] = []
     sev = "❌" if f.severity == "error" else "⚠️"
     occ = occurrences_note(f)
     out.append(f"### {sev} {f.title}")
-    out.append(f"{code_span(f.kind)} · phase **{f.phase}** · line {where(f)}" + (f" · {occ}" if occ else ""))
+    out.append(f"{code_span(f.kind)} · phase **{f.phase}** · {location_text(f)}" + (f" · {occ}" if occ else ""))
     out.append("")
     out.append(code_block(_clip(f.message, MESSAGE_CHARS)))
     items = figure_items(f)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from oomdoctor.render.common import figure_items, fits_label, occurrences_note, remedy_snippet, where
-from oomdoctor.render.markdown import context_facts, summary_line
+from oomdoctor.render.common import figure_items, fits_label, occurrences_note, remedy_snippet
+from oomdoctor.render.markdown import context_facts, location_text, summary_line
 from oomdoctor.report import Finding, Report
 from oomdoctor.units import format_size
 
@@ -69,7 +69,7 @@ def finding_blocks(f: Finding, max_remedies: int = 6) -> list[dict[str, Any]]:
     sev = ":x:" if f.severity == "error" else ":warning:"
     occ = occurrences_note(f)
     head = (
-        f"{sev} *{esc(f.title)}*\n{code(f.kind)} · phase *{esc(f.phase)}* · line {esc(where(f))}"
+        f"{sev} *{esc(f.title)}*\n{code(f.kind)} · phase *{esc(f.phase)}* · {esc(location_text(f))}"
         + (f" · {esc(occ)}" if occ else "")
     )
     blocks: list[dict[str, Any]] = [{"type": "divider"}, _section(head)]
