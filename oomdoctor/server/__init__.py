@@ -11,19 +11,28 @@ from oomdoctor.server.config import ConfigError, ServerConfig
 __all__ = ["ConfigError", "ServerConfig", "serve"]
 
 
-def serve(config: ServerConfig, *, log_level: str = "info") -> None:
-    """Run uvicorn with ``config`` (blocks). Raises :class:`ConfigError` on an unsafe configuration."""
+def setup_logging(log_level: str) -> None:
+    """The service's own log: access lines (method, path without query string, status, time), never a body."""
     import logging
 
-    import uvicorn
-
-    config.check_exposure()
     ours = logging.getLogger("oomdoctor.server")
-    if not ours.handlers:  # access lines: method, path (no query string), status, time; never a body
+    if not ours.handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s %(message)s"))
         ours.addHandler(handler)
-        ours.setLevel(logging.INFO if log_level in ("info", "debug", "trace") else logging.WARNING)
+        ours.propagate = False
+    ours.setLevel(logging.INFO if log_level in ("info", "debug", "trace") else logging.WARNING)
+
+
+def serve(config: ServerConfig, *, log_level: str = "info") -> None:
+    """Run uvicorn with ``config`` (blocks). Raises :class:`ConfigError` on an unsafe configuration."""
+    import uvicorn
+
+    import os
+
+    config.check_exposure()
+    os.environ["OOMDOCTOR_LOG_LEVEL"] = log_level  # for worker processes
+    setup_logging(log_level)
     common: dict[str, object] = {
         "host": config.host,
         "port": config.port,

@@ -478,4 +478,9 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
 
 def create_app_from_env() -> FastAPI:
     """Factory for ``uvicorn --factory`` and multi-worker mode (configuration from the environment)."""
+    import os
+
+    from oomdoctor.server import setup_logging
+
+    setup_logging(os.environ.get("OOMDOCTOR_LOG_LEVEL", "info"))
     return create_app(ServerConfig.from_env())
