@@ -26,9 +26,9 @@ def setup_logging(log_level: str) -> None:
 
 def serve(config: ServerConfig, *, log_level: str = "info") -> None:
     """Run uvicorn with ``config`` (blocks). Raises :class:`ConfigError` on an unsafe configuration."""
-    import uvicorn
-
     import os
+
+    import uvicorn
 
     config.check_exposure()
     os.environ["OOMDOCTOR_LOG_LEVEL"] = log_level  # for worker processes
