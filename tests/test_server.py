@@ -509,6 +509,14 @@ def test_slack_command_wrong_expired_replayed(server: str) -> None:
     assert r.status_code == 401
 
 
+def test_slack_ssl_check_is_acknowledged_without_analysis(server: str) -> None:
+    r = httpx.post(server + "/slack/commands", content=b"ssl_check=1&token=x")
+    assert r.status_code == 200 and r.json() == {"ok": True}
+    # anything else unsigned is refused, even when it mentions ssl_check
+    r = httpx.post(server + "/slack/commands", content=b"ssl_check=0&text=CUDA+out+of+memory")
+    assert r.status_code == 401
+
+
 def test_slack_command_help(server: str) -> None:
     r = slack_post(server, "/slack/commands", command_body(""))
     assert r.json()["response_type"] == "ephemeral" and "/oomdoctor" in r.json()["text"]

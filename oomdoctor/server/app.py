@@ -351,6 +351,9 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         x_slack_request_timestamp: str | None = Header(None),
     ) -> JSONResponse:
         body = await request.body()
+        if len(body) < 1024 and b"ssl_check=1" in body and _form(body).get("ssl_check") == "1":
+            # Slack's certificate probe (unsigned, as Bolt treats it): acknowledge and do nothing
+            return JSONResponse({"ok": True})
         _slack_headers(request, body)  # on the raw body, before parsing
         form = _form(body)
         text = form.get("text", "").strip()
