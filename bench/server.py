@@ -28,18 +28,29 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-token"
-NOISE = ("error", "Error", "ERROR", "out of memory", "OOM", "Traceback", 'File "', "memory", "Killed", "exhausted")
+NOISE = ("error", "Error", "ERROR", "WARN", "out of memory", "OOM", "Traceback", 'File "', "memory", "Killed",
+         "exhausted", "alloc")
 
 
 def build_log(size: int) -> bytes:
-    """Healthy lines from the fixtures, repeated up to ``size`` bytes, then a real vLLM failure."""
+    """Healthy lines from the real fixtures, repeated up to ``size`` bytes, then a real vLLM failure."""
+    from oomdoctor import diagnose
+
     tail = (ROOT / "fixtures/vllm/vllm-054.log").read_bytes()
     healthy: list[bytes] = []
     for p in sorted((ROOT / "fixtures").glob("*/*.log")):
+        if p.name.startswith("synthetic"):
+            continue
         for line in p.read_bytes().splitlines(keepends=True):
             text = line.decode("utf-8", "replace")
             if text.strip() and not any(n in text for n in NOISE):
                 healthy.append(line)
+    while True:  # drop any line that still makes a finding on its own: the log must fail only once
+        found = diagnose(b"".join(healthy)).findings
+        if not found:
+            break
+        bad = {n for f in found for n in range(f.location.line, f.location.end_line + 1)}
+        healthy = [line for i, line in enumerate(healthy, 1) if i not in bad]
     out = bytearray()
     i = 0
     while len(out) + len(tail) < size:
