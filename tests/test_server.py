@@ -167,11 +167,7 @@ def test_diagnose_json_on_real_vllm_log(client: httpx.Client) -> None:
     assert r.headers["x-oomdoctor-errors"] == "1"
 
 
-@pytest.mark.parametrize(
-    "case",
-    sorted(p.with_suffix("").with_suffix("").name for p in (ROOT / "fixtures").glob("*/*.label.json"))[:0]
-    or ["vllm/vllm-054", "vllm/vllm-041", "pytorch/other-013"],
-)
+@pytest.mark.parametrize("case", ["vllm/vllm-054", "vllm/vllm-041", "pytorch/other-013"])
 def test_diagnose_matches_the_python_api(client: httpx.Client, case: str) -> None:
     """The service gives the same report as oomdoctor.diagnose() on the same bytes."""
     import oomdoctor
