@@ -22,10 +22,19 @@ from oomdoctor.report import Finding, Location, Report, Summary, Tool
 from oomdoctor.rulepack import CompiledRule, RulePack, default_pack
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
 
-_FRAME = regex.compile(r'^\s*File "(?P<path>[^"]*)", line \d+, in (?P<func>[\w<>.\-]+)')
+#: a traceback frame: CPython's ``File "p.py", line 3, in f``, IPython's ``File ~/p.py:3, in C.f(x)``
+#: and Jupyter's rendered ``File [~/p.py:3](http://...), in C.f(x)``
+_FRAME = regex.compile(
+    r'^\s*File (?:"(?P<path>[^"]*)", line \d+|\[?(?P<ipath>[~/.\w][^\s\]]*):\d+(?:\]\([^)\s]*\))?),'
+    r" in (?P<func>[\w<>.\-]+)"
+)
+_FRAME_STARTS = ('file "', "file [", "file ~", "file /")
 _TRACEBACK = "Traceback (most recent call last)"
 #: literals every scan needs besides the rules' own triggers
-_BUILTIN_TRIGGERS = ('file "', "traceback (most recent call last)")
+_BUILTIN_TRIGGERS = (*_FRAME_STARTS, "traceback (most recent call last)")
+#: a line that re-prints another process's failure (vLLM's engine core quoting a worker's
+#: exception): merged into that failure without counting as another occurrence
+_REPRINTS = ("worker failed with error",)
 
 #: lines after a finding during which traceback frames and markers still count for its phase
 AFTER_LINES = 80
@@ -35,6 +44,25 @@ BEFORE_LINES = 200
 SAME_FAILURE_LINES = 400
 #: findings kept at most (a log with endless OOMs still costs bounded memory)
 MAX_FINDINGS = 500
+
+
+_GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda"})
+
+
+def _agree(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Figures that do not contradict each other (every shared name has the same value)."""
+    return all(a[k] == b[k] for k in a.keys() & b.keys())
+
+
+def _specificity(rule: CompiledRule) -> tuple[int, int]:
+    return (rule.rule.engine not in _GENERIC_ENGINES, rule.rule.priority)
+
+
+def _specificity_of(pack: RulePack, rule_id: str) -> tuple[int, int]:
+    try:
+        return _specificity(pack.rule(rule_id))
+    except KeyError:
+        return (0, 0)
 
 
 class RuleTimeout(Exception):
@@ -83,6 +111,8 @@ class Scanner:
         self._findings: list[Finding] = []
         self._open: list[_Open] = []
         self._ready: list[Finding] = []
+        #: per finding (by id): last line it was seen on, and the ranks (None too) that told it
+        self._seen: dict[int, tuple[int, set[str | None]]] = {}
         self._done = False
         self._start_source(source)
 
@@ -155,10 +185,10 @@ class Scanner:
         # traceback frames
         if _TRACEBACK in text:
             self._traceback_at[line.rank] = line.number
-        if 'file "' in low:
+        if any(f in low for f in _FRAME_STARTS):
             m = _FRAME.match(text)
             if m:
-                func = m["func"]
+                func = m["func"].rsplit(".", 1)[-1]  # IPython prints Class.method
                 self._frames.append((line.number, func, line.rank))
                 for o in self._open:
                     if o.line < line.number <= o.line + AFTER_LINES and o.rank == line.rank:
@@ -294,19 +324,8 @@ class Scanner:
                 message = line_text
         message = message[:2000]
         rank = anchor.rank
-        # the same failure again (another rank, or a wrapper re-raising it)?
-        for o in self._open:
-            if o.finding.rule == rule.id and o.finding.location.source == self.source and (
-                o.finding.figures == figures
-                or (rank != o.rank and anchor.number - o.last_line <= SAME_FAILURE_LINES)
-            ):
-                self._merge(o.finding, rank)
-                o.last_line = anchor.number
-                return
-        for f in reversed(self._findings[-20:]):
-            if f.rule == rule.id and f.figures == figures and f.location.source == self.source:
-                self._merge(f, rank)
-                return
+        if self._same_failure(rule, figures, anchor, message, end_line):
+            return
         if len(self._findings) + len(self._open) >= MAX_FINDINGS:
             return
         finding = Finding(
@@ -323,6 +342,7 @@ class Scanner:
             figures=figures,
         )
         o = _Open(finding, rank, anchor.number, last_line=anchor.number)
+        self._seen[id(finding)] = (anchor.number, {rank})
         # evidence before the failure: frames of the traceback that precedes it
         tb = self._traceback_at.get(rank)
         for number, func, frank in self._frames:
@@ -335,26 +355,76 @@ class Scanner:
             o.progress_phase = self._progress[1]
         self._open.append(o)
 
-    @staticmethod
-    def _merge(f: Finding, rank: str | None) -> None:
-        f.occurrences += 1
-        if rank and rank not in f.ranks:
-            f.ranks.append(rank)
+    def _same_failure(
+        self, rule: CompiledRule, figures: dict[str, Any], anchor: Line, message: str, end_line: int
+    ) -> bool:
+        """Merge this match into a finding it repeats; ``True`` when it did.
+
+        The same failure is told several times: by every rank, by the process that logs it and
+        again by the traceback that re-raises it, by vLLM's wrappers quoting the worker's error,
+        and by a vLLM message that explains a PyTorch one. It is the same failure when it is the
+        same rule with the same figures, or, within ``SAME_FAILURE_LINES``, the same rule from
+        another rank, or a message whose figures agree with it (same kind, or a shared figure).
+        A memory warning repeated any number of times stays one finding with its latest figures.
+        """
+        rank = anchor.rank
+        r = rule.rule
+        opened = {id(o.finding): o for o in self._open}
+        candidates = [o.finding for o in self._open] + list(reversed(self._findings[-20:]))
+        for f in candidates:
+            if f.location.source != self.source or f.severity != r.severity:
+                continue
+            last, seen = self._seen.get(id(f), (f.location.end_line, set(f.ranks)))
+            near = anchor.number - last <= SAME_FAILURE_LINES
+            if f.rule == rule.id:
+                same = (
+                    f.figures == figures
+                    or r.severity == "warning"
+                    or (near and (rank not in seen or _agree(f.figures, figures)))
+                )
+            else:
+                shared = set(f.figures) & set(figures)
+                same = near and _agree(f.figures, figures) and (f.kind == r.kind or bool(shared))
+            if not same:
+                continue
+            retold = any(t in anchor.text.lower() for t in _REPRINTS)
+            if not retold and (rank not in seen or (f.rule == rule.id and f.figures == figures and not near)):
+                f.occurrences += 1
+                if rank and rank not in f.ranks:
+                    f.ranks.append(rank)
+            seen.add(rank)
+            self._seen[id(f)] = (max(last, anchor.number), seen)
+            o = opened.get(id(f))
+            if o is not None:
+                o.last_line = max(o.last_line, anchor.number)
+                if f.rule != rule.id and _specificity(rule) > _specificity_of(self.pack, f.rule):
+                    # the more specific message names the failure (a vLLM wrapper over PyTorch's OOM)
+                    f.rule, f.kind, f.engine, f.title, f.message = rule.id, r.kind, r.engine, r.title, message
+                    if r.phase:
+                        f.phase = r.phase
+                f.location.end_line = max(f.location.end_line, end_line)
+            if r.severity == "warning" and f.rule == rule.id:
+                f.figures.update(figures)
+            else:
+                for k, v in figures.items():
+                    f.figures.setdefault(k, v)
+            return True
+        return False
 
     # -- finishing findings --------------------------------------------------------------------
 
     def _phase_for(self, o: _Open) -> str:
         if o.finding.phase != "unknown":
             return o.finding.phase
-        names = set()
-        for f in o.frames:
-            if f.startswith("@"):
-                names.add(f)
-            else:
-                names.add(f)
-        markers = set(o.marker_phases) | {f[1:] for f in names if f.startswith("@")}
+        names = {f for f in o.frames if not f.startswith("@")}
+        markers = set(o.marker_phases) | {f[1:] for f in o.frames if f.startswith("@")}
+        # traceback frames name the failing code exactly; a marker line ("while processing
+        # method initialize_cache") names only the outer step, so frames are asked first
         for ph in self.pack.phases:
-            if ph.frames & names or ph.rule.phase in markers:
+            if ph.frames & names:
+                return ph.rule.phase
+        for ph in self.pack.phases:
+            if ph.rule.phase in markers:
                 return ph.rule.phase
         if o.progress_phase:
             return o.progress_phase
