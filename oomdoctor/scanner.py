@@ -127,7 +127,8 @@ class Scanner:
         self._need_lookahead = 0
         self._claimed_until: dict[str | None, int] = {}
         self._frames: deque[tuple[int, str, str | None]] = deque(maxlen=400)
-        self._traceback_at: dict[str | None, int] = {}
+        #: line numbers of "Traceback (most recent call last)" headers, per rank
+        self._traceback_at: dict[str | None, deque[int]] = {}
         self._progress: tuple[int, str] | None = None
         self._last_line = 0
 
@@ -184,7 +185,7 @@ class Scanner:
         low = text.lower()
         # traceback frames
         if _TRACEBACK in text:
-            self._traceback_at[line.rank] = line.number
+            self._traceback_at.setdefault(line.rank, deque(maxlen=64)).append(line.number)
         if any(f in low for f in _FRAME_STARTS):
             m = _FRAME.match(text)
             if m:
@@ -343,12 +344,18 @@ class Scanner:
         )
         o = _Open(finding, rank, anchor.number, last_line=anchor.number)
         self._seen[id(finding)] = (anchor.number, {rank})
-        # evidence before the failure: frames of the traceback that precedes it
-        tb = self._traceback_at.get(rank)
+        # evidence before the failure (frames of the traceback that precedes it), and the frames
+        # and markers already read after it: a rule with a long window is matched only once its
+        # look-ahead has been read, and those lines must still count
+        # the traceback this failure ends (headers read in its look-ahead belong to later ones)
+        tb = max((n for n in self._traceback_at.get(rank, ()) if n <= anchor.number), default=None)
         for number, func, frank in self._frames:
-            if frank != rank or number > anchor.number or anchor.number - number > BEFORE_LINES:
+            if frank != rank:
                 continue
-            if tb is not None and number < tb:
+            if number <= anchor.number:
+                if anchor.number - number > BEFORE_LINES or (tb is not None and number < tb):
+                    continue
+            elif number > anchor.number + AFTER_LINES:
                 continue
             o.frames.append(func)
         if self._progress is not None:
@@ -388,7 +395,8 @@ class Scanner:
             if not same:
                 continue
             retold = any(t in anchor.text.lower() for t in _REPRINTS)
-            if not retold and (rank not in seen or (f.rule == rule.id and f.figures == figures and not near)):
+            again = f.rule == rule.id and (r.severity == "warning" or (f.figures == figures and not near))
+            if not retold and (rank not in seen or again):
                 f.occurrences += 1
                 if rank and rank not in f.ranks:
                     f.ranks.append(rank)
