@@ -395,6 +395,9 @@ class Scanner:
             if not same:
                 continue
             retold = any(t in anchor.text.lower() for t in _REPRINTS)
+            # another rank's copy of the same message keeps the first rank's figures (its own GPU);
+            # a retelling by the same process, or another message about it, adds what it knows
+            adds = f.rule != rule.id or rank in seen
             again = f.rule == rule.id and (r.severity == "warning" or (f.figures == figures and not near))
             if not retold and (rank not in seen or again):
                 f.occurrences += 1
@@ -413,7 +416,7 @@ class Scanner:
                 f.location.end_line = max(f.location.end_line, end_line)
             if r.severity == "warning" and f.rule == rule.id:
                 f.figures.update(figures)
-            else:
+            elif adds:
                 for k, v in figures.items():
                     f.figures.setdefault(k, v)
             return True
