@@ -40,6 +40,8 @@ _REPRINTS = ("worker failed with error",)
 AFTER_LINES = 80
 #: lines before a finding during which frames of the same traceback count
 BEFORE_LINES = 200
+#: lines before a traceback header in which a marker line still names the failing step
+MARKER_LEAD = 3
 #: a failure repeated by another rank within this many lines is the same failure
 SAME_FAILURE_LINES = 400
 #: findings kept at most (a log with endless OOMs still costs bounded memory)
@@ -353,7 +355,11 @@ class Scanner:
             if frank != rank:
                 continue
             if number <= anchor.number:
-                if anchor.number - number > BEFORE_LINES or (tb is not None and number < tb):
+                if anchor.number - number > BEFORE_LINES:
+                    continue
+                # before its traceback only the line that announced it ("Exception in worker X
+                # while processing method M.", "Error executing method M") still counts
+                if tb is not None and number < tb and not (func.startswith("@") and tb - number <= MARKER_LEAD):
                     continue
             elif number > anchor.number + AFTER_LINES:
                 continue

@@ -189,3 +189,26 @@ def test_later_progress_line_overrides_the_launch_command() -> None:
 def test_healthy_start_has_no_error(name: str) -> None:
     report = scan((FIXTURES / f"{name}.log").read_bytes())
     assert [f.rule for f in report.findings if f.severity == "error"] == []
+
+
+def test_method_named_just_before_the_traceback_gives_the_phase() -> None:
+    p = "(VllmWorkerProcess pid=521) ERROR 12-01 10:00:00 multiproc_worker_utils.py:240] "
+    log = (
+        p + "Exception in worker VllmWorkerProcess while processing method determine_num_available_blocks.\n"
+        + p + "Traceback (most recent call last):\n"
+        + p + '  File "/x/torch/nn/modules/module.py", line 1562, in _call_impl\n'
+        + p + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 1 has a total capacity of 23.55 GiB of which 1.00 MiB is free.\n"
+    )
+    assert only(scan(log)).phase == "profiling"
+
+
+def test_a_marker_long_before_the_traceback_does_not_count() -> None:
+    p = "(VllmWorkerProcess pid=521) ERROR 12-01 10:00:00 multiproc_worker_utils.py:240] "
+    log = (
+        p + "Exception in worker VllmWorkerProcess while processing method load_model.\n"
+        + "".join(p + f"INFO line {i}\n" for i in range(6))
+        + p + "Traceback (most recent call last):\n"
+        + p + '  File "/x/torch/nn/modules/module.py", line 1562, in _call_impl\n'
+        + p + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 1 has a total capacity of 23.55 GiB of which 1.00 MiB is free.\n"
+    )
+    assert only(scan(log)).phase == "unknown"
