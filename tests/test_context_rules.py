@@ -37,6 +37,9 @@ def test_context_example(rule_id: str, index: int, example: dict[str, Any]) -> N
             got = ctx.extra.get(key)
         if got != want:
             problems.append(f"{key}: expected {want!r}, got {got!r}")
+    for key in example.get("absent", []):
+        if getattr(ctx, key):
+            problems.append(f"{key}: expected nothing, got {getattr(ctx, key)!r}")
     assert not problems, "; ".join(problems)
 
 
