@@ -22,19 +22,24 @@ from oomdoctor.report import Finding, Location, Report, Summary, Tool
 from oomdoctor.rulepack import CompiledRule, RulePack, default_pack
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
 
-#: a traceback frame: CPython's ``File "p.py", line 3, in f``, IPython's ``File ~/p.py:3, in C.f(x)``
-#: and Jupyter's rendered ``File [~/p.py:3](http://...), in C.f(x)``
 _FRAME = regex.compile(
-    r'^\s*File (?:"(?P<path>[^"]*)", line \d+|\[?(?P<ipath>[~/.\w][^\s\]]*):\d+(?:\]\([^)\s]*\))?),'
-    r" in (?P<func>[\w<>.\-]+)"
+    r'^\s*File "(?P<path>[^"]*)", line \d+, in (?P<func>[\w<>.\-]+)'
+    # IPython >= 8 / Jupyter: "File ~/x/cache_engine.py:64, in CacheEngine._allocate_kv_cache(self, ...)",
+    # rendered as "File [~/x/cache_engine.py:64](http://...), in ..." when pasted from a notebook
+    r"|^\s*File \[?(?P<path>[^\s\]]+?\.py):\d+(?:\]\([^)]*\))?, in (?:[\w<>]+\.)*(?P<func>[\w<>\-]+)\("
+    # IPython <= 7: "~/lib/python3.7/site-packages/torch/nn/modules/module.py in _call_impl(self, *input)"
+    r"|^\s*(?P<path>\S+\.py) in (?P<func>[\w<>\-]+)\("
+    # the second half of a frame line wrapped by a terminal: 'io\queueing.py", line 536, in process_events'
+    r'|^(?P<path>[^"\s]*)", line \d+, in (?P<func>[\w<>.\-]+)\s*$'
 )
-_FRAME_STARTS = ('file "', "file [", "file ~", "file /")
 _TRACEBACK = "Traceback (most recent call last)"
-#: literals every scan needs besides the rules' own triggers
-_BUILTIN_TRIGGERS = (*_FRAME_STARTS, "traceback (most recent call last)")
 #: a line that re-prints another process's failure (vLLM's engine core quoting a worker's
 #: exception): merged into that failure without counting as another occurrence
 _REPRINTS = ("worker failed with error",)
+#: literals every scan needs besides the rules' own triggers
+_BUILTIN_TRIGGERS = (
+    'file "', "traceback (most recent call last)", ".py in ", "file [", "file ~", "file /", '", line ',
+)
 
 #: lines after a finding during which traceback frames and markers still count for its phase
 AFTER_LINES = 80
@@ -88,6 +93,8 @@ class _Open:
     before_phase: str | None = None
     progress_phase: str | None = None
     last_line: int = 0
+    #: ranks of merged occurrences: their frames count as evidence too
+    merged_ranks: set[str | None] = field(default_factory=set)
 
 
 class Scanner:
@@ -131,7 +138,7 @@ class Scanner:
         self._frames: deque[tuple[int, str, str | None]] = deque(maxlen=400)
         #: line numbers of "Traceback (most recent call last)" headers, per rank
         self._traceback_at: dict[str | None, deque[int]] = {}
-        self._progress: tuple[int, str] | None = None
+        self._progress: deque[tuple[int, str]] = deque(maxlen=64)
         self._last_line = 0
 
     def new_source(self, name: str) -> None:
@@ -188,13 +195,15 @@ class Scanner:
         # traceback frames
         if _TRACEBACK in text:
             self._traceback_at.setdefault(line.rank, deque(maxlen=64)).append(line.number)
-        if any(f in low for f in _FRAME_STARTS):
+        if "file " in low or ".py in " in low or '", line ' in low:
             m = _FRAME.match(text)
             if m:
-                func = m["func"].rsplit(".", 1)[-1]  # IPython prints Class.method
+                func = m["func"]
                 self._frames.append((line.number, func, line.rank))
                 for o in self._open:
-                    if o.line < line.number <= o.line + AFTER_LINES and o.rank == line.rank:
+                    if o.line < line.number <= o.line + AFTER_LINES and (
+                        o.rank == line.rank or line.rank in o.merged_ranks
+                    ):
                         o.frames.append(func)
         # phase markers and progress lines
         for ph in self.pack.phases:
@@ -209,7 +218,7 @@ class Scanner:
                     break
             for pat in ph.progress:
                 if pat.search(text, timeout=REGEX_TIMEOUT):
-                    self._progress = (line.number, ph.rule.phase)
+                    self._progress.append((line.number, ph.rule.phase))
                     break
         # context lines
         for ctx in self.pack.contexts:
@@ -271,6 +280,11 @@ class Scanner:
     def _search(
         self, rule: CompiledRule, anchor: Line, window: list[Line]
     ) -> tuple[Any, str, int]:
+        # Try the window joined with "\n" (lines broken at a word boundary) and with "" (a
+        # terminal that wrapped mid-word, "20.00 M" / "iB"); keep the reading that fills more
+        # named groups, the "\n" one on a tie.
+        best: tuple[Any, str, int] | None = None
+        best_score = -1
         for joiner in ("\n", ""):
             text = anchor.text + (joiner + joiner.join(w.text for w in window) if window else "")
             try:
@@ -280,16 +294,18 @@ class Scanner:
                     f'{rule.source}: rule "{rule.id}": pattern: regex timed out (catastrophic backtracking?)'
                 ) from None
             if m is not None and m.start() <= len(anchor.text):
-                end_line = anchor.number
-                consumed = len(anchor.text)
-                for w in window:
-                    if m.end() > consumed + len(joiner):
-                        end_line = w.number
-                    consumed += len(joiner) + len(w.text)
-                return m, text, end_line
+                score = sum(v is not None for v in m.groupdict().values())
+                if score > best_score:
+                    end_line = anchor.number
+                    consumed = len(anchor.text)
+                    for w in window:
+                        if m.end() > consumed + len(joiner):
+                            end_line = w.number
+                        consumed += len(joiner) + len(w.text)
+                    best, best_score = (m, text, end_line), score
             if not window:
                 break
-        return None, "", anchor.number
+        return best if best is not None else (None, "", anchor.number)
 
     def _extract(self, rule: CompiledRule, m: Any, text: str) -> dict[str, Any]:
         r = rule.rule
@@ -346,27 +362,33 @@ class Scanner:
         )
         o = _Open(finding, rank, anchor.number, last_line=anchor.number)
         self._seen[id(finding)] = (anchor.number, {rank})
-        # evidence before the failure (frames of the traceback that precedes it), and the frames
-        # and markers already read after it: a rule with a long window is matched only once its
-        # look-ahead has been read, and those lines must still count
+        o.frames.extend(self._evidence(anchor, rank))
+        before = [ph for number, ph in self._progress if number <= anchor.number]
+        if before:
+            o.progress_phase = before[-1]
+        self._open.append(o)
+
+    def _evidence(self, anchor: Line, rank: str | None) -> list[str]:
+        """Frames (and "@phase" markers) of ``rank`` already seen for a failure at ``anchor``:
+        the traceback that precedes it, and what came while its look-ahead window filled."""
+        out: list[str] = []
         # the traceback this failure ends (headers read in its look-ahead belong to later ones)
         tb = max((n for n in self._traceback_at.get(rank, ()) if n <= anchor.number), default=None)
         for number, func, frank in self._frames:
             if frank != rank:
                 continue
-            if number <= anchor.number:
-                if anchor.number - number > BEFORE_LINES:
-                    continue
-                # before its traceback only the line that announced it ("Exception in worker X
-                # while processing method M.", "Error executing method M") still counts
-                if tb is not None and number < tb and not (func.startswith("@") and tb - number <= MARKER_LEAD):
-                    continue
-            elif number > anchor.number + AFTER_LINES:
+            if number > anchor.number:
+                if number - anchor.number <= AFTER_LINES:
+                    out.append(func)
                 continue
-            o.frames.append(func)
-        if self._progress is not None:
-            o.progress_phase = self._progress[1]
-        self._open.append(o)
+            if anchor.number - number > BEFORE_LINES:
+                continue
+            # before its traceback only the line that announced it ("Exception in worker X
+            # while processing method M.", "Error executing method M") still counts
+            if tb is not None and number < tb and not (func.startswith("@") and tb - number <= MARKER_LEAD):
+                continue
+            out.append(func)
+        return out
 
     def _same_failure(
         self, rule: CompiledRule, figures: dict[str, Any], anchor: Line, message: str, end_line: int
@@ -414,6 +436,9 @@ class Scanner:
             o = opened.get(id(f))
             if o is not None:
                 o.last_line = max(o.last_line, anchor.number)
+                if rank != o.rank and rank not in o.merged_ranks:
+                    o.merged_ranks.add(rank)
+                    o.frames.extend(self._evidence(anchor, rank))
                 if f.rule != rule.id and _specificity(rule) > _specificity_of(self.pack, f.rule):
                     # the more specific message names the failure (a vLLM wrapper over PyTorch's OOM)
                     f.rule, f.kind, f.engine, f.title, f.message = rule.id, r.kind, r.engine, r.title, message

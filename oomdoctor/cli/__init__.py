@@ -30,20 +30,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _invoke(app, args: list[str]) -> int:
-    import click
+    """Run a typer app without its own exit handling; usage errors become one line, exit 2.
 
+    typer vendors click from 0.22 on, so click's exception classes are recognised by shape
+    (``format_message`` + ``exit_code``) rather than imported.
+    """
     from oomdoctor.cli.errors import fail
 
     try:
         result = app(args=args, prog_name="oomdoctor", standalone_mode=False)
-    except click.exceptions.NoSuchOption as exc:
-        return fail(f"no such option: {exc.option_name}")
-    except click.exceptions.BadParameter as exc:
-        return fail(exc.format_message())
-    except click.exceptions.UsageError as exc:
-        return fail(exc.format_message())
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.exceptions.Abort:
-        return 130
+    except Exception as exc:
+        name = type(exc).__name__
+        if name == "Exit":
+            return int(getattr(exc, "exit_code", 0))
+        if name == "Abort":
+            return 130
+        if name == "NoArgsIsHelpError":
+            sys.stdout.write(str(getattr(exc, "ctx", None) and exc.ctx.get_help()) + "\n")  # type: ignore[attr-defined]
+            return 2
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            return fail(exc.format_message())
+        raise
     return int(result or 0)
