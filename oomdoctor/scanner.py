@@ -33,6 +33,9 @@ _FRAME = regex.compile(
     r'|^(?P<path>[^"\s]*)", line \d+, in (?P<func>[\w<>.\-]+)\s*$'
 )
 _TRACEBACK = "Traceback (most recent call last)"
+#: a line that re-prints another process's failure (vLLM's engine core quoting a worker's
+#: exception): merged into that failure without counting as another occurrence
+_REPRINTS = ("worker failed with error",)
 #: literals every scan needs besides the rules' own triggers
 _BUILTIN_TRIGGERS = (
     'file "', "traceback (most recent call last)", ".py in ", "file [", "file ~", "file /", '", line ',
@@ -42,10 +45,31 @@ _BUILTIN_TRIGGERS = (
 AFTER_LINES = 80
 #: lines before a finding during which frames of the same traceback count
 BEFORE_LINES = 200
+#: lines before a traceback header in which a marker line still names the failing step
+MARKER_LEAD = 3
 #: a failure repeated by another rank within this many lines is the same failure
 SAME_FAILURE_LINES = 400
 #: findings kept at most (a log with endless OOMs still costs bounded memory)
 MAX_FINDINGS = 500
+
+
+_GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda"})
+
+
+def _agree(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Figures that do not contradict each other (every shared name has the same value)."""
+    return all(a[k] == b[k] for k in a.keys() & b.keys())
+
+
+def _specificity(rule: CompiledRule) -> tuple[int, int]:
+    return (rule.rule.engine not in _GENERIC_ENGINES, rule.rule.priority)
+
+
+def _specificity_of(pack: RulePack, rule_id: str) -> tuple[int, int]:
+    try:
+        return _specificity(pack.rule(rule_id))
+    except KeyError:
+        return (0, 0)
 
 
 class RuleTimeout(Exception):
@@ -96,6 +120,8 @@ class Scanner:
         self._findings: list[Finding] = []
         self._open: list[_Open] = []
         self._ready: list[Finding] = []
+        #: per finding (by id): last line it was seen on, and the ranks (None too) that told it
+        self._seen: dict[int, tuple[int, set[str | None]]] = {}
         self._done = False
         self._start_source(source)
 
@@ -110,7 +136,8 @@ class Scanner:
         self._need_lookahead = 0
         self._claimed_until: dict[str | None, int] = {}
         self._frames: deque[tuple[int, str, str | None]] = deque(maxlen=400)
-        self._traceback_at: dict[str | None, int] = {}
+        #: line numbers of "Traceback (most recent call last)" headers, per rank
+        self._traceback_at: dict[str | None, deque[int]] = {}
         self._progress: deque[tuple[int, str]] = deque(maxlen=64)
         self._last_line = 0
 
@@ -188,7 +215,7 @@ class Scanner:
         low = text.lower()
         # traceback frames
         if _TRACEBACK in text:
-            self._traceback_at[line.rank] = line.number
+            self._traceback_at.setdefault(line.rank, deque(maxlen=64)).append(line.number)
         if "file " in low or ".py in " in low or '", line ' in low:
             m = _FRAME.match(text)
             if m:
@@ -337,22 +364,8 @@ class Scanner:
                 message = line_text
         message = message[:2000]
         rank = anchor.rank
-        # the same failure again (another rank, or a wrapper re-raising it)?
-        for o in self._open:
-            if o.finding.rule == rule.id and o.finding.location.source == self.source and (
-                o.finding.figures == figures
-                or (rank != o.rank and anchor.number - o.last_line <= SAME_FAILURE_LINES)
-            ):
-                self._merge(o.finding, rank)
-                o.last_line = anchor.number
-                if rank != o.rank and rank not in o.merged_ranks:
-                    o.merged_ranks.add(rank)
-                    o.frames.extend(self._evidence(anchor, rank))
-                return
-        for f in reversed(self._findings[-20:]):
-            if f.rule == rule.id and f.figures == figures and f.location.source == self.source:
-                self._merge(f, rank)
-                return
+        if self._same_failure(rule, figures, anchor, message, end_line):
+            return
         if len(self._findings) + len(self._open) >= MAX_FINDINGS:
             return
         finding = Finding(
@@ -369,6 +382,7 @@ class Scanner:
             figures=figures,
         )
         o = _Open(finding, rank, anchor.number, last_line=anchor.number)
+        self._seen[id(finding)] = (anchor.number, {rank})
         o.frames.extend(self._evidence(anchor, rank))
         before = [ph for number, ph in self._progress if number <= anchor.number]
         if before:
@@ -379,7 +393,8 @@ class Scanner:
         """Frames (and "@phase" markers) of ``rank`` already seen for a failure at ``anchor``:
         the traceback that precedes it, and what came while its look-ahead window filled."""
         out: list[str] = []
-        tb = self._traceback_at.get(rank)
+        # the traceback this failure ends (headers read in its look-ahead belong to later ones)
+        tb = max((n for n in self._traceback_at.get(rank, ()) if n <= anchor.number), default=None)
         for number, func, frank in self._frames:
             if frank != rank:
                 continue
@@ -389,31 +404,90 @@ class Scanner:
                 continue
             if anchor.number - number > BEFORE_LINES:
                 continue
-            if tb is not None and number < tb:
+            # before its traceback only the line that announced it ("Exception in worker X
+            # while processing method M.", "Error executing method M") still counts
+            if tb is not None and number < tb and not (func.startswith("@") and tb - number <= MARKER_LEAD):
                 continue
             out.append(func)
         return out
 
-    @staticmethod
-    def _merge(f: Finding, rank: str | None) -> None:
-        f.occurrences += 1
-        if rank and rank not in f.ranks:
-            f.ranks.append(rank)
+    def _same_failure(
+        self, rule: CompiledRule, figures: dict[str, Any], anchor: Line, message: str, end_line: int
+    ) -> bool:
+        """Merge this match into a finding it repeats; ``True`` when it did.
+
+        The same failure is told several times: by every rank, by the process that logs it and
+        again by the traceback that re-raises it, by vLLM's wrappers quoting the worker's error,
+        and by a vLLM message that explains a PyTorch one. It is the same failure when it is the
+        same rule with the same figures, or, within ``SAME_FAILURE_LINES``, the same rule from
+        another rank, or a message whose figures agree with it (same kind, or a shared figure).
+        A memory warning repeated any number of times stays one finding with its latest figures.
+        """
+        rank = anchor.rank
+        r = rule.rule
+        opened = {id(o.finding): o for o in self._open}
+        candidates = [o.finding for o in self._open] + list(reversed(self._findings[-20:]))
+        for f in candidates:
+            if f.location.source != self.source or f.severity != r.severity:
+                continue
+            last, seen = self._seen.get(id(f), (f.location.end_line, set(f.ranks)))
+            near = anchor.number - last <= SAME_FAILURE_LINES
+            if f.rule == rule.id:
+                same = (
+                    f.figures == figures
+                    or r.severity == "warning"
+                    or (near and (rank not in seen or _agree(f.figures, figures)))
+                )
+            else:
+                shared = set(f.figures) & set(figures)
+                same = near and _agree(f.figures, figures) and (f.kind == r.kind or bool(shared))
+            if not same:
+                continue
+            retold = any(t in anchor.text.lower() for t in _REPRINTS)
+            # another rank's copy of the same message keeps the first rank's figures (its own GPU);
+            # a retelling by the same process, or another message about it, adds what it knows
+            adds = f.rule != rule.id or rank in seen
+            again = f.rule == rule.id and (r.severity == "warning" or (f.figures == figures and not near))
+            if not retold and (rank not in seen or again):
+                f.occurrences += 1
+                if rank and rank not in f.ranks:
+                    f.ranks.append(rank)
+            seen.add(rank)
+            self._seen[id(f)] = (max(last, anchor.number), seen)
+            o = opened.get(id(f))
+            if o is not None:
+                o.last_line = max(o.last_line, anchor.number)
+                if rank != o.rank and rank not in o.merged_ranks:
+                    o.merged_ranks.add(rank)
+                    o.frames.extend(self._evidence(anchor, rank))
+                if f.rule != rule.id and _specificity(rule) > _specificity_of(self.pack, f.rule):
+                    # the more specific message names the failure (a vLLM wrapper over PyTorch's OOM)
+                    f.rule, f.kind, f.engine, f.title, f.message = rule.id, r.kind, r.engine, r.title, message
+                    if r.phase:
+                        f.phase = r.phase
+                f.location.end_line = max(f.location.end_line, end_line)
+            if r.severity == "warning" and f.rule == rule.id:
+                f.figures.update(figures)
+            elif adds:
+                for k, v in figures.items():
+                    f.figures.setdefault(k, v)
+            return True
+        return False
 
     # -- finishing findings --------------------------------------------------------------------
 
     def _phase_for(self, o: _Open) -> str:
         if o.finding.phase != "unknown":
             return o.finding.phase
-        names = set()
-        for f in o.frames:
-            if f.startswith("@"):
-                names.add(f)
-            else:
-                names.add(f)
-        markers = set(o.marker_phases) | {f[1:] for f in names if f.startswith("@")}
+        names = {f for f in o.frames if not f.startswith("@")}
+        markers = set(o.marker_phases) | {f[1:] for f in o.frames if f.startswith("@")}
+        # traceback frames name the failing code exactly; a marker line ("while processing
+        # method initialize_cache") names only the outer step, so frames are asked first
         for ph in self.pack.phases:
-            if ph.frames & names or ph.rule.phase in markers:
+            if ph.frames & names:
+                return ph.rule.phase
+        for ph in self.pack.phases:
+            if ph.rule.phase in markers:
                 return ph.rule.phase
         if o.progress_phase:
             return o.progress_phase
