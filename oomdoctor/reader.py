@@ -26,32 +26,72 @@ class LineSplitter:
         self._overflow = False
         self.line_number = 0
 
-    def feed_block(self, data: bytes) -> tuple[int, bytes]:
+    def feed_block(self, data: bytes, count: bool = True) -> tuple[int, bytes]:
         """Return ``(first_line_number, block)`` where ``block`` holds only complete lines.
 
         The block ends with ``\\n`` (or is empty). Bytes after the last newline are kept for the
         next call. A line longer than the cap is cut at the cap; the cut part is discarded.
+        With ``count=False`` the caller counts the block's lines itself and reports them with
+        :meth:`advance` before the next call (saves a pass over the block).
         """
         end = data.rfind(b"\n")
         if end < 0:
             self._keep(data)
             return self.line_number + 1, b""
-        head = data[: end + 1]
         if self._partial or self._overflow:
-            first_nl = head.find(b"\n")
-            self._keep(head[:first_nl])
-            first_line = bytes(self._partial) + b"\n"
-            head = first_line + head[first_nl + 1 :]
+            first_nl = data.find(b"\n")
+            self._keep(memoryview(data)[:first_nl])
+            head = b"".join((self._partial, b"\n", memoryview(data)[first_nl + 1 : end + 1]))
             self._partial.clear()
             self._overflow = False
+        else:
+            head = data if end == len(data) - 1 else data[: end + 1]
         first = self.line_number + 1
-        if len(head) > self._max * 4 and head.count(b"\n") < len(head) // self._max:
+        if len(head) > self._max * 4 and _fewer_newlines(head, len(head) // self._max):
             head = _cap_lines(head, self._max)
-        self.line_number += head.count(b"\n")
-        self._keep(data[end + 1 :])
+        if count:
+            self.line_number += head.count(b"\n")
+        if end + 1 < len(data):
+            self._keep(memoryview(data)[end + 1 :])
         return first, head
 
-    def _keep(self, tail: bytes) -> None:
+    def feed_spans(self, data: bytes) -> tuple[bytes, int, int]:
+        """Like ``feed_block(data, count=False)`` without copying ``data``.
+
+        Returns ``(head, lo, hi)``: ``head`` is a (small) block of complete lines that comes
+        first (the line started by earlier calls, finished now; ``b""`` if none), then
+        ``data[lo:hi]`` holds the following complete lines (``lo == hi`` if none). Line numbers
+        and :meth:`advance` work as with ``feed_block(..., count=False)``, head first.
+        """
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._keep(data)
+            return b"", 0, 0
+        lo, hi = 0, end + 1
+        head = b""
+        if self._partial or self._overflow:
+            lo = data.find(b"\n") + 1
+            head_len = min(len(self._partial) + lo, self._max + 1)
+            total = head_len + hi - lo
+            if total > self._max * 4 and _fewer_newlines(data, total // self._max - 1, lo, hi):
+                _, block = self.feed_block(data, count=False)  # rare: lines over the cap
+                return block, 0, 0
+            self._keep(memoryview(data)[: lo - 1])
+            head = bytes(self._partial) + b"\n"
+            self._partial.clear()
+            self._overflow = False
+        elif hi > self._max * 4 and _fewer_newlines(data, hi // self._max, 0, hi):
+            _, block = self.feed_block(data, count=False)
+            return block, 0, 0
+        if hi < len(data):
+            self._keep(memoryview(data)[hi:])
+        return head, lo, hi
+
+    def advance(self, lines: int) -> None:
+        """Count ``lines`` lines of a block taken with ``feed_block(..., count=False)``."""
+        self.line_number += lines
+
+    def _keep(self, tail: bytes | memoryview) -> None:
         if self._overflow:
             return
         room = self._max - len(self._partial)
@@ -70,6 +110,18 @@ class LineSplitter:
         self._overflow = False
         self.line_number += 1
         return self.line_number, line
+
+
+def _fewer_newlines(block: bytes, k: int, lo: int = 0, hi: int | None = None) -> bool:
+    """``block.count(b"\\n", lo, hi) < k`` without counting past ``k`` (``k`` is small)."""
+    hi = len(block) if hi is None else hi
+    pos = lo - 1
+    find = block.find
+    for _ in range(k):
+        pos = find(b"\n", pos + 1, hi)
+        if pos < 0:
+            return True
+    return False
 
 
 def _cap_lines(block: bytes, cap: int) -> bytes:

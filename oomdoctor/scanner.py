@@ -33,6 +33,9 @@ _FRAME = regex.compile(
     r'|^(?P<path>[^"\s]*)", line \d+, in (?P<func>[\w<>.\-]+)\s*$'
 )
 _TRACEBACK = "Traceback (most recent call last)"
+#: a line that re-prints another process's failure (vLLM's engine core quoting a worker's
+#: exception): merged into that failure without counting as another occurrence
+_REPRINTS = ("worker failed with error",)
 #: literals every scan needs besides the rules' own triggers
 _BUILTIN_TRIGGERS = (
     'file "', "traceback (most recent call last)", ".py in ", "file [", "file ~", "file /", '", line ',
@@ -42,6 +45,8 @@ _BUILTIN_TRIGGERS = (
 AFTER_LINES = 80
 #: lines before a finding during which frames of the same traceback count
 BEFORE_LINES = 200
+#: lines before a traceback header in which a marker line still names the failing step
+MARKER_LEAD = 3
 #: a failure repeated by another rank within this many lines is the same failure
 SAME_FAILURE_LINES = 400
 #: rule engines that name a library, not the tool that printed the log: such findings take the
@@ -49,6 +54,25 @@ SAME_FAILURE_LINES = 400
 _GENERIC_ENGINES = frozenset({"pytorch", "python", "ggml", "xla", "host", "nccl"})
 #: findings kept at most (a log with endless OOMs still costs bounded memory)
 MAX_FINDINGS = 500
+
+
+_GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda"})
+
+
+def _agree(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Figures that do not contradict each other (every shared name has the same value)."""
+    return all(a[k] == b[k] for k in a.keys() & b.keys())
+
+
+def _specificity(rule: CompiledRule) -> tuple[int, int]:
+    return (rule.rule.engine not in _GENERIC_ENGINES, rule.rule.priority)
+
+
+def _specificity_of(pack: RulePack, rule_id: str) -> tuple[int, int]:
+    try:
+        return _specificity(pack.rule(rule_id))
+    except KeyError:
+        return (0, 0)
 
 
 class RuleTimeout(Exception):
@@ -100,6 +124,8 @@ class Scanner:
         self._findings: list[Finding] = []
         self._open: list[_Open] = []
         self._ready: list[Finding] = []
+        #: per finding (by id): last line it was seen on, and the ranks (None too) that told it
+        self._seen: dict[int, tuple[int, set[str | None]]] = {}
         self._done = False
         self._start_source(source)
 
@@ -133,7 +159,8 @@ class Scanner:
         self._need_lookahead = 0
         self._claimed_until: dict[str | None, int] = {}
         self._frames: deque[tuple[int, str, str | None]] = deque(maxlen=400)
-        self._traceback_at: dict[str | None, int] = {}
+        #: line numbers of "Traceback (most recent call last)" headers, per rank
+        self._traceback_at: dict[str | None, deque[int]] = {}
         self._progress: deque[tuple[int, str]] = deque(maxlen=64)
         self._last_line = 0
 
@@ -146,41 +173,62 @@ class Scanner:
 
     def feed(self, data: bytes) -> None:
         """Consume a chunk of bytes (any size, any split)."""
-        first, block = self._splitter.feed_block(data)
-        if block:
-            self._scan_block(first, block)
+        head, lo, hi = self._splitter.feed_spans(data)  # no copy of ``data``
+        if head:
+            self._scan_block(self._splitter.line_number + 1, head)
+        if hi > lo:
+            self._scan_block(self._splitter.line_number + 1, data, lo, hi)
 
-    def _scan_block(self, first: int, block: bytes) -> None:
-        spans = self._prefilter.line_spans(block)
-        wanted: list[tuple[int, int, int]] = []  # (line number, start, end)
-        n = len(block)
+    def _scan_block(self, first: int, block: bytes, lo: int = 0, hi: int | None = None) -> None:
+        # Only candidate lines (a trigger on them) are decoded and matched. A line holding a
+        # rule's trigger also brings the next ``lookahead`` lines (its window); other candidates
+        # (context, phase, traceback frames) stand alone. Line numbers come from counting
+        # newlines between candidates (C speed); the splitter is told the block's total.
+        n = len(block) if hi is None else hi
+        spans = self._prefilter.line_spans(block, lo, n)
+        count = block.count
+        find = block.find
         lookahead = self._lookahead
-        cur_pos, cur_line = 0, first
-        # look-ahead owed from the previous block
-        while self._need_lookahead > 0 and cur_pos < n:
-            end = block.find(b"\n", cur_pos)
-            wanted.append((cur_line, cur_pos, end))
-            cur_pos, cur_line = end + 1, cur_line + 1
-            self._need_lookahead -= 1
+        owe = self._need_lookahead
+        rule_triggers = self._rule_trigger_set()
+        process = self._process
+        pos, line = lo, first  # the next line not yet processed or skipped
         for start, end in spans:
-            if start < cur_pos:
-                continue
-            cur_line += block.count(b"\n", cur_pos, start)
-            wanted.append((cur_line, start, end))
-            p, k = end + 1, 0
-            while k < lookahead and p < n:
-                e = block.find(b"\n", p)
-                k += 1
-                wanted.append((cur_line + k, p, e))
-                p = e + 1
-            self._need_lookahead = lookahead - k
-            cur_pos, cur_line = p, cur_line + k + 1
-        for number, start, end in wanted:
-            for line in normalise(number, block[start:end]):
-                self._process(line)
-        self._last_line = first + block.count(b"\n") - 1
+            while owe > 0 and pos < start:
+                e = find(b"\n", pos)
+                for ln in normalise(line, block[pos:e]):
+                    process(ln)
+                pos, line, owe = e + 1, line + 1, owe - 1
+            if pos < start:
+                line += count(b"\n", pos, start)
+            raw = block[start:end]
+            for ln in normalise(line, raw):
+                process(ln)
+            pos, line = end + 1, line + 1
+            if owe > 0:
+                owe -= 1
+            low = raw.lower()
+            if any(t in low for t in rule_triggers):
+                owe = lookahead
+        while owe > 0 and pos < n:
+            e = find(b"\n", pos)
+            for ln in normalise(line, block[pos:e]):
+                process(ln)
+            pos, line, owe = e + 1, line + 1, owe - 1
+        if pos < n:
+            line += count(b"\n", pos, n)
+        self._need_lookahead = owe
+        self._splitter.advance(line - first)
+        self._last_line = line - 1
         self._evaluate_pending(final=False)
         self._age_open(final=False)
+
+    def _rule_trigger_set(self) -> tuple[bytes, ...]:
+        cached: tuple[bytes, ...] | None = getattr(self, "_rule_triggers_b", None)
+        if cached is None:
+            cached = tuple({t.lower().encode("utf-8") for r in self.pack.rules for t in r.triggers if t})
+            self._rule_triggers_b = cached
+        return cached
 
     # -- per line ------------------------------------------------------------------------------
 
@@ -190,7 +238,7 @@ class Scanner:
         low = text.lower()
         # traceback frames
         if _TRACEBACK in text:
-            self._traceback_at[line.rank] = line.number
+            self._traceback_at.setdefault(line.rank, deque(maxlen=64)).append(line.number)
         if "file " in low or ".py in " in low or '", line ' in low:
             m = _FRAME.match(text)
             if m:
@@ -352,22 +400,8 @@ class Scanner:
                 message = line_text
         message = message[:2000]
         rank = anchor.rank
-        # the same failure again (another rank, or a wrapper re-raising it)?
-        for o in self._open:
-            if o.finding.rule == rule.id and o.finding.location.source == self.source and (
-                o.finding.figures == figures
-                or (rank != o.rank and anchor.number - o.last_line <= SAME_FAILURE_LINES)
-            ):
-                self._merge(o.finding, rank)
-                o.last_line = anchor.number
-                if rank != o.rank and rank not in o.merged_ranks:
-                    o.merged_ranks.add(rank)
-                    o.frames.extend(self._evidence(anchor, rank))
-                return
-        for f in reversed(self._findings[-20:]):
-            if f.rule == rule.id and f.figures == figures and f.location.source == self.source:
-                self._merge(f, rank)
-                return
+        if self._same_failure(rule, figures, anchor, message, end_line):
+            return
         if len(self._findings) + len(self._open) >= MAX_FINDINGS:
             return
         finding = Finding(
@@ -386,6 +420,7 @@ class Scanner:
         if rule.rule.engine not in _GENERIC_ENGINES:
             self._collector.vote_engine(rule.rule.engine, anchor.number)
         o = _Open(finding, rank, anchor.number, last_line=anchor.number)
+        self._seen[id(finding)] = (anchor.number, {rank})
         o.frames.extend(self._evidence(anchor, rank))
         before = [ph for number, ph in self._progress if number <= anchor.number]
         if before:
@@ -396,7 +431,8 @@ class Scanner:
         """Frames (and "@phase" markers) of ``rank`` already seen for a failure at ``anchor``:
         the traceback that precedes it, and what came while its look-ahead window filled."""
         out: list[str] = []
-        tb = self._traceback_at.get(rank)
+        # the traceback this failure ends (headers read in its look-ahead belong to later ones)
+        tb = max((n for n in self._traceback_at.get(rank, ()) if n <= anchor.number), default=None)
         for number, func, frank in self._frames:
             if frank != rank:
                 continue
@@ -406,31 +442,90 @@ class Scanner:
                 continue
             if anchor.number - number > BEFORE_LINES:
                 continue
-            if tb is not None and number < tb:
+            # before its traceback only the line that announced it ("Exception in worker X
+            # while processing method M.", "Error executing method M") still counts
+            if tb is not None and number < tb and not (func.startswith("@") and tb - number <= MARKER_LEAD):
                 continue
             out.append(func)
         return out
 
-    @staticmethod
-    def _merge(f: Finding, rank: str | None) -> None:
-        f.occurrences += 1
-        if rank and rank not in f.ranks:
-            f.ranks.append(rank)
+    def _same_failure(
+        self, rule: CompiledRule, figures: dict[str, Any], anchor: Line, message: str, end_line: int
+    ) -> bool:
+        """Merge this match into a finding it repeats; ``True`` when it did.
+
+        The same failure is told several times: by every rank, by the process that logs it and
+        again by the traceback that re-raises it, by vLLM's wrappers quoting the worker's error,
+        and by a vLLM message that explains a PyTorch one. It is the same failure when it is the
+        same rule with the same figures, or, within ``SAME_FAILURE_LINES``, the same rule from
+        another rank, or a message whose figures agree with it (same kind, or a shared figure).
+        A memory warning repeated any number of times stays one finding with its latest figures.
+        """
+        rank = anchor.rank
+        r = rule.rule
+        opened = {id(o.finding): o for o in self._open}
+        candidates = [o.finding for o in self._open] + list(reversed(self._findings[-20:]))
+        for f in candidates:
+            if f.location.source != self.source or f.severity != r.severity:
+                continue
+            last, seen = self._seen.get(id(f), (f.location.end_line, set(f.ranks)))
+            near = anchor.number - last <= SAME_FAILURE_LINES
+            if f.rule == rule.id:
+                same = (
+                    f.figures == figures
+                    or r.severity == "warning"
+                    or (near and (rank not in seen or _agree(f.figures, figures)))
+                )
+            else:
+                shared = set(f.figures) & set(figures)
+                same = near and _agree(f.figures, figures) and (f.kind == r.kind or bool(shared))
+            if not same:
+                continue
+            retold = any(t in anchor.text.lower() for t in _REPRINTS)
+            # another rank's copy of the same message keeps the first rank's figures (its own GPU);
+            # a retelling by the same process, or another message about it, adds what it knows
+            adds = f.rule != rule.id or rank in seen
+            again = f.rule == rule.id and (r.severity == "warning" or (f.figures == figures and not near))
+            if not retold and (rank not in seen or again):
+                f.occurrences += 1
+                if rank and rank not in f.ranks:
+                    f.ranks.append(rank)
+            seen.add(rank)
+            self._seen[id(f)] = (max(last, anchor.number), seen)
+            o = opened.get(id(f))
+            if o is not None:
+                o.last_line = max(o.last_line, anchor.number)
+                if rank != o.rank and rank not in o.merged_ranks:
+                    o.merged_ranks.add(rank)
+                    o.frames.extend(self._evidence(anchor, rank))
+                if f.rule != rule.id and _specificity(rule) > _specificity_of(self.pack, f.rule):
+                    # the more specific message names the failure (a vLLM wrapper over PyTorch's OOM)
+                    f.rule, f.kind, f.engine, f.title, f.message = rule.id, r.kind, r.engine, r.title, message
+                    if r.phase:
+                        f.phase = r.phase
+                f.location.end_line = max(f.location.end_line, end_line)
+            if r.severity == "warning" and f.rule == rule.id:
+                f.figures.update(figures)
+            elif adds:
+                for k, v in figures.items():
+                    f.figures.setdefault(k, v)
+            return True
+        return False
 
     # -- finishing findings --------------------------------------------------------------------
 
     def _phase_for(self, o: _Open) -> str:
         if o.finding.phase != "unknown":
             return o.finding.phase
-        names = set()
-        for f in o.frames:
-            if f.startswith("@"):
-                names.add(f)
-            else:
-                names.add(f)
-        markers = set(o.marker_phases) | {f[1:] for f in names if f.startswith("@")}
+        names = {f for f in o.frames if not f.startswith("@")}
+        markers = set(o.marker_phases) | {f[1:] for f in o.frames if f.startswith("@")}
+        # traceback frames name the failing code exactly; a marker line ("while processing
+        # method initialize_cache") names only the outer step, so frames are asked first
         for ph in self.pack.phases:
-            if ph.frames & names or ph.rule.phase in markers:
+            if ph.frames & names:
+                return ph.rule.phase
+        for ph in self.pack.phases:
+            if ph.rule.phase in markers:
                 return ph.rule.phase
         if o.progress_phase:
             return o.progress_phase
@@ -460,6 +555,10 @@ class Scanner:
         """Decide everything seen so far (after a quiet spell in pipe mode); input may continue."""
         self._evaluate_pending(final=True)
         self._age_open(final=True)
+
+    def findings_so_far(self) -> int:
+        """How many findings the scan has made so far (for progress displays)."""
+        return len(self._findings) + len(self._open)
 
     def poll(self) -> list[Finding]:
         """Findings finished since the last poll, with their remedies (for live output)."""
