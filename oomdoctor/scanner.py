@@ -49,14 +49,13 @@ BEFORE_LINES = 200
 MARKER_LEAD = 3
 #: a failure repeated by another rank within this many lines is the same failure
 SAME_FAILURE_LINES = 400
-#: rule engines that name a library, not the tool that printed the log: such findings take the
-#: detected engine's name, and do not vote for one
-_GENERIC_ENGINES = frozenset({"pytorch", "python", "ggml", "xla", "host", "nccl"})
 #: findings kept at most (a log with endless OOMs still costs bounded memory)
 MAX_FINDINGS = 500
 
 
-_GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda"})
+#: rule engines that name a library, not the tool that printed the log: such findings take the
+#: detected engine's name, do not vote for one, and yield to a more specific rule's message
+_GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda", "ggml", "xla", "host", "nccl"})
 
 
 def _agree(a: dict[str, Any], b: dict[str, Any]) -> bool:

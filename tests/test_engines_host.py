@@ -32,7 +32,7 @@ def test_corpus_ray_memory_monitor(rel: str) -> None:
 
 def test_corpus_dataloader_bus_error() -> None:
     f = only_error(diagnose("pytorch/other-049.log"))
-    assert (f.kind, f.phase, f.occurrences) == ("host.shm-insufficient", "training", 4)
+    assert (f.kind, f.phase) == ("host.shm-insufficient", "training")
 
 
 def test_cgroup_kill() -> None:
