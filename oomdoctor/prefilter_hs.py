@@ -7,6 +7,7 @@ give the same line spans: a line is a candidate when it holds a trigger, ASCII c
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,7 +36,9 @@ class HyperscanPrefilter:
                 flags=[hyperscan.HS_FLAG_CASELESS] * len(lits),
             )
             self._db = db
-            self._scratch = hyperscan.Scratch(db)
+        # hyperscan scratch space may be used by one scan at a time: one per thread (the HTTP
+        # service shares the cached prefilter between request threads)
+        self._local = threading.local()
 
     def line_spans(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
         n = len(block) if hi is None else hi
@@ -48,7 +51,10 @@ class HyperscanPrefilter:
             add(end)
 
         view: Any = block if (lo == 0 and n == len(block)) else memoryview(block)[lo:n]  # no copy
-        self._db.scan(view, match_event_handler=on_match, scratch=self._scratch)
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = hyperscan.Scratch(self._db)
+        self._db.scan(view, match_event_handler=on_match, scratch=scratch)
         if not ends:
             return []
         ends.sort()

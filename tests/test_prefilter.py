@@ -308,3 +308,31 @@ def test_feed_spans_cuts_the_same_lines_as_feed_block_without_copying() -> None:
             got_b.append((first_b, head + chunk[lo:hi]))
         assert got_a == got_b, data
         assert a.close() == b.close()
+
+
+def test_hyperscan_prefilter_is_safe_across_threads() -> None:
+    """The cached prefilter is shared by the HTTP service's request threads."""
+    import threading
+
+    hs = pytest.importorskip("hyperscan")
+    del hs
+    from oomdoctor.prefilter_hs import HyperscanPrefilter
+
+    pf = HyperscanPrefilter(["out of memory", "killed"])
+    block = b"ok\nCUDA out of memory\nfine\nKilled\n" * 2000
+    want = pf.line_spans(block)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(20):
+                assert pf.line_spans(block) == want
+        except BaseException as exc:  # collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
