@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import os
 import queue
+import select
 import signal
 import sys
 import threading
@@ -42,6 +43,9 @@ QUEUE_CHUNKS = 64
 SIGNAL_GRACE_SECONDS = 2.0
 #: and the caller waits this long for it at most
 SIGNAL_JOIN_SECONDS = 5.0
+
+#: poll interval of ``stop_when_idle``
+IDLE_POLL = 0.2
 
 _END = object()
 
@@ -218,12 +222,14 @@ def run_pipe(
     handle_signals: bool = True,
     max_chunks: int = QUEUE_CHUNKS,
     quiet: float = QUIET_SECONDS,
-    on_chunk: Callable[[], None] | None = None,
+    stop_when_idle: Callable[[], bool] | None = None,
 ) -> PipeResult:
     """Copy ``in_fd`` to ``out_fd`` (None: no passthrough) and analyse it on the side until EOF.
 
     ``on_findings`` is called from the analyser thread. The returned result holds the final
-    report (None when analysis stopped or did not finish).
+    report (None when analysis stopped or did not finish). ``stop_when_idle``, if given, is
+    asked every ``IDLE_POLL`` seconds without input whether to stop before EOF (``oomdoctor run``:
+    the child has exited but a grandchild still holds the pipe open).
     """
     result = PipeResult()
     analyser = _Analyser(scanner, on_findings, result, max_chunks, quiet)
@@ -235,6 +241,12 @@ def run_pipe(
     try:
         try:
             while True:
+                if stop_when_idle is not None:
+                    ready, _, _ = select.select([in_fd], [], [], IDLE_POLL)
+                    if not ready:
+                        if stop_when_idle():
+                            break
+                        continue
                 try:
                     data = os.read(in_fd, READ_SIZE)
                 except OSError as exc:
@@ -258,8 +270,6 @@ def run_pipe(
                         analyser.offer(data)
                         break
                 analyser.offer(data)
-                if on_chunk is not None:
-                    on_chunk()
         except KeyboardInterrupt:
             result.signal = signal.SIGINT
         except _Terminated:
