@@ -84,6 +84,7 @@ class Scanner:
         self._open: list[_Open] = []
         self._ready: list[Finding] = []
         self._done = False
+        self._timing = ""  # the context/phase rule whose regex runs (named by RuleTimeout)
         self._start_source(source)
 
     # -- sources -------------------------------------------------------------------------------
@@ -116,13 +117,26 @@ class Scanner:
         _, args = parse_argv(shlex.join(argv))
         self._collector.apply_args(args, list(argv))
 
+    def set_command(self, argv: list[str]) -> None:
+        """The exact command that produced the log (``oomdoctor run``): ``Context.command`` and
+        the launch arguments parsed from it, as if the log had printed them."""
+        import shlex
+
+        from oomdoctor.context import parse_argv
+
+        _, args = parse_argv(shlex.join(argv))
+        self._collector.apply_args(args, list(argv))
+
     # -- feeding -------------------------------------------------------------------------------
 
     def feed(self, data: bytes) -> None:
         """Consume a chunk of bytes (any size, any split)."""
         first, block = self._splitter.feed_block(data)
         if block:
-            self._scan_block(first, block)
+            try:
+                self._scan_block(first, block)
+            except TimeoutError:  # a context or phase regex (rule patterns raise RuleTimeout)
+                raise RuleTimeout(f"{self._timing}: regex timed out (catastrophic backtracking?)") from None
 
     def _scan_block(self, first: int, block: bytes) -> None:
         spans = self._prefilter.line_spans(block)
@@ -177,6 +191,7 @@ class Scanner:
         for ph in self.pack.phases:
             if ph.triggers and not any(t in low for t in ph.triggers):
                 continue
+            self._timing = f'phase "{ph.rule.phase}"'
             for pat in ph.markers:
                 if pat.search(text, timeout=REGEX_TIMEOUT):
                     for o in self._open:
@@ -192,6 +207,7 @@ class Scanner:
         for ctx in self.pack.contexts:
             if not any(t in low for t in ctx.triggers):
                 continue
+            self._timing = f'{ctx.source}: context "{ctx.rule.id}": pattern'
             m = ctx.pattern.search(text, timeout=REGEX_TIMEOUT)
             if m is None:
                 continue
@@ -269,6 +285,14 @@ class Scanner:
         return None, "", anchor.number
 
     def _extract(self, rule: CompiledRule, m: Any, text: str) -> dict[str, Any]:
+        try:
+            return self._extract_figures(rule, m, text)
+        except TimeoutError:
+            raise RuleTimeout(
+                f'{rule.source}: rule "{rule.id}": extract: regex timed out (catastrophic backtracking?)'
+            ) from None
+
+    def _extract_figures(self, rule: CompiledRule, m: Any, text: str) -> dict[str, Any]:
         r = rule.rule
         groups = {k: v for k, v in m.groupdict().items()}
         figures = groups_to_figures(groups, r.types, r.units)
