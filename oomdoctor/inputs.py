@@ -8,13 +8,14 @@ are read once and put back in front of the stream.
 from __future__ import annotations
 
 import bz2
+import contextlib
 import gzip
 import io
 import lzma
 import os
 import stat
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 BLOCK = 1 << 20
 
@@ -53,7 +54,7 @@ class _Prefixed(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b) -> int:  # type: ignore[no-untyped-def,override]
+    def readinto(self, b: Any) -> int:
         if self._head:
             n = min(len(b), len(self._head))
             b[:n] = self._head[:n]
@@ -95,7 +96,7 @@ def _open(path: str) -> tuple[BinaryIO, str | None]:
         raw.close()
         raise InputError(_os_message(path, exc, "read")) from None
     kind = _magic(head)
-    stream: BinaryIO = io.BufferedReader(_Prefixed(head, raw), BLOCK)  # type: ignore[arg-type]
+    stream: BinaryIO = io.BufferedReader(_Prefixed(head, raw), BLOCK)
     if kind == "gzip":
         return gzip.GzipFile(fileobj=stream, mode="rb"), kind  # type: ignore[return-value]
     if kind == "bzip2":
@@ -132,7 +133,8 @@ def read_blocks(path: str, block: int = BLOCK) -> Iterator[bytes]:
     try:
         while True:
             try:
-                data = f.read(block)
+                # read1: whatever the decompressor has, so a truncated file yields all it can
+                data = f.read1(block) if kind is not None and hasattr(f, "read1") else f.read(block)
             except EOFError:
                 raise InputError(
                     f"{path}: truncated {kind} file: the report covers the {done} bytes read before the end",
@@ -141,7 +143,7 @@ def read_blocks(path: str, block: int = BLOCK) -> Iterator[bytes]:
             except Exception as exc:  # zlib/lzma/bz2/zstd each raise their own error types
                 if kind is None and not isinstance(exc, OSError):
                     raise
-                if kind is None:
+                if kind is None and isinstance(exc, OSError):
                     raise InputError(_os_message(path, exc, "read"), partial=done > 0) from None
                 detail = " ".join(str(exc).split()) or type(exc).__name__
                 raise InputError(
@@ -153,7 +155,5 @@ def read_blocks(path: str, block: int = BLOCK) -> Iterator[bytes]:
             done += len(data)
             yield data
     finally:
-        try:
+        with contextlib.suppress(Exception):  # closing a corrupt stream may fail again
             f.close()
-        except Exception:  # closing a corrupt stream may fail again; nothing left to report
-            pass

@@ -117,16 +117,6 @@ class Scanner:
         _, args = parse_argv(shlex.join(argv))
         self._collector.apply_args(args, list(argv))
 
-    def set_command(self, argv: list[str]) -> None:
-        """The exact command that produced the log (``oomdoctor run``): ``Context.command`` and
-        the launch arguments parsed from it, as if the log had printed them."""
-        import shlex
-
-        from oomdoctor.context import parse_argv
-
-        _, args = parse_argv(shlex.join(argv))
-        self._collector.apply_args(args, list(argv))
-
     # -- feeding -------------------------------------------------------------------------------
 
     def feed(self, data: bytes) -> None:

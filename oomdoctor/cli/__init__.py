@@ -5,6 +5,7 @@ The CLI is a thin adapter over the core (``oomdoctor.diagnose``, ``Scanner``, re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -40,22 +41,39 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _invoke(app, args: list[str]) -> int:
-    import click
+def _exception_modules() -> list:
+    """click's exceptions, from typer's vendored copy (typer >= 0.20) and/or click itself."""
+    import importlib
 
+    mods = []
+    with contextlib.suppress(ImportError):
+        mods.append(importlib.import_module("typer._click.exceptions"))
+    try:
+        from click import exceptions as plain
+
+        mods.append(plain)
+    except ImportError:
+        pass
+    return mods
+
+
+def _invoke(app, args: list[str]) -> int:
     from oomdoctor.cli.errors import fail
+
+    mods = _exception_modules()
+
+    def kinds(name: str) -> tuple[type[BaseException], ...]:
+        return tuple(getattr(m, name) for m in mods if hasattr(m, name))
 
     try:
         result = app(args=args, prog_name="oomdoctor", standalone_mode=False)
-    except click.exceptions.NoSuchOption as exc:
-        return fail(f"no such option: {exc.option_name}")
-    except click.exceptions.BadParameter as exc:
-        return fail(exc.format_message())
-    except click.exceptions.UsageError as exc:
-        return fail(exc.format_message())
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.exceptions.Abort:
+    except kinds("NoSuchOption") as exc:
+        return fail(f"no such option: {exc.option_name}")  # type: ignore[attr-defined]
+    except kinds("UsageError") as exc:  # BadParameter, MissingParameter, ... are UsageErrors
+        return fail(exc.format_message())  # type: ignore[attr-defined]
+    except kinds("Exit") as exc:
+        return int(exc.exit_code)  # type: ignore[attr-defined]
+    except kinds("Abort"):
         return 130
     return int(result or 0)
 

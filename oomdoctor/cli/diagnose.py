@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -137,7 +137,7 @@ def _file_mode(
 class LiveFindings:
     """Prints findings on stderr as soon as the scanner finishes them (text format only)."""
 
-    def __init__(self, live: bool, stream: object = None) -> None:
+    def __init__(self, live: bool, stream: Any = None) -> None:
         self.live = live
         self.stream = stream or sys.stderr
         self.shown: set[int] = set()
@@ -151,8 +151,8 @@ class LiveFindings:
 
     def _write(self, text: str) -> None:
         try:
-            self.stream.write(text)  # type: ignore[attr-defined]
-            self.stream.flush()  # type: ignore[attr-defined]
+            self.stream.write(text)
+            self.stream.flush()
         except (OSError, ValueError):
             pass
 

@@ -100,7 +100,7 @@ class _Follower:
         except OSError as exc:
             raise RuntimeError(f"{self.path}: cannot open: {exc.strerror or exc}") from None
         st = os.fstat(fh.fileno())
-        self.fh = fh  # type: ignore[assignment]
+        self.fh = fh
         self.ident = (st.st_dev, st.st_ino)
         self.opened += 1
         if self.opened > 1:

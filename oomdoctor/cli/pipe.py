@@ -21,6 +21,7 @@ Guarantees (tested in tests/test_pipe*.py):
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import queue
 import select
@@ -55,7 +56,7 @@ class _Terminated(BaseException):
 
 
 class _Gap:
-    __slots__ = ("newlines", "nbytes")
+    __slots__ = ("nbytes", "newlines")
 
     def __init__(self) -> None:
         self.nbytes = 0
@@ -167,10 +168,10 @@ class _Analyser(threading.Thread):
                     self.result.skipped_bytes += len(item)
                 continue
             if isinstance(item, _Gap):
-                self._guard(lambda gap=item: _feed_newlines(scanner, gap.newlines))
+                self._guard(functools.partial(_feed_newlines, scanner, item.newlines))
                 continue
             assert isinstance(item, bytes)
-            self._guard(lambda data=item: self._feed(data))
+            self._guard(functools.partial(self._feed, item))
             dirty = True
         if self.active:
             try:

@@ -10,6 +10,7 @@ cannot be started: 127 (not found) or 126 (not executable), with one line on std
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -109,10 +110,8 @@ def run_command(
     os.close(write_fd)
 
     def forward(signum: int, frame: object) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
     exited_at: list[float] = []
