@@ -134,6 +134,12 @@ def _file_mode(
     return exit_code(report, fail_on)
 
 
+def warm_imports() -> None:
+    """Import what the first live finding needs (run in the analyser thread, off the passthrough)."""
+    import oomdoctor.advisor
+    import oomdoctor.render.text  # noqa: F401
+
+
 class LiveFindings:
     """Prints findings on stderr as soon as the scanner finishes them (text format only)."""
 
@@ -182,10 +188,11 @@ def _pipe_mode(pack: object, hints: dict[str, str], fmt: str, output: str | None
     scanner = Scanner(pack, source="<stdin>", hints=hints)  # type: ignore[arg-type]
     live = LiveFindings(fmt == "text" and not output)
     try:
+        in_fd = sys.stdin.fileno()
         out_fd = None if quiet else sys.stdout.fileno()
-    except (OSError, ValueError):
-        return fail("stdout is not a file descriptor")
-    result = run_pipe(scanner, live, out_fd=out_fd)
+    except (OSError, ValueError, AttributeError):
+        return fail("stdin/stdout is not a file descriptor")
+    result = run_pipe(scanner, live, in_fd=in_fd, out_fd=out_fd, warmup=warm_imports)
     report = result.report
     if report is not None:
         live.summary(report, fmt, output, quiet=result.downstream_closed)

@@ -101,8 +101,10 @@ class _Analyser(threading.Thread):
         result: PipeResult,
         max_chunks: int,
         quiet: float,
+        warmup: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name="oomdoctor-analyser", daemon=True)
+        self.warmup = warmup
         self.scanner = scanner
         self.on_findings = on_findings
         self.result = result
@@ -151,6 +153,8 @@ class _Analyser(threading.Thread):
     def run(self) -> None:
         scanner = self.scanner
         dirty = False
+        if self.warmup is not None:  # imports the first finding would otherwise wait for
+            self._guard(self.warmup)
         while True:
             try:
                 item = self.q.get(timeout=self.quiet if dirty else None)
@@ -224,6 +228,7 @@ def run_pipe(
     max_chunks: int = QUEUE_CHUNKS,
     quiet: float = QUIET_SECONDS,
     stop_when_idle: Callable[[], bool] | None = None,
+    warmup: Callable[[], None] | None = None,
 ) -> PipeResult:
     """Copy ``in_fd`` to ``out_fd`` (None: no passthrough) and analyse it on the side until EOF.
 
@@ -233,7 +238,7 @@ def run_pipe(
     the child has exited but a grandchild still holds the pipe open).
     """
     result = PipeResult()
-    analyser = _Analyser(scanner, on_findings, result, max_chunks, quiet)
+    analyser = _Analyser(scanner, on_findings, result, max_chunks, quiet, warmup)
     restore: dict[int, object] = {}
     if handle_signals and threading.current_thread() is threading.main_thread():
         restore[signal.SIGTERM] = signal.signal(signal.SIGTERM, _raise_terminated)

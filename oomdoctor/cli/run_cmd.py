@@ -78,7 +78,7 @@ def run(
 def run_command(
     argv: list[str], pack: object, hints: dict[str, str], fmt: str, output: str | None, *, use_pty: bool = False
 ) -> int:
-    from oomdoctor.cli.diagnose import LiveFindings
+    from oomdoctor.cli.diagnose import LiveFindings, warm_imports
     from oomdoctor.cli.pipe import run_pipe
     from oomdoctor.scanner import Scanner
 
@@ -130,7 +130,8 @@ def run_command(
         except (OSError, ValueError):
             out_fd = None
         result = run_pipe(
-            scanner, live, in_fd=read_fd, out_fd=out_fd, handle_signals=False, stop_when_idle=child_gone
+            scanner, live, in_fd=read_fd, out_fd=out_fd, handle_signals=False, stop_when_idle=child_gone,
+            warmup=warm_imports,
         )
         os.close(read_fd)
         status = proc.wait()
