@@ -45,7 +45,7 @@ class LineSplitter:
             self._partial.clear()
             self._overflow = False
         first = self.line_number + 1
-        if len(head) > self._max * 4 and head.count(b"\n") < len(head) // self._max:
+        if len(head) > self._max and _has_long_line(head, self._max):
             head = _cap_lines(head, self._max)
         self.line_number += head.count(b"\n")
         self._keep(data[end + 1 :])
@@ -70,6 +70,24 @@ class LineSplitter:
         self._overflow = False
         self.line_number += 1
         return self.line_number, line
+
+
+_LONG_LINE: dict[int, re.Pattern[bytes]] = {}
+
+
+def _has_long_line(block: bytes, cap: int) -> bool:
+    """Whether a line of ``block`` is longer than ``cap`` (linear: tried at line starts only)."""
+    first = block.find(b"\n")
+    if first > cap:
+        return True
+    # fast path: a line longer than cap contains a whole newline-free window of cap // 2 bytes
+    half = max(cap // 2, 1)
+    if all(block.find(b"\n", s, s + half) >= 0 for s in range(first, len(block) - half + 1, half)):
+        return False
+    pat = _LONG_LINE.get(cap)
+    if pat is None:
+        pat = _LONG_LINE[cap] = re.compile(b"\n[^\n]{%d}" % (cap + 1))
+    return pat.search(block, first) is not None
 
 
 def _cap_lines(block: bytes, cap: int) -> bytes:
