@@ -143,3 +143,9 @@ def test_signals_are_forwarded_to_the_childs_process_group() -> None:
         assert f"grandchild got {sig.name}" in text, text
         assert proc.returncode == 7, (sig, proc.returncode, err)
         assert b"Traceback" not in err
+
+
+def test_pty_gives_the_command_a_terminal() -> None:
+    proc = run("--pty", "--", sys.executable, "-c", "import sys; print(sys.stdout.isatty(), sys.stderr.isatty())")
+    assert proc.stdout.replace(b"\r\n", b"\n") == b"True True\n"
+    assert proc.returncode == 0
