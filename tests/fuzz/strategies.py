@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from hypothesis import strategies as st
@@ -70,7 +71,7 @@ def split(data: bytes, cuts: list[int]) -> list[bytes]:
     if not data:
         return [data]
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:])]
+    return [data[a:b] for a, b in itertools.pairwise(points)]
 
 
 cut_points = st.lists(st.integers(0, 1 << 30), max_size=12)
