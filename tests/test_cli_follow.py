@@ -50,7 +50,7 @@ def test_follow_across_rotation_and_truncation(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_bytes(b"INFO starting\n")
     f = Follow(log)
-    time.sleep(0.5)
+    time.sleep(0.3)
     with log.open("ab") as fh:  # lines arriving
         fh.write(KV_LOG)
     f.wait_for(TITLE_KV)
@@ -72,12 +72,14 @@ def test_follow_across_rotation_and_truncation(tmp_path: Path) -> None:
 def test_follow_waits_for_a_missing_file_and_stops_cleanly(tmp_path: Path) -> None:
     log = tmp_path / "later.log"
     f = Follow(log)
-    time.sleep(0.8)
+    assert f.proc.stderr is not None
+    waiting = f.proc.stderr.readline()  # also proves it is up (signal handlers installed)
+    assert waiting.decode() == f"oomdoctor: waiting for {log} to appear\n"
     log.write_bytes(b"INFO hello\n")
     time.sleep(0.5)
     code, out, err = f.stop(signal.SIGTERM)
     assert code == 0
-    assert err.decode() == f"oomdoctor: waiting for {log} to appear\n"
+    assert err == b""
     assert out.endswith(b"oomdoctor: no out-of-memory failure found.\n")
 
 

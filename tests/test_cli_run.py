@@ -86,7 +86,7 @@ def test_options_after_the_command_belong_to_the_command() -> None:
     assert proc.returncode == 0
 
 
-def _wait_for(proc: subprocess.Popen[bytes], needle: bytes, timeout: float = 20) -> bytes:
+def _wait_for(proc: subprocess.Popen[bytes], needle: bytes, timeout: float = 40) -> bytes:
     assert proc.stdout is not None
     buf = b""
     deadline = time.monotonic() + timeout
