@@ -26,32 +26,72 @@ class LineSplitter:
         self._overflow = False
         self.line_number = 0
 
-    def feed_block(self, data: bytes) -> tuple[int, bytes]:
+    def feed_block(self, data: bytes, count: bool = True) -> tuple[int, bytes]:
         """Return ``(first_line_number, block)`` where ``block`` holds only complete lines.
 
         The block ends with ``\\n`` (or is empty). Bytes after the last newline are kept for the
         next call. A line longer than the cap is cut at the cap; the cut part is discarded.
+        With ``count=False`` the caller counts the block's lines itself and reports them with
+        :meth:`advance` before the next call (saves a pass over the block).
         """
         end = data.rfind(b"\n")
         if end < 0:
             self._keep(data)
             return self.line_number + 1, b""
-        head = data[: end + 1]
         if self._partial or self._overflow:
-            first_nl = head.find(b"\n")
-            self._keep(head[:first_nl])
-            first_line = bytes(self._partial) + b"\n"
-            head = first_line + head[first_nl + 1 :]
+            first_nl = data.find(b"\n")
+            self._keep(memoryview(data)[:first_nl])
+            head = b"".join((self._partial, b"\n", memoryview(data)[first_nl + 1 : end + 1]))
             self._partial.clear()
             self._overflow = False
+        else:
+            head = data if end == len(data) - 1 else data[: end + 1]
         first = self.line_number + 1
         if len(head) > self._max and _has_long_line(head, self._max):
             head = _cap_lines(head, self._max)
-        self.line_number += head.count(b"\n")
-        self._keep(data[end + 1 :])
+        if count:
+            self.line_number += head.count(b"\n")
+        if end + 1 < len(data):
+            self._keep(memoryview(data)[end + 1 :])
         return first, head
 
-    def _keep(self, tail: bytes) -> None:
+    def feed_spans(self, data: bytes) -> tuple[bytes, int, int]:
+        """Like ``feed_block(data, count=False)`` without copying ``data``.
+
+        Returns ``(head, lo, hi)``: ``head`` is a (small) block of complete lines that comes
+        first (the line started by earlier calls, finished now; ``b""`` if none), then
+        ``data[lo:hi]`` holds the following complete lines (``lo == hi`` if none). Line numbers
+        and :meth:`advance` work as with ``feed_block(..., count=False)``, head first.
+        """
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._keep(data)
+            return b"", 0, 0
+        lo, hi = 0, end + 1
+        head = b""
+        if self._partial or self._overflow:
+            lo = data.find(b"\n") + 1
+            head_len = min(len(self._partial) + lo, self._max + 1)
+            head_len + hi - lo
+            if hi - lo > self._max and _has_long_line(data, self._max, lo, hi):
+                _, block = self.feed_block(data, count=False)  # rare: lines over the cap
+                return block, 0, 0
+            self._keep(memoryview(data)[: lo - 1])
+            head = bytes(self._partial) + b"\n"
+            self._partial.clear()
+            self._overflow = False
+        elif hi > self._max and _has_long_line(data, self._max, 0, hi):
+            _, block = self.feed_block(data, count=False)
+            return block, 0, 0
+        if hi < len(data):
+            self._keep(memoryview(data)[hi:])
+        return head, lo, hi
+
+    def advance(self, lines: int) -> None:
+        """Count ``lines`` lines of a block taken with ``feed_block(..., count=False)``."""
+        self.line_number += lines
+
+    def _keep(self, tail: bytes | memoryview) -> None:
         if self._overflow:
             return
         room = self._max - len(self._partial)
@@ -75,19 +115,26 @@ class LineSplitter:
 _LONG_LINE: dict[int, re.Pattern[bytes]] = {}
 
 
-def _has_long_line(block: bytes, cap: int) -> bool:
-    """Whether a line of ``block`` is longer than ``cap`` (linear: tried at line starts only)."""
-    first = block.find(b"\n")
-    if first > cap:
+def _has_long_line(block: bytes, cap: int, lo: int = 0, hi: int | None = None) -> bool:
+    """Whether a line of ``block[lo:hi]`` is longer than ``cap``.
+
+    Exact (findings must not depend on where chunks split), and cheap: a line longer than
+    ``cap`` contains a whole newline-free window of ``cap // 2`` bytes, so a few ``find`` calls
+    clear an ordinary block; only a suspicious one gets the linear regex check.
+    """
+    hi = len(block) if hi is None else hi
+    first = block.find(b"\n", lo, hi)
+    if first < 0:
+        return hi - lo > cap
+    if first - lo > cap:
         return True
-    # fast path: a line longer than cap contains a whole newline-free window of cap // 2 bytes
     half = max(cap // 2, 1)
-    if all(block.find(b"\n", s, s + half) >= 0 for s in range(first, len(block) - half + 1, half)):
+    if all(block.find(b"\n", s, s + half) >= 0 for s in range(first, hi - half + 1, half)):
         return False
     pat = _LONG_LINE.get(cap)
     if pat is None:
         pat = _LONG_LINE[cap] = re.compile(b"\n[^\n]{%d}" % (cap + 1))
-    return pat.search(block, first) is not None
+    return pat.search(block, first, hi) is not None
 
 
 def _cap_lines(block: bytes, cap: int) -> bytes:

@@ -137,3 +137,17 @@ class Report(_Model):
 def report_json_schema() -> dict[str, Any]:
     """The JSON Schema of :class:`Report` (committed as ``oomdoctor/report.schema.json``)."""
     return Report.model_json_schema()
+
+
+def main() -> None:
+    """Write ``oomdoctor/report.schema.json`` (``python -c "from oomdoctor.report import main; main()"``)."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).with_name("report.schema.json")
+    path.write_text(json.dumps(report_json_schema(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

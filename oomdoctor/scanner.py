@@ -22,19 +22,56 @@ from oomdoctor.report import Finding, Location, Report, Summary, Tool
 from oomdoctor.rulepack import CompiledRule, RulePack, default_pack
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
 
-_FRAME = regex.compile(r'^\s*File "(?P<path>[^"]*)", line \d+, in (?P<func>[\w<>.\-]+)')
+_FRAME = regex.compile(
+    r'^\s*File "(?P<path>[^"]*)", line \d+, in (?P<func>[\w<>.\-]+)'
+    # IPython >= 8 / Jupyter: "File ~/x/cache_engine.py:64, in CacheEngine._allocate_kv_cache(self, ...)",
+    # rendered as "File [~/x/cache_engine.py:64](http://...), in ..." when pasted from a notebook
+    r"|^\s*File \[?(?P<path>[^\s\]]+?\.py):\d+(?:\]\([^)]*\))?, in (?:[\w<>]+\.)*(?P<func>[\w<>\-]+)\("
+    # IPython <= 7: "~/lib/python3.7/site-packages/torch/nn/modules/module.py in _call_impl(self, *input)"
+    r"|^\s*(?P<path>\S+\.py) in (?P<func>[\w<>\-]+)\("
+    # the second half of a frame line wrapped by a terminal: 'io\queueing.py", line 536, in process_events'
+    r'|^(?P<path>[^"\s]*)", line \d+, in (?P<func>[\w<>.\-]+)\s*$'
+)
 _TRACEBACK = "Traceback (most recent call last)"
+#: a line that re-prints another process's failure (vLLM's engine core quoting a worker's
+#: exception): merged into that failure without counting as another occurrence
+_REPRINTS = ("worker failed with error",)
 #: literals every scan needs besides the rules' own triggers
-_BUILTIN_TRIGGERS = ('file "', "traceback (most recent call last)")
+_BUILTIN_TRIGGERS = (
+    'file "', "traceback (most recent call last)", ".py in ", "file [", "file ~", "file /", '", line ',
+)
 
 #: lines after a finding during which traceback frames and markers still count for its phase
 AFTER_LINES = 80
 #: lines before a finding during which frames of the same traceback count
 BEFORE_LINES = 200
+#: lines before a traceback header in which a marker line still names the failing step
+MARKER_LEAD = 3
 #: a failure repeated by another rank within this many lines is the same failure
 SAME_FAILURE_LINES = 400
 #: findings kept at most (a log with endless OOMs still costs bounded memory)
 MAX_FINDINGS = 500
+
+
+#: rule engines that name a library, not the tool that printed the log: such findings take the
+#: detected engine's name, do not vote for one, and yield to a more specific rule's message
+_GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda", "ggml", "xla", "host", "nccl"})
+
+
+def _agree(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Figures that do not contradict each other (every shared name has the same value)."""
+    return all(a[k] == b[k] for k in a.keys() & b.keys())
+
+
+def _specificity(rule: CompiledRule) -> tuple[int, int]:
+    return (rule.rule.engine not in _GENERIC_ENGINES, rule.rule.priority)
+
+
+def _specificity_of(pack: RulePack, rule_id: str) -> tuple[int, int]:
+    try:
+        return _specificity(pack.rule(rule_id))
+    except KeyError:
+        return (0, 0)
 
 
 class RuleTimeout(Exception):
@@ -58,6 +95,8 @@ class _Open:
     before_phase: str | None = None
     progress_phase: str | None = None
     last_line: int = 0
+    #: ranks of merged occurrences: their frames count as evidence too
+    merged_ranks: set[str | None] = field(default_factory=set)
 
 
 class Scanner:
@@ -78,14 +117,36 @@ class Scanner:
         self._advise = advise
         self._prefilter = prefilter or make_prefilter([*self.pack.all_triggers(), *_BUILTIN_TRIGGERS])
         self._lookahead = min(48, max([r.rule.window for r in self.pack.rules] + [0]) * 4)
+        self._index_triggers()
         self.sources: list[str] = []
         self._collector = ContextCollector()
         self._findings: list[Finding] = []
         self._open: list[_Open] = []
         self._ready: list[Finding] = []
+        #: per finding (by id): last line it was seen on, and the ranks (None too) that told it
+        self._seen: dict[int, tuple[int, set[str | None]]] = {}
         self._done = False
         self._timing = ""  # the context/phase rule whose regex runs (named by RuleTimeout)
         self._start_source(source)
+
+    def _index_triggers(self) -> None:
+        """Map each trigger literal to the phases, context rules and rules that name it."""
+        self._phase_by_trigger: dict[str, list[int]] = {}
+        self._ctx_by_trigger: dict[str, list[int]] = {}
+        self._rule_by_trigger: dict[str, list[int]] = {}
+        self._phases_always = [i for i, ph in enumerate(self.pack.phases) if not ph.triggers]
+        groups: list[tuple[dict[str, list[int]], list[tuple[str, ...]]]] = [
+            (self._phase_by_trigger, [p.triggers for p in self.pack.phases]),
+            (self._ctx_by_trigger, [c.triggers for c in self.pack.contexts]),
+            (self._rule_by_trigger, [r.triggers for r in self.pack.rules]),
+        ]
+        for index, trigger_lists in groups:
+            for i, triggers in enumerate(trigger_lists):
+                for t in triggers:
+                    index.setdefault(t, []).append(i)
+        self._all_triggers = list(
+            dict.fromkeys([*self._phase_by_trigger, *self._ctx_by_trigger, *self._rule_by_trigger])
+        )
 
     # -- sources -------------------------------------------------------------------------------
 
@@ -98,8 +159,9 @@ class Scanner:
         self._need_lookahead = 0
         self._claimed_until: dict[str | None, int] = {}
         self._frames: deque[tuple[int, str, str | None]] = deque(maxlen=400)
-        self._traceback_at: dict[str | None, int] = {}
-        self._progress: tuple[int, str] | None = None
+        #: line numbers of "Traceback (most recent call last)" headers, per rank
+        self._traceback_at: dict[str | None, deque[int]] = {}
+        self._progress: deque[tuple[int, str]] = deque(maxlen=64)
         self._last_line = 0
 
     def new_source(self, name: str) -> None:
@@ -121,44 +183,65 @@ class Scanner:
 
     def feed(self, data: bytes) -> None:
         """Consume a chunk of bytes (any size, any split)."""
-        first, block = self._splitter.feed_block(data)
-        if block:
-            try:
-                self._scan_block(first, block)
-            except TimeoutError:  # a context or phase regex (rule patterns raise RuleTimeout)
-                raise RuleTimeout(f"{self._timing}: regex timed out (catastrophic backtracking?)") from None
+        head, lo, hi = self._splitter.feed_spans(data)  # no copy of ``data``
+        try:
+            if head:
+                self._scan_block(self._splitter.line_number + 1, head)
+            if hi > lo:
+                self._scan_block(self._splitter.line_number + 1, data, lo, hi)
+        except TimeoutError:  # a context or phase regex (rule patterns raise RuleTimeout)
+            raise RuleTimeout(f"{self._timing}: regex timed out (catastrophic backtracking?)") from None
 
-    def _scan_block(self, first: int, block: bytes) -> None:
-        spans = self._prefilter.line_spans(block)
-        wanted: list[tuple[int, int, int]] = []  # (line number, start, end)
-        n = len(block)
+    def _scan_block(self, first: int, block: bytes, lo: int = 0, hi: int | None = None) -> None:
+        # Only candidate lines (a trigger on them) are decoded and matched. A line holding a
+        # rule's trigger also brings the next ``lookahead`` lines (its window); other candidates
+        # (context, phase, traceback frames) stand alone. Line numbers come from counting
+        # newlines between candidates (C speed); the splitter is told the block's total.
+        n = len(block) if hi is None else hi
+        spans = self._prefilter.line_spans(block, lo, n)
+        count = block.count
+        find = block.find
         lookahead = self._lookahead
-        cur_pos, cur_line = 0, first
-        # look-ahead owed from the previous block
-        while self._need_lookahead > 0 and cur_pos < n:
-            end = block.find(b"\n", cur_pos)
-            wanted.append((cur_line, cur_pos, end))
-            cur_pos, cur_line = end + 1, cur_line + 1
-            self._need_lookahead -= 1
+        owe = self._need_lookahead
+        rule_triggers = self._rule_trigger_set()
+        process = self._process
+        pos, line = lo, first  # the next line not yet processed or skipped
         for start, end in spans:
-            if start < cur_pos:
-                continue
-            cur_line += block.count(b"\n", cur_pos, start)
-            wanted.append((cur_line, start, end))
-            p, k = end + 1, 0
-            while k < lookahead and p < n:
-                e = block.find(b"\n", p)
-                k += 1
-                wanted.append((cur_line + k, p, e))
-                p = e + 1
-            self._need_lookahead = lookahead - k
-            cur_pos, cur_line = p, cur_line + k + 1
-        for number, start, end in wanted:
-            for line in normalise(number, block[start:end]):
-                self._process(line)
-        self._last_line = first + block.count(b"\n") - 1
+            while owe > 0 and pos < start:
+                e = find(b"\n", pos)
+                for ln in normalise(line, block[pos:e]):
+                    process(ln)
+                pos, line, owe = e + 1, line + 1, owe - 1
+            if pos < start:
+                line += count(b"\n", pos, start)
+            raw = block[start:end]
+            for ln in normalise(line, raw):
+                process(ln)
+            pos, line = end + 1, line + 1
+            if owe > 0:
+                owe -= 1
+            low = raw.lower()
+            if any(t in low for t in rule_triggers):
+                owe = lookahead
+        while owe > 0 and pos < n:
+            e = find(b"\n", pos)
+            for ln in normalise(line, block[pos:e]):
+                process(ln)
+            pos, line, owe = e + 1, line + 1, owe - 1
+        if pos < n:
+            line += count(b"\n", pos, n)
+        self._need_lookahead = owe
+        self._splitter.advance(line - first)
+        self._last_line = line - 1
         self._evaluate_pending(final=False)
         self._age_open(final=False)
+
+    def _rule_trigger_set(self) -> tuple[bytes, ...]:
+        cached: tuple[bytes, ...] | None = getattr(self, "_rule_triggers_b", None)
+        if cached is None:
+            cached = tuple({t.lower().encode("utf-8") for r in self.pack.rules for t in r.triggers if t})
+            self._rule_triggers_b = cached
+        return cached
 
     # -- per line ------------------------------------------------------------------------------
 
@@ -168,19 +251,37 @@ class Scanner:
         low = text.lower()
         # traceback frames
         if _TRACEBACK in text:
-            self._traceback_at[line.rank] = line.number
-        if 'file "' in low:
+            self._traceback_at.setdefault(line.rank, deque(maxlen=64)).append(line.number)
+        if "file " in low or ".py in " in low or '", line ' in low:
             m = _FRAME.match(text)
             if m:
                 func = m["func"]
                 self._frames.append((line.number, func, line.rank))
                 for o in self._open:
-                    if o.line < line.number <= o.line + AFTER_LINES and o.rank == line.rank:
+                    if o.line < line.number <= o.line + AFTER_LINES and (
+                        o.rank == line.rank or line.rank in o.merged_ranks
+                    ):
                         o.frames.append(func)
+        # which triggers does the line hold? (one pass over the pack's literals, then an index)
+        present = [t for t in self._all_triggers if t in low]
+        phases = self._phases_always
+        contexts: list[Any] = []
+        rules: list[CompiledRule] = []
+        if present:
+            ph_idx: set[int] = set()
+            ctx_idx: set[int] = set()
+            rule_idx: set[int] = set()
+            for t in present:
+                ph_idx.update(self._phase_by_trigger.get(t, ()))
+                ctx_idx.update(self._ctx_by_trigger.get(t, ()))
+                rule_idx.update(self._rule_by_trigger.get(t, ()))
+            if ph_idx:
+                phases = sorted(set(phases) | ph_idx)
+            contexts = [self.pack.contexts[i] for i in sorted(ctx_idx)]
+            rules = [self.pack.rules[i] for i in sorted(rule_idx)]
         # phase markers and progress lines
-        for ph in self.pack.phases:
-            if ph.triggers and not any(t in low for t in ph.triggers):
-                continue
+        for i in phases:
+            ph = self.pack.phases[i]
             self._timing = f'phase "{ph.rule.phase}"'
             for pat in ph.markers:
                 if pat.search(text, timeout=REGEX_TIMEOUT):
@@ -191,12 +292,10 @@ class Scanner:
                     break
             for pat in ph.progress:
                 if pat.search(text, timeout=REGEX_TIMEOUT):
-                    self._progress = (line.number, ph.rule.phase)
+                    self._progress.append((line.number, ph.rule.phase))
                     break
         # context lines
-        for ctx in self.pack.contexts:
-            if not any(t in low for t in ctx.triggers):
-                continue
+        for ctx in contexts:
             self._timing = f'{ctx.source}: context "{ctx.rule.id}": pattern'
             m = ctx.pattern.search(text, timeout=REGEX_TIMEOUT)
             if m is None:
@@ -206,7 +305,6 @@ class Scanner:
             groups = {k: v for k, v in m.groupdict().items() if k != "engine"}
             self._collector.apply_groups(groups, ctx.rule.parser, ctx.rule.units)
         # rule candidates
-        rules = [r for r in self.pack.rules if any(t in low for t in r.triggers)]
         if rules:
             self._pending.append(_Pending(line, rules, self.source))
         self._evaluate_pending(final=False)
@@ -254,6 +352,11 @@ class Scanner:
     def _search(
         self, rule: CompiledRule, anchor: Line, window: list[Line]
     ) -> tuple[Any, str, int]:
+        # Try the window joined with "\n" (lines broken at a word boundary) and with "" (a
+        # terminal that wrapped mid-word, "20.00 M" / "iB"); keep the reading that fills more
+        # named groups, the "\n" one on a tie.
+        best: tuple[Any, str, int] | None = None
+        best_score = -1
         for joiner in ("\n", ""):
             text = anchor.text + (joiner + joiner.join(w.text for w in window) if window else "")
             try:
@@ -263,16 +366,18 @@ class Scanner:
                     f'{rule.source}: rule "{rule.id}": pattern: regex timed out (catastrophic backtracking?)'
                 ) from None
             if m is not None and m.start() <= len(anchor.text):
-                end_line = anchor.number
-                consumed = len(anchor.text)
-                for w in window:
-                    if m.end() > consumed + len(joiner):
-                        end_line = w.number
-                    consumed += len(joiner) + len(w.text)
-                return m, text, end_line
+                score = sum(v is not None for v in m.groupdict().values())
+                if score > best_score:
+                    end_line = anchor.number
+                    consumed = len(anchor.text)
+                    for w in window:
+                        if m.end() > consumed + len(joiner):
+                            end_line = w.number
+                        consumed += len(joiner) + len(w.text)
+                    best, best_score = (m, text, end_line), score
             if not window:
                 break
-        return None, "", anchor.number
+        return best if best is not None else (None, "", anchor.number)
 
     def _extract(self, rule: CompiledRule, m: Any, text: str) -> dict[str, Any]:
         try:
@@ -318,19 +423,8 @@ class Scanner:
                 message = line_text
         message = message[:2000]
         rank = anchor.rank
-        # the same failure again (another rank, or a wrapper re-raising it)?
-        for o in self._open:
-            if o.finding.rule == rule.id and o.finding.location.source == self.source and (
-                o.finding.figures == figures
-                or (rank != o.rank and anchor.number - o.last_line <= SAME_FAILURE_LINES)
-            ):
-                self._merge(o.finding, rank)
-                o.last_line = anchor.number
-                return
-        for f in reversed(self._findings[-20:]):
-            if f.rule == rule.id and f.figures == figures and f.location.source == self.source:
-                self._merge(f, rank)
-                return
+        if self._same_failure(rule, figures, anchor, message, end_line):
+            return
         if len(self._findings) + len(self._open) >= MAX_FINDINGS:
             return
         finding = Finding(
@@ -346,39 +440,115 @@ class Scanner:
             ranks=[rank] if rank else [],
             figures=figures,
         )
+        if rule.rule.engine not in _GENERIC_ENGINES:
+            self._collector.vote_engine(rule.rule.engine, anchor.number)
         o = _Open(finding, rank, anchor.number, last_line=anchor.number)
-        # evidence before the failure: frames of the traceback that precedes it
-        tb = self._traceback_at.get(rank)
-        for number, func, frank in self._frames:
-            if frank != rank or number > anchor.number or anchor.number - number > BEFORE_LINES:
-                continue
-            if tb is not None and number < tb:
-                continue
-            o.frames.append(func)
-        if self._progress is not None:
-            o.progress_phase = self._progress[1]
+        self._seen[id(finding)] = (anchor.number, {rank})
+        o.frames.extend(self._evidence(anchor, rank))
+        before = [ph for number, ph in self._progress if number <= anchor.number]
+        if before:
+            o.progress_phase = before[-1]
         self._open.append(o)
 
-    @staticmethod
-    def _merge(f: Finding, rank: str | None) -> None:
-        f.occurrences += 1
-        if rank and rank not in f.ranks:
-            f.ranks.append(rank)
+    def _evidence(self, anchor: Line, rank: str | None) -> list[str]:
+        """Frames (and "@phase" markers) of ``rank`` already seen for a failure at ``anchor``:
+        the traceback that precedes it, and what came while its look-ahead window filled."""
+        out: list[str] = []
+        # the traceback this failure ends (headers read in its look-ahead belong to later ones)
+        tb = max((n for n in self._traceback_at.get(rank, ()) if n <= anchor.number), default=None)
+        for number, func, frank in self._frames:
+            if frank != rank:
+                continue
+            if number > anchor.number:
+                if number - anchor.number <= AFTER_LINES:
+                    out.append(func)
+                continue
+            if anchor.number - number > BEFORE_LINES:
+                continue
+            # before its traceback only the line that announced it ("Exception in worker X
+            # while processing method M.", "Error executing method M") still counts
+            if tb is not None and number < tb and not (func.startswith("@") and tb - number <= MARKER_LEAD):
+                continue
+            out.append(func)
+        return out
+
+    def _same_failure(
+        self, rule: CompiledRule, figures: dict[str, Any], anchor: Line, message: str, end_line: int
+    ) -> bool:
+        """Merge this match into a finding it repeats; ``True`` when it did.
+
+        The same failure is told several times: by every rank, by the process that logs it and
+        again by the traceback that re-raises it, by vLLM's wrappers quoting the worker's error,
+        and by a vLLM message that explains a PyTorch one. It is the same failure when it is the
+        same rule with the same figures, or, within ``SAME_FAILURE_LINES``, the same rule from
+        another rank, or a message whose figures agree with it (same kind, or a shared figure).
+        A memory warning repeated any number of times stays one finding with its latest figures.
+        """
+        rank = anchor.rank
+        r = rule.rule
+        opened = {id(o.finding): o for o in self._open}
+        candidates = [o.finding for o in self._open] + list(reversed(self._findings[-20:]))
+        for f in candidates:
+            if f.location.source != self.source or f.severity != r.severity:
+                continue
+            last, seen = self._seen.get(id(f), (f.location.end_line, set(f.ranks)))
+            near = anchor.number - last <= SAME_FAILURE_LINES
+            if f.rule == rule.id:
+                same = (
+                    f.figures == figures
+                    or r.severity == "warning"
+                    or (near and (rank not in seen or _agree(f.figures, figures)))
+                )
+            else:
+                shared = set(f.figures) & set(figures)
+                same = near and _agree(f.figures, figures) and (f.kind == r.kind or bool(shared))
+            if not same:
+                continue
+            retold = any(t in anchor.text.lower() for t in _REPRINTS)
+            # another rank's copy of the same message keeps the first rank's figures (its own GPU);
+            # a retelling by the same process, or another message about it, adds what it knows
+            adds = f.rule != rule.id or rank in seen
+            again = f.rule == rule.id and (r.severity == "warning" or (f.figures == figures and not near))
+            if not retold and (rank not in seen or again):
+                f.occurrences += 1
+                if rank and rank not in f.ranks:
+                    f.ranks.append(rank)
+            seen.add(rank)
+            self._seen[id(f)] = (max(last, anchor.number), seen)
+            o = opened.get(id(f))
+            if o is not None:
+                o.last_line = max(o.last_line, anchor.number)
+                if rank != o.rank and rank not in o.merged_ranks:
+                    o.merged_ranks.add(rank)
+                    o.frames.extend(self._evidence(anchor, rank))
+                if f.rule != rule.id and _specificity(rule) > _specificity_of(self.pack, f.rule):
+                    # the more specific message names the failure (a vLLM wrapper over PyTorch's OOM)
+                    f.rule, f.kind, f.engine, f.title, f.message = rule.id, r.kind, r.engine, r.title, message
+                    if r.phase:
+                        f.phase = r.phase
+                f.location.end_line = max(f.location.end_line, end_line)
+            if r.severity == "warning" and f.rule == rule.id:
+                f.figures.update(figures)
+            elif adds:
+                for k, v in figures.items():
+                    f.figures.setdefault(k, v)
+            return True
+        return False
 
     # -- finishing findings --------------------------------------------------------------------
 
     def _phase_for(self, o: _Open) -> str:
         if o.finding.phase != "unknown":
             return o.finding.phase
-        names = set()
-        for f in o.frames:
-            if f.startswith("@"):
-                names.add(f)
-            else:
-                names.add(f)
-        markers = set(o.marker_phases) | {f[1:] for f in names if f.startswith("@")}
+        names = {f for f in o.frames if not f.startswith("@")}
+        markers = set(o.marker_phases) | {f[1:] for f in o.frames if f.startswith("@")}
+        # traceback frames name the failing code exactly; a marker line ("while processing
+        # method initialize_cache") names only the outer step, so frames are asked first
         for ph in self.pack.phases:
-            if ph.frames & names or ph.rule.phase in markers:
+            if ph.frames & names:
+                return ph.rule.phase
+        for ph in self.pack.phases:
+            if ph.rule.phase in markers:
                 return ph.rule.phase
         if o.progress_phase:
             return o.progress_phase
@@ -409,6 +579,10 @@ class Scanner:
         self._evaluate_pending(final=True)
         self._age_open(final=True)
 
+    def findings_so_far(self) -> int:
+        """How many findings the scan has made so far (for progress displays)."""
+        return len(self._findings) + len(self._open)
+
     def poll(self) -> list[Finding]:
         """Findings finished since the last poll, with their remedies (for live output)."""
         ready, self._ready = self._ready, []
@@ -422,7 +596,7 @@ class Scanner:
     def context(self) -> Any:
         ctx = self._collector.finish().model_copy(deep=True)
         for f in self._findings + [o.finding for o in self._open]:
-            if f.engine in ("pytorch", "python") and ctx.engine and ctx.engine not in ("pytorch",):
+            if f.engine in _GENERIC_ENGINES and ctx.engine and ctx.engine not in ("pytorch",):
                 f.engine = ctx.engine
         return ctx
 

@@ -225,4 +225,6 @@ def test_missing_rule_directory(tmp_path: Path) -> None:
 
 
 def test_unknown_option(tmp_path: Path) -> None:
-    assert one_error(oomdoctor("--frobnicate", cwd=tmp_path)) == "oomdoctor: error: no such option: --frobnicate"
+    assert one_error(oomdoctor("--frobnicate", cwd=tmp_path)) == (
+        "oomdoctor: error: No such option: --frobnicate (Possible options: --format)"
+    )

@@ -2,19 +2,176 @@
 
 Each remedy id named by a rule maps to a calculator (``registry.remedy``) that returns a
 :class:`~oomdoctor.report.Remedy` or ``None`` when its inputs are missing or it cannot help.
+
+Ranking: remedies that fit alone first; among those, surer ones first, then the cheapest
+trade-off (:data:`TRADEOFF_COST`). When none fits alone, the smallest set of compatible remedies
+whose savings cover the shortage is offered as one combined remedy, first. Remedies that cannot
+help (``fits`` False) go last with the reason in ``why``. The top remedy gets the corrected
+command when the launch command is known.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import combinations
 
 from oomdoctor.advisor.registry import AdviceInput, calculator
 from oomdoctor.report import Context, Finding, Remedy, Report
+from oomdoctor.units import format_size
+
+#: relative cost of each remedy's trade-off (lower = cheaper); unknown ids cost 5
+TRADEOFF_COST: dict[str, int] = {
+    "torch.expandable-segments": 0,
+    "gpu.free-other-processes": 1,
+    "vllm.gpu-memory-utilization.fit-free": 1,
+    "vllm.gpu-memory-utilization.raise-for-kv": 2,
+    "vllm.gpu-memory-utilization.lower": 2,
+    "vllm.max-num-batched-tokens": 3,
+    "vllm.max-num-seqs": 3,
+    "vllm.cudagraph-capture-size": 3,
+    "torch.reduce-batch": 3,
+    "vllm.max-model-len": 4,
+    "vllm.kv-cache-dtype-fp8": 4,
+    "vllm.enforce-eager": 5,
+    "vllm.quantization": 6,
+    "vllm.tensor-parallel-size": 7,
+    "vllm.pipeline-parallel-size": 8,
+    "vllm.quantization-4bit": 9,
+    "vllm.cpu-offload-gb": 10,
+    "vllm.swap-space": 5,
+}
+#: remedies that pull the same lever: never combined with each other
+LEVER: dict[str, str] = {
+    "vllm.quantization": "weights",
+    "vllm.quantization-4bit": "weights",
+    "vllm.cpu-offload-gb": "weights",
+    "vllm.gpu-memory-utilization.raise-for-kv": "utilization",
+    "vllm.gpu-memory-utilization.lower": "utilization",
+    "vllm.gpu-memory-utilization.fit-free": "utilization",
+    "vllm.enforce-eager": "graphs",
+    "vllm.cudagraph-capture-size": "graphs",
+    "vllm.max-num-batched-tokens": "activation",
+    "torch.reduce-batch": "activation",
+}
+#: savings that are not additive with others (they scale every term): never combined
+NOT_ADDITIVE = {"vllm.tensor-parallel-size", "vllm.pipeline-parallel-size"}
+_CONFIDENCE = {"high": 0, "medium": 1, "low": 2}
+_FITS = {True: 0, None: 1, False: 2}
 
 
-def _rank_key(r: Remedy) -> tuple[int, int]:
-    fits_order = {True: 0, None: 1, False: 2}[r.fits]
-    return (fits_order, r.rank)
+def _cost(r: Remedy) -> int:
+    if r.id.startswith("combined:"):
+        return sum(TRADEOFF_COST.get(x, 5) for x in r.id[len("combined:") :].split("+"))
+    if r.id == "vllm.cpu-offload-gb" and r.confidence == "low":
+        return 20  # most of the weights over PCIe: worse than any model change
+    return TRADEOFF_COST.get(r.id, 5)
+
+
+def _rank_key(r: Remedy) -> tuple[int, int, int, int]:
+    return (_FITS[r.fits], _CONFIDENCE[r.confidence], _cost(r), r.rank)
+
+
+def _changes(r: Remedy) -> dict[str, str]:
+    return {**r.flags, **r.env, **r.settings}
+
+
+def _combine(rems: Sequence[Remedy], missing: int) -> Remedy | None:
+    """The smallest set (then cheapest) of compatible remedies whose savings cover ``missing`` bytes."""
+    pool = [r for r in rems if r.fits is not False and r.saves_bytes and r.saves_bytes > 0 and _changes(r)
+            and r.id not in NOT_ADDITIVE]
+    for size in (2, 3):
+        best: tuple[int, tuple[Remedy, ...]] | None = None
+        for combo in combinations(pool, size):
+            keys = [k for r in combo for k in _changes(r)]
+            if len(keys) != len(set(keys)):
+                continue  # two values for one flag
+            levers = [LEVER.get(r.id, r.id) for r in combo]
+            if len(levers) != len(set(levers)):
+                continue  # alternatives, not complements
+            if sum(r.saves_bytes or 0 for r in combo) < missing:
+                continue
+            cost = sum(TRADEOFF_COST.get(r.id, 5) for r in combo)
+            if best is None or cost < best[0]:
+                best = (cost, combo)
+        if best is not None:
+            combo = best[1]
+            total = sum(r.saves_bytes or 0 for r in combo)
+            return Remedy(
+                id="combined:" + "+".join(r.id for r in combo),
+                title="Together: " + "; ".join(r.title for r in combo),
+                flags={k: v for r in combo for k, v in r.flags.items()},
+                env={k: v for r in combo for k, v in r.env.items()},
+                saves_bytes=total,
+                fits=True,
+                confidence="low" if any(r.confidence == "low" for r in combo) else "medium",
+                why=(
+                    f"No single change covers the {format_size(missing)} missing; together they save "
+                    f"{format_size(total)} (" + ", ".join(f"{format_size(r.saves_bytes or 0)}" for r in combo) + ")."
+                ),
+                tradeoff=" ".join(r.tradeoff for r in combo if r.tradeoff),
+                sources={k: v for r in combo for k, v in r.sources.items()},
+            )
+    return None
+
+
+def _already_in_use(rem: Remedy, context: Context) -> bool:
+    """True when every flag of ``rem`` is already set to the same value in this run."""
+    if not rem.flags or rem.env or rem.settings:
+        return False
+    from oomdoctor.advisor.command import apply_flags
+
+    args = context.launch_args
+    for flag, value in rem.flags.items():
+        key = flag[2:].replace("-", "_")
+        cur = args.get(key)
+        if context.command:
+            if apply_flags(context.command, {flag: value}) != list(context.command):
+                return False
+            continue
+        if cur is None:
+            return False
+        if value == "" and cur not in ("True", "true"):
+            return False
+        if value != "" and str(cur).strip("'\"") != value:
+            return False
+    return True
+
+
+def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
+    """Compute the remedies ``ids`` for one input, drop duplicates and no-ops, rank and number them."""
+    out: list[Remedy] = []
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    for order, rid in enumerate(ids):
+        rem = calculator(rid)(inp)
+        if rem is None:
+            continue
+        key = tuple(sorted(_changes(rem).items()))
+        if key and key in seen:
+            continue
+        if _already_in_use(rem, inp.context):
+            continue
+        seen.add(key)
+        rem.id = rid
+        rem.rank = order
+        out.append(rem)
+    if out and not any(r.fits and r.confidence != "low" for r in out):
+        from oomdoctor.advisor.remedies_vllm import plan_remedy, shortage, shortage_is_lower_bound
+
+        combo = plan_remedy(inp)
+        short = shortage(inp)
+        if combo is None and short and short[0] > 0 and not shortage_is_lower_bound(inp):
+            combo = _combine(out, short[0])
+        if combo is not None:
+            combo.rank = -1
+            out.append(combo)
+    out.sort(key=_rank_key)
+    for i, rem in enumerate(out, 1):
+        rem.rank = i
+    if out and out[0].fits is not False:
+        from oomdoctor.advisor.command import corrected_command
+
+        out[0].command = corrected_command(inp.context, out[0])
+    return out
 
 
 def remedies_for(finding: Finding, context: Context, hints: Mapping[str, str] | None = None) -> list[Remedy]:
@@ -26,24 +183,7 @@ def remedies_for(finding: Finding, context: Context, hints: Mapping[str, str] | 
         ids = list(rule.rule.remedies)
     except KeyError:
         ids = []
-    inp = AdviceInput(finding, context, dict(hints or {}))
-    out: list[Remedy] = []
-    seen_flags: set[tuple[tuple[str, str], ...]] = set()
-    for order, rid in enumerate(ids):
-        rem = calculator(rid)(inp)
-        if rem is None:
-            continue
-        key = tuple(sorted({**rem.flags, **rem.env, **rem.settings}.items()))
-        if key and key in seen_flags:
-            continue
-        seen_flags.add(key)
-        rem.id = rid
-        rem.rank = order
-        out.append(rem)
-    out.sort(key=_rank_key)
-    for i, rem in enumerate(out, 1):
-        rem.rank = i
-    return out
+    return rank_remedies(ids, AdviceInput(finding, context, dict(hints or {})))
 
 
 def advise_findings(

@@ -33,13 +33,26 @@ def expandable_segments(inp: AdviceInput) -> Remedy | None:
             f"{format_size(spare)} is reserved by PyTorch but unallocated, against a request of {format_size(req)}: "
             "fragmentation is part of the problem."
         ),
-        tradeoff="None in most workloads; not supported on every platform (ROCm before 6.2, Windows).",
+        tradeoff=(
+            "None in most workloads; not supported on every platform (ROCm before 6.2, Windows)."
+            + (" vLLM 0.8–0.20 refuses it together with sleep mode (its cumem allocator)."
+               if (inp.context.engine == "vllm" or inp.finding.engine == "vllm") else "")
+        ),
+        sources={"fragmentation": "message", "requested": "message"},
     )
 
 
 @remedy("gpu.free-other-processes")
 def free_other_processes(inp: AdviceInput) -> Remedy | None:
-    others = inp.fig("other_processes") or []
+    others = list(inp.fig("other_processes") or [])
+    own = inp.fig("in_use_bytes")
+    if own is not None:
+        # recent PyTorch lists every process, the failing one included
+        others = [p for p in others if int(p.get("in_use_bytes", 0)) != own]
+    else:
+        allocated = inp.fig("allocated_bytes")
+        if len(others) == 1 and allocated and int(others[0].get("in_use_bytes", 0)) >= allocated:
+            return None  # the one process listed holds at least what PyTorch allocated: it is this one
     if not others:
         return None
     held = sum(int(p.get("in_use_bytes", 0)) for p in others)
@@ -56,11 +69,14 @@ def free_other_processes(inp: AdviceInput) -> Remedy | None:
         confidence="high",
         why=f"{len(others)} other process(es) hold {format_size(held)} on this GPU (pid {pids}).",
         tradeoff="Stops or moves the other work.",
+        sources={"other processes": "message"},
     )
 
 
 @remedy("torch.reduce-batch")
 def reduce_batch(inp: AdviceInput) -> Remedy | None:
+    if inp.context.engine == "vllm" or inp.finding.engine == "vllm":
+        return None  # vLLM batches itself: vllm.max-num-seqs / vllm.max-num-batched-tokens say how
     req = inp.fig("requested_bytes")
     return Remedy(
         id="torch.reduce-batch",

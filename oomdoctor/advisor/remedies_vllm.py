@@ -1,15 +1,31 @@
-"""vLLM remedies computed from the failing message's figures and the log's context.
+"""vLLM remedies computed from the failing message's figures, the log's context and the memory model.
 
-Formulas follow ``research/vllm-memory-model.md`` §0 (one-screen model) and §7 (caveats).
+Formulas follow ``research/vllm-memory-model.md`` (§0 one-screen model, §2 V1 accounting, §5 flags per
+version, §6 quantization). Every calculator returns None for other engines, when its inputs are
+missing, or when the flag is already at the value it would recommend.
 """
 
 from __future__ import annotations
 
+from oomdoctor.advisor.catalog import ModelGeometry
+from oomdoctor.advisor.memory_model import (
+    PRINT_HALF_STEP,
+    Facts,
+    GiB,
+    capacity_from_figures,
+    capacity_tokens,
+    capture_sizes,
+    cudagraph_size_flag,
+    facts,
+    fp8_kv_flag_value,
+    fp8_weights_min_cc,
+    kv_bytes_for_len,
+)
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import (
-    BLOCK_SIZE,
     MAX_UTILIZATION,
     UTILIZATION_MARGIN,
+    ceil_gib,
     ceil_to,
     floor_to,
     fmt_fraction,
@@ -18,69 +34,131 @@ from oomdoctor.advisor.values import (
 from oomdoctor.report import Remedy
 from oomdoctor.units import format_size
 
-
-def _block_size(inp: AdviceInput) -> int:
-    return inp.context.block_size or BLOCK_SIZE
-
-
-def _total(inp: AdviceInput) -> int | None:
-    return inp.fig("total_bytes") or inp.context.gpu_total_bytes
+#: AWQ/GPTQ 4-bit with group size 128 (research §6): ≈ 0.52–0.53 bytes per parameter.
+FOUR_BIT_BYTES_PER_PARAM = 0.53
 
 
-def _utilization(inp: AdviceInput) -> float | None:
-    return inp.fig("gpu_memory_utilization") or inp.context.gpu_memory_utilization
+def is_vllm(inp: AdviceInput) -> bool:
+    return inp.finding.engine == "vllm" or inp.context.engine == "vllm"
 
 
-def _bytes_per_token(inp: AdviceInput) -> float | None:
-    needed = inp.fig("kv_cache_needed_bytes")
-    max_len = inp.fig("max_seq_len")
-    if needed and max_len:
-        return float(needed) / float(max_len)
-    ctx = inp.context
-    if ctx.kv_cache_bytes and ctx.kv_cache_tokens:
-        return ctx.kv_cache_bytes / ctx.kv_cache_tokens
-    return None
+def get_facts(inp: AdviceInput) -> Facts:
+    cached = inp.__dict__.get("_facts")
+    if cached is None:
+        cached = facts(inp.finding, inp.context, inp.hints)
+        inp.__dict__["_facts"] = cached
+    return cached
 
 
-def kv_capacity_tokens(inp: AdviceInput) -> tuple[int, str] | None:
-    """Tokens the KV cache can hold, and which figure said so."""
+def _block(f: Facts) -> int:
+    return int(f.block_size.value)
+
+
+def kv_capacity_tokens(inp: AdviceInput) -> tuple[int, str, str] | None:
+    """Tokens the KV cache can hold: (tokens, how we know, source)."""
+    f = get_facts(inp)
     est = inp.fig("estimated_max_model_len")
     if est:
-        return int(est), f"vLLM's own estimate of the maximum model length ({est})"
+        return int(est), f"vLLM's own estimate of the maximum model length ({est})", "message"
     tokens = inp.fig("kv_cache_tokens")
     if tokens:
-        return int(tokens), f"the KV cache capacity the message states ({tokens} tokens)"
+        return int(tokens), f"the KV cache capacity the message states ({tokens} tokens)", "message"
     needed, avail, max_len = (
         inp.fig("kv_cache_needed_bytes"),
         inp.fig("kv_cache_available_bytes"),
         inp.fig("max_seq_len"),
     )
+    geo: ModelGeometry | None = f.geometry.value if f.geometry else None
+    if needed and avail is not None and max_len and avail > 0 and geo is not None and geo.sliding_window_layers:
+        # sliding-window layers need a fixed amount, not bytes ∝ length: search like vLLM does
+        model_need = kv_bytes_for_len(geo, int(max_len), f.kv_dtype_bytes, _block(f), f.tp, f.pp)
+        if abs(model_need - needed) <= max(PRINT_HALF_STEP, needed // 100):
+            cap = capacity_tokens(geo, int(avail) - PRINT_HALF_STEP, f.kv_dtype_bytes, _block(f), f.tp, f.pp,
+                                  limit=int(max_len))
+            return cap, (
+                f"{format_size(avail)} available holds {cap} tokens of {geo.name} "
+                f"({geo.sliding_window_layers} of {geo.layers} layers keep only a {geo.sliding_window}-token window)"
+            ), "message"
     if needed and avail is not None and max_len and avail > 0:
-        cap = int(max_len * avail // needed)
+        cap = capacity_from_figures(int(needed), int(avail), int(max_len), _block(f))
         return cap, (
-            f"{max_len} tokens need {format_size(needed)} and {format_size(avail)} is available, "
-            f"so {max_len} × {format_size(avail)} / {format_size(needed)} = {cap} tokens fit"
-        )
-    if inp.context.kv_cache_tokens:
-        t = inp.context.kv_cache_tokens
-        return t, f"the log's 'GPU KV cache size: {t} tokens'"
+            f"{max_len} tokens need {format_size(needed)} and {format_size(avail)} is available "
+            f"(each taken at its unfavourable rounding edge): {cap} tokens fit"
+        ), "message"
+    ctx = inp.context
+    if ctx.kv_cache_tokens:
+        return ctx.kv_cache_tokens, f"the log's 'GPU KV cache size: {ctx.kv_cache_tokens} tokens'", "context"
+    if ctx.num_gpu_blocks:
+        t = ctx.num_gpu_blocks * _block(f)
+        return t, f"{ctx.num_gpu_blocks} GPU blocks × {_block(f)} tokens", "context"
+    return None
+
+
+def shortage_is_lower_bound(inp: AdviceInput) -> bool:
+    """True when :func:`shortage` only knows part of the need (no blocks, one request's KV unknown)."""
+    f = get_facts(inp)
+    return inp.finding.kind == "vllm.kv-cache.no-blocks" and not (f.bytes_per_token and f.max_model_len)
+
+
+def covers(saves: int | None, inp: AdviceInput) -> bool | None:
+    """Does saving ``saves`` bytes alone make the failure fit? None when unknown."""
+    short = shortage(inp)
+    if saves is None or short is None or short[0] <= 0:
+        return None
+    if saves < short[0]:
+        return False
+    return None if shortage_is_lower_bound(inp) else True
+
+
+def shortage(inp: AdviceInput) -> tuple[int, str] | None:
+    """Bytes missing for this failure to fit, and the figures behind it."""
+    f = get_facts(inp)
+    needed, avail = inp.fig("kv_cache_needed_bytes"), inp.fig("kv_cache_available_bytes")
+    if needed and avail is not None:
+        return int(needed - avail), f"{format_size(needed)} needed − {format_size(avail)} available"
+    tokens, max_len = inp.fig("kv_cache_tokens"), inp.fig("max_seq_len")
+    bpt = f.bytes_per_token.value if f.bytes_per_token else None
+    if tokens and max_len and bpt:
+        miss = int((max_len - tokens) * bpt)
+        return miss, f"({max_len} − {tokens}) tokens × {format_size(int(bpt))} per token"
+    kv = avail if avail is not None else inp.context.kv_cache_bytes
+    if inp.finding.kind == "vllm.kv-cache.no-blocks" and kv is not None:
+        one = int(f.max_model_len.value * bpt) if (bpt and f.max_model_len) else 0
+        miss = max(0, -int(kv)) + one
+        why = f"the KV budget is {format_size(int(kv))}"
+        if one:
+            why += f"; one {f.max_model_len.value}-token request needs {format_size(one)}"  # type: ignore[union-attr]
+        else:
+            why += ", plus the KV cache of one request (size unknown)"
+        return miss, why
+    desired, free = inp.fig("desired_bytes"), inp.fig("free_bytes")
+    if desired and free is not None:
+        return int(desired - free), f"{format_size(desired)} desired − {format_size(free)} free"
+    req = inp.fig("requested_bytes")
+    if req:
+        if free is not None and free < req:
+            return int(req - free), f"{format_size(req)} requested − {format_size(free)} free"
+        return int(req), f"{format_size(req)} requested"
     return None
 
 
 @remedy("vllm.max-model-len")
 def max_model_len(inp: AdviceInput) -> Remedy | None:
+    if not is_vllm(inp):
+        return None
     cap = kv_capacity_tokens(inp)
     if cap is None:
         return None
-    tokens, why = cap
-    bs = _block_size(inp)
+    f = get_facts(inp)
+    tokens, why, src = cap
+    bs = _block(f)
     value = round_down(tokens, bs)
     if value <= 0:
         return None
-    max_len = inp.fig("max_seq_len") or inp.context.max_model_len
+    max_len = f.max_model_len.value if f.max_model_len else None
     if max_len and value >= max_len:
         return None
-    bpt = _bytes_per_token(inp)
+    bpt = f.bytes_per_token.value if f.bytes_per_token else None
     saves = int((max_len - value) * bpt) if (bpt and max_len) else None
     return Remedy(
         id="vllm.max-model-len",
@@ -94,156 +172,343 @@ def max_model_len(inp: AdviceInput) -> Remedy | None:
             f"Requests longer than {value} tokens (prompt + output) are rejected"
             + (f"; the model supports {max_len}." if max_len else ".")
         ),
-        sources={"capacity": "message"},
+        sources={"capacity": src, **f.sources("max_model_len", "block_size", "bytes_per_token")},
     )
+
+
+def _util_cap(f: Facts) -> tuple[float, str]:
+    """Highest utilization oomdoctor recommends: 0.95, and never above free/total."""
+    if f.free and f.total:
+        by_free = floor_to(f.free.value / f.total.value, 2)
+        if by_free < MAX_UTILIZATION:
+            return by_free, f"free/total = {format_size(f.free.value)} / {format_size(f.total.value)}"
+    return MAX_UTILIZATION, "oomdoctor's ceiling"
 
 
 @remedy("vllm.gpu-memory-utilization.raise-for-kv")
 def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
-    needed, avail = inp.fig("kv_cache_needed_bytes"), inp.fig("kv_cache_available_bytes")
-    total, util = _total(inp), _utilization(inp)
-    if not (needed and avail is not None and total and util):
+    if not is_vllm(inp):
         return None
-    missing = needed - avail
+    f = get_facts(inp)
+    short = shortage(inp)
+    if not (short and f.total and f.utilization) or short[0] <= 0:
+        return None
+    missing, why_missing = short
+    util, total = f.utilization.value, f.total.value
     target = ceil_to(util + missing / total, 2)
-    free = inp.fig("free_bytes")
-    cap = MAX_UTILIZATION if not free else min(MAX_UTILIZATION, floor_to(free / total, 2))
     if target <= util:
-        return None
-    fits = target <= cap
+        target = round(util + 0.01, 2)
+    cap, cap_why = _util_cap(f)
+    fits: bool | None = target <= cap
+    lower_bound = shortage_is_lower_bound(inp)
+    if lower_bound and target < cap:
+        target = min(cap, ceil_to(target + 0.02, 2))  # room for at least a few blocks
+    weights_note = ""
+    if f.weights and f.weights.value > total * cap:
+        weights_note = f" The weights alone ({format_size(f.weights.value)}) exceed {fmt_fraction(cap)} of the GPU."
+    nominal = f.total.source.startswith("catalog (nominal")
+    if nominal:
+        weights_note += " The GPU size is the catalog's nominal figure; the usable capacity is smaller (ECC, driver)."
+    title = f"Give vLLM a larger share of the GPU ({fmt_fraction(target)})"
+    if not fits:
+        title = "Raising --gpu-memory-utilization cannot make this fit"
     return Remedy(
         id="vllm.gpu-memory-utilization.raise-for-kv",
-        title=f"Give vLLM a larger share of the GPU ({fmt_fraction(target)})",
-        flags={"--gpu-memory-utilization": fmt_fraction(target)},
+        title=title,
+        flags={"--gpu-memory-utilization": fmt_fraction(target)} if fits else {},
         saves_bytes=None,
-        fits=fits,
-        confidence="medium" if fits else "low",
+        fits=None if (fits and (lower_bound or nominal)) else fits,
+        confidence="medium" if (fits and not nominal) else "low",
         why=(
-            f"The KV cache lacks {format_size(missing)}: {fmt_fraction(util)} + {format_size(missing)} / "
-            f"{format_size(total)} = {fmt_fraction(target)}"
-            + ("" if fits else f", above the safe ceiling of {fmt_fraction(cap)}")
+            f"The KV cache lacks {'at least ' if lower_bound else ''}{format_size(missing)} ({why_missing}): {fmt_fraction(util)} + "
+            f"{format_size(missing)} / {format_size(total)} = {fmt_fraction(target)}"
+            + ("" if fits else f", above the ceiling of {fmt_fraction(cap)} ({cap_why}); cannot help alone")
             + "."
+            + weights_note
         ),
         tradeoff="Less memory left for other processes on this GPU and for CUDA graphs.",
+        sources=f.sources("total", "utilization", "free", "weights"),
     )
+
+
+def fp8_kv_support(inp: AdviceInput) -> tuple[str | None, str]:
+    """(flag value or None, reason). None: this GPU/version cannot store the KV cache in fp8."""
+    f = get_facts(inp)
+    value = fp8_kv_flag_value(f.version)
+    if value is None:
+        return None, f"vLLM {inp.context.engine_version} has no fp8 KV cache"
+    if f.gpu is not None and f.gpu.value.cc < 80:
+        return None, f"the {f.gpu.value.name} (compute capability {f.gpu.value.cc / 10:.1f}) has no fp8 support"
+    return value, ""
 
 
 @remedy("vllm.kv-cache-dtype-fp8")
 def kv_cache_fp8(inp: AdviceInput) -> Remedy | None:
-    ctx = inp.context
-    if ctx.kv_cache_dtype and ctx.kv_cache_dtype.startswith("fp8"):
+    if not is_vllm(inp):
         return None
+    f = get_facts(inp)
+    if f.kv_cache_dtype and f.kv_cache_dtype.startswith("fp8"):
+        return None
+    if f.kv_dtype_bytes < 2:
+        return None
+    value, reason = fp8_kv_support(inp)
+    ratio = 1 / f.kv_dtype_bytes  # fp8 stores 1 byte where the model dtype stores kv_dtype_bytes
     needed, avail = inp.fig("kv_cache_needed_bytes"), inp.fig("kv_cache_available_bytes")
     cap = kv_capacity_tokens(inp)
-    max_len = inp.fig("max_seq_len")
-    if needed and avail is not None:
-        fits = avail >= needed / 2
-        saves = needed // 2
-        why = f"fp8 halves the {format_size(needed)} needed to {format_size(needed // 2)}; {format_size(avail)} is available."
+    max_len = f.max_model_len.value if f.max_model_len else None
+    bs = _block(f)
+    sources = {"kv dtype": "context" if inp.context.dtype else "default (16-bit)", **f.sources("gpu")}
+    if value is None:
+        return Remedy(
+            id="vllm.kv-cache-dtype-fp8",
+            title="Store the KV cache in fp8 (not possible here)",
+            flags={},
+            fits=False,
+            confidence="low",
+            why=f"Cannot help: {reason}.",
+            tradeoff="",
+            sources=sources,
+        )
+    flags = {"--kv-cache-dtype": value}
+    if needed and avail is not None and avail > 0:
+        after = int(needed * ratio)
+        fits = avail >= after
+        saves = int(needed) - after
+        why = f"fp8 shrinks the {format_size(needed)} needed to {format_size(after)}; {format_size(avail)} is available."
     elif cap and max_len:
-        fits = cap[0] * 2 >= max_len
+        doubled = int(cap[0] / ratio)
+        fits = doubled >= max_len
         saves = None
-        why = f"fp8 doubles the KV capacity from {cap[0]} to about {cap[0] * 2} tokens; {max_len} are needed."
+        why = f"fp8 raises the KV capacity from {cap[0]} to about {doubled} tokens; {max_len} are needed."
     else:
         return None
+    title = "Store the KV cache in fp8"
+    if not fits and cap and max_len:
+        # fp8 alone is not enough: combine with the longest max-model-len the fp8 cache holds
+        longer = round_down(min(cap[0] / ratio, max_len), bs)
+        if longer > cap[0]:
+            flags["--max-model-len"] = str(longer)
+            fits = True
+            title = f"Store the KV cache in fp8 and limit the context to {longer} tokens"
+            why += f" Together with --max-model-len {longer} (capacity × {1 / ratio:g}, rounded to blocks) it fits."
+    gpu_note = ""
+    if f.gpu is not None and not f.gpu.value.fp8_tensor_cores:
+        gpu_note = f" The {f.gpu.value.name} stores fp8 but has no fp8 tensor cores: attention may be slower."
     return Remedy(
         id="vllm.kv-cache-dtype-fp8",
-        title="Store the KV cache in fp8",
-        flags={"--kv-cache-dtype": "fp8"},
+        title=title,
+        flags=flags,
         saves_bytes=saves,
         fits=fits,
         confidence="medium",
-        why=why,
-        tradeoff="Slight accuracy loss; needs a GPU and attention backend with fp8 KV support (Ada/Hopper or newer).",
+        why=why + gpu_note,
+        tradeoff="Slight accuracy loss; the attention backend must support fp8 KV (vLLM picks one that does).",
+        sources={**sources, **(({"capacity": cap[2]}) if cap else {})},
     )
 
 
 @remedy("vllm.gpu-memory-utilization.fit-free")
 def utilization_fit_free(inp: AdviceInput) -> Remedy | None:
-    free, total = inp.fig("free_bytes"), _total(inp)
-    if not (free and total):
+    if not is_vllm(inp):
         return None
-    value = floor_to(free / total - UTILIZATION_MARGIN, 2)
+    f = get_facts(inp)
+    if not (f.free and f.total):
+        return None
+    free, total = f.free.value, f.total.value
+    value = min(MAX_UTILIZATION, floor_to(free / total - UTILIZATION_MARGIN, 2))
     if value <= 0:
         return None
-    util = _utilization(inp)
+    util = f.utilization.value if f.utilization else None
+    if util is not None and value >= util:
+        return None
     saves = int((util - value) * total) if util else None
+    fits: bool | None = True
+    note = ""
+    if f.weights is not None:
+        budget = value * total - f.weights.value - (f.activation.value if f.activation else 0)
+        if budget <= 0:
+            fits, note = False, f" The weights ({format_size(f.weights.value)}) do not fit in that budget."
     return Remedy(
         id="vllm.gpu-memory-utilization.fit-free",
         title=f"Ask for no more than the free memory ({fmt_fraction(value)})",
         flags={"--gpu-memory-utilization": fmt_fraction(value)},
         saves_bytes=saves,
-        fits=True,
-        confidence="high",
+        fits=fits,
+        confidence="high" if fits else "low",
         why=(
             f"{format_size(free)} of {format_size(total)} is free: {format_size(free)} / {format_size(total)} = "
-            f"{free / total:.4f}, minus a {UTILIZATION_MARGIN:.2f} margin, rounded down."
+            f"{free / total:.4f}, minus a {UTILIZATION_MARGIN:.2f} margin, rounded down." + note
         ),
         tradeoff="A smaller budget means a smaller KV cache: fewer concurrent sequences, maybe a shorter max length.",
+        sources=f.sources("free", "total", "utilization"),
     )
 
 
 @remedy("vllm.enforce-eager")
 def enforce_eager(inp: AdviceInput) -> Remedy | None:
-    if inp.context.enforce_eager:
+    if not is_vllm(inp) or inp.context.enforce_eager:
         return None
-    graph = inp.context.cudagraph_bytes
-    req = inp.fig("requested_bytes")
+    phase = inp.finding.phase
+    if phase in ("weights-load", "startup-check", "training"):
+        return None
+    f = get_facts(inp)
+    if phase == "profiling" and not (f.version and f.version >= (0, 18, 0)):
+        return None  # graphs are captured after profiling before 0.18 (research §2.4)
+    graph = f.cudagraph.value if f.cudagraph else None
+    short = shortage(inp)
+    fits = True if (graph and short and graph >= short[0]) else None
     return Remedy(
         id="vllm.enforce-eager",
         title="Skip CUDA-graph capture",
         flags={"--enforce-eager": ""},
         saves_bytes=graph,
-        fits=True if (graph and req and graph >= req) else None,
-        confidence="high" if inp.finding.phase == "cudagraph-capture" else "medium",
+        fits=fits,
+        confidence="high" if phase == "cudagraph-capture" else "medium",
         why=(
-            "The failure happened while capturing CUDA graphs, whose memory sits on top of the KV budget"
+            "CUDA-graph memory sits on top of the KV budget"
+            + (" and this failure happened while capturing them" if phase == "cudagraph-capture" else "")
             + (f" ({format_size(graph)} in this log)." if graph else ".")
         ),
         tradeoff="Slower decoding, most of all at small batch sizes (often 10-30%).",
+        sources=f.sources("cudagraph"),
+    )
+
+
+@remedy("vllm.cudagraph-capture-size")
+def cudagraph_capture_size(inp: AdviceInput) -> Remedy | None:
+    """Capture fewer CUDA-graph sizes: graph memory scales with the number of captured sizes."""
+    if not is_vllm(inp) or inp.context.enforce_eager:
+        return None
+    f = get_facts(inp)
+    flag = cudagraph_size_flag(f.version)
+    if flag is None or inp.finding.phase not in ("cudagraph-capture", "warmup", "unknown", "kv-cache-alloc"):
+        return None
+    args = inp.context.launch_args
+    cur_txt = args.get("max_cudagraph_capture_size") or args.get("cuda_graph_sizes")
+    try:
+        current = int(str(cur_txt).strip("[]").split(",")[-1]) if cur_txt else 512
+    except ValueError:
+        current = 512
+    src = "context" if cur_txt else "default (512)"
+    value = max(8, current // 2)
+    if value >= current:
+        return None
+    n_old, n_new = len(capture_sizes(current)), len(capture_sizes(value))
+    graph = f.cudagraph.value if f.cudagraph else None
+    saves = int(graph * (n_old - n_new) / n_old) if graph else None
+    short = shortage(inp)
+    fits = True if (saves and short and saves >= short[0]) else None
+    return Remedy(
+        id="vllm.cudagraph-capture-size",
+        title=f"Capture CUDA graphs only up to batch {value}",
+        flags={flag: str(value)},
+        saves_bytes=saves,
+        fits=fits,
+        confidence="medium",
+        why=(
+            f"{n_old} graph sizes are captured up to {current}; up to {value} there are {n_new}"
+            + (f", so about {format_size(saves)} of the {format_size(graph)} graph memory is saved." if saves else ".")
+        ),
+        tradeoff=f"Batches above {value} sequences run without CUDA graphs (slower decoding for them).",
+        sources={"current size": src, **f.sources("cudagraph")},
     )
 
 
 @remedy("vllm.max-num-seqs")
 def max_num_seqs(inp: AdviceInput) -> Remedy | None:
+    if not is_vllm(inp):
+        return None
     dummy = inp.fig("num_dummy_requests") or inp.context.max_num_seqs
     if not dummy or dummy <= 1:
         return None
+    src = "message" if inp.fig("num_dummy_requests") else "context"
+    f = get_facts(inp)
+    req = inp.fig("requested_bytes")
+    geo: ModelGeometry | None = f.geometry.value if f.geometry else None
     value = max(1, dummy // 2)
+    why = f"The warm-up ran {dummy} dummy requests at once; half as many halves the sampler's logits buffer."
+    saves = None
+    if geo is not None and geo.vocab_size and req:
+        row = geo.vocab_size * 4  # one fp32 logits row per request
+        drop = -(-int(req) // row)
+        exact = dummy - drop
+        if 1 <= exact < dummy:
+            value = max(1, min(value, 1 << (exact.bit_length() - 1)))
+        saves = (dummy - value) * row
+        why = (
+            f"Each dummy request holds a {geo.vocab_size}-entry fp32 logits row ({format_size(row)}); "
+            f"{format_size(req)} more needs {drop} fewer rows; {value} is the power of two at or below {dummy} − {drop}."
+        )
+    if value >= dummy:
+        return None
     return Remedy(
         id="vllm.max-num-seqs",
         title=f"Run fewer sequences at once ({value})",
         flags={"--max-num-seqs": str(value)},
+        saves_bytes=saves,
         fits=None,
         confidence="medium",
-        why=f"The warm-up ran {dummy} dummy requests at once; half as many halves the sampler's logits buffer.",
+        why=why,
         tradeoff="Lower peak throughput under heavy concurrency.",
+        sources={"dummy requests": src, **f.sources("geometry")},
     )
 
 
 @remedy("vllm.max-num-batched-tokens")
 def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
+    if not is_vllm(inp):
+        return None
     cur = inp.context.max_num_batched_tokens
     if not cur or cur <= 512:
         return None
+    f = get_facts(inp)
+    short = shortage(inp)
+    act = f.activation.value if f.activation else None
     value = max(512, round_down(cur // 2, 256))
+    why = f"The activation peak grows with the tokens per step ({cur} in this run); half of it roughly halves the peak."
+    saves = act // 2 if act else None
+    fits: bool | None = None
+    if act and short and short[0] >= act:
+        fits = False
+        why += f" Cannot help alone: {format_size(short[0])} is missing, the whole activation peak is {format_size(act)}."
+    if act and short and 0 < short[0] < act:
+        # activation ∝ batched tokens: keep the share of the peak that is not missing
+        exact = round_down(cur * (act - short[0]) / act, 256)
+        if 512 <= exact < cur:
+            value = exact
+            saves = int(act * (cur - value) / cur)
+            fits = None if shortage_is_lower_bound(inp) else True
+            why = (
+                f"The activation peak is {format_size(act)} for {cur} tokens per step and {format_size(short[0])} "
+                f"is missing: {cur} × ({format_size(act)} − {format_size(short[0])}) / {format_size(act)}, "
+                f"rounded down to 256 = {value}."
+            )
     return Remedy(
         id="vllm.max-num-batched-tokens",
         title=f"Profile with a smaller batch ({value} tokens)",
         flags={"--max-num-batched-tokens": str(value)},
-        fits=None,
+        saves_bytes=saves,
+        fits=fits,
         confidence="medium",
-        why=f"The activation peak grows with the tokens per step ({cur} in this run); half of it roughly halves the peak.",
+        why=why,
         tradeoff="Long prompts are prefilled in more, smaller chunks (slightly higher time to first token).",
+        sources={"max_num_batched_tokens": "context", **f.sources("activation")},
     )
 
 
 @remedy("vllm.gpu-memory-utilization.lower")
 def lower_utilization(inp: AdviceInput) -> Remedy | None:
-    util, total, req = _utilization(inp), _total(inp), inp.fig("requested_bytes")
-    if not (util and total and req):
+    if not is_vllm(inp):
         return None
-    value = floor_to(util - req / total, 2)
+    if inp.finding.phase in ("profiling", "weights-load", "startup-check", "kv-cache-alloc", "training"):
+        return None  # before the KV cache exists the budget does not limit this allocation (research §7)
+    f = get_facts(inp)
+    req = inp.fig("requested_bytes")
+    if not (f.utilization and f.total and req):
+        return None
+    util, total = f.utilization.value, f.total.value
+    exact = floor_to(util - req / total, 2)
+    value = min(MAX_UTILIZATION, exact)
     if value >= util:
         value = round(util - 0.01, 2)
     if value <= 0.1:
@@ -254,86 +519,377 @@ def lower_utilization(inp: AdviceInput) -> Remedy | None:
         flags={"--gpu-memory-utilization": fmt_fraction(value)},
         saves_bytes=int((util - value) * total),
         fits=True,
-        confidence="medium",
+        confidence="medium" if f.utilization.source != "default" else "low",
         why=(
             f"{format_size(req)} could not be allocated outside the {fmt_fraction(util)} × {format_size(total)} budget; "
-            f"{fmt_fraction(util)} − {format_size(req)} / {format_size(total)} = {fmt_fraction(value)}."
+            f"{fmt_fraction(util)} − {format_size(req)} / {format_size(total)} = {fmt_fraction(exact)}"
+            + (f", capped at {fmt_fraction(MAX_UTILIZATION)}." if value < exact else ".")
         ),
         tradeoff="A smaller KV cache: fewer concurrent sequences.",
+        sources=f.sources("utilization", "total"),
     )
 
 
-# -- model-size levers (refined by the memory model; values need the weights figure) -----------
+# -- model-size levers ---------------------------------------------------------------------------
 
 
-def _weights(inp: AdviceInput) -> int | None:
-    return inp.context.weights_bytes
+def _per_gpu_need(f: Facts, tp: int, pp: int) -> int | None:
+    """Per-GPU memory need (weights + KV for one max-length request + activation + non-torch) at tp×pp."""
+    if f.weights is None:
+        return None
+    w = f.weights.value * f.tp * f.pp / (tp * pp)
+    kv = 0.0
+    if f.bytes_per_token and f.max_model_len:
+        geo: ModelGeometry | None = f.geometry.value if f.geometry else None
+        per_tok = f.bytes_per_token.value * f.pp / pp
+        if geo is not None and not geo.is_mla:
+            per_tok = per_tok * geo.kv_heads_per_rank(tp) / geo.kv_heads_per_rank(f.tp)
+        elif geo is None:
+            per_tok = per_tok * f.tp / tp
+        kv = per_tok * f.max_model_len.value
+    act = f.activation.value if f.activation else 0
+    nt = f.non_torch.value if f.non_torch else 0
+    return int(w + kv + act + nt)
+
+
+def _gpus(inp: AdviceInput) -> tuple[int, str] | None:
+    f = get_facts(inp)
+    if f.gpus is None:
+        return None
+    return int(f.gpus.value), f.gpus.source
 
 
 @remedy("vllm.tensor-parallel-size")
 def tensor_parallel(inp: AdviceInput) -> Remedy | None:
-    gpus = inp.hints.get("gpus") or (str(inp.context.gpu_count) if inp.context.gpu_count else None)
-    if not gpus or not gpus.isdigit() or int(gpus) < 2:
+    if not is_vllm(inp):
         return None
-    tp = inp.context.tensor_parallel_size or 1
-    n = int(gpus)
-    value = tp * 2
-    if value > n:
+    g = _gpus(inp)
+    f = get_facts(inp)
+    if g is None or g[0] < 2:
         return None
+    n = g[0]
+    heads = f.geometry.value.attention_heads if f.geometry else None
+    budget = f.requested
+    candidates = [t for t in (2, 4, 8, 16, 32, 64) if f.tp < t and t * f.pp <= n and (not heads or heads % t == 0)]
+    if not candidates:
+        return None
+    chosen, fits = candidates[0], None
+    need = None
+    if budget:
+        for t in candidates:
+            need = _per_gpu_need(f, t, f.pp)
+            if need is not None and need <= budget:
+                chosen, fits = t, True
+                break
+        else:
+            need = _per_gpu_need(f, candidates[-1], f.pp)
+            if need is not None:
+                chosen, fits = candidates[-1], False
+    why = f"{n} GPUs are available ({g[1]}); weights and KV cache per GPU shrink by about {chosen // f.tp}×"
+    if heads:
+        why += f"; {chosen} divides the {heads} attention heads"
+    if need is not None and budget:
+        why += f"; per GPU about {format_size(need)} is needed against a {format_size(budget)} budget"
     return Remedy(
         id="vllm.tensor-parallel-size",
-        title=f"Shard the model over {value} GPUs",
-        flags={"--tensor-parallel-size": str(value)},
-        fits=None,
+        title=f"Shard the model over {chosen} GPUs",
+        flags={"--tensor-parallel-size": str(chosen)},
+        saves_bytes=(f.weights.value - f.weights.value * f.tp // chosen) if f.weights else None,
+        fits=fits,
         confidence="medium",
-        why=f"{n} GPUs are available; weights and KV cache per GPU shrink by about {value // tp}×.",
+        why=why + ".",
         tradeoff="Uses more GPUs; inter-GPU communication costs some latency.",
+        sources=f.sources("gpus", "geometry", "weights", "total", "utilization"),
+    )
+
+
+@remedy("vllm.pipeline-parallel-size")
+def pipeline_parallel(inp: AdviceInput) -> Remedy | None:
+    if not is_vllm(inp):
+        return None
+    g = _gpus(inp)
+    f = get_facts(inp)
+    if g is None or g[0] < 2:
+        return None
+    n = g[0]
+    candidates = [p for p in range(f.pp + 1, n // f.tp + 1)]
+    if not candidates:
+        return None
+    chosen, fits = candidates[0], None
+    budget = f.requested
+    if budget:
+        for p in candidates:
+            need = _per_gpu_need(f, f.tp, p)
+            if need is not None and need <= budget:
+                chosen, fits = p, True
+                break
+        else:
+            if _per_gpu_need(f, f.tp, candidates[-1]) is not None:
+                chosen, fits = candidates[-1], False
+    return Remedy(
+        id="vllm.pipeline-parallel-size",
+        title=f"Split the layers over {chosen} pipeline stages",
+        flags={"--pipeline-parallel-size": str(chosen)},
+        saves_bytes=(f.weights.value - f.weights.value * f.pp // chosen) if f.weights else None,
+        fits=fits,
+        confidence="medium",
+        why=f"{n} GPUs are available ({g[1]}); each stage holds about 1/{chosen} of the layers (weights and KV).",
+        tradeoff="Pipeline bubbles: higher latency per request than tensor parallelism on a single node.",
+        sources=f.sources("gpus", "weights", "total", "utilization"),
     )
 
 
 @remedy("vllm.cpu-offload-gb")
 def cpu_offload(inp: AdviceInput) -> Remedy | None:
-    req = inp.fig("requested_bytes")
-    if not req:
+    if not is_vllm(inp):
         return None
-    gib = max(1, -(-req // 2**30))
+    f = get_facts(inp)
+    if f.version and f.version < (0, 5, 3):
+        return None
+    short = shortage(inp)
+    if not short or short[0] <= 0:
+        return None
+    gib = ceil_gib(short[0])
+    if f.weights is not None and gib * GiB > f.weights.value:
+        return None  # more than the weights: offloading cannot make it fit
     return Remedy(
         id="vllm.cpu-offload-gb",
         title=f"Offload {gib} GiB of weights to CPU memory",
         flags={"--cpu-offload-gb": str(gib)},
-        saves_bytes=gib * 2**30,
-        fits=None,
-        confidence="low",
-        why=f"At least {format_size(req)} more is needed on the GPU; rounded up to whole GiB.",
-        tradeoff="Much slower: offloaded weights cross PCIe on every forward pass.",
+        saves_bytes=gib * GiB,
+        fits=None if (f.weights is None or shortage_is_lower_bound(inp)) else True,
+        # offloading more than half the weights makes every forward pass PCIe-bound
+        confidence="medium" if (f.weights is not None and gib * GiB <= f.weights.value // 2) else "low",
+        why=f"{format_size(short[0])} is missing ({short[1]}); rounded up to whole GiB.",
+        tradeoff="Much slower: offloaded weights cross PCIe on every forward pass; needs as much pinned host RAM.",
+        sources=f.sources("weights"),
     )
 
 
 @remedy("vllm.quantization")
 def quantization(inp: AdviceInput) -> Remedy | None:
-    if inp.context.quantization:
+    if not is_vllm(inp) or inp.context.quantization:
         return None
-    w = _weights(inp)
+    f = get_facts(inp)
+    if f.version and f.version < (0, 5, 0):
+        return None
+    geo: ModelGeometry | None = f.geometry.value if f.geometry else None
+    if geo is not None and (geo.weight_bytes_per_param or geo.dtype.startswith("fp8")):
+        return None  # already quantized checkpoint
+    min_cc = fp8_weights_min_cc(f.version)
+    w = f.weights.value if f.weights else None
+    short = shortage(inp)
+    if f.gpu is not None and f.gpu.value.cc < min_cc:
+        return Remedy(
+            id="vllm.quantization",
+            title="Quantize the weights on the fly (fp8) — not possible here",
+            flags={},
+            fits=False,
+            confidence="low",
+            why=f"Cannot help: --quantization fp8 needs compute capability {min_cc / 10:.1f}; the {f.gpu.value.name} has {f.gpu.value.cc / 10:.1f}.",
+            sources=f.sources("gpu"),
+        )
+    saves = w // 2 if w else None
+    fits = covers(saves, inp)
+    gpu_note = ""
+    if f.gpu is not None and not f.gpu.value.fp8_tensor_cores:
+        gpu_note = f" On the {f.gpu.value.name} fp8 runs weight-only (Marlin): memory is saved, speed is not gained."
     return Remedy(
         id="vllm.quantization",
         title="Quantize the weights on the fly (fp8)",
         flags={"--quantization": "fp8"},
-        saves_bytes=w // 2 if w else None,
-        fits=None,
-        confidence="low",
-        why="fp8 weights take half the memory of bf16/fp16" + (f" ({format_size(w)} → {format_size(w // 2)})." if w else "."),
-        tradeoff="Needs an fp8-capable GPU (compute capability ≥ 8.9 for fast kernels); small quality loss.",
+        saves_bytes=saves,
+        fits=fits,
+        confidence="medium" if w else "low",
+        why="fp8 weights take half the memory of bf16/fp16 (assuming this checkpoint is 16-bit)"
+        + (f" ({format_size(w)} → {format_size(w // 2)})" if w else "")
+        + (f"; {format_size(short[0])} is missing" if short and short[0] > 0 else "")
+        + "."
+        + gpu_note,
+        tradeoff="Small quality loss; KV cache unchanged.",
+        sources=f.sources("weights", "gpu"),
+    )
+
+
+@remedy("vllm.quantization-4bit")
+def quantization_4bit(inp: AdviceInput) -> Remedy | None:
+    """A 4-bit AWQ/GPTQ checkpoint of the same model: a model change, with the weight bytes it takes."""
+    if not is_vllm(inp) or inp.context.quantization:
+        return None
+    f = get_facts(inp)
+    geo: ModelGeometry | None = f.geometry.value if f.geometry else None
+    if geo is not None and geo.weight_bytes_per_param:
+        return None
+    if geo is not None and geo.params:
+        params = geo.params * 1e9 / (f.tp * f.pp)
+        src = f.geometry.source  # type: ignore[union-attr]
+    elif f.weights is not None and not inp.context.quantization:
+        params = f.weights.value / 2  # assumes a bf16/fp16 checkpoint: 2 bytes per parameter
+        src = f.weights.source + " (weights ÷ 2 bytes, assuming a 16-bit checkpoint)"
+    else:
+        return None
+    now = f.weights.value if f.weights else int(params * 2)
+    after = int(params * FOUR_BIT_BYTES_PER_PARAM)
+    if after >= now:
+        return None
+    saves = now - after
+    fits = covers(saves, inp)
+    model = inp.context.model or (geo.name if geo else "this model")
+    return Remedy(
+        id="vllm.quantization-4bit",
+        title="Serve a 4-bit (AWQ or GPTQ) checkpoint of the model",
+        settings={"model": f"an AWQ or GPTQ 4-bit checkpoint of {model}"},
+        saves_bytes=saves,
+        fits=fits,
+        confidence="medium",
+        why=(
+            f"4-bit weights take about {FOUR_BIT_BYTES_PER_PARAM} bytes per parameter: "
+            f"{params / 1e9:.2f}B parameters → {format_size(after)} instead of {format_size(now)}."
+        ),
+        tradeoff="A different checkpoint: some quality loss, and it must exist (or be made) for this model.",
+        sources={"parameters": src, **f.sources("weights")},
     )
 
 
 @remedy("vllm.swap-space")
 def swap_space(inp: AdviceInput) -> Remedy | None:
+    if not is_vllm(inp):
+        return None
+    f = get_facts(inp)
+    if f.version and f.version >= (0, 18, 0):
+        return None  # flag removed in 0.18.0
+    current_txt = inp.context.launch_args.get("swap_space")
+    try:
+        current = float(current_txt) if current_txt else 4.0
+    except ValueError:
+        current = 4.0
+    value = 1 if current > 1 else 0
+    if value >= current:
+        return None
+    gpus = f.gpus.value if f.gpus else max(1, f.tp * f.pp)
     return Remedy(
         id="vllm.swap-space",
-        title="Reserve less CPU swap space per GPU",
-        flags={"--swap-space": "1"},
+        title=f"Reserve less CPU swap space per GPU ({value} GiB)",
+        flags={"--swap-space": str(value)},
+        saves_bytes=int((current - value) * GiB * gpus),
         fits=None,
         confidence="low",
-        why="Each worker pins --swap-space GiB of host memory (default 4); on a small host this adds up.",
+        why=(
+            f"Each of {gpus} worker(s) pins --swap-space GiB of host memory ({current:g} "
+            f"{'in this run' if current_txt else 'by default'}); {value} GiB saves {format_size(int((current - value) * GiB * gpus))}."
+        ),
         tradeoff="Preempted sequences are recomputed instead of swapped (V0 engine).",
+        sources={"swap_space": "context" if current_txt else "default (4 GiB)"},
+    )
+
+
+# -- the smallest combination of levers (memory model search) ----------------------------------
+
+#: a plan that shortens the context keeps at least this many tokens (or the current length if smaller)
+MIN_USEFUL_CONTEXT = 4096
+
+
+def plan_remedy(inp: AdviceInput) -> Remedy | None:
+    """Search tensor parallelism × weight format × KV dtype × utilization × max-model-len for the
+    configuration that fits with the fewest changes, then the cheapest trade-offs.
+
+    Per GPU: total × util − weights × w / tp − activation − non-torch (− graphs, 0.20+) must hold one
+    request: bytes/token × kv_heads_per_rank(tp) / kv_heads_per_rank(now) × kv × cdiv(len, block) × block.
+    Needs the weights, the GPU total, the bytes per token and the max length (message, log, config or catalog).
+    """
+    if not is_vllm(inp):
+        return None
+    f = get_facts(inp)
+    if not (f.weights and f.total and f.utilization and f.bytes_per_token and f.max_model_len):
+        return None
+    from oomdoctor.advisor.memory_model import counts_cudagraphs_in_budget
+
+    geo: ModelGeometry | None = f.geometry.value if f.geometry else None
+    total, util0, length = f.total.value, f.utilization.value, int(f.max_model_len.value)
+    bs = _block(f)
+    weights_all = f.weights.value * f.tp * f.pp
+    fixed = (f.activation.value if f.activation else 0) + (f.non_torch.value if f.non_torch else 0)
+    if f.cudagraph and counts_cudagraphs_in_budget(f.version):
+        fixed += f.cudagraph.value
+    cap_util, _ = _util_cap(f)
+    gpus = int(f.gpus.value) if f.gpus else f.tp * f.pp
+    heads = geo.attention_heads if geo else None
+    tps = [t for t in (1, 2, 4, 8, 16) if t >= f.tp and t * f.pp <= max(gpus, f.tp * f.pp)
+           and (t == f.tp or not heads or heads % t == 0)]
+    quantized = bool(inp.context.quantization) or bool(geo and (geo.weight_bytes_per_param or geo.dtype.startswith("fp8")))
+    fp8_w_ok = not quantized and not (f.gpu is not None and f.gpu.value.cc < fp8_weights_min_cc(f.version))
+    weight_opts: list[tuple[str, float]] = [("", 1.0)]
+    if fp8_w_ok:
+        weight_opts.append(("fp8", 0.5))
+    if not quantized:
+        weight_opts.append(("4bit", FOUR_BIT_BYTES_PER_PARAM / 2))
+    kv_value, _ = fp8_kv_support(inp)
+    kv_opts: list[tuple[str, float]] = [("", 1.0)]
+    if kv_value and f.kv_dtype_bytes >= 2:
+        kv_opts.append((kv_value, 1 / f.kv_dtype_bytes))
+    utils = [util0] + ([cap_util] if cap_util > util0 else [])
+    best: tuple[tuple[int, int, int], dict[str, str], dict[str, str], str] | None = None
+    for tp in tps:
+        for wname, wf in weight_opts:
+            for kvname, kvf in kv_opts:
+                for util in utils:
+                    w = weights_all * wf / (tp * f.pp)
+                    budget = total * util - w - fixed
+                    per_tok = f.bytes_per_token.value * kvf
+                    if geo is not None and not geo.is_mla:
+                        per_tok = per_tok * geo.kv_heads_per_rank(tp) / geo.kv_heads_per_rank(f.tp)
+                    elif geo is None:
+                        per_tok = per_tok * f.tp / tp
+                    if budget <= 0:
+                        continue
+                    cap = round_down(budget / (per_tok * bs), 1) * bs
+                    new_len = length if cap >= -(-length // bs) * bs else cap
+                    if new_len < min(length, MIN_USEFUL_CONTEXT):
+                        continue
+                    flags: dict[str, str] = {}
+                    settings: dict[str, str] = {}
+                    ids = []
+                    if tp != f.tp:
+                        flags["--tensor-parallel-size"] = str(tp)
+                        ids.append("vllm.tensor-parallel-size")
+                    if wname == "fp8":
+                        flags["--quantization"] = "fp8"
+                        ids.append("vllm.quantization")
+                    elif wname == "4bit":
+                        settings["model"] = f"an AWQ or GPTQ 4-bit checkpoint of {inp.context.model or 'this model'}"
+                        ids.append("vllm.quantization-4bit")
+                    if kvname:
+                        flags["--kv-cache-dtype"] = kvname
+                        ids.append("vllm.kv-cache-dtype-fp8")
+                    if util != util0:
+                        flags["--gpu-memory-utilization"] = fmt_fraction(util)
+                        ids.append("vllm.gpu-memory-utilization.raise-for-kv")
+                    if new_len != length:
+                        flags["--max-model-len"] = str(new_len)
+                        ids.append("vllm.max-model-len")
+                    if len(ids) < 2:
+                        continue  # single levers are the calculators' business
+                    from oomdoctor.advisor import TRADEOFF_COST
+
+                    key = (len(ids), sum(TRADEOFF_COST.get(i, 5) for i in ids), -new_len)
+                    if best is None or key < best[0]:
+                        best = (key, flags, settings, "+".join(ids))
+    if best is None:
+        return None
+    _, flags, settings, ids_txt = best
+    parts = [f"{k} {v}" for k, v in flags.items()] + list(settings.values())
+    return Remedy(
+        id="combined:" + ids_txt,
+        title="Together: " + ", ".join(parts),
+        flags=flags,
+        settings=settings,
+        fits=True,
+        confidence="medium" if (geo is not None or f.bytes_per_token.source in ("message", "context")) else "low",
+        why=(
+            f"No single change fits. Per GPU: {format_size(total)} × util − weights × format / TP − "
+            f"{format_size(fixed)} (activation, non-torch, graphs) must hold one request at "
+            f"{format_size(int(f.bytes_per_token.value))} per token; the fewest changes that do: " + "; ".join(parts) + "."
+        ),
+        tradeoff="The trade-offs of each change together.",
+        sources=f.sources("weights", "total", "utilization", "bytes_per_token", "max_model_len", "gpus", "geometry"),
     )

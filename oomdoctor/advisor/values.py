@@ -31,3 +31,13 @@ def ceil_to(value: float, digits: int = 2) -> float:
 
 def fmt_fraction(value: float) -> str:
     return f"{value:.2f}"
+
+
+def ceil_div(a: int, b: int) -> int:
+    """``cdiv`` as vLLM writes it: the smallest integer ≥ a / b."""
+    return -(-a // b)
+
+
+def ceil_gib(value: float) -> int:
+    """Whole GiB, rounded up (a GiB flag value that must cover ``value`` bytes)."""
+    return max(1, ceil_div(int(value), 2**30))

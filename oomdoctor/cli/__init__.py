@@ -5,7 +5,6 @@ The CLI is a thin adapter over the core (``oomdoctor.diagnose``, ``Scanner``, re
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
@@ -41,40 +40,28 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _exception_modules() -> list:
-    """click's exceptions, from typer's vendored copy (typer >= 0.20) and/or click itself."""
-    import importlib
-
-    mods = []
-    with contextlib.suppress(ImportError):
-        mods.append(importlib.import_module("typer._click.exceptions"))
-    try:
-        from click import exceptions as plain
-
-        mods.append(plain)
-    except ImportError:
-        pass
-    return mods
-
-
 def _invoke(app, args: list[str]) -> int:
+    """Run a typer app without its own exit handling; usage errors become one line, exit 2.
+
+    typer vendors click from 0.22 on, so click's exception classes are recognised by shape
+    (``format_message`` + ``exit_code``) rather than imported.
+    """
     from oomdoctor.cli.errors import fail
-
-    mods = _exception_modules()
-
-    def kinds(name: str) -> tuple[type[BaseException], ...]:
-        return tuple(getattr(m, name) for m in mods if hasattr(m, name))
 
     try:
         result = app(args=args, prog_name="oomdoctor", standalone_mode=False)
-    except kinds("NoSuchOption") as exc:
-        return fail(f"no such option: {exc.option_name}")  # type: ignore[attr-defined]
-    except kinds("UsageError") as exc:  # BadParameter, MissingParameter, ... are UsageErrors
-        return fail(exc.format_message())  # type: ignore[attr-defined]
-    except kinds("Exit") as exc:
-        return int(exc.exit_code)  # type: ignore[attr-defined]
-    except kinds("Abort"):
-        return 130
+    except Exception as exc:
+        name = type(exc).__name__
+        if name == "Exit":
+            return int(getattr(exc, "exit_code", 0))
+        if name == "Abort":
+            return 130
+        if name == "NoArgsIsHelpError":
+            sys.stdout.write(str(getattr(exc, "ctx", None) and exc.ctx.get_help()) + "\n")  # type: ignore[attr-defined]
+            return 2
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            return fail(exc.format_message())
+        raise
     return int(result or 0)
 
 

@@ -103,18 +103,22 @@ def _write_report(report: Report, fmt: str, output: str | None, stream: object) 
 def _file_mode(
     paths: list[str], pack: object, hints: dict[str, str], fmt: str, output: str | None, fail_on: str
 ) -> int:
+    from oomdoctor.cli.progress import FileProgress
+
     scanner = Scanner(pack, source=paths[0], hints=hints)  # type: ignore[arg-type]
     input_error: InputError | None = None
     try:
-        for i, path in enumerate(paths):
-            if i:
-                scanner.new_source(path)
-            try:
-                for block in read_blocks(path):
-                    scanner.feed(block)
-            except InputError as exc:
-                input_error = exc
-                break
+        with FileProgress(paths) as bar:
+            for i, path in enumerate(paths):
+                if i:
+                    scanner.new_source(path)
+                try:
+                    for block in read_blocks(path):
+                        scanner.feed(block)
+                        bar.advance(len(block), scanner.findings_so_far())
+                except InputError as exc:
+                    input_error = exc
+                    break
         report = scanner.close()
     except RuleTimeout as exc:
         return fail(str(exc))

@@ -1,60 +1,122 @@
-"""Markdown renderer (chat, issues, the HTTP service)."""
+"""Markdown renderer (GitHub issues, Mattermost, the HTTP service).
+
+Flags and commands are code spans/blocks (copy-paste safe); the matched log line is a fenced
+block so ``*``, ``_`` and ``<`` in it are not read as Markdown. ``max_chars`` keeps the whole
+answer under a chat limit (Mattermost: 16383) by dropping whole findings, with a note saying so.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from oomdoctor.render.common import figure_items, fits_label, occurrences_note, remedy_snippet, where
-from oomdoctor.report import Report
+from oomdoctor.report import Finding, Report
 from oomdoctor.units import format_size
 
+MESSAGE_CHARS = 600
 
-def render_markdown(report: Report, **_: Any) -> str:
-    out: list[str] = []
-    errors = [f for f in report.findings if f.severity == "error"]
+
+def code_span(text: str) -> str:
+    """``text`` as an inline code span, whatever backticks it contains."""
+    text = text.replace("\n", " ")
+    run = longest = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def code_block(text: str, lang: str = "") -> str:
+    fence = "```"
+    while fence in text:
+        fence += "`"
+    return f"{fence}{lang}\n{text}\n{fence}"
+
+
+def summary_line(report: Report) -> str:
+    errors = sum(f.severity == "error" for f in report.findings)
+    warnings = len(report.findings) - errors
     if not report.findings:
-        out.append("**oomdoctor**: no out-of-memory failure found.")
-        return "\n".join(out) + "\n"
-    out.append(
-        f"**oomdoctor**: {len(errors)} out-of-memory failure(s), "
-        f"{len(report.findings) - len(errors)} warning(s)"
-    )
+        return "no out-of-memory failure found"
+    if not errors:
+        return f"no out-of-memory failure; {warnings} memory warning(s)"
+    return f"{errors} out-of-memory failure(s)" + (f", {warnings} warning(s)" if warnings else "")
+
+
+def context_facts(report: Report) -> list[str]:
     ctx = report.context
     facts = [
-        x
-        for x in (
-            ctx.engine and f"engine {ctx.engine}{' ' + ctx.engine_version if ctx.engine_version else ''}",
-            ctx.model and f"model `{ctx.model}`",
-            ctx.gpu_name,
-            ctx.gpu_total_bytes and f"{format_size(ctx.gpu_total_bytes)} GPU",
-        )
-        if x
+        ctx.engine and f"{ctx.engine}{' ' + ctx.engine_version if ctx.engine_version else ''}",
+        ctx.model,
+        ctx.gpu_name,
+        ctx.gpu_total_bytes and f"{format_size(ctx.gpu_total_bytes)} GPU",
+        ctx.tensor_parallel_size and ctx.tensor_parallel_size > 1 and f"TP {ctx.tensor_parallel_size}",
     ]
+    return [str(f) for f in facts if f]
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def location_text(f: Finding) -> str:
+    """``line 12`` for a pasted log (source ``<stdin>``, ``<request>``), ``server.log:12`` for a file."""
+    loc = f.location
+    span = f"{loc.line}" if loc.end_line == loc.line else f"{loc.line}-{loc.end_line}"
+    return f"line {span}" if loc.source.startswith("<") else where(f)
+
+
+def finding_markdown(f: Finding) -> str:
+    out: list[str] = []
+    sev = "❌" if f.severity == "error" else "⚠️"
+    occ = occurrences_note(f)
+    out.append(f"### {sev} {f.title}")
+    out.append(f"{code_span(f.kind)} · phase **{f.phase}** · {location_text(f)}" + (f" · {occ}" if occ else ""))
+    out.append("")
+    out.append(code_block(_clip(f.message, MESSAGE_CHARS)))
+    items = figure_items(f)
+    if items:
+        out.append("")
+        out.append(" · ".join(f"{k}: **{v}**" for k, v in items))
+    if f.remedies:
+        out.append("")
+        out.append("**Try, in this order:**")
+        for r in f.remedies:
+            snippet = remedy_snippet(r)
+            saves = f", saves {format_size(r.saves_bytes)}" if r.saves_bytes else ""
+            out.append(
+                f"{r.rank}. {r.title}" + (f": {code_span(snippet)}" if snippet else "") + f" _({fits_label(r)}{saves})_"
+            )
+            if r.why:
+                out.append(f"   - why: {r.why}")
+            if r.tradeoff:
+                out.append(f"   - cost: {r.tradeoff}")
+            if r.command:
+                out.append(f"   - command: {code_span(r.command)}")
+    return "\n".join(out)
+
+
+def render_markdown(report: Report, *, max_chars: int | None = None, **_: Any) -> str:
+    head = [f"**oomdoctor**: {summary_line(report)}"]
+    facts = context_facts(report)
     if facts:
-        out.append("_" + " · ".join(str(f) for f in facts) + "_")
-    for f in report.findings:
-        out.append("")
-        sev = "❌" if f.severity == "error" else "⚠️"
-        occ = occurrences_note(f)
-        out.append(f"### {sev} {f.title}")
-        out.append(f"`{f.kind}` · phase **{f.phase}** · {where(f)}" + (f" · {occ}" if occ else ""))
-        out.append("")
-        out.append(f"> {f.message[:600]}")
-        items = figure_items(f)
-        if items:
-            out.append("")
-            out.append(" · ".join(f"{k}: **{v}**" for k, v in items))
-        if f.remedies:
-            out.append("")
-            out.append("**Try, in this order:**")
-            for r in f.remedies:
-                snippet = remedy_snippet(r)
-                saves = f", saves {format_size(r.saves_bytes)}" if r.saves_bytes else ""
-                out.append(f"{r.rank}. {r.title}" + (f": `{snippet}`" if snippet else "") + f" ({fits_label(r)}{saves})")
-                if r.why:
-                    out.append(f"   - why: {r.why}")
-                if r.tradeoff:
-                    out.append(f"   - cost: {r.tradeoff}")
-                if r.command:
-                    out.append(f"   - command: `{r.command}`")
-    return "\n".join(out) + "\n"
+        head.append("_" + " · ".join(facts) + "_")
+    text = "\n".join(head)
+    for i, f in enumerate(report.findings):
+        part = "\n\n" + finding_markdown(f)
+        rest = len(report.findings) - i
+        note = (
+            f"\n\n_…{rest} more finding(s) not shown (message size limit); run "
+            "`oomdoctor --format markdown` on the log for the full report._"
+        )
+        if max_chars is not None and len(text) + len(part) + len(note) + 1 > max_chars:
+            if i == 0:  # at least the first finding, clipped
+                room = max_chars - len(text) - len(note) - 2
+                if room > 200:
+                    text += _clip(part, room)
+            text += note
+            break
+        text += part
+    return text + "\n"

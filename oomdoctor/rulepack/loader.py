@@ -6,7 +6,9 @@ Errors name the file, the rule and the field, e.g.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -122,7 +124,57 @@ def _field_path(parts: Sequence[Any]) -> str:
     return out
 
 
-def _validate(data: dict[str, Any], where: str) -> RuleFile:
+def _cache_file() -> Path:
+    base = os.environ.get("OOMDOCTOR_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "oomdoctor"
+    )
+    return Path(base) / "validated-rules.txt"
+
+
+@lru_cache(maxsize=1)
+def _schema_digest() -> bytes:
+    try:
+        return (builtin_rules_dir() / "schema.json").read_bytes()
+    except OSError:
+        return b"(model)"
+
+
+def _digest(raw: bytes) -> str:
+    return hashlib.sha256(_schema_digest() + b"\0" + raw).hexdigest()[:40]
+
+
+def _validated_before(raw: bytes) -> bool:
+    """True when these exact bytes passed the JSON Schema check before (skips importing jsonschema)."""
+    try:
+        return _digest(raw) in _cache_file().read_text(encoding="ascii").split()
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _remember_valid(raw: bytes) -> None:
+    path = _cache_file()
+    try:
+        known = path.read_text(encoding="ascii").split() if path.exists() else []
+        known = [*known[-255:], _digest(raw)]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text("\n".join(known) + "\n", encoding="ascii")
+        os.replace(tmp, path)
+    except (OSError, UnicodeDecodeError):
+        pass
+
+
+def _validate(data: dict[str, Any], where: str, raw: bytes | None = None) -> RuleFile:
+    if raw is not None and _validated_before(raw):
+        # the JSON Schema check passed on these bytes before; pydantic still checks the models
+        return RuleFile.model_validate(data)
+    rf = _validate_schema(data, where)
+    if raw is not None:
+        _remember_valid(raw)
+    return rf
+
+
+def _validate_schema(data: dict[str, Any], where: str) -> RuleFile:
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(_schema())
@@ -176,7 +228,7 @@ def read_rule_file(path: Path) -> RuleFile:
             msg = getattr(exc, "msg", msg)
         loc = f":{line}:{col}" if line is not None else ""
         raise RulePackError(f"{where}{loc}: TOML syntax error: {msg}") from None
-    return _validate(data, where)
+    return _validate(data, where, raw)
 
 
 def _compile_rule(rule: Rule, where: str, known_remedies: set[str] | None) -> CompiledRule:

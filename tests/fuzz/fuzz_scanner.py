@@ -40,6 +40,8 @@ def check(data: bytes, cuts: list[int]) -> None:
     COUNT["inputs"] += 1
     COUNT["findings"] += len(whole["findings"])
     COUNT["bytes"] += len(data)
+    if COUNT["inputs"] % 10_000 == 0:
+        print(f"fuzz: {COUNT['inputs']} inputs so far", flush=True)
 
 
 def main() -> int:

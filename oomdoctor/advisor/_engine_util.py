@@ -1,0 +1,55 @@
+"""Small helpers shared by the engine remedy modules (SGLang, TGI, ggml, TRT-LLM, XLA, host, training)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oomdoctor.advisor.registry import AdviceInput
+
+
+def engine_of(inp: AdviceInput) -> str | None:
+    """The tool that printed the log: the finding's own engine when specific, else the context's."""
+    eng = inp.finding.engine
+    if eng and eng not in ("pytorch", "python", "ggml", "xla", "host", "nccl"):
+        return eng
+    return inp.context.engine or eng
+
+
+def setting(inp: AdviceInput, *names: str) -> Any:
+    """First value found under ``names`` in the finding's figures, the context extras or launch args."""
+    for name in names:
+        v = inp.finding.figures.get(name)
+        if v is not None:
+            return v
+        v = inp.context.extra.get(name)
+        if v is not None:
+            return v
+        v = inp.context.launch_args.get(name)
+        if v is not None:
+            return v
+    return None
+
+
+def as_int(v: Any) -> int | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return int(str(v).replace(",", "").strip())
+    except ValueError:
+        try:
+            return int(float(str(v)))
+        except ValueError:
+            return None
+
+
+def as_float(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return float(str(v).strip())
+    except ValueError:
+        return None
+
+
+def is_true(v: Any) -> bool:
+    return str(v).strip().lower() in ("true", "1", "yes", "on")

@@ -1,0 +1,277 @@
+"""Shipped catalogs (``oomdoctor/data/*.toml``): model geometry and GPUs, plus ``config.json`` reading.
+
+Every :class:`ModelGeometry` carries ``source``: the config.json it was copied from, or the path of
+the config the user passed. Lookups are by exact name, alias, or the repo's basename (case-insensitive).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+#: bytes per element of the dtypes vLLM accepts for --dtype / --kv-cache-dtype
+DTYPE_BYTES: dict[str, float] = {
+    "float32": 4, "fp32": 4, "float": 4,
+    "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "auto": 2,
+    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1, "int8": 1,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ModelGeometry:
+    """What the memory model needs to know about a model (config.json fields)."""
+
+    name: str
+    layers: int
+    attention_heads: int
+    kv_heads: int
+    head_dim: int
+    source: str
+    params: float | None = None  # billions
+    dtype: str = "bfloat16"
+    weight_bytes_per_param: float | None = None
+    max_position_embeddings: int | None = None
+    sliding_window: int | None = None
+    sliding_window_layers: int = 0
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    vocab_size: int | None = None
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    def kv_heads_per_rank(self, tp: int = 1) -> int:
+        """``max(1, kv_heads // tp)`` (heads replicated when TP exceeds them); MLA: one latent head."""
+        if self.is_mla:
+            return 1
+        return max(1, self.kv_heads // max(1, tp))
+
+    def kv_entry_bytes(self, kv_dtype_bytes: float, tp: int = 1) -> float:
+        """Bytes one token takes in ONE attention layer (K and V; MLA: the latent only)."""
+        if self.is_mla:
+            return (int(self.kv_lora_rank or 0) + int(self.qk_rope_head_dim or 0)) * kv_dtype_bytes
+        return 2 * self.kv_heads_per_rank(tp) * self.head_dim * kv_dtype_bytes
+
+    def full_layers(self, pp: int = 1) -> int:
+        return -(-(self.layers - self.sliding_window_layers) // max(1, pp))
+
+    def sliding_layers(self, pp: int = 1) -> int:
+        return -(-self.sliding_window_layers // max(1, pp)) if self.sliding_window_layers else 0
+
+    def weight_bytes(self, dtype_bytes: float | None = None) -> int | None:
+        """params × bytes per parameter (the checkpoint's own, unless a dtype is forced)."""
+        if self.params is None:
+            return None
+        per = dtype_bytes if dtype_bytes is not None else (
+            self.weight_bytes_per_param or DTYPE_BYTES.get(self.dtype, 2)
+        )
+        return int(self.params * 1e9 * per)
+
+
+def _geometry(entry: dict[str, Any]) -> ModelGeometry:
+    heads = int(entry["attention_heads"])
+    return ModelGeometry(
+        name=entry["name"],
+        layers=int(entry["layers"]),
+        attention_heads=heads,
+        kv_heads=int(entry.get("kv_heads", heads)),
+        head_dim=int(entry.get("head_dim", 0)),
+        source=entry["source"],
+        params=entry.get("params"),
+        dtype=entry.get("dtype", "bfloat16"),
+        weight_bytes_per_param=entry.get("weight_bytes_per_param"),
+        max_position_embeddings=entry.get("max_position_embeddings"),
+        sliding_window=entry.get("sliding_window"),
+        sliding_window_layers=int(entry.get("sliding_window_layers", 0)),
+        kv_lora_rank=entry.get("kv_lora_rank"),
+        qk_rope_head_dim=entry.get("qk_rope_head_dim"),
+        vocab_size=entry.get("vocab_size"),
+    )
+
+
+@lru_cache(maxsize=1)
+def _models() -> tuple[dict[str, ModelGeometry], list[ModelGeometry]]:
+    data = tomllib.loads((DATA / "models.toml").read_text("utf-8"))
+    index: dict[str, ModelGeometry] = {}
+    entries: list[ModelGeometry] = []
+    for entry in data["model"]:
+        geo = _geometry(entry)
+        entries.append(geo)
+        for name in [entry["name"], *entry.get("aliases", [])]:
+            index[name.lower()] = geo
+            index.setdefault(name.rsplit("/", 1)[-1].lower(), geo)
+    return index, entries
+
+
+def models() -> list[ModelGeometry]:
+    return list(_models()[1])
+
+
+def find_model(name: str | None) -> ModelGeometry | None:
+    """The catalog entry for a model name or path (``/models/Qwen2.5-7B-Instruct`` works too)."""
+    if not name:
+        return None
+    index = _models()[0]
+    key = name.strip().strip("'\"").rstrip("/").lower()
+    return index.get(key) or index.get(key.rsplit("/", 1)[-1])
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    memory_bytes: int
+    compute_capability: tuple[int, int]
+    reported: bool  # memory_bytes is PyTorch's total capacity (True) or the nominal size (False)
+
+    @property
+    def fp8_tensor_cores(self) -> bool:
+        """Native fp8 GEMM: compute capability 8.9 (Ada) or newer."""
+        return self.compute_capability >= (8, 9)
+
+    @property
+    def cc(self) -> int:
+        return self.compute_capability[0] * 10 + self.compute_capability[1]
+
+
+@lru_cache(maxsize=1)
+def _gpus() -> dict[str, GpuSpec]:
+    data = tomllib.loads((DATA / "gpus.toml").read_text("utf-8"))
+    out: dict[str, GpuSpec] = {}
+    for entry in data["gpu"]:
+        major, minor = (int(x) for x in entry["compute_capability"].split("."))
+        reported = "reported_gib" in entry
+        gib = float(entry["reported_gib"] if reported else entry["memory_gib"])
+        spec = GpuSpec(entry["name"], int(gib * 2**30), (major, minor), reported)
+        for n in [entry["name"], *entry.get("aliases", [])]:
+            out[_gpu_key(n)] = spec
+    return out
+
+
+def _gpu_key(name: str) -> str:
+    k = name.lower().replace("nvidia", "").replace("geforce", "").replace("tesla", "")
+    return "".join(ch for ch in k if ch.isalnum())
+
+
+def find_gpu(name: str | None) -> GpuSpec | None:
+    if not name:
+        return None
+    return _gpus().get(_gpu_key(name))
+
+
+def gpu_names() -> list[str]:
+    return sorted({g.name for g in _gpus().values()})
+
+
+# -- config.json ---------------------------------------------------------------------------
+
+
+def _num(cfg: dict[str, Any], *keys: str) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return None
+
+
+def geometry_from_config(cfg: dict[str, Any], source: str) -> ModelGeometry:
+    """Read KV geometry from a Hugging Face ``config.json`` (multimodal: its ``text_config``)."""
+    if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" in cfg["text_config"]:
+        outer_dtype = cfg.get("torch_dtype") or cfg.get("dtype")
+        cfg = {**cfg["text_config"]}
+        cfg.setdefault("torch_dtype", outer_dtype)
+    layers = int(_num(cfg, "num_hidden_layers", "n_layer", "num_layers"))
+    heads = int(_num(cfg, "num_attention_heads", "n_head"))
+    kv = int(_num(cfg, "num_key_value_heads", "num_kv_heads") or heads)
+    hidden = _num(cfg, "hidden_size", "n_embd")
+    head_dim = int(_num(cfg, "head_dim") or (int(hidden) // heads if hidden else 0))
+    window = cfg.get("sliding_window")
+    if cfg.get("use_sliding_window") is False:
+        window = None
+    sliding_layers = 0
+    if window:
+        types = cfg.get("layer_types")
+        if isinstance(types, list) and types:
+            sliding_layers = sum(1 for t in types if "sliding" in str(t))
+        elif cfg.get("sliding_window_pattern"):
+            pattern = int(cfg["sliding_window_pattern"])  # gemma3: every pattern-th layer is global
+            sliding_layers = layers - layers // pattern
+        elif str(cfg.get("model_type", "")).startswith("gemma2"):
+            sliding_layers = layers // 2
+        else:
+            sliding_layers = layers
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    qcfg = cfg.get("quantization_config") or {}
+    per_param = None
+    if isinstance(qcfg, dict):
+        qm = str(qcfg.get("quant_method", "")).lower()
+        bits = qcfg.get("bits")
+        if qm == "fp8":
+            per_param = 1.0
+        elif bits == 4 or qm in ("awq", "mxfp4"):
+            per_param = 0.53
+        elif bits == 8:
+            per_param = 1.02
+    return ModelGeometry(
+        name=str(cfg.get("_name_or_path") or source),
+        layers=layers,
+        attention_heads=heads,
+        kv_heads=kv,
+        head_dim=head_dim,
+        source=source,
+        params=estimate_params(cfg),
+        dtype=dtype,
+        weight_bytes_per_param=per_param,
+        max_position_embeddings=_num(cfg, "max_position_embeddings", "n_positions"),
+        sliding_window=int(window) if window else None,
+        sliding_window_layers=sliding_layers,
+        kv_lora_rank=cfg.get("kv_lora_rank"),
+        qk_rope_head_dim=cfg.get("qk_rope_head_dim") if cfg.get("kv_lora_rank") else None,
+        vocab_size=cfg.get("vocab_size"),
+    )
+
+
+def estimate_params(cfg: dict[str, Any]) -> float | None:
+    """Parameter count (billions) from the tensor shapes of a dense or MoE decoder config.
+
+    attention (q, k, v, o) + MLP (gate, up, down) × experts + embeddings (+ lm_head unless tied).
+    MLA models return None (their projections are not described by these fields alone).
+    """
+    if cfg.get("kv_lora_rank"):
+        return None
+    try:
+        hidden = int(cfg["hidden_size"])
+        layers = int(cfg["num_hidden_layers"])
+        heads = int(cfg["num_attention_heads"])
+        kv = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = int(cfg.get("head_dim") or hidden // heads)
+        vocab = int(cfg["vocab_size"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 1)
+    inter = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 4 * hidden) if experts > 1 else int(
+        cfg.get("intermediate_size") or 4 * hidden
+    )
+    attn = hidden * heads * head_dim * 2 + hidden * kv * head_dim * 2
+    mlp = 3 * hidden * inter * experts
+    emb = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
+    return (layers * (attn + mlp) + emb) / 1e9
+
+
+def load_config(path: str | Path) -> ModelGeometry:
+    p = Path(path)
+    return geometry_from_config(json.loads(p.read_text("utf-8")), source=f"config.json ({p})")
+
+
+def with_dtype(geo: ModelGeometry, dtype: str | None) -> ModelGeometry:
+    return replace(geo, dtype=dtype) if dtype and dtype != "auto" else geo

@@ -1,0 +1,112 @@
+"""The corrected launch command: the run's own command line with a remedy's flags applied.
+
+Flags already on the line are replaced in place (``--flag value``, ``--flag=value``, the
+``--flag_name`` spelling vLLM also accepts, and the short aliases), later duplicates are dropped,
+missing ones are appended. Environment variables are prefixed as ``VAR=value``.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from oomdoctor.report import Context, Remedy
+
+#: short or alternative spellings of vLLM flags (research §5)
+ALIASES: dict[str, tuple[str, ...]] = {
+    "--tensor-parallel-size": ("-tp",),
+    "--pipeline-parallel-size": ("-pp",),
+    "--quantization": ("-q",),
+    "--gpu-memory-utilization": ("--device-memory-utilization",),
+}
+
+#: launch-arg keys that are not flags of ``vllm serve``
+_NOT_FLAGS = {"model", "model_tag", "subparser", "dispatch_function", "func", "cli_args"}
+
+
+def _spellings(flag: str) -> set[str]:
+    names = {flag, "--" + flag[2:].replace("-", "_")}
+    names.update(ALIASES.get(flag, ()))
+    return names
+
+
+#: vLLM switches that never take a value
+SWITCHES = {"--enforce-eager", "--trust-remote-code", "--enable-prefix-caching", "--enable-chunked-prefill",
+            "--disable-log-requests", "--disable-log-stats", "--enable-expert-parallel"}
+
+
+def _takes_value(argv: list[str], i: int) -> bool:
+    if argv[i].replace("_", "-") in SWITCHES or i + 1 >= len(argv):
+        return False
+    nxt = argv[i + 1]
+    return not nxt.startswith("-") or nxt[1:].replace(".", "", 1).isdigit()
+
+
+def apply_flags(argv: list[str], flags: dict[str, str]) -> list[str]:
+    """``argv`` with every flag set to its value (``""``: a switch with no value)."""
+    out = list(argv)
+    for flag, value in flags.items():
+        names = _spellings(flag)
+        new = [flag] if value == "" else [flag, value]
+        placed = False
+        i = 0
+        result: list[str] = []
+        while i < len(out):
+            tok = out[i]
+            name = tok.split("=", 1)[0]
+            if name in names:
+                width = 1 if "=" in tok or not _takes_value(out, i) else 2
+                if not placed:
+                    result.extend(new)
+                    placed = True
+                i += width
+                continue
+            result.append(tok)
+            i += 1
+        if not placed:
+            result.extend(new)
+        out = result
+    return out
+
+
+def argv_from_launch_args(args: dict[str, str]) -> list[str] | None:
+    """``vllm serve MODEL --flag value ...`` rebuilt from a ``non-default args`` dump."""
+    model = args.get("model_tag") or args.get("model")
+    if not model or len(args) > 40:  # a full Namespace/config dump is not a command line
+        return None
+    argv = ["vllm", "serve", model]
+    for key, value in args.items():
+        if key in _NOT_FLAGS or value in ("None", "False", "") or value[:1] in "[{(":
+            continue
+        flag = "--" + key.replace("_", "-")
+        argv.extend([flag] if value == "True" else [flag, value])
+    return argv
+
+
+def is_vllm_cli(argv: list[str]) -> bool:
+    """``vllm serve ...`` or ``python -m vllm.entrypoints...``: every engine flag is accepted."""
+    names = [a.rsplit("/", 1)[-1] for a in argv[:4]]
+    return ("vllm" in names and "serve" in argv[:5]) or any(a.startswith("vllm.entrypoints") for a in argv[:4])
+
+
+def corrected_command(context: Context, remedy: Remedy) -> str | None:
+    """The full command with ``remedy`` applied, or None when the command or the change is unknown."""
+    if not remedy.flags and not remedy.env:
+        return None
+    if remedy.settings:
+        return None  # a model or script change: no command line expresses it
+    argv = list(context.command) if context.command else argv_from_launch_args(context.launch_args)
+    if not argv:
+        return None
+    env_prefix: list[str] = []
+    while argv and "=" in argv[0] and not argv[0].startswith("-") and argv[0].split("=", 1)[0].isidentifier():
+        if argv[0].split("=", 1)[0] not in remedy.env:
+            env_prefix.append(argv[0])
+        argv = argv[1:]
+    if not is_vllm_cli(argv):
+        # a user script: only flags it already takes can be changed safely
+        present = {tok.split("=", 1)[0] for tok in argv}
+        if any(not (_spellings(flag) & present) for flag in remedy.flags):
+            return None
+    argv = apply_flags(argv, remedy.flags)
+    env = [f"{k}={v}" for k, v in remedy.env.items()]
+    return shlex.join(env_prefix + env + argv)

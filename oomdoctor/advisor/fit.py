@@ -1,0 +1,217 @@
+"""Pre-flight: will this model fit this GPU under vLLM, and which flags make it fit?
+
+The same memory model and the same remedy calculators as the post-mortem advice: ``fit`` builds the
+finding vLLM would raise for this configuration (the V1 "max seq len ... KV cache is needed" error,
+or "no available memory for the cache blocks") and ranks the remedies for it, so the verdict and
+the advice for the real failure agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from oomdoctor.advisor.catalog import DTYPE_BYTES, GpuSpec, ModelGeometry
+from oomdoctor.advisor.memory_model import (
+    GiB,
+    capacity_tokens,
+    counts_cudagraphs_in_budget,
+    default_utilization,
+    kv_bytes_for_len,
+    parse_version,
+)
+from oomdoctor.advisor.registry import AdviceInput
+from oomdoctor.advisor.values import BLOCK_SIZE
+from oomdoctor.report import Context, Finding, Location, Remedy
+
+#: activation peak of the profile run per batched token per hidden unit, in bytes. Calibrated on
+#: fixtures/vllm/vllm-016 (Qwen2.5-7B, hidden 3584, 4096 batched tokens: 1.42 GiB measured by vLLM).
+ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 104
+#: non-torch memory vLLM counts (CUDA context growth, cuBLAS workspaces); NCCL buffers add per TP rank.
+NON_TORCH_BYTES = int(0.25 * GiB)
+NCCL_BYTES = int(0.25 * GiB)
+#: CUDA-graph memory when not measured (research §7: typically 0.3–3 GiB).
+CUDAGRAPH_BYTES = int(0.5 * GiB)
+#: vLLM V1 API-server default --max-num-batched-tokens (GPUs under 70 GiB or A100; 8192 on larger ones).
+DEFAULT_BATCHED_TOKENS = 2048
+DEFAULT_BATCHED_TOKENS_LARGE = 8192
+
+KV_IDS = [
+    "vllm.max-model-len",
+    "vllm.kv-cache-dtype-fp8",
+    "vllm.gpu-memory-utilization.raise-for-kv",
+    "vllm.enforce-eager",
+    "vllm.tensor-parallel-size",
+    "vllm.pipeline-parallel-size",
+    "vllm.quantization",
+]
+NO_BLOCKS_IDS = [
+    "vllm.tensor-parallel-size",
+    "vllm.pipeline-parallel-size",
+    "vllm.quantization",
+    "vllm.quantization-4bit",
+    "vllm.gpu-memory-utilization.raise-for-kv",
+    "vllm.cpu-offload-gb",
+    "vllm.max-num-batched-tokens",
+]
+
+
+@dataclass
+class FitResult:
+    model: str
+    gpu: str
+    gpus: int
+    tensor_parallel_size: int
+    total_bytes: int
+    utilization: float
+    max_model_len: int
+    kv_cache_dtype: str
+    rows: list[tuple[str, int, str]]  # (term, bytes, source)
+    kv_budget: int
+    kv_needed: int
+    capacity_tokens: int
+    fits: bool
+    finding: Finding | None = None
+    remedies: list[Remedy] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "gpu": self.gpu,
+            "gpus": self.gpus,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "total_bytes": self.total_bytes,
+            "gpu_memory_utilization": self.utilization,
+            "max_model_len": self.max_model_len,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "budget": [{"term": t, "bytes": b, "source": s} for t, b, s in self.rows],
+            "kv_budget_bytes": self.kv_budget,
+            "kv_needed_bytes": self.kv_needed,
+            "capacity_tokens": self.capacity_tokens,
+            "fits": self.fits,
+            "finding": self.finding.model_dump() if self.finding else None,
+            "remedies": [r.model_dump() for r in self.remedies],
+        }
+
+
+def fit(
+    geo: ModelGeometry,
+    gpu: GpuSpec | None,
+    *,
+    total_bytes: int | None = None,
+    gpus: int = 1,
+    tensor_parallel_size: int = 1,
+    max_model_len: int | None = None,
+    dtype: str | None = None,
+    kv_cache_dtype: str | None = None,
+    utilization: float | None = None,
+    version: str | None = None,
+    enforce_eager: bool = False,
+    max_num_batched_tokens: int | None = None,
+    model_config: str | None = None,
+) -> FitResult:
+    """Verdict and budget table for serving ``geo`` on ``gpu`` (per GPU, at TP ``tensor_parallel_size``)."""
+    ver = parse_version(version)
+    tp = max(1, tensor_parallel_size)
+    total = total_bytes or (gpu.memory_bytes if gpu else None)
+    if not total:
+        raise ValueError("the GPU memory is unknown: name a GPU from the catalog or give its memory")
+    util = utilization or default_utilization(ver)
+    w_dtype = DTYPE_BYTES.get(dtype, None) if dtype and dtype != "auto" else None
+    weights_all = geo.weight_bytes(w_dtype)
+    if weights_all is None:
+        raise ValueError(f"the parameter count of {geo.name} is unknown")
+    weights = -(-weights_all // tp)
+    model_dtype = dtype if dtype and dtype != "auto" else geo.dtype
+    kv_dtype = kv_cache_dtype if kv_cache_dtype and kv_cache_dtype != "auto" else model_dtype
+    kvb = DTYPE_BYTES.get(kv_dtype, 2)
+    if kvb < 2 and not (kv_cache_dtype or "").startswith("fp8"):
+        kvb = 2  # an fp8 checkpoint still keeps a 16-bit KV cache unless --kv-cache-dtype says otherwise
+    length = max_model_len or geo.max_position_embeddings or 4096
+    large = total >= 70 * GiB and not (gpu and gpu.name.startswith("A100"))
+    batched = max_num_batched_tokens or (DEFAULT_BATCHED_TOKENS_LARGE if large else DEFAULT_BATCHED_TOKENS)
+    hidden = geo.attention_heads * (geo.head_dim or 128)
+    activation = batched * hidden * ACTIVATION_BYTES_PER_TOKEN_HIDDEN
+    non_torch = NON_TORCH_BYTES + (NCCL_BYTES if tp > 1 else 0)
+    graphs = 0 if enforce_eager else CUDAGRAPH_BYTES
+    graphs_in_budget = counts_cudagraphs_in_budget(ver) or ver is None
+    requested = int(total * util)
+    budget = requested - weights - activation - non_torch - (graphs if graphs_in_budget else 0)
+    needed = kv_bytes_for_len(geo, length, kvb, BLOCK_SIZE, tp, 1, batched)
+    cap = capacity_tokens(geo, budget, kvb, BLOCK_SIZE, tp, 1, limit=length, max_num_batched_tokens=batched)
+    headroom = total - requested - (0 if graphs_in_budget else graphs)
+    wsrc = "config.json (parameters estimated from tensor shapes)" if model_config else f"catalog: {geo.source}"
+    rows = [
+        ("GPU memory", total, ("catalog: " + gpu.name) if (gpu and not total_bytes) else "given"),
+        (f"vLLM budget (× {util:.2f})", requested, "given" if utilization else "vLLM default"),
+        ("weights", weights, wsrc + (f", ÷ TP {tp}" if tp > 1 else "")),
+        ("activation peak", activation, f"estimate: {batched} batched tokens × {hidden} × {ACTIVATION_BYTES_PER_TOKEN_HIDDEN} B"),
+        ("non-torch", non_torch, "estimate" + (" (+ NCCL)" if tp > 1 else "")),
+        ("CUDA graphs" + ("" if graphs_in_budget else " (outside the budget)"), graphs,
+         "--enforce-eager" if enforce_eager else "estimate (typical 0.3–3 GiB)"),
+        ("KV cache", budget, "the rest of the budget"),
+        (f"KV for one {length}-token request", needed, f"{geo.layers} layers, {kv_dtype} KV"),
+        ("headroom outside vLLM", headroom, "total − budget"),
+    ]
+    fits = budget > 0 and needed <= budget
+    res = FitResult(
+        model=geo.name, gpu=gpu.name if gpu else "custom", gpus=gpus, tensor_parallel_size=tp, total_bytes=total,
+        utilization=util, max_model_len=length, kv_cache_dtype=kv_dtype, rows=rows, kv_budget=budget,
+        kv_needed=needed, capacity_tokens=cap, fits=fits,
+    )
+    if fits:
+        return res
+    ctx = Context(
+        engine="vllm", engine_version=version, model=geo.name, gpu_name=gpu.name if gpu else None,
+        gpu_total_bytes=total, gpu_count=gpus, tensor_parallel_size=tp, dtype=model_dtype,
+        kv_cache_dtype=kv_cache_dtype, max_model_len=length, gpu_memory_utilization=util,
+        max_num_batched_tokens=batched, enforce_eager=enforce_eager or None, weights_bytes=weights,
+        activation_peak_bytes=activation, non_torch_bytes=non_torch, cudagraph_bytes=graphs or None,
+        kv_cache_bytes=budget,
+        launch_args={k: v for k, v in {
+            "model": geo.name, "max_model_len": str(length),
+            "tensor_parallel_size": str(tp) if tp > 1 else "",
+            "gpu_memory_utilization": f"{util:.2f}" if utilization else "",
+            "kv_cache_dtype": kv_cache_dtype or "", "dtype": dtype or "",
+        }.items() if v},
+    )
+    hints = {"gpus": str(gpus)}
+    if model_config:
+        hints["model-config"] = model_config
+    res.finding = expected_finding(length, needed, budget, cap)
+    from oomdoctor.advisor import rank_remedies
+
+    ids = KV_IDS if budget > 0 else NO_BLOCKS_IDS
+    res.remedies = rank_remedies(ids, AdviceInput(res.finding, ctx, hints))
+    return res
+
+
+def expected_finding(length: int, needed: int, available: int, capacity: int) -> Finding:
+    """The failure vLLM (V1, 0.9.1+) raises for this configuration, with its figures."""
+    if available <= 0:
+        return Finding(
+            rule="vllm.kv-cache.no-blocks", kind="vllm.kv-cache.no-blocks", engine="vllm", severity="error",
+            phase="kv-cache-alloc", title="No memory left for the KV cache",
+            message="No available memory for the cache blocks.",
+            location=Location(source="<fit>", line=0, end_line=0),
+            figures={"kv_cache_available_bytes": available, "max_seq_len": length},
+        )
+    return Finding(
+        rule="vllm.v1.kv-cache.max-len-exceeds", kind="vllm.kv-cache.max-len-exceeds", engine="vllm",
+        severity="error", phase="kv-cache-alloc", title="KV cache cannot hold one request of the model's max length",
+        message=v1_message(length, needed, available, capacity),
+        location=Location(source="<fit>", line=0, end_line=0),
+        figures={"max_seq_len": length, "kv_cache_needed_bytes": needed, "kv_cache_available_bytes": available,
+                 "estimated_max_model_len": capacity},
+    )
+
+
+def v1_message(length: int, needed: int, available: int, capacity: int) -> str:
+    """vLLM 0.9.1+'s wording (v1/core/kv_cache_utils.py), GiB with two decimals."""
+    return (
+        f"ValueError: To serve at least one request with the models's max seq len ({length}), "
+        f"({needed / GiB:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+        f"({available / GiB:.2f} GiB). Based on the available memory, the estimated maximum model length "
+        f"is {capacity}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+        "initializing the engine."
+    )

@@ -1,0 +1,298 @@
+"""llama.cpp and ollama remedies. llama.cpp flags: common/arg.cpp (-ngl, -c, -ub, -ctk/-ctv, -fa);
+ollama: envconfig (OLLAMA_NUM_PARALLEL, OLLAMA_FLASH_ATTENTION, OLLAMA_KV_CACHE_TYPE) and the
+Modelfile/API options num_ctx and num_gpu. ``ggml.*`` answer for llama.cpp logs, ``ollama.*`` for ollama.
+"""
+
+from __future__ import annotations
+
+from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, setting
+from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.advisor.values import round_down
+from oomdoctor.report import Remedy
+from oomdoctor.units import format_size
+
+#: memory kept free for the KV cache and compute buffers when the log does not show them
+GGML_HEADROOM_BYTES = 2**30
+#: q8_0 stores 34 bytes per 32 values (8.5 bits) against 16 bits for f16
+Q8_0_RATIO = 8.5 / 16
+#: context sizes are rounded down to this many tokens
+CTX_STEP = 256
+
+
+def _gpu_kv(inp: AdviceInput) -> int | None:
+    """KV-cache bytes held on a GPU (None when the log shows the cache in host memory)."""
+    buf = str(inp.context.extra.get("llama_kv_buffer_type") or "")
+    if buf == "CPU" or buf.endswith("_Host"):
+        return None
+    return inp.context.kv_cache_bytes
+
+
+def _is_ollama(inp: AdviceInput) -> bool:
+    return engine_of(inp) == "ollama"
+
+
+def _is_llamacpp(inp: AdviceInput) -> bool:
+    return engine_of(inp) in ("llama.cpp", "ggml")
+
+
+def _layers_fit(
+    inp: AdviceInput, offloaded: int | None, free: int | None, per_layer: float | None
+) -> tuple[int, str, bool] | None:
+    """Layers that fit: floor((free − headroom) / bytes per layer), else half the offloaded layers."""
+    if per_layer and free:
+        n = int((free - GGML_HEADROOM_BYTES) // per_layer)
+        why = (
+            f"{format_size(free)} free − {format_size(GGML_HEADROOM_BYTES)} headroom for KV cache and compute "
+            f"buffers, at {format_size(per_layer)} per layer → {n} layers"
+        )
+        if offloaded is None or n < offloaded:
+            return max(n, 0), why, True
+        # the log's free figure says everything fits, yet the allocation failed: it was wrong
+        return offloaded // 2, f"half of the {offloaded} layers offloaded now (the free memory the log reports would have fit them all)", False
+    if offloaded and offloaded > 1:
+        return offloaded // 2, f"half of the {offloaded} layers offloaded now (the free memory is not in the log)", False
+    return None
+
+
+def _per_layer(inp: AdviceInput, offloaded: int | None) -> float | None:
+    req = inp.fig("requested_bytes") or inp.fig("buffer_bytes")
+    if req and offloaded and inp.finding.phase == "weights-load":
+        return req / offloaded
+    return None
+
+
+@remedy("ggml.n-gpu-layers")
+def n_gpu_layers(inp: AdviceInput) -> Remedy | None:
+    if not _is_llamacpp(inp):
+        return None
+    # llama.cpp prints "offloaded N/M layers" only after the buffers are allocated, so a failing
+    # load rarely shows it: fall back to -ngl from the command line, then to every layer.
+    offloaded = as_int(setting(inp, "llama_offloaded_layers", "n_gpu_layers", "gpu_layers"))
+    n_layer = as_int(setting(inp, "llama_n_layer"))
+    assumed = ""
+    if n_layer and (offloaded is None or offloaded > n_layer + 1):
+        if offloaded is None:
+            assumed = f" (assuming all {n_layer} layers + output were offloaded; the log does not show -ngl)"
+        offloaded = n_layer + 1
+    free = as_int(setting(inp, "llama_device_free_bytes")) or _hint_bytes(inp)
+    fit = _layers_fit(inp, offloaded, free, _per_layer(inp, offloaded))
+    if fit is None:
+        return None
+    value, why, computed = fit
+    return Remedy(
+        id="ggml.n-gpu-layers",
+        title=f"Offload {value} layers to the GPU",
+        flags={"-ngl": str(value)},
+        fits=True if computed and not assumed else None,
+        confidence="medium" if computed else "low",
+        why=why + assumed + ".",
+        tradeoff="Layers left on the CPU run much slower.",
+    )
+
+
+def _hint_bytes(inp: AdviceInput) -> int | None:
+    from oomdoctor.units import SizeError, parse_size
+
+    raw = inp.hints.get("gpu-memory")
+    if not raw:
+        return None
+    try:
+        return parse_size(raw)
+    except SizeError:
+        return None
+
+
+@remedy("ollama.num-gpu")
+def num_gpu(inp: AdviceInput) -> Remedy | None:
+    if not _is_ollama(inp):
+        return None
+    offloaded = as_int(setting(inp, "ollama_layers_offload", "llama_offloaded_layers", "n_gpu_layers"))
+    model_layers = as_int(setting(inp, "ollama_layers_model"))
+    free = as_int(setting(inp, "ollama_memory_available_bytes", "llama_device_free_bytes")) or _hint_bytes(inp)
+    repeating = as_int(setting(inp, "ollama_weights_repeating_bytes"))
+    per_layer = repeating / (model_layers - 1) if (repeating and model_layers and model_layers > 1) else _per_layer(inp, offloaded)
+    fit = _layers_fit(inp, offloaded, free, per_layer)
+    if fit is None:
+        return None
+    value, why, computed = fit
+    return Remedy(
+        id="ollama.num-gpu",
+        title=f"Offload {value} layers to the GPU (num_gpu)",
+        settings={"num_gpu": str(value)},
+        fits=True if computed else None,
+        confidence="medium" if computed else "low",
+        why=why + ". Set it with PARAMETER num_gpu in a Modelfile or options.num_gpu in the API request.",
+        tradeoff="Layers left on the CPU run much slower.",
+    )
+
+
+def _ctx_value(inp: AdviceInput) -> tuple[int, int] | None:
+    if inp.finding.phase == "weights-load":
+        return None  # the context does not change the weights' size
+    n_ctx = inp.context.max_model_len or as_int(setting(inp, "ctx_size"))
+    if not n_ctx or n_ctx < 2 * CTX_STEP:
+        return None
+    return n_ctx, round_down(n_ctx // 2, CTX_STEP)
+
+
+@remedy("ggml.ctx-size")
+def ctx_size(inp: AdviceInput) -> Remedy | None:
+    if not _is_llamacpp(inp):
+        return None
+    v = _ctx_value(inp)
+    if v is None:
+        return None
+    n_ctx, value = v
+    kv = _gpu_kv(inp)
+    return Remedy(
+        id="ggml.ctx-size",
+        title=f"Halve the context to {value} tokens",
+        flags={"-c": str(value)},
+        saves_bytes=kv // 2 if kv else None,
+        fits=None,
+        confidence="medium",
+        why=f"The context is {n_ctx} tokens; the KV cache and the attention compute buffer grow with it"
+        + (f" (KV cache {format_size(kv)})." if kv else "."),
+        tradeoff=f"Prompts + output longer than {value} tokens no longer fit.",
+    )
+
+
+@remedy("ollama.num-ctx")
+def num_ctx(inp: AdviceInput) -> Remedy | None:
+    if not _is_ollama(inp):
+        return None
+    v = _ctx_value(inp)
+    if v is None:
+        return None
+    n_ctx, _ = v
+    parallel = as_int(setting(inp, "ollama_num_parallel", "parallel")) or 1
+    per_slot = n_ctx // parallel
+    value = round_down(per_slot // 2, CTX_STEP)
+    if value < CTX_STEP:
+        return None
+    kv = _gpu_kv(inp)
+    return Remedy(
+        id="ollama.num-ctx",
+        title=f"Halve the context to {value} tokens (num_ctx)",
+        settings={"num_ctx": str(value)},
+        saves_bytes=kv // 2 if kv else None,
+        fits=None,
+        confidence="medium",
+        why=f"The runner was started with n_ctx = {n_ctx}" + (f" ({parallel} parallel slots × {per_slot})" if parallel > 1 else "")
+        + "; KV cache and compute buffers grow with it. Set PARAMETER num_ctx or options.num_ctx.",
+        tradeoff=f"Conversations longer than {value} tokens are truncated.",
+    )
+
+
+@remedy("ollama.num-parallel")
+def num_parallel(inp: AdviceInput) -> Remedy | None:
+    if not _is_ollama(inp) or inp.finding.phase == "weights-load":
+        return None
+    cur = as_int(setting(inp, "ollama_num_parallel", "parallel"))
+    if cur is not None and cur <= 1:
+        return None
+    return Remedy(
+        id="ollama.num-parallel",
+        title="Serve one request at a time",
+        env={"OLLAMA_NUM_PARALLEL": "1"},
+        fits=None,
+        confidence="medium" if cur else "low",
+        why="ollama allocates num_ctx × OLLAMA_NUM_PARALLEL tokens of KV cache" + (f" (now {cur} slots)." if cur else "."),
+        tradeoff="Concurrent requests queue instead of running together.",
+    )
+
+
+def _kv_quantized(inp: AdviceInput) -> bool:
+    dt = (inp.context.kv_cache_dtype or "").lower()
+    return dt.startswith("q") or str(setting(inp, "cache_type_k") or "").startswith("q")
+
+
+@remedy("ggml.kv-cache-type")
+def kv_cache_type(inp: AdviceInput) -> Remedy | None:
+    if not _is_llamacpp(inp) or _kv_quantized(inp) or inp.finding.phase == "weights-load":
+        return None
+    kv = _gpu_kv(inp)
+    return Remedy(
+        id="ggml.kv-cache-type",
+        title="Store the KV cache in q8_0",
+        flags={"--cache-type-k": "q8_0", "--cache-type-v": "q8_0", "-fa": ""},
+        saves_bytes=int(kv * (1 - Q8_0_RATIO)) if kv else None,
+        fits=None,
+        confidence="medium",
+        why="q8_0 takes 8.5 bits per value instead of 16" + (f": {format_size(kv)} → {format_size(kv * Q8_0_RATIO)}." if kv else "."),
+        tradeoff="Tiny quality loss; a quantized V cache needs flash attention (newer builds spell it '-fa on').",
+    )
+
+
+@remedy("ollama.kv-cache-type")
+def ollama_kv_cache_type(inp: AdviceInput) -> Remedy | None:
+    if not _is_ollama(inp) or _kv_quantized(inp) or inp.finding.phase == "weights-load":
+        return None
+    kv = _gpu_kv(inp)
+    return Remedy(
+        id="ollama.kv-cache-type",
+        title="Store the KV cache in q8_0",
+        env={"OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_FLASH_ATTENTION": "1"},
+        saves_bytes=int(kv * (1 - Q8_0_RATIO)) if kv else None,
+        fits=None,
+        confidence="medium",
+        why="q8_0 takes 8.5 bits per value instead of 16" + (f": {format_size(kv)} → {format_size(kv * Q8_0_RATIO)}." if kv else ".")
+        + " ollama only quantizes the cache with flash attention on.",
+        tradeoff="Tiny quality loss.",
+    )
+
+
+def _fa_on(inp: AdviceInput) -> bool:
+    return is_true(setting(inp, "llama_flash_attn", "flash_attn"))
+
+
+@remedy("ggml.flash-attn")
+def flash_attn(inp: AdviceInput) -> Remedy | None:
+    if not _is_llamacpp(inp) or _fa_on(inp) or inp.finding.phase not in ("inference", "kv-cache-alloc"):
+        return None
+    return Remedy(
+        id="ggml.flash-attn",
+        title="Turn on flash attention",
+        flags={"-fa": ""},
+        fits=None,
+        confidence="medium",
+        why="Without flash attention the compute buffer holds the whole n_ctx × n_ubatch attention matrix.",
+        tradeoff="Needs a backend that supports it (CUDA, Metal, recent Vulkan); newer builds spell it '-fa on'.",
+    )
+
+
+@remedy("ollama.flash-attention")
+def ollama_flash_attention(inp: AdviceInput) -> Remedy | None:
+    if not _is_ollama(inp) or _fa_on(inp) or inp.finding.phase not in ("inference", "kv-cache-alloc"):
+        return None
+    return Remedy(
+        id="ollama.flash-attention",
+        title="Turn on flash attention",
+        env={"OLLAMA_FLASH_ATTENTION": "1"},
+        fits=None,
+        confidence="medium",
+        why="Without flash attention the compute buffer holds the whole context × batch attention matrix.",
+        tradeoff="Only on GPUs/models ollama supports it for; it falls back silently otherwise.",
+    )
+
+
+@remedy("ggml.ubatch-size")
+def ubatch_size(inp: AdviceInput) -> Remedy | None:
+    if not _is_llamacpp(inp) or inp.finding.phase != "inference":
+        return None
+    cur = as_int(setting(inp, "llama_n_ubatch", "ubatch_size")) or 512
+    if cur < 64:
+        return None
+    value = cur // 2
+    req = inp.fig("requested_bytes") or inp.fig("buffer_bytes")
+    return Remedy(
+        id="ggml.ubatch-size",
+        title=f"Halve the physical batch to {value}",
+        flags={"-ub": str(value), "-b": str(value)},
+        saves_bytes=req // 2 if req else None,
+        fits=None,
+        confidence="medium",
+        why=f"The compute buffer grows with n_ubatch ({cur}); half of it roughly halves the buffer"
+        + (f" of {format_size(req)}." if req else "."),
+        tradeoff="Slower prompt processing.",
+    )

@@ -1,0 +1,169 @@
+"""Host remedies: container/cgroup memory limits, low-memory weight loading, /dev/shm size, NCCL's
+shared-memory transport, Ray's memory monitor. Values come from the kernel's own figures (anon-rss)."""
+
+from __future__ import annotations
+
+import math
+
+from oomdoctor.advisor._engine_util import as_float, as_int, engine_of
+from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.report import Remedy
+from oomdoctor.units import format_size
+
+#: headroom on top of the resident size the kernel reported when the process was killed
+HOST_LIMIT_HEADROOM = 1.25
+#: /dev/shm size NVIDIA documents for its NGC containers (docker run --shm-size=1g)
+SHM_SIZE = "1g"
+#: Ray's default memory_usage_threshold
+RAY_DEFAULT_THRESHOLD = 0.95
+#: highest threshold recommended (above it the kernel OOM killer may strike first)
+RAY_MAX_THRESHOLD = 0.98
+
+_SERVING = ("vllm", "sglang", "tgi", "tensorrt-llm")
+
+
+@remedy("host.container-memory-limit")
+def container_limit(inp: AdviceInput) -> Remedy | None:
+    rss = as_int(inp.fig("anon_rss_bytes"))
+    if rss:
+        gib = math.ceil(rss * HOST_LIMIT_HEADROOM / 2**30)
+        return Remedy(
+            id="host.container-memory-limit",
+            title=f"Give the job at least {gib} GiB of host memory",
+            flags={"--memory": f"{gib}g"},
+            settings={"resources.limits.memory": f"{gib}Gi"},
+            fits=None,
+            confidence="medium",
+            why=(
+                f"The process had {format_size(rss)} resident (anon-rss) when it was killed; "
+                f"× {HOST_LIMIT_HEADROOM} headroom = {gib} GiB (docker --memory, or the pod's memory limit)."
+            ),
+            tradeoff="Needs a host (node) with that much free memory.",
+        )
+    return Remedy(
+        id="host.container-memory-limit",
+        title="Raise the container's memory limit",
+        settings={"resources.limits.memory": "2 × the current limit"},
+        fits=None,
+        confidence="low",
+        why="The process was killed for memory; the log does not show how much it used, so double the limit and measure.",
+        tradeoff="Needs a node with that much free memory.",
+    )
+
+
+@remedy("host.low-cpu-mem-usage")
+def low_cpu_mem_usage(inp: AdviceInput) -> Remedy | None:
+    if engine_of(inp) in _SERVING or inp.finding.phase not in ("weights-load", "unknown"):
+        return None
+    return Remedy(
+        id="host.low-cpu-mem-usage",
+        title="Load the weights without a full copy in host memory",
+        settings={"from_pretrained": 'low_cpu_mem_usage=True, torch_dtype="auto", device_map="auto"', "use_safetensors": "True"},
+        fits=None,
+        confidence="low",
+        why="A plain load materialises the model in fp32 on the CPU before moving it; safetensors are memory-mapped and loaded shard by shard.",
+        tradeoff="device_map='auto' needs accelerate and may offload layers to CPU when the GPUs are full.",
+    )
+
+
+@remedy("host.shm-size")
+def shm_size(inp: AdviceInput) -> Remedy | None:
+    seg = as_int(inp.fig("segment_bytes"))
+    return Remedy(
+        id="host.shm-size",
+        title=f"Give the container a larger /dev/shm ({SHM_SIZE}) or the host's IPC namespace",
+        flags={"--shm-size": SHM_SIZE},
+        settings={"alternative": "docker run --ipc=host; on Kubernetes an emptyDir with medium: Memory mounted at /dev/shm"},
+        fits=None,
+        confidence="high",
+        why="Docker gives containers 64 MiB of /dev/shm; DataLoader workers and NCCL put their buffers there"
+        + (f" (NCCL wanted a {format_size(seg)} segment)." if seg else "."),
+        tradeoff="/dev/shm counts against the container's memory limit.",
+    )
+
+
+@remedy("host.nccl-shm-disable")
+def nccl_shm_disable(inp: AdviceInput) -> Remedy | None:
+    return Remedy(
+        id="host.nccl-shm-disable",
+        title="Stop NCCL from using /dev/shm",
+        env={"NCCL_SHM_DISABLE": "1"},
+        fits=True,
+        confidence="medium",
+        why="NCCL's shared-memory transport could not create its segment; without it NCCL uses P2P or sockets.",
+        tradeoff="Slower intra-node communication when GPUs lack P2P (traffic goes through the network stack).",
+    )
+
+
+@remedy("host.smaller-model")
+def smaller_model(inp: AdviceInput) -> Remedy | None:
+    req, avail = as_int(inp.fig("required_bytes")), as_int(inp.fig("available_bytes"))
+    if not (req and avail) or avail >= req:
+        return None
+    return Remedy(
+        id="host.smaller-model",
+        title=f"Use a model variant that needs at most {format_size(avail)}",
+        settings={"model": f"a smaller quantization or size (≤ {format_size(avail)})"},
+        fits=None,
+        confidence="medium",
+        why=f"The model needs {format_size(req)} and {format_size(avail)} is available: {avail / req:.0%} of it.",
+        tradeoff="Lower quality with smaller quantizations or models.",
+    )
+
+
+@remedy("ray.memory-usage-threshold")
+def ray_threshold(inp: AdviceInput) -> Remedy | None:
+    cur = as_float(inp.fig("memory_usage_threshold")) or RAY_DEFAULT_THRESHOLD
+    if cur >= RAY_MAX_THRESHOLD:
+        return None
+    return Remedy(
+        id="ray.memory-usage-threshold",
+        title=f"Let Ray's memory monitor kill later ({RAY_MAX_THRESHOLD})",
+        env={"RAY_memory_usage_threshold": f"{RAY_MAX_THRESHOLD}"},
+        fits=None,
+        confidence="low",
+        why=f"Ray kills workers when the node's memory use passes {cur}; set the variable when starting Ray.",
+        tradeoff="Above this the kernel OOM killer may strike first and take the raylet with it; reducing task parallelism (more CPUs per task) is safer.",
+    )
+
+
+@remedy("host.vllm-swap-space")
+def vllm_swap_space(inp: AdviceInput) -> Remedy | None:
+    if engine_of(inp) != "vllm":
+        return None
+    cur = as_float(inp.context.launch_args.get("swap_space"))
+    if cur is not None and cur <= 0:
+        return None
+    gpus = inp.context.tensor_parallel_size or 1
+    per = cur if cur is not None else 4.0
+    return Remedy(
+        id="host.vllm-swap-space",
+        title="Pin no host memory for KV swapping",
+        flags={"--swap-space": "0"},
+        saves_bytes=int(per * gpus * 2**30),
+        fits=None,
+        confidence="medium",
+        why=f"vLLM (V0) pins --swap-space GiB of host RAM per GPU ({per:g} × {gpus} here) for preempted sequences.",
+        tradeoff="Preempted sequences are recomputed instead of swapped; the flag exists up to vLLM 0.17.1 (V0 only).",
+    )
+
+
+@remedy("host.vllm-cpu-offload-gb")
+def vllm_cpu_offload(inp: AdviceInput) -> Remedy | None:
+    if engine_of(inp) != "vllm":
+        return None
+    cur = as_float(inp.context.launch_args.get("cpu_offload_gb"))
+    if not cur or cur <= 0:
+        return None
+    value = cur / 2
+    gpus = inp.context.tensor_parallel_size or 1
+    return Remedy(
+        id="host.vllm-cpu-offload-gb",
+        title=f"Offload less to host memory ({value:g} GiB per GPU)",
+        flags={"--cpu-offload-gb": f"{value:g}"},
+        saves_bytes=int((cur - value) * gpus * 2**30),
+        fits=None,
+        confidence="medium",
+        why=f"--cpu-offload-gb {cur:g} pins that much host RAM per GPU ({gpus} GPUs).",
+        tradeoff="More weights stay on the GPU: less room for the KV cache.",
+    )

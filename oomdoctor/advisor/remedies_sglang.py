@@ -1,0 +1,243 @@
+"""SGLang remedies (flags read from sglang 0.4.6 srt/server_args.py).
+
+SGLang's static memory is ``--mem-fraction-static`` x GPU memory and holds weights + KV pool, so
+"Not enough memory" asks to RAISE the fraction, while CUDA-graph capture failures ask to LOWER it.
+Every calculator answers only for SGLang logs.
+"""
+
+from __future__ import annotations
+
+from oomdoctor.advisor._engine_util import as_float, as_int, engine_of, setting
+from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.advisor.values import ceil_to, floor_to, fmt_fraction, round_down
+from oomdoctor.report import Remedy
+from oomdoctor.units import format_size
+
+#: default --mem-fraction-static of SGLang 0.4.x for one GPU of at most 80 GiB (upstream-messages.md)
+SGLANG_DEFAULT_FRACTION = 0.88
+#: highest fraction recommended: CUDA graphs and activations live outside it
+SGLANG_MAX_FRACTION = 0.95
+#: share of GPU memory the KV pool should get at least, on top of SGLang's minimum viable fraction
+SGLANG_MIN_KV_SHARE = 0.05
+#: step used to lower the fraction for CUDA-graph headroom (SGLang's own advice: 0.8 or 0.7)
+SGLANG_LOWER_STEP = 0.05
+
+
+def _mine(inp: AdviceInput) -> bool:
+    return engine_of(inp) == "sglang"
+
+
+def _current_fraction(inp: AdviceInput) -> float | None:
+    return as_float(setting(inp, "mem_fraction_static"))
+
+
+@remedy("sglang.mem-fraction-static.raise")
+def raise_fraction(inp: AdviceInput) -> Remedy | None:
+    if not _mine(inp):
+        return None
+    cur = _current_fraction(inp)
+    suggested = as_float(inp.fig("suggested_mem_fraction_static"))
+    pre = as_int(inp.context.extra.get("sglang_avail_before_load_bytes"))
+    post = as_int(inp.context.extra.get("sglang_avail_after_load_bytes"))
+    if suggested is not None:
+        value = floor_to(suggested, 2) + 0.01
+        why = f"SGLang says to raise it above {suggested}; the next two-decimal value is {fmt_fraction(value)}."
+        conf = "high"
+    elif pre and post is not None and pre > 0:
+        minimum = 1 - post / pre
+        value = ceil_to(minimum + SGLANG_MIN_KV_SHARE, 2)
+        why = (
+            f"{format_size(pre)} was free before loading and {format_size(post)} after, so the weights need "
+            f"at least 1 − {format_size(post)}/{format_size(pre)} = {minimum:.4f}; plus {SGLANG_MIN_KV_SHARE:.2f} "
+            f"for the KV pool = {fmt_fraction(value)}."
+        )
+        conf = "medium"
+    elif cur is not None and cur < SGLANG_DEFAULT_FRACTION:
+        value = SGLANG_DEFAULT_FRACTION
+        why = (
+            f"The fraction is {cur}, far below SGLang's usual default ({SGLANG_DEFAULT_FRACTION} for one GPU); "
+            "the weights alone do not fit in it."
+        )
+        conf = "medium"
+    elif cur is not None:
+        value = round(cur + 0.02, 2)
+        why = f"The weights fill {cur} of the GPU; two more points leave room for the KV pool."
+        conf = "low"
+    else:
+        return None
+    if value > SGLANG_MAX_FRACTION:
+        return Remedy(
+            id="sglang.mem-fraction-static.raise",
+            title="The weights need more than SGLang can safely reserve",
+            flags={},
+            fits=False,
+            confidence="low",
+            why=why + f" That is above {SGLANG_MAX_FRACTION}: use more GPUs (--tp-size) or quantization.",
+        )
+    if cur is not None and value <= cur:
+        return None
+    return Remedy(
+        id="sglang.mem-fraction-static.raise",
+        title=f"Give SGLang's static pool more of the GPU ({fmt_fraction(value)})",
+        flags={"--mem-fraction-static": fmt_fraction(value)},
+        fits=True if conf != "low" else None,
+        confidence=conf,  # type: ignore[arg-type]
+        why=why,
+        tradeoff="Less memory outside the pool for CUDA graphs and activations; lower --cuda-graph-max-bs if capture then fails.",
+    )
+
+
+@remedy("sglang.mem-fraction-static.lower")
+def lower_fraction(inp: AdviceInput) -> Remedy | None:
+    if not _mine(inp):
+        return None
+    cur = _current_fraction(inp)
+    if cur is None:
+        return None
+    req, total = inp.fig("requested_bytes"), inp.fig("total_bytes") or inp.context.gpu_total_bytes
+    step = SGLANG_LOWER_STEP
+    if req and total:
+        step = max(step, ceil_to(req / total, 2))
+    value = floor_to(cur - step, 2)
+    if value <= 0.3:
+        return None
+    return Remedy(
+        id="sglang.mem-fraction-static.lower",
+        title=f"Leave more room for CUDA graphs ({fmt_fraction(value)})",
+        flags={"--mem-fraction-static": fmt_fraction(value)},
+        saves_bytes=int((cur - value) * total) if total else None,
+        fits=True if (req and total and (cur - value) * total >= req) else None,
+        confidence="medium",
+        why=f"Graph capture needs memory outside the static pool; {cur} − {step:.2f} = {fmt_fraction(value)}.",
+        tradeoff="A smaller KV pool: fewer tokens cached, fewer concurrent requests.",
+    )
+
+
+def _captured_sizes(inp: AdviceInput) -> list[int]:
+    raw = inp.context.extra.get("sglang_cuda_graph_bs")
+    if raw is None:
+        return []
+    if isinstance(raw, list):
+        return [int(x) for x in raw]
+    return [int(x) for x in str(raw).replace(",", " ").split() if x.isdigit()]
+
+
+@remedy("sglang.cuda-graph-max-bs")
+def cuda_graph_max_bs(inp: AdviceInput) -> Remedy | None:
+    if not _mine(inp):
+        return None
+    sizes = _captured_sizes(inp)
+    cur = as_int(setting(inp, "cuda_graph_max_bs")) or (max(sizes) if sizes else None)
+    if cur is None or cur < 2:
+        return None
+    value = cur // 2
+    if sizes:
+        smaller = [s for s in sizes if s <= value]
+        value = max(smaller) if smaller else value
+    return Remedy(
+        id="sglang.cuda-graph-max-bs",
+        title=f"Capture CUDA graphs up to batch size {value}",
+        flags={"--cuda-graph-max-bs": str(value)},
+        fits=None,
+        confidence="medium",
+        why=f"Graphs were captured up to batch size {cur}; graph memory grows with it, half is {value}.",
+        tradeoff=f"Batches larger than {value} run without CUDA graphs (slower decode at high load).",
+    )
+
+
+@remedy("sglang.disable-cuda-graph")
+def disable_cuda_graph(inp: AdviceInput) -> Remedy | None:
+    if not _mine(inp):
+        return None
+    return Remedy(
+        id="sglang.disable-cuda-graph",
+        title="Skip CUDA-graph capture",
+        flags={"--disable-cuda-graph": ""},
+        fits=True if inp.finding.phase == "cudagraph-capture" else None,
+        confidence="medium",
+        why="The failure happened while capturing CUDA graphs; without them nothing is captured.",
+        tradeoff="Much slower decoding (SGLang calls it a huge performance loss); try --cuda-graph-max-bs first.",
+    )
+
+
+@remedy("sglang.chunked-prefill-size")
+def chunked_prefill(inp: AdviceInput) -> Remedy | None:
+    if not _mine(inp):
+        return None
+    cur = as_int(setting(inp, "sglang_chunked_prefill_size", "chunked_prefill_size"))
+    avail = as_int(inp.fig("available_tokens"))
+    candidates = [v for v in ((cur // 2) if cur and cur > 0 else None, avail) if v]
+    if not candidates:
+        return None
+    value = round_down(min(candidates), 64)
+    if value < 128:
+        return None
+    src = []
+    if cur and cur > 0:
+        src.append(f"half of the current {cur}")
+    if avail:
+        src.append(f"the {avail} tokens the pool still had")
+    return Remedy(
+        id="sglang.chunked-prefill-size",
+        title=f"Prefill in chunks of {value} tokens",
+        flags={"--chunked-prefill-size": str(value)},
+        fits=None,
+        confidence="medium",
+        why="Smaller prefill chunks need fewer free KV slots at once: " + " and ".join(src) + ", rounded down to 64.",
+        tradeoff="Long prompts take more steps to prefill (slightly higher time to first token).",
+    )
+
+
+@remedy("sglang.max-running-requests")
+def max_running_requests(inp: AdviceInput) -> Remedy | None:
+    if not _mine(inp):
+        return None
+    cur = as_int(setting(inp, "max_running_requests")) or inp.context.max_num_seqs
+    if not cur or cur < 2:
+        return None
+    value = cur // 2
+    return Remedy(
+        id="sglang.max-running-requests",
+        title=f"Run at most {value} requests at once",
+        flags={"--max-running-requests": str(value)},
+        fits=None,
+        confidence="medium",
+        why=f"{cur} concurrent requests exhausted the KV/request pools; half as many need half the slots.",
+        tradeoff="Lower peak throughput; excess requests wait in the queue.",
+    )
+
+
+@remedy("sglang.tp-size")
+def tp_size(inp: AdviceInput) -> Remedy | None:
+    if not _mine(inp):
+        return None
+    gpus = as_int(inp.hints.get("gpus")) or inp.context.gpu_count
+    tp = as_int(setting(inp, "tp_size", "tensor_parallel_size")) or inp.context.tensor_parallel_size or 1
+    if not gpus or tp * 2 > gpus:
+        return None
+    return Remedy(
+        id="sglang.tp-size",
+        title=f"Shard the model over {tp * 2} GPUs",
+        flags={"--tp-size": str(tp * 2)},
+        fits=None,
+        confidence="medium",
+        why=f"{gpus} GPUs are available; each holds about 1/{tp * 2} of the weights instead of 1/{tp}.",
+        tradeoff="Uses more GPUs; all-reduce traffic adds some latency.",
+    )
+
+
+@remedy("sglang.quantization")
+def quantization(inp: AdviceInput) -> Remedy | None:
+    if not _mine(inp) or inp.context.quantization or setting(inp, "quantization") not in (None, "None"):
+        return None
+    w = inp.context.weights_bytes
+    return Remedy(
+        id="sglang.quantization",
+        title="Quantize the weights to fp8",
+        flags={"--quantization": "fp8"},
+        saves_bytes=w // 2 if w else None,
+        fits=None,
+        confidence="low",
+        why="fp8 weights take half the memory of bf16" + (f" ({format_size(w)} → {format_size(w // 2)})." if w else "."),
+        tradeoff="Needs an fp8-capable GPU (Ada/Hopper or newer) for speed; small quality loss.",
+    )

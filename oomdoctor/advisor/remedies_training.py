@@ -1,0 +1,141 @@
+"""Training remedies as settings (transformers TrainingArguments, DeepSpeed config). They answer only
+for training failures (phase training or a training tool's log); both batch values come from the
+log when it prints them ("Instantaneous batch size per device", "Gradient Accumulation steps")."""
+
+from __future__ import annotations
+
+from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, setting
+from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.report import Remedy
+
+_TRAINING_TOOLS = ("transformers", "deepspeed", "accelerate", "lightning")
+
+
+def _training(inp: AdviceInput) -> bool:
+    return inp.finding.phase == "training" or engine_of(inp) in _TRAINING_TOOLS
+
+
+def _is_deepspeed(inp: AdviceInput) -> bool:
+    return engine_of(inp) == "deepspeed" or setting(inp, "zero_stage") is not None
+
+
+@remedy("training.batch-accumulation")
+def batch_accumulation(inp: AdviceInput) -> Remedy | None:
+    if not _training(inp):
+        return None
+    per = as_int(setting(inp, "per_device_train_batch_size"))
+    if not per or per < 2:
+        return None
+    gas = as_int(setting(inp, "gradient_accumulation_steps"))
+    new = per // 2
+    ds = _is_deepspeed(inp)
+    batch_key = "train_micro_batch_size_per_gpu" if ds else "per_device_train_batch_size"
+    settings = {batch_key: str(new)}
+    if gas:
+        settings["gradient_accumulation_steps"] = str(gas * 2)
+        keep = f"{per} × {gas} = {new} × {gas * 2}" if per % 2 == 0 else f"{per} × {gas} ≈ {new} × {gas * 2}"
+    else:
+        settings["gradient_accumulation_steps"] = "2 × the current value"
+        keep = "doubling the accumulation keeps the effective batch"
+    return Remedy(
+        id="training.batch-accumulation",
+        title=f"Halve the per-device batch to {new}, accumulate twice as many steps",
+        settings=settings,
+        fits=None,
+        confidence="medium",
+        why=f"Activations grow with the per-device batch ({per}); same effective batch: {keep}.",
+        tradeoff="Each optimizer step takes about twice as many forward/backward passes.",
+    )
+
+
+@remedy("training.gradient-checkpointing")
+def gradient_checkpointing(inp: AdviceInput) -> Remedy | None:
+    if not _training(inp) or is_true(setting(inp, "gradient_checkpointing")):
+        return None
+    return Remedy(
+        id="training.gradient-checkpointing",
+        title="Recompute activations in the backward pass",
+        settings={"gradient_checkpointing": "true"},
+        fits=None,
+        confidence="medium",
+        why="Only layer inputs are kept during the forward pass, cutting activation memory by roughly the number of layers.",
+        tradeoff="About 20-30% slower steps.",
+    )
+
+
+@remedy("training.bf16")
+def bf16(inp: AdviceInput) -> Remedy | None:
+    if not _training(inp) or is_true(setting(inp, "bf16")) or is_true(setting(inp, "fp16")):
+        return None
+    return Remedy(
+        id="training.bf16",
+        title="Train in bf16 mixed precision",
+        settings={"bf16": "true"},
+        fits=None,
+        confidence="low",
+        why="fp32 activations take twice the memory of bf16 ones.",
+        tradeoff="Needs an Ampere or newer GPU (else fp16 with loss scaling).",
+    )
+
+
+@remedy("training.optim-8bit")
+def optim_8bit(inp: AdviceInput) -> Remedy | None:
+    optim = str(setting(inp, "optim") or "")
+    if not _training(inp) or "8bit" in optim or _is_deepspeed(inp):
+        return None
+    return Remedy(
+        id="training.optim-8bit",
+        title="Keep Adam's states in 8 bits",
+        settings={"optim": "adamw_bnb_8bit"},
+        fits=None,
+        confidence="low",
+        why="AdamW keeps two fp32 states per parameter (8 bytes); 8-bit states take 2 bytes.",
+        tradeoff="Needs bitsandbytes; rarely a visible quality change.",
+    )
+
+
+@remedy("training.deepspeed-zero")
+def deepspeed_zero(inp: AdviceInput) -> Remedy | None:
+    if not _training(inp) or not _is_deepspeed(inp):
+        return None
+    stage = as_int(setting(inp, "zero_stage"))
+    if stage is None:
+        return None
+    if stage < 3:
+        return Remedy(
+            id="training.deepspeed-zero",
+            title=f"Shard more with ZeRO stage {stage + 1}",
+            settings={"zero_optimization.stage": str(stage + 1)},
+            fits=None,
+            confidence="medium",
+            why=f"ZeRO stage {stage} runs now; stage {stage + 1} also shards "
+            + {0: "optimizer states", 1: "gradients", 2: "the parameters"}[stage] + " across GPUs.",
+            tradeoff="More communication per step.",
+        )
+    return Remedy(
+        id="training.deepspeed-zero",
+        title="Offload optimizer states and parameters to the CPU",
+        settings={"zero_optimization.offload_optimizer.device": "cpu", "zero_optimization.offload_param.device": "cpu"},
+        fits=None,
+        confidence="medium",
+        why="ZeRO-3 already shards everything; offload moves optimizer states and parameters to host memory.",
+        tradeoff="Much slower steps; needs plenty of host RAM (pin_memory).",
+    )
+
+
+@remedy("training.dataloader-workers")
+def dataloader_workers(inp: AdviceInput) -> Remedy | None:
+    if inp.finding.phase != "training" and engine_of(inp) not in _TRAINING_TOOLS:
+        return None
+    cur = as_int(setting(inp, "dataloader_num_workers", "num_workers"))
+    value = cur // 2 if cur and cur > 1 else 0
+    return Remedy(
+        id="training.dataloader-workers",
+        title=f"Use {value} DataLoader workers",
+        settings={"dataloader_num_workers": str(value)},
+        fits=None,
+        confidence="low",
+        why="Each worker is a process with its own copy of the dataset state and prefetched batches in shared memory"
+        + (f" ({cur} now)." if cur else "."),
+        tradeoff="Slower data loading; the GPU may wait for batches.",
+    )

@@ -1,0 +1,97 @@
+"""TensorRT-LLM remedies. Names: trtllm-serve / examples run.py ``--kv_cache_free_gpu_memory_fraction``,
+LLM API ``KvCacheConfig(free_gpu_memory_fraction=...)``, Triton tensorrtllm_backend
+``kv_cache_free_gpu_mem_fraction``; ``max_batch_size``, ``max_num_tokens``, ``max_seq_len`` are fixed
+when a TensorRT engine is built (trtllm-build) and can only be lowered at run time.
+Every calculator answers only for TensorRT-LLM logs.
+"""
+
+from __future__ import annotations
+
+from oomdoctor.advisor._engine_util import as_float, as_int, engine_of, setting
+from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.advisor.values import floor_to, fmt_fraction
+from oomdoctor.report import Remedy
+from oomdoctor.units import format_size
+
+#: TensorRT-LLM's default share of free memory given to the paged KV cache
+TRTLLM_DEFAULT_KV_FRACTION = 0.9
+#: step taken off the fraction when the log does not say how much is missing
+TRTLLM_FRACTION_STEP = 0.1
+#: trtllm-build's default --max_num_tokens
+TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
+
+_BUILD_NOTE = (
+    "For a TensorRT engine this is a build-time limit (trtllm-build); at run time you can only lower it, "
+    "which is what this value does."
+)
+
+
+def _mine(inp: AdviceInput) -> bool:
+    return engine_of(inp) == "tensorrt-llm"
+
+
+@remedy("trtllm.kv-cache-free-gpu-mem-fraction")
+def kv_fraction(inp: AdviceInput) -> Remedy | None:
+    if not _mine(inp):
+        return None
+    cur = as_float(setting(inp, "trtllm_kv_cache_free_gpu_mem_fraction", "kv_cache_free_gpu_memory_fraction")) or TRTLLM_DEFAULT_KV_FRACTION
+    req = inp.fig("requested_bytes")
+    avail = as_int(setting(inp, "trtllm_available_bytes"))
+    if req and avail:
+        value = floor_to(cur - req / avail - 0.01, 2)
+        why = (
+            f"The KV cache takes {cur} of the {format_size(avail)} free after loading; {format_size(req)} more was needed: "
+            f"{cur} − {format_size(req)}/{format_size(avail)} − 0.01 = {fmt_fraction(value)}."
+        )
+        conf = "high"
+    else:
+        value = round(cur - TRTLLM_FRACTION_STEP, 2)
+        why = f"The paged KV cache takes {cur} of the memory free after loading; {TRTLLM_FRACTION_STEP} less leaves that share to activations."
+        conf = "medium"
+    if value <= 0.1:
+        return None
+    v = fmt_fraction(value)
+    return Remedy(
+        id="trtllm.kv-cache-free-gpu-mem-fraction",
+        title=f"Give the KV cache a smaller share of free memory ({v}, run time)",
+        flags={"--kv_cache_free_gpu_memory_fraction": v},
+        settings={"KvCacheConfig.free_gpu_memory_fraction": v, "kv_cache_free_gpu_mem_fraction (Triton config.pbtxt)": v},
+        fits=None,
+        confidence=conf,  # type: ignore[arg-type]
+        why=why + " A run-time setting: no engine rebuild.",
+        tradeoff="Fewer KV-cache tokens: fewer requests in flight.",
+    )
+
+
+def _halve(inp: AdviceInput, rid: str, name: str, default: int | None, what: str) -> Remedy | None:
+    if not _mine(inp):
+        return None
+    cur = as_int(setting(inp, name)) or default
+    if not cur or cur < 2:
+        return None
+    value = cur // 2
+    return Remedy(
+        id=rid,
+        title=f"Lower {name} to {value}",
+        flags={f"--{name}": str(value)},
+        settings={name: str(value)},
+        fits=None,
+        confidence="medium" if setting(inp, name) else "low",
+        why=f"{what} {cur}" + ("" if setting(inp, name) else " (TensorRT-LLM's default)") + f"; half is {value}. " + _BUILD_NOTE,
+        tradeoff="Lower peak throughput.",
+    )
+
+
+@remedy("trtllm.max-batch-size")
+def max_batch_size(inp: AdviceInput) -> Remedy | None:
+    return _halve(inp, "trtllm.max-batch-size", "max_batch_size", None, "Activation and KV buffers are sized for a batch of")
+
+
+@remedy("trtllm.max-num-tokens")
+def max_num_tokens(inp: AdviceInput) -> Remedy | None:
+    return _halve(inp, "trtllm.max-num-tokens", "max_num_tokens", TRTLLM_DEFAULT_MAX_NUM_TOKENS, "Activation buffers are sized for")
+
+
+@remedy("trtllm.max-seq-len")
+def max_seq_len(inp: AdviceInput) -> Remedy | None:
+    return _halve(inp, "trtllm.max-seq-len", "max_seq_len", None, "Each sequence may reach")

@@ -1,0 +1,142 @@
+"""JAX/XLA and TensorFlow remedies: JAX's allocator environment variables (documented in JAX's
+"GPU memory allocation" notes) and TensorFlow's memory growth (TF_FORCE_GPU_ALLOW_GROWTH)."""
+
+from __future__ import annotations
+
+from oomdoctor.advisor._engine_util import as_float, engine_of, setting
+from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.report import Remedy
+from oomdoctor.units import format_size
+
+#: JAX preallocates this share of GPU memory by default
+JAX_DEFAULT_FRACTION = 0.75
+#: highest fraction recommended (the CUDA context and cuDNN workspaces live outside it)
+JAX_MAX_FRACTION = 0.95
+
+
+def _is_jax(inp: AdviceInput) -> bool:
+    return engine_of(inp) in ("jax", "xla")
+
+
+@remedy("xla.mem-fraction")
+def mem_fraction(inp: AdviceInput) -> Remedy | None:
+    if not _is_jax(inp):
+        return None
+    cur = as_float(setting(inp, "xla_mem_fraction")) or JAX_DEFAULT_FRACTION
+    if cur >= JAX_MAX_FRACTION:
+        return None
+    total = inp.context.gpu_total_bytes
+    need = inp.fig("total_allocation_bytes")
+    fits = (need <= JAX_MAX_FRACTION * total) if (need and total) else None
+    return Remedy(
+        id="xla.mem-fraction",
+        title=f"Let JAX use {JAX_MAX_FRACTION} of the GPU",
+        env={"XLA_PYTHON_CLIENT_MEM_FRACTION": f"{JAX_MAX_FRACTION:.2f}"},
+        saves_bytes=int((JAX_MAX_FRACTION - cur) * total) if total else None,
+        fits=fits,
+        confidence="medium",
+        why=f"JAX preallocates {cur} of the GPU; the rest stays unused"
+        + (f". The program needs {format_size(need)} in total." if need else "."),
+        tradeoff="Less room for other processes on the GPU.",
+    )
+
+
+@remedy("xla.preallocate-false")
+def preallocate_false(inp: AdviceInput) -> Remedy | None:
+    if not _is_jax(inp) or str(setting(inp, "xla_preallocate")).lower() == "false":
+        return None
+    return Remedy(
+        id="xla.preallocate-false",
+        title="Allocate on demand instead of preallocating",
+        env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+        fits=None,
+        confidence="low",
+        why="With preallocation JAX grabs its whole share up front; another process on the GPU can then make it fail.",
+        tradeoff="More fragmentation: a program close to the limit can still fail.",
+    )
+
+
+@remedy("xla.allocator-platform")
+def allocator_platform(inp: AdviceInput) -> Remedy | None:
+    if not _is_jax(inp):
+        return None
+    return Remedy(
+        id="xla.allocator-platform",
+        title="Allocate exactly what is needed and free it at once",
+        env={"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"},
+        fits=None,
+        confidence="low",
+        why="The platform allocator has no BFC pool and no fragmentation (useful for debugging the peak).",
+        tradeoff="Much slower: every allocation goes to cudaMalloc.",
+    )
+
+
+@remedy("tf.memory-growth")
+def memory_growth(inp: AdviceInput) -> Remedy | None:
+    if engine_of(inp) != "tensorflow":
+        return None
+    return Remedy(
+        id="tf.memory-growth",
+        title="Let TensorFlow grow its GPU memory instead of mapping it all",
+        env={"TF_FORCE_GPU_ALLOW_GROWTH": "true"},
+        settings={"tf.config.experimental.set_memory_growth(gpu, True)": "for each GPU, before first use"},
+        fits=None,
+        confidence="low",
+        why="Helps when another process or TF session shares this GPU; it does not raise the allocator's limit.",
+        tradeoff="Slightly more fragmentation.",
+    )
+
+
+@remedy("xla.reduce-batch")
+def reduce_batch(inp: AdviceInput) -> Remedy | None:
+    shape = inp.fig("tensor_shape")
+    if not shape or not isinstance(shape, list) or shape[0] < 2:
+        return None
+    value = shape[0] // 2
+    elems = 1
+    for d in shape:
+        elems *= int(d)
+    return Remedy(
+        id="xla.reduce-batch",
+        title=f"Halve the batch to {value}",
+        settings={"batch_size": str(value)},
+        fits=None,
+        confidence="low",
+        why=f"The failing tensor has shape {shape} ({elems:,} elements); its leading dimension ({shape[0]}) is usually the batch.",
+        tradeoff="Fewer samples per step; keep the effective batch with gradient accumulation when training.",
+    )
+
+
+#: step taken off the fraction to leave the CUDA driver room for graphs
+JAX_LOWER_STEP = 0.1
+
+
+@remedy("xla.mem-fraction.lower")
+def mem_fraction_lower(inp: AdviceInput) -> Remedy | None:
+    cur = as_float(setting(inp, "xla_mem_fraction")) or JAX_DEFAULT_FRACTION
+    value = round(cur - JAX_LOWER_STEP, 2)
+    if value <= 0.1:
+        return None
+    return Remedy(
+        id="xla.mem-fraction.lower",
+        title=f"Leave the CUDA driver more memory ({value:.2f})",
+        env={"XLA_PYTHON_CLIENT_MEM_FRACTION": f"{value:.2f}"},
+        fits=None,
+        confidence="medium",
+        why=f"CUDA graphs are instantiated by the driver outside JAX's preallocated {cur} of the GPU; "
+        f"{cur} − {JAX_LOWER_STEP} = {value:.2f} (XLA's own advice).",
+        tradeoff="Less memory for JAX's arrays.",
+    )
+
+
+@remedy("xla.disable-command-buffer")
+def disable_command_buffer(inp: AdviceInput) -> Remedy | None:
+    return Remedy(
+        id="xla.disable-command-buffer",
+        title="Run XLA without CUDA graphs",
+        env={"XLA_FLAGS": "--xla_gpu_enable_command_buffer="},
+        fits=True,
+        confidence="medium",
+        why="The failure is the driver instantiating CUDA graphs (XLA command buffers); with an empty set none are built.",
+        tradeoff="More kernel-launch overhead per step; append to any XLA_FLAGS already set.",
+    )

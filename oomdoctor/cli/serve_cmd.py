@@ -1,0 +1,54 @@
+"""``oomdoctor serve``: run the HTTP / chat-ops backend (needs the ``server`` extra)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from oomdoctor.cli.errors import fail
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "serve",
+        help=(
+            "Run the HTTP service: POST /v1/diagnose, /slack/commands, /slack/events, /mattermost/commands, "
+            "GET /healthz, /v1/rules, /openapi.json. Secrets come from the environment: OOMDOCTOR_API_TOKEN, "
+            "OOMDOCTOR_SLACK_SIGNING_SECRET, OOMDOCTOR_SLACK_BOT_TOKEN, OOMDOCTOR_MATTERMOST_TOKEN; limits from "
+            "OOMDOCTOR_MAX_BODY, OOMDOCTOR_MAX_LOG, OOMDOCTOR_ANALYSIS_TIMEOUT, OOMDOCTOR_MAX_CONCURRENCY."
+        ),
+    )
+    def serve(
+        host: Annotated[str | None, typer.Option("--host", help="Address to listen on (default 127.0.0.1).")] = None,
+        port: Annotated[int | None, typer.Option("--port", help="Port (default 8080).")] = None,
+        workers: Annotated[int, typer.Option("--workers", help="Worker processes.")] = 1,
+        insecure: Annotated[
+            bool, typer.Option("--insecure", help="Allow a non-loopback address without OOMDOCTOR_API_TOKEN.")
+        ] = False,
+        log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
+    ) -> int:
+        try:
+            import fastapi  # noqa: F401
+            import uvicorn  # noqa: F401
+        except ModuleNotFoundError:
+            return fail("oomdoctor serve needs the server extra: pip install 'oomdoctor[server]'")
+        import os
+
+        from oomdoctor.server import ConfigError, ServerConfig
+        from oomdoctor.server import serve as run_server
+
+        try:
+            cfg = ServerConfig.from_env(host=host, port=port, workers=workers, insecure=insecure or None)
+            cfg.check_exposure()
+        except (ConfigError, ValueError) as exc:
+            return fail(str(exc))
+        if workers > 1:  # worker processes rebuild the configuration from the environment
+            os.environ["OOMDOCTOR_HOST"] = cfg.host
+            if cfg.insecure:
+                os.environ["OOMDOCTOR_INSECURE"] = "1"
+        try:
+            run_server(cfg, log_level=log_level)
+        except ConfigError as exc:
+            return fail(str(exc))
+        return 0

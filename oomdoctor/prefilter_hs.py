@@ -1,0 +1,74 @@
+"""The ``fast`` prefilter: every trigger, caseless, in one hyperscan block-mode database.
+
+Importing this module raises :class:`ImportError` when hyperscan is not installed; the caller
+(:func:`oomdoctor.prefilter.make_prefilter`) then falls back to the pure-Python path. Both
+give the same line spans: a line is a candidate when it holds a trigger, ASCII case folded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import hyperscan
+
+from oomdoctor.prefilter import needles
+
+
+def _literal(lit: bytes) -> bytes:
+    # every byte escaped: no regex syntax can leak in from a trigger
+    return b"".join(b"\\x%02x" % b for b in lit)
+
+
+class HyperscanPrefilter:
+    """All triggers in one database; a scan reports each match's end offset, in order."""
+
+    def __init__(self, triggers: Sequence[str]) -> None:
+        lits = needles(triggers)
+        self._db: hyperscan.Database | None = None
+        if lits:
+            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+            db.compile(
+                expressions=[_literal(x) for x in lits],
+                ids=list(range(len(lits))),
+                elements=len(lits),
+                flags=[hyperscan.HS_FLAG_CASELESS] * len(lits),
+            )
+            self._db = db
+        # hyperscan scratch space may be used by one scan at a time: one per thread (the HTTP
+        # service shares the cached prefilter between request threads)
+        self._local = threading.local()
+
+    def line_spans(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
+        n = len(block) if hi is None else hi
+        if self._db is None or n <= lo:
+            return []
+        ends: list[int] = []
+        add = ends.append
+
+        def on_match(_id: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
+            add(end)
+
+        view: Any = block if (lo == 0 and n == len(block)) else memoryview(block)[lo:n]  # no copy
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = hyperscan.Scratch(self._db)
+        self._db.scan(view, match_event_handler=on_match, scratch=scratch)
+        if not ends:
+            return []
+        ends.sort()
+        spans: list[tuple[int, int]] = []
+        rfind = block.rfind
+        find = block.find
+        line_end = -1
+        for rel in ends:
+            e = rel + lo
+            if e <= line_end:
+                continue  # another match on the same line
+            start = rfind(b"\n", 0, e) + 1  # >= lo: lo starts a line
+            line_end = find(b"\n", e - 1, n)
+            if line_end < 0:
+                line_end = n
+            spans.append((start, line_end))
+        return spans

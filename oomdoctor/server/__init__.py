@@ -1,0 +1,50 @@
+"""``oomdoctor serve``: the HTTP / chat-ops backend (extra ``oomdoctor[server]``: FastAPI + uvicorn).
+
+Import :func:`create_app` from :mod:`oomdoctor.server.app`; this package's own import pulls in no
+web framework, so ``oomdoctor.server.config`` and ``redaction`` stay usable without the extra.
+"""
+
+from __future__ import annotations
+
+from oomdoctor.server.config import ConfigError, ServerConfig
+
+__all__ = ["ConfigError", "ServerConfig", "serve"]
+
+
+def setup_logging(log_level: str) -> None:
+    """The service's own log: access lines (method, path without query string, status, time), never a body."""
+    import logging
+
+    ours = logging.getLogger("oomdoctor.server")
+    if not ours.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s %(message)s"))
+        ours.addHandler(handler)
+        ours.propagate = False
+    ours.setLevel(logging.INFO if log_level in ("info", "debug", "trace") else logging.WARNING)
+
+
+def serve(config: ServerConfig, *, log_level: str = "info") -> None:
+    """Run uvicorn with ``config`` (blocks). Raises :class:`ConfigError` on an unsafe configuration."""
+    import os
+
+    import uvicorn
+
+    config.check_exposure()
+    os.environ["OOMDOCTOR_LOG_LEVEL"] = log_level  # for worker processes
+    setup_logging(log_level)
+    common: dict[str, object] = {
+        "host": config.host,
+        "port": config.port,
+        "access_log": False,  # our own access log carries no query strings
+        "server_header": False,
+        "log_level": log_level,
+        "proxy_headers": False,
+    }
+    if config.workers > 1:
+        # workers re-create the app from the environment (the CLI exported its options there)
+        uvicorn.run("oomdoctor.server.app:create_app_from_env", factory=True, workers=config.workers, **common)  # type: ignore[arg-type]
+    else:
+        from oomdoctor.server.app import create_app
+
+        uvicorn.run(create_app(config), **common)  # type: ignore[arg-type]

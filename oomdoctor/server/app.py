@@ -1,0 +1,489 @@
+"""The FastAPI application: ``create_app(config)``.
+
+Endpoints: ``POST /v1/diagnose``, ``GET /v1/rules`` (bearer token when configured),
+``POST /slack/commands``, ``POST /slack/events`` (Slack request signing), ``POST
+/mattermost/commands`` (Mattermost token), ``GET /healthz``, ``GET /openapi.json``.
+Every 4xx/5xx body is ``{"error": "..."}``; no log text reaches the server's own logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from typing import Any, Literal
+
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from oomdoctor import __version__
+from oomdoctor.report import Report
+from oomdoctor.rulepack import RulePack, default_pack
+from oomdoctor.server import mattermost as mm
+from oomdoctor.server import slack
+from oomdoctor.server.config import ServerConfig
+from oomdoctor.server.limits import AccessLogMiddleware, Analyser, BodyLimitMiddleware, LimitError, gunzip
+from oomdoctor.server.redaction import redact_report
+
+log = logging.getLogger("oomdoctor.server")
+
+Format = Literal["json", "markdown", "slack", "text"]
+#: hints that would make the server read its own files
+FORBIDDEN_HINTS = {"model-config", "rules"}
+MAX_HINTS = 32
+
+
+class DiagnoseRequest(BaseModel):
+    """JSON body of ``POST /v1/diagnose``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    log: str = Field(description="The log text (the failure and the lines before it are enough).")
+    hints: dict[str, str] = Field(
+        default_factory=dict, description='User facts, e.g. {"gpus": "2"} (same keys as the CLI\'s --hint).'
+    )
+    format: Format = Field(default="json", description="json (the report), markdown, slack (Block Kit) or text.")
+
+
+class RuleInfo(BaseModel):
+    id: str
+    title: str
+    kind: str
+    engine: str
+    severity: str
+
+
+class RulesResponse(BaseModel):
+    rules: list[RuleInfo]
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+    rules: int
+
+
+class ErrorBody(BaseModel):
+    error: str
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def _clean_hints(hints: dict[str, str]) -> dict[str, str]:
+    if len(hints) > MAX_HINTS:
+        raise LimitError(422, f"too many hints ({len(hints)}; at most {MAX_HINTS})")
+    out: dict[str, str] = {}
+    for k, v in hints.items():
+        key = k.strip().replace("_", "-")
+        if not key or len(key) > 64 or len(v) > 256:
+            raise LimitError(422, "hint keys must be 1-64 characters and values at most 256")
+        if key in FORBIDDEN_HINTS:
+            raise LimitError(422, f"hint {key!r} refers to a file on the server and is not accepted over HTTP")
+        out[key] = v.strip()
+    return out
+
+
+def render(report: Report, fmt: str, *, response_type: str | None = None, max_chars: int | None = None) -> Response:
+    """The HTTP response for ``report`` in ``fmt`` (secrets already redacted by the caller)."""
+    headers = {"x-oomdoctor-errors": str(report.summary.errors), "x-oomdoctor-warnings": str(report.summary.warnings)}
+    if fmt == "json":
+        return Response(report.model_dump_json(), media_type="application/json", headers=headers)
+    if fmt == "slack":
+        from oomdoctor.render.slack import render_slack_blocks
+
+        return JSONResponse(render_slack_blocks(report, response_type=response_type), headers=headers)
+    if fmt == "markdown":
+        from oomdoctor.render.markdown import render_markdown
+
+        return Response(render_markdown(report, max_chars=max_chars), media_type="text/markdown; charset=utf-8", headers=headers)
+    from oomdoctor.render.text import render_text
+
+    return PlainTextResponse(render_text(report, color=False), headers=headers)
+
+
+def _post_json(url: str, payload: dict[str, Any], headers: dict[str, str] | None = None, timeout: float = 10.0) -> int:
+    data = json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data, method="POST")
+    req.add_header("Content-Type", "application/json; charset=utf-8")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # the caller checked the URL
+        return int(resp.status)
+
+
+def _allowed(url: str, prefixes: tuple[str, ...]) -> bool:
+    return bool(url) and any(url.startswith(p) for p in prefixes)
+
+
+def create_app(config: ServerConfig | None = None, pack: RulePack | None = None) -> FastAPI:
+    cfg = config or ServerConfig.from_env()
+    pack = pack or default_pack()
+    analyser = Analyser(pack, cfg.max_concurrency, cfg.analysis_timeout, cfg.queue_timeout)
+    replay = slack.ReplayCache(cfg.replay_window)
+    seen_events = slack.ReplayCache(3600, max_entries=10_000)
+    background: set[asyncio.Task[Any]] = set()
+
+    app = FastAPI(
+        title="oomdoctor",
+        version=__version__,
+        description="Diagnose GPU out-of-memory failures in logs; answers with ranked remedies and exact flags.",
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.config = cfg
+    app.state.analyser = analyser
+    bearer = HTTPBearer(auto_error=False, description="OOMDOCTOR_API_TOKEN, when the server has one")
+
+    # -- errors: always {"error": "..."} ----------------------------------------------------------
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        msg = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
+        if exc.status_code == 404 and msg == "Not Found":
+            msg = "not found (see /openapi.json for the endpoints)"
+        elif exc.status_code == 405:
+            msg = "method not allowed"
+        return _error(exc.status_code, msg, dict(exc.headers or {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # never echo the input: it may be a log full of secrets
+        parts = []
+        for e in exc.errors()[:5]:
+            loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+            parts.append(f"{loc or 'body'}: {e.get('msg', 'invalid')}")
+        return _error(422, "invalid request: " + "; ".join(parts))
+
+    @app.exception_handler(LimitError)
+    async def _limit_error(_: Request, exc: LimitError) -> JSONResponse:
+        return _error(exc.status, exc.message, exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+        log.error("internal error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+        return _error(500, "internal error")
+
+    # -- auth ---------------------------------------------------------------------------------------
+
+    async def require_token(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if not cfg.api_token:
+            return
+        import hmac
+
+        if creds is None or creds.scheme.lower() != "bearer":
+            raise StarletteHTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
+        if not hmac.compare_digest(creds.credentials.encode(), cfg.api_token.encode()):
+            raise StarletteHTTPException(401, "invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    # -- endpoints ----------------------------------------------------------------------------------
+
+    @app.get("/healthz", response_model=Health, tags=["service"])
+    async def healthz() -> Health:
+        return Health(status="ok", version=__version__, rules=len(pack.rules))
+
+    @app.get("/v1/rules", response_model=RulesResponse, dependencies=[Depends(require_token)], tags=["v1"],
+             responses={401: {"model": ErrorBody}})
+    async def rules() -> RulesResponse:
+        return RulesResponse(
+            rules=[
+                RuleInfo(id=r.id, title=r.rule.title, kind=r.rule.kind, engine=r.rule.engine, severity=r.rule.severity)
+                for r in pack.rules
+            ]
+        )
+
+    diagnose_body = {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/DiagnoseRequest"}},
+                "text/plain": {"schema": {"type": "string"}},
+                "application/gzip": {"schema": {"type": "string", "format": "binary"}},
+            },
+        }
+    }
+
+    @app.post(
+        "/v1/diagnose",
+        dependencies=[Depends(require_token)],
+        tags=["v1"],
+        openapi_extra=diagnose_body,
+        responses={
+            200: {
+                "description": "The report (format json), Block Kit (slack), Markdown or text.",
+                "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/Report"}},
+                    "text/markdown": {"schema": {"type": "string"}},
+                    "text/plain": {"schema": {"type": "string"}},
+                },
+            },
+            400: {"model": ErrorBody}, 401: {"model": ErrorBody}, 413: {"model": ErrorBody},
+            415: {"model": ErrorBody}, 422: {"model": ErrorBody}, 503: {"model": ErrorBody},
+        },
+    )
+    async def diagnose(
+        request: Request,
+        format: Format | None = Query(None, description="Output format for text/plain and gzip bodies."),
+        hint: list[str] = Query([], description="KEY=VALUE facts for text/plain and gzip bodies."),
+    ) -> Response:
+        body = await request.body()
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        encoding = request.headers.get("content-encoding", "").strip().lower()
+        if encoding in ("gzip", "x-gzip") or ctype in ("application/gzip", "application/x-gzip"):
+            body = gunzip(body, cfg.max_log)
+        fmt: str = format or "json"
+        hints: dict[str, str] = {}
+        for h in hint:
+            k, eq, v = h.partition("=")
+            if not eq:
+                raise LimitError(422, f"hint must be KEY=VALUE, got {h[:40]!r}")
+            hints[k] = v
+        if ctype == "application/json":
+            try:
+                payload = json.loads(body)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise LimitError(400, f"malformed JSON body: {type(exc).__name__} at position {getattr(exc, 'pos', '?')}") from None
+            try:
+                req = DiagnoseRequest.model_validate(payload)
+            except ValidationError as exc:
+                raise RequestValidationError(exc.errors()) from None
+            data = req.log.encode("utf-8", "surrogatepass")
+            hints = {**hints, **req.hints}
+            fmt = format or req.format
+        elif ctype.startswith("text/") or ctype in ("application/gzip", "application/x-gzip", "application/octet-stream", ""):
+            data = body
+        else:
+            raise LimitError(415, f"unsupported content type {ctype!r}: send application/json, text/plain or application/gzip")
+        if len(data) > cfg.max_log:
+            raise LimitError(413, f"log too large: the limit is {cfg.max_log} bytes")
+        report = redact_report(await analyser.run(data, _clean_hints(hints)))
+        return render(report, fmt)
+
+    # -- chat ---------------------------------------------------------------------------------------
+
+    async def analyse_for_chat(
+        data: bytes,
+        response_url: str,
+        prefixes: tuple[str, ...],
+        answer: Callable[[Report], dict[str, Any]],
+        fail: Callable[[str], dict[str, Any]],
+        ack: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Answer inline when the analysis is quick; otherwise ``ack`` now and POST to response_url."""
+
+        async def result() -> dict[str, Any]:
+            try:
+                return answer(redact_report(await analyser.run(data, {})))
+            except LimitError as exc:
+                return fail(exc.message)
+
+        task = asyncio.ensure_future(result())
+        can_defer = _allowed(response_url, prefixes)
+        done, _ = await asyncio.wait({task}, timeout=cfg.chat_inline_seconds if can_defer else None)
+        if task in done:
+            return task.result()
+
+        async def deliver() -> None:
+            payload = await task
+            try:
+                await asyncio.to_thread(_post_json, response_url, payload)
+            except Exception as exc:  # the chat server is unreachable: nothing else to tell
+                log.warning("could not deliver a deferred answer: %s", type(exc).__name__)
+
+        t = asyncio.ensure_future(deliver())
+        background.add(t)
+        t.add_done_callback(background.discard)
+        return ack
+
+    def _form(body: bytes) -> dict[str, str]:
+        try:
+            pairs = urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True, max_num_fields=200)
+        except (UnicodeDecodeError, ValueError):
+            raise LimitError(400, "malformed form body") from None
+        return dict(pairs)
+
+    slack_form = {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/x-www-form-urlencoded": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {
+                            "text": {"type": "string"},
+                            "command": {"type": "string"},
+                            "response_url": {"type": "string"},
+                            "user_id": {"type": "string"},
+                            "channel_id": {"type": "string"},
+                            "token": {"type": "string"},
+                        },
+                    }
+                }
+            },
+        }
+    }
+
+    def _slack_headers(request: Request, body: bytes) -> None:
+        if not cfg.slack_signing_secret:
+            raise LimitError(404, "Slack is not configured on this server (set OOMDOCTOR_SLACK_SIGNING_SECRET)")
+        try:
+            slack.verify(
+                cfg.slack_signing_secret, dict(request.headers), body, replay, window=cfg.replay_window
+            )
+        except slack.SignatureError as exc:
+            raise LimitError(401, str(exc)) from None
+
+    @app.post("/slack/commands", tags=["chat"], openapi_extra=slack_form,
+              responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
+    async def slack_commands(
+        request: Request,
+        x_slack_signature: str | None = Header(None),
+        x_slack_request_timestamp: str | None = Header(None),
+    ) -> JSONResponse:
+        body = await request.body()
+        if len(body) < 1024 and b"ssl_check=1" in body and _form(body).get("ssl_check") == "1":
+            # Slack's certificate probe (unsigned, as Bolt treats it): acknowledge and do nothing
+            return JSONResponse({"ok": True})
+        _slack_headers(request, body)  # on the raw body, before parsing
+        form = _form(body)
+        text = form.get("text", "").strip()
+        if not text or text.lower() in ("help", "-h", "--help"):
+            return JSONResponse({"response_type": "ephemeral", "text": slack.HELP})
+        data = slack.slack_text_to_log(text).encode("utf-8", "replace")
+        lines = data.count(b"\n") + 1
+        payload = await analyse_for_chat(
+            data,
+            form.get("response_url", ""),
+            cfg.slack_response_prefixes,
+            lambda r: _slack_answer(r, cfg.chat_response_type),
+            lambda m: {"response_type": "ephemeral", "text": f"oomdoctor could not finish: {m}"},
+            {"response_type": "ephemeral", "text": f"oomdoctor is analysing {lines} line(s); the answer follows here."},
+        )
+        return JSONResponse(payload)
+
+    def _slack_answer(report: Report, response_type: str) -> dict[str, Any]:
+        from oomdoctor.render.slack import render_slack_blocks
+
+        return render_slack_blocks(report, response_type=response_type)
+
+    @app.post("/slack/events", tags=["chat"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
+    async def slack_events(
+        request: Request,
+        x_slack_signature: str | None = Header(None),
+        x_slack_request_timestamp: str | None = Header(None),
+    ) -> JSONResponse:
+        body = await request.body()
+        _slack_headers(request, body)
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise LimitError(400, "malformed JSON body") from None
+        if not isinstance(payload, dict):
+            raise LimitError(400, "event body must be a JSON object")
+        if payload.get("type") == "url_verification":
+            return JSONResponse({"challenge": str(payload.get("challenge", ""))})
+        event = payload.get("event")
+        if payload.get("type") != "event_callback" or not isinstance(event, dict):
+            return JSONResponse({"ok": True})
+        event_id = str(payload.get("event_id", ""))
+        if event_id and not seen_events.check_and_add(event_id, time.time()):
+            return JSONResponse({"ok": True, "duplicate": True})  # a Slack retry of an event already handled
+        if (
+            event.get("type") not in ("message", "app_mention")
+            or event.get("bot_id")
+            or event.get("subtype") not in (None, "file_share")
+        ):
+            return JSONResponse({"ok": True})
+        text = slack.event_log_text(event)
+        if text.strip() and cfg.slack_bot_token:
+            t = asyncio.ensure_future(_answer_event(event, text))
+            background.add(t)
+            t.add_done_callback(background.discard)
+        return JSONResponse({"ok": True})
+
+    async def _answer_event(event: dict[str, Any], text: str) -> None:
+        try:
+            report = redact_report(await analyser.run(text.encode("utf-8", "replace"), {}))
+        except LimitError as exc:
+            log.warning("event not analysed: %s", exc.message)
+            return
+        if not report.findings and event.get("type") != "app_mention":
+            return  # stay quiet on ordinary messages that are not OOM logs
+        from oomdoctor.render.slack import render_slack_blocks
+
+        msg = render_slack_blocks(report)
+        msg["channel"] = event.get("channel")
+        msg["thread_ts"] = event.get("thread_ts") or event.get("ts")
+        try:
+            await asyncio.to_thread(
+                _post_json,
+                cfg.slack_api_url.rstrip("/") + "/chat.postMessage",
+                msg,
+                {"Authorization": f"Bearer {cfg.slack_bot_token}"},
+            )
+        except Exception as exc:
+            log.warning("chat.postMessage failed: %s", type(exc).__name__)
+
+    @app.post("/mattermost/commands", tags=["chat"], openapi_extra=slack_form,
+              responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
+    async def mattermost_commands(request: Request, authorization: str | None = Header(None)) -> JSONResponse:
+        if not cfg.mattermost_token:
+            raise LimitError(404, "Mattermost is not configured on this server (set OOMDOCTOR_MATTERMOST_TOKEN)")
+        body = await request.body()
+        form = _form(body)
+        if not mm.token_ok(cfg.mattermost_token, authorization, form.get("token")):
+            raise LimitError(401, "invalid or missing Mattermost token")
+        text = form.get("text", "").strip()
+        if not text or text.lower() in ("help", "-h", "--help"):
+            return JSONResponse(mm.answer(slack.HELP, "ephemeral"))
+        from oomdoctor.render.markdown import render_markdown
+
+        payload = await analyse_for_chat(
+            text.encode("utf-8", "replace"),
+            form.get("response_url", ""),
+            cfg.mattermost_response_prefixes,
+            lambda r: mm.answer(render_markdown(r, max_chars=mm.MAX_POST), cfg.chat_response_type),
+            lambda m: mm.answer(f"oomdoctor could not finish: {m}", "ephemeral"),
+            mm.answer("oomdoctor is analysing the log; the answer follows here.", "ephemeral"),
+        )
+        return JSONResponse(payload)
+
+    # -- OpenAPI: add the request/response models referenced by hand above -------------------------
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        comps = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in (DiagnoseRequest, Report):
+            js = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            comps.update(js.pop("$defs", {}))
+            comps[model.__name__] = js
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    # the body limit wraps everything, so even a 404 path cannot be sent a huge body
+    app.add_middleware(BodyLimitMiddleware, max_body=cfg.max_body)
+    app.add_middleware(AccessLogMiddleware)
+    return app
+
+
+def create_app_from_env() -> FastAPI:
+    """Factory for ``uvicorn --factory`` and multi-worker mode (configuration from the environment)."""
+    import os
+
+    from oomdoctor.server import setup_logging
+
+    setup_logging(os.environ.get("OOMDOCTOR_LOG_LEVEL", "info"))
+    return create_app(ServerConfig.from_env())

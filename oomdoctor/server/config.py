@@ -1,0 +1,162 @@
+"""Server configuration: command-line options over ``OOMDOCTOR_*`` environment variables."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+
+DEFAULT_MAX_BODY = 4 << 20  # 4 MiB on the wire
+DEFAULT_MAX_LOG = 32 << 20  # 32 MiB after gzip decompression
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid or unsafe; the message says what to change."""
+
+
+def _size(value: str, name: str) -> int:
+    from oomdoctor.units import parse_size
+
+    try:
+        n = parse_size(value) if not value.strip().isdigit() else int(value)
+    except Exception as exc:  # the size parser's own errors vary
+        raise ConfigError(f"{name}: not a size: {value!r}") from exc
+    if n is None or n <= 0:
+        raise ConfigError(f"{name}: must be a positive size, got {value!r}")
+    return int(n)
+
+
+def _float(value: str, name: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise ConfigError(f"{name}: not a number: {value!r}") from None
+    if x < 0:
+        raise ConfigError(f"{name}: must not be negative, got {value!r}")
+    return x
+
+
+def _prefixes(value: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in value.split(",") if p.strip())
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    workers: int = 1
+    insecure: bool = False
+    #: bearer token for /v1/* (``OOMDOCTOR_API_TOKEN``)
+    api_token: str | None = None
+    slack_signing_secret: str | None = None
+    #: optional bot token: lets /slack/events answer in the message's thread (chat.postMessage)
+    slack_bot_token: str | None = None
+    slack_api_url: str = "https://slack.com/api"
+    #: where a deferred Slack answer may be POSTed (response_url must start with one of these)
+    slack_response_prefixes: tuple[str, ...] = ("https://hooks.slack.com/",)
+    mattermost_token: str | None = None
+    #: Mattermost is self-hosted: a deferred answer goes to response_url only when it starts with one of these
+    mattermost_response_prefixes: tuple[str, ...] = ()
+    #: the largest request body accepted, in bytes (413 above it)
+    max_body: int = DEFAULT_MAX_BODY
+    #: the largest log after decompression, in bytes
+    max_log: int = DEFAULT_MAX_LOG
+    #: analysis time limit per request, seconds
+    analysis_timeout: float = 20.0
+    #: analyses running at once (per worker process); more wait in line
+    max_concurrency: int = field(default_factory=lambda: max(2, min(8, os.cpu_count() or 2)))
+    #: how long a request waits for a free analysis slot before 503
+    queue_timeout: float = 10.0
+    #: Slack/Mattermost: answer inline when analysis finishes within this many seconds, else ack and defer
+    chat_inline_seconds: float = 2.0
+    #: Slack replay window, seconds (Slack's own SDK uses 5 minutes)
+    replay_window: int = 300
+    #: response_type of chat answers: "ephemeral" (only the caller sees it) or "in_channel"
+    chat_response_type: str = "ephemeral"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> ServerConfig:
+        """Read ``OOMDOCTOR_*`` variables; keyword overrides (e.g. from the command line) win when not None."""
+        e = os.environ if env is None else env
+        kw: dict[str, object] = {}
+
+        def get(name: str) -> str | None:
+            v = e.get("OOMDOCTOR_" + name)
+            return v if v not in (None, "") else None
+
+        for key, name in (
+            ("api_token", "API_TOKEN"),
+            ("slack_signing_secret", "SLACK_SIGNING_SECRET"),
+            ("slack_bot_token", "SLACK_BOT_TOKEN"),
+            ("mattermost_token", "MATTERMOST_TOKEN"),
+            ("slack_api_url", "SLACK_API_URL"),
+            ("chat_response_type", "CHAT_RESPONSE_TYPE"),
+            ("host", "HOST"),
+        ):
+            if (v := get(name)) is not None:
+                kw[key] = v
+        if (v := get("MAX_BODY")) is not None:
+            kw["max_body"] = _size(v, "OOMDOCTOR_MAX_BODY")
+        if (v := get("MAX_LOG")) is not None:
+            kw["max_log"] = _size(v, "OOMDOCTOR_MAX_LOG")
+        for key, name in (
+            ("analysis_timeout", "ANALYSIS_TIMEOUT"),
+            ("queue_timeout", "QUEUE_TIMEOUT"),
+            ("chat_inline_seconds", "CHAT_INLINE_SECONDS"),
+        ):
+            if (v := get(name)) is not None:
+                kw[key] = _float(v, "OOMDOCTOR_" + name)
+        if (v := get("MAX_CONCURRENCY")) is not None:
+            kw["max_concurrency"] = max(1, int(_float(v, "OOMDOCTOR_MAX_CONCURRENCY")))
+        if (v := get("PORT")) is not None:
+            kw["port"] = int(_float(v, "OOMDOCTOR_PORT"))
+        if (v := get("SLACK_RESPONSE_PREFIXES")) is not None:
+            kw["slack_response_prefixes"] = _prefixes(v)
+        if (v := get("MATTERMOST_RESPONSE_PREFIXES")) is not None:
+            kw["mattermost_response_prefixes"] = _prefixes(v)
+        if get("INSECURE") in ("1", "true", "yes"):
+            kw["insecure"] = True
+        names = {f.name for f in fields(cls)}
+        for k, ov in overrides.items():
+            if k not in names:
+                raise TypeError(f"unknown server setting {k!r}")
+            if ov is not None:
+                kw[k] = ov
+        cfg = cls(**kw)  # type: ignore[arg-type]
+        cfg.validate()
+        return cfg
+
+    def with_(self, **changes: object) -> ServerConfig:
+        cfg = replace(self, **changes)  # type: ignore[arg-type]
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        if self.chat_response_type not in ("ephemeral", "in_channel"):
+            raise ConfigError(f"chat response type must be ephemeral or in_channel, got {self.chat_response_type!r}")
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"port must be 1..65535, got {self.port}")
+        if self.workers < 1:
+            raise ConfigError(f"--workers must be at least 1, got {self.workers}")
+        if self.max_body <= 0 or self.max_log <= 0:
+            raise ConfigError("body and log limits must be positive")
+
+    def check_exposure(self) -> None:
+        """Refuse a non-loopback address without an API token unless ``insecure``."""
+        if is_loopback(self.host) or self.api_token or self.insecure:
+            return
+        raise ConfigError(
+            f"refusing to listen on {self.host} without an API token: set OOMDOCTOR_API_TOKEN "
+            "(clients then send 'Authorization: Bearer <token>'), listen on 127.0.0.1, or pass --insecure"
+        )
+
+
+def is_loopback(host: str) -> bool:
+    h = host.strip().strip("[]")
+    if h.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,110 @@
+"""Property tests: recommended values are monotone in the figures and never repeat what is in use."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oomdoctor.advisor import rank_remedies
+from oomdoctor.advisor.catalog import find_gpu, find_model, models
+from oomdoctor.advisor.fit import KV_IDS, fit
+from oomdoctor.advisor.memory_model import GiB, capacity_from_figures, capacity_tokens
+from oomdoctor.advisor.registry import AdviceInput, calculator
+from oomdoctor.report import Context, Finding, Location
+
+MiB = 2**20
+lengths = st.integers(min_value=1024, max_value=1 << 20)
+sizes = st.integers(min_value=64 * MiB, max_value=200 * GiB)
+
+
+def v1(max_len: int, needed: int, avail: int) -> Finding:
+    return Finding(rule="t", kind="vllm.kv-cache.max-len-exceeds", engine="vllm", severity="error",
+                   phase="kv-cache-alloc", title="t", message="m", location=Location(line=1, end_line=1),
+                   figures={"max_seq_len": max_len, "kv_cache_needed_bytes": needed, "kv_cache_available_bytes": avail})
+
+
+def max_len_value(f: Finding, ctx: Context | None = None) -> int | None:
+    r = calculator("vllm.max-model-len")(AdviceInput(f, ctx or Context(engine="vllm")))
+    return int(r.flags["--max-model-len"]) if r else None
+
+
+@settings(max_examples=200, deadline=None)
+@given(lengths, sizes, sizes, st.integers(min_value=0, max_value=50 * GiB))
+def test_more_available_memory_never_shortens_max_model_len(max_len: int, needed: int, avail: int, more: int) -> None:
+    a = capacity_from_figures(needed, avail, max_len)
+    b = capacity_from_figures(needed, avail + more, max_len)
+    assert b >= a
+    va, vb = max_len_value(v1(max_len, needed, avail)), max_len_value(v1(max_len, needed, avail + more))
+    if va is not None and vb is not None:
+        assert vb >= va
+    if va is not None:
+        assert va < max_len and va % 16 == 0
+        assert va * needed / (-(-max_len // 16) * 16) <= avail  # never more than the available bytes hold
+
+
+@settings(max_examples=200, deadline=None)
+@given(lengths, sizes, sizes, st.integers(min_value=0, max_value=50 * GiB))
+def test_more_needed_memory_never_lengthens_max_model_len(max_len: int, needed: int, avail: int, more: int) -> None:
+    assert capacity_from_figures(needed + more, avail, max_len) <= capacity_from_figures(needed, avail, max_len)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(models()), st.integers(min_value=0, max_value=100 * GiB), st.integers(min_value=0, max_value=10 * GiB))
+def test_capacity_monotone_in_budget(geo: object, budget: int, more: int) -> None:
+    assert capacity_tokens(geo, budget + more, 2, limit=1 << 20) >= capacity_tokens(geo, budget, 2, limit=1 << 20)  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["Qwen/Qwen2.5-7B-Instruct", "meta-llama/Llama-3.1-8B", "google/gemma-2-9b-it", "Qwen/Qwen3-8B"]),
+       st.integers(min_value=16, max_value=96), st.integers(min_value=0, max_value=64))
+def test_fit_more_gpu_memory_never_shrinks_capacity(model: str, gib: int, more: int) -> None:
+    geo = find_model(model)
+    assert geo is not None
+    a = fit(geo, None, total_bytes=gib * GiB, max_model_len=131072)
+    b = fit(geo, None, total_bytes=(gib + more) * GiB, max_model_len=131072)
+    assert b.capacity_tokens >= a.capacity_tokens
+    assert b.fits or not a.fits
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=1, max_value=80 * GiB), st.integers(min_value=0, max_value=10 * GiB),
+       st.floats(min_value=0.5, max_value=0.99))
+def test_fit_free_utilization_monotone_and_bounded(free: int, more: int, util: float) -> None:
+    total = 80 * GiB
+
+    def value(fr: int) -> float | None:
+        f = Finding(rule="t", kind="vllm.startup.free-memory-below-target", engine="vllm", severity="error",
+                    phase="startup-check", title="t", message="m", location=Location(line=1, end_line=1),
+                    figures={"free_bytes": fr, "total_bytes": total, "gpu_memory_utilization": util})
+        r = calculator("vllm.gpu-memory-utilization.fit-free")(AdviceInput(f, Context(engine="vllm")))
+        return float(r.flags["--gpu-memory-utilization"]) if r else None
+
+    a, b = value(free), value(min(total, free + more))
+    if a is not None:
+        assert a <= free / total and a <= 0.95 and a < util
+        if b is not None:
+            assert b >= a
+
+
+@settings(max_examples=100, deadline=None)
+@given(lengths, sizes, sizes, st.sampled_from([None, "A10G", "L4", "T4", "H100"]))
+def test_no_remedy_repeats_a_flag_value_already_in_use(max_len: int, needed: int, avail: int, gpu: str | None) -> None:
+    f = v1(max_len, needed, avail)
+    hints = {"gpu": gpu} if gpu else {}
+    ctx = Context(engine="vllm", gpu_total_bytes=80 * GiB, gpu_memory_utilization=0.9)
+    first = rank_remedies(KV_IDS, AdviceInput(f, ctx, hints))
+    for rem in first:
+        if not rem.flags or "--enforce-eager" in rem.flags:
+            continue
+        # run again with this remedy's flags already on the command line
+        argv = ["vllm", "serve", "m"] + [x for k, v in rem.flags.items() for x in ([k, v] if v else [k])]
+        ctx2 = ctx.model_copy(update={"command": argv})
+        again = rank_remedies(KV_IDS, AdviceInput(f, ctx2, hints))
+        for r in again:
+            assert r.flags != rem.flags, (rem.id, r.id)
+
+
+def test_gpu_catalog_fp8_flags() -> None:
+    t4, l4 = find_gpu("T4"), find_gpu("L4")
+    assert t4 is not None and l4 is not None
+    assert not t4.fp8_tensor_cores and l4.fp8_tensor_cores

@@ -1,0 +1,57 @@
+"""Every context rule's examples, through the production scanner: the Context values they set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from oomdoctor.report import Context
+from oomdoctor.rulepack import default_pack
+from oomdoctor.scanner import Scanner
+
+PACK = default_pack()
+CASES = [
+    pytest.param(ctx.rule.id, i, ex, id=f"{ctx.rule.id}[{i}]")
+    for ctx in PACK.contexts
+    for i, ex in enumerate(ctx.rule.match)
+]
+
+
+def _context(log: str) -> Context:
+    scanner = Scanner(PACK, source="<example>", advise=False)
+    scanner.feed(log.encode("utf-8") + b"\n")
+    return scanner.close().context
+
+
+@pytest.mark.parametrize(("rule_id", "index", "example"), CASES)
+def test_context_example(rule_id: str, index: int, example: dict[str, Any]) -> None:
+    ctx = _context(example["log"])
+    problems = []
+    for key, want in example.get("values", {}).items():
+        if key == "launch_args":
+            got: Any = {k: ctx.launch_args.get(k) for k in want}
+        elif key in Context.model_fields:
+            got = getattr(ctx, key)
+        else:
+            got = ctx.extra.get(key)
+        if got != want:
+            problems.append(f"{key}: expected {want!r}, got {got!r}")
+    for key in example.get("absent", []):
+        if getattr(ctx, key):
+            problems.append(f"{key}: expected nothing, got {getattr(ctx, key)!r}")
+    assert not problems, "; ".join(problems)
+
+
+def test_every_vllm_context_rule_has_an_example() -> None:
+    missing = [c.rule.id for c in PACK.contexts if c.rule.engine == "vllm" and not c.rule.match]
+    assert not missing
+
+
+def test_context_rules_set_no_error() -> None:
+    """Context lines of a healthy start are never findings of severity error."""
+    logs = "\n".join(ex["log"] for c in PACK.contexts for ex in c.rule.match if "ValueError" not in ex["log"])
+    scanner = Scanner(PACK, source="<healthy>", advise=False)
+    scanner.feed(logs.encode("utf-8") + b"\n")
+    report = scanner.close()
+    assert [f.rule for f in report.findings if f.severity == "error"] == []

@@ -1,0 +1,75 @@
+"""The host: kernel OOM killer, cgroups, exit 137 / OOMKilled, Ray, plain Killed, /dev/shm."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engines_util import diagnose, diagnose_text, errors, only_error
+
+
+def test_corpus_dmesg_summary_and_kill_line_are_one_finding() -> None:
+    f = only_error(diagnose("transformers/other-081.log"))
+    assert (f.rule, f.kind) == ("host.oom-kill-summary", "host.oom-killed")
+    assert {k: f.figures[k] for k in ("pid", "total_vm_bytes", "anon_rss_bytes", "file_rss_bytes", "shmem_rss_bytes")} == {
+        "pid": 576419,
+        "total_vm_bytes": 80405983232,
+        "anon_rss_bytes": 55703818240,
+        "file_rss_bytes": 2691072,
+        "shmem_rss_bytes": 0,
+    }
+
+
+def test_corpus_kubernetes_exit_137_during_model_initialize() -> None:
+    f = only_error(diagnose("other/other-083.log"))
+    assert (f.kind, f.figures, f.phase) == ("host.oom-killed", {"exit_code": 137}, "weights-load")
+
+
+@pytest.mark.parametrize("rel", ["ray/other-045.log", "vllm/vllm-044.log"])
+def test_corpus_ray_memory_monitor(rel: str) -> None:
+    f = only_error(diagnose(rel))
+    assert (f.rule, f.kind, f.figures) == ("ray.memory-monitor-killed", "host.oom-killed", {"workers_killed": 2})
+
+
+def test_corpus_dataloader_bus_error() -> None:
+    f = only_error(diagnose("pytorch/other-049.log"))
+    assert (f.kind, f.phase) == ("host.shm-insufficient", "training")
+
+
+def test_cgroup_kill() -> None:
+    f = only_error(diagnose("other/synthetic-dmesg-cgroup.log"))
+    assert f.figures["constraint"] == "CONSTRAINT_MEMCG"
+    assert f.figures["anon_rss_bytes"] == 33000000 * 1024
+
+
+def test_describe_pod_oomkilled_is_one_finding() -> None:
+    f = only_error(diagnose("other/synthetic-k8s-describe-oomkilled.log"))
+    assert f.figures == {"reason": "OOMKilled", "exit_code": 137}
+
+
+def test_plain_killed_while_loading_shards() -> None:
+    f = only_error(diagnose("other/synthetic-shell-killed-loading.log"))
+    assert (f.rule, f.phase) == ("host.shell-killed", "weights-load")
+
+
+def test_ray_task_killed_figures() -> None:
+    f = only_error(diagnose("ray/synthetic-task-killed.log"))
+    assert f.figures["memory_usage_fraction"] == 0.984283
+    assert f.figures["memory_usage_threshold"] == 0.95
+
+
+def test_nccl_shm_segment() -> None:
+    f = only_error(diagnose("pytorch/synthetic-nccl-shm.log"))
+    assert (f.kind, f.figures["segment_bytes"]) == ("host.shm-insufficient", 9637888)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "zsh: terminated  ./run.sh\n",
+        "INFO 10-01 10:00:00 Loading took 137.5 seconds\n",
+        "RuntimeError: DataLoader worker (pid(s) 1234) exited unexpectedly\n",
+        "[12.3] python invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0\n",
+    ],
+)
+def test_near_misses(text: str) -> None:
+    assert not errors(diagnose_text(text))

@@ -1,0 +1,51 @@
+"""SGLang: detection, kinds, phases and figures on real and synthetic logs."""
+
+from __future__ import annotations
+
+from tests.engines_util import diagnose, errors, figures, only_error
+
+
+def test_corpus_not_enough_memory_reads_current_fraction() -> None:
+    f = only_error(diagnose("sglang/other-021.log"))
+    assert (f.rule, f.kind, f.engine) == ("sglang.not-enough-memory", "sglang.oom", "sglang")
+    assert f.figures == {"mem_fraction_static": 0.2}
+    assert f.phase == "kv-cache-alloc"
+
+
+def test_healthy_startup_is_context_not_error() -> None:
+    r = diagnose("sglang/synthetic-healthy-startup.log")
+    assert not errors(r)
+    ctx = r.context
+    assert ctx.engine == "sglang"
+    assert ctx.kv_cache_tokens == 421328
+    assert ctx.max_model_len == 131072
+    assert ctx.max_num_seqs == 4096
+    assert ctx.weights_bytes == round(15.06 * 2**30)
+    assert ctx.extra["sglang_avail_before_load_bytes"] == round(78.68 * 2**30)
+    assert ctx.extra["sglang_avail_after_pool_bytes"] == round(10.21 * 2**30)
+
+
+def test_corpus_kv_allocated_start_up_gives_no_error() -> None:
+    r = diagnose("sglang/other-058.log")
+    assert not errors(r)
+    assert r.context.engine == "sglang"
+    assert r.context.kv_cache_tokens == 2795207
+    assert r.context.extra["sglang_k_bytes"] == 57241176637
+
+
+def test_cuda_graph_failure_wins_over_the_embedded_torch_oom() -> None:
+    f = only_error(diagnose("sglang/synthetic-cuda-graph-oom.log"))
+    assert f.rule == "sglang.cuda-graph-capture-failed"
+    assert f.phase == "cudagraph-capture"
+    assert figures(f, "requested_bytes", "total_bytes", "free_bytes") == {
+        "requested_bytes": 2**30,
+        "total_bytes": round(79.10 * 2**30),
+        "free_bytes": 512 * 2**20,
+    }
+
+
+def test_prefill_pool_exhaustion_figures() -> None:
+    f = only_error(diagnose("sglang/synthetic-prefill-oom.log"))
+    assert f.rule == "sglang.kv-pool-exhausted"
+    assert f.figures == {"step": "Prefill", "requested_tokens": 8192, "available_tokens": 3000}
+    assert f.phase == "inference"

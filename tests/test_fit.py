@@ -1,0 +1,135 @@
+"""``oomdoctor fit``: verdict, budget table, flags, CLI; and agreement with the post-mortem advice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from oomdoctor.advisor.catalog import find_gpu, find_model
+from oomdoctor.advisor.fit import fit, v1_message
+from oomdoctor.advisor.memory_model import GiB, kv_bytes_for_len
+from oomdoctor.api import diagnose
+from oomdoctor.cli import main
+
+
+def test_fits_with_a_budget_table() -> None:
+    geo, gpu = find_model("meta-llama/Llama-3.1-8B"), find_gpu("A100-80GB")
+    assert geo is not None and gpu is not None
+    res = fit(geo, gpu)
+    assert res.fits is True and res.remedies == [] and res.finding is None
+    terms = [t for t, _, _ in res.rows]
+    assert terms[:3] == ["GPU memory", "vLLM budget (× 0.90)", "weights"]
+    assert res.kv_needed == 16 * GiB  # 131072 tokens × 128 KiB
+    assert res.capacity_tokens == 131072
+
+
+def test_does_not_fit_and_says_what_does() -> None:
+    geo, gpu = find_model("Qwen/Qwen2.5-7B-Instruct"), find_gpu("A10G")
+    assert geo is not None and gpu is not None
+    res = fit(geo, gpu, max_model_len=131072)
+    assert res.fits is False
+    assert res.kv_needed == kv_bytes_for_len(geo, 131072, 2)
+    top = res.remedies[0]
+    assert top.flags == {"--max-model-len": str(res.capacity_tokens)}
+    assert res.capacity_tokens < 131072 and res.capacity_tokens % 16 == 0
+    assert top.command == f"vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len {res.capacity_tokens}"
+    # the recommended length really fits the KV budget
+    assert kv_bytes_for_len(geo, res.capacity_tokens, 2) <= res.kv_budget
+
+
+def test_weights_exceed_the_card() -> None:
+    geo, gpu = find_model("meta-llama/Llama-3.1-70B"), find_gpu("L4")
+    assert geo is not None and gpu is not None
+    res = fit(geo, gpu)
+    assert res.fits is False and res.kv_budget < 0
+    assert res.finding is not None and res.finding.kind == "vllm.kv-cache.no-blocks"
+    util = [r for r in res.remedies if r.id == "vllm.gpu-memory-utilization.raise-for-kv"]
+    assert util and util[0].fits is False and util[0].flags == {} and res.remedies[-1].fits is False
+    assert all(r.id != "vllm.tensor-parallel-size" for r in res.remedies)  # one GPU, no hint
+
+
+def test_more_gpus_enable_tensor_parallel() -> None:
+    geo, gpu = find_model("Qwen/Qwen2.5-32B-Instruct"), find_gpu("L40S")
+    assert geo is not None and gpu is not None
+    res = fit(geo, gpu, gpus=4, max_model_len=32768)
+    tp = [r for r in res.remedies if r.id == "vllm.tensor-parallel-size"]
+    assert tp and tp[0].flags == {"--tensor-parallel-size": "2"} and tp[0].fits is True  # 40 heads: 2 divides
+
+
+def test_fp8_kv_halves_the_need() -> None:
+    geo, gpu = find_model("meta-llama/Llama-3.1-8B"), find_gpu("L4")
+    assert geo is not None and gpu is not None
+    auto = fit(geo, gpu, max_model_len=65536)
+    fp8 = fit(geo, gpu, max_model_len=65536, kv_cache_dtype="fp8")
+    assert fp8.kv_needed * 2 == auto.kv_needed
+    assert fp8.capacity_tokens >= auto.capacity_tokens
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "length"),
+    [
+        ("Qwen/Qwen2.5-7B-Instruct", "A10G", 131072),
+        ("meta-llama/Llama-3.1-8B", "L4", 131072),
+        ("mistralai/Mistral-7B-Instruct-v0.3", "RTX 4060", 32768),
+        ("google/gemma-2-9b-it", "A10G", 8192),
+        ("meta-llama/Llama-3.1-8B", "A100-80GB", 131072),
+    ],
+)
+def test_fit_and_post_mortem_agree(model: str, gpu: str, length: int) -> None:
+    """The failure vLLM would print for this configuration gets the same top remedy post-mortem."""
+    geo, spec = find_model(model), find_gpu(gpu)
+    assert geo is not None and spec is not None
+    res = fit(geo, spec, max_model_len=length)
+    args = f"{{'model_tag': '{model}', 'max_model_len': {length}, 'model': '{model}'}}"
+    log = f"INFO 01-01 00:00:00 [api_server.py:1] non-default args: {args}\n"
+    if res.kv_budget > 0 and not res.fits:
+        log += v1_message(length, res.kv_needed, res.kv_budget, res.capacity_tokens) + "\n"
+    report = diagnose(log, {"gpu": gpu})
+    errors = [f for f in report.findings if f.severity == "error"]
+    if res.kv_budget <= 0:  # vLLM fails earlier ("No available memory for the cache blocks")
+        assert res.finding is not None and res.finding.kind == "vllm.kv-cache.no-blocks"
+        return
+    assert (not errors) == res.fits
+    if errors:
+        post = errors[0].remedies[0]
+        assert post.flags == res.remedies[0].flags
+        assert post.command == res.remedies[0].command
+
+
+def test_cli_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = {"_name_or_path": "my/llama", "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "hidden_size": 4096, "intermediate_size": 14336, "vocab_size": 128256,
+           "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    assert main(["fit", "--model-config", str(p), "--gpu", "A10G"]) == 1
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" in out and "--max-model-len" in out and "KV cache" in out
+    assert main(["fit", "--model-config", str(p), "--gpu", "A10G", "--max-model-len", "8192", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fits"] is True and data["kv_needed_bytes"] == 8192 * 131072
+    assert data["budget"][0]["term"] == "GPU memory"
+
+
+def test_cli_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", "--model", "no/such-model", "--gpu", "A10G"]) == 2
+    assert main(["fit", "--model", "Qwen/Qwen3-8B", "--gpu", "Voodoo5"]) == 2
+    assert "unknown GPU" in capsys.readouterr().err
+
+
+def test_smallest_combination_when_nothing_fits_alone() -> None:
+    geo, gpu = find_model("meta-llama/Llama-3.1-70B"), find_gpu("A10G")
+    assert geo is not None and gpu is not None
+    res = fit(geo, gpu, gpus=4)
+    top = res.remedies[0]
+    # 4 × A10G: TP 4 alone leaves 32.9 GiB of bf16 weights per GPU; with a 4-bit checkpoint 8.7 GiB
+    assert top.id == "combined:vllm.tensor-parallel-size+vllm.quantization-4bit"
+    assert top.flags == {"--tensor-parallel-size": "4"} and "4-bit" in top.settings["model"]
+    assert top.fits is True
+    geo2, gpu2 = find_model("Qwen/Qwen2.5-32B-Instruct"), find_gpu("RTX 4090")
+    assert geo2 is not None and gpu2 is not None
+    top2 = fit(geo2, gpu2).remedies[0]
+    assert top2.id == "combined:vllm.quantization-4bit+vllm.kv-cache-dtype-fp8"
+    assert top2.flags == {"--kv-cache-dtype": "fp8"}

@@ -1,0 +1,338 @@
+"""The prefilter paths agree, scanning is chunk-independent, and memory stays bounded."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from oomdoctor.prefilter import PurePrefilter, make_prefilter, needles
+from oomdoctor.reader import MAX_LINE_BYTES, LineSplitter
+from oomdoctor.rulepack import default_pack
+from oomdoctor.scanner import _BUILTIN_TRIGGERS, Scanner
+from tests.corpus import FIXTURES
+
+LOGS = sorted(FIXTURES.glob("**/*.log"))
+
+
+def _triggers() -> list[str]:
+    return [*default_pack().all_triggers(), *_BUILTIN_TRIGGERS]
+
+
+def _hyperscan():
+    pytest.importorskip("hyperscan")
+    from oomdoctor.prefilter_hs import HyperscanPrefilter
+
+    return HyperscanPrefilter(_triggers())
+
+
+def _report(data: bytes, source: str, prefilter, chunks: list[int] | None = None) -> dict:
+    scanner = Scanner(default_pack(), source=source, prefilter=prefilter)
+    if chunks is None:
+        scanner.feed(data)
+    else:
+        pos = 0
+        for size in chunks:
+            scanner.feed(data[pos : pos + size])
+            pos += size
+        scanner.feed(data[pos:])
+    return json.loads(scanner.close().model_dump_json())
+
+
+def _spans_by_hand(block: bytes, trigs: list[str]) -> list[tuple[int, int]]:
+    out, pos = [], 0
+    for line in block.split(b"\n"):
+        low = line.lower()
+        if any(t.lower().encode() in low for t in trigs if t):
+            out.append((pos, pos + len(line)))
+        pos += len(line) + 1
+    return out
+
+
+TRICKY = (
+    b"nothing here\n"
+    b"CUDA OUT OF MEMORY at the start\n"
+    b"two on one line: cuda out of memory ... Traceback (most recent call last)\n"
+    b'  FILE "x.py", line 1, in f\n'
+    b"\n"
+    b"cUdA oUt Of MeMoRy\n"
+    b"cuda out of memor\n"  # near miss
+    b"ends without newline: Avg Prompt Throughput"
+)
+
+
+def test_needles_drop_blanks_duplicates_and_containing_literals() -> None:
+    assert needles(["Capturing", "graph capturing finished", "", "CAPTURING", "load_model"]) == [
+        b"capturing",
+        b"load_model",
+    ]
+
+
+def test_pure_prefilter_finds_every_case_variant_and_only_whole_lines() -> None:
+    trigs = _triggers()
+    pf = PurePrefilter(trigs)
+    spans = pf.line_spans(TRICKY)
+    assert spans == _spans_by_hand(TRICKY, trigs)
+    assert [TRICKY[a:b] for a, b in spans] == [
+        b"CUDA OUT OF MEMORY at the start",
+        b"two on one line: cuda out of memory ... Traceback (most recent call last)",
+        b'  FILE "x.py", line 1, in f',
+        b"cUdA oUt Of MeMoRy",
+        b"ends without newline: Avg Prompt Throughput",
+    ]
+
+
+def test_hyperscan_prefilter_gives_the_same_spans() -> None:
+    hs = _hyperscan()
+    pure = PurePrefilter(_triggers())
+    assert hs.line_spans(TRICKY) == pure.line_spans(TRICKY)
+    for log in LOGS:
+        data = log.read_bytes()
+        assert hs.line_spans(data) == pure.line_spans(data), log.name
+
+
+def test_random_blocks_agree_with_a_line_by_line_search() -> None:
+    trigs = _triggers()
+    pure = PurePrefilter(trigs)
+    try:
+        hs = _hyperscan()
+    except pytest.skip.Exception:
+        hs = None
+    rng = random.Random(5)
+    words = [b"x", b"cuda", b"out of", b"memory", b"CUDA out of memory", b"\n", b"file \"", b"File", b'"',
+             b"Traceback (most recent call last)", b"\n\n", b"avg prompt", b" throughput"]
+    for _ in range(200):
+        block = b" ".join(rng.choice(words) for _ in range(rng.randint(0, 40)))
+        want = _spans_by_hand(block, trigs)
+        assert pure.line_spans(block) == want, block
+        if hs is not None:
+            assert hs.line_spans(block) == want, block
+        # a window of a bigger buffer (what the scanner passes to avoid copies)
+        lo = block.find(b"\n") + 1
+        hi = block.rfind(b"\n") + 1
+        if 0 < lo < hi:
+            inner = [(a + lo, b + lo) for a, b in _spans_by_hand(block[lo : hi - 1], trigs)]
+            assert pure.line_spans(block, lo, hi) == inner, block
+            if hs is not None:
+                assert hs.line_spans(block, lo, hi) == inner, block
+
+
+def test_whole_fixture_suite_reports_are_identical_with_each_prefilter() -> None:
+    """Every fixture's JSON report with hyperscan equals the one with the pure-Python path."""
+    hs = _hyperscan()
+    pure = PurePrefilter(_triggers())
+    for log in LOGS:
+        data = log.read_bytes()
+        source = f"{log.parent.name}/{log.name}"
+        assert _report(data, source, hs) == _report(data, source, pure), source
+
+
+def _serving_log() -> bytes:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import genlog
+
+    rng = random.Random(3)
+    traffic, _ = genlog.traffic(rng, 0, 60_000)
+    head = "\n".join(genlog.startup(rng, 0, 100)) + "\n"
+    oom = "\n".join(genlog.oom_block(rng, 50, 200, 1)) + "\n"
+    return head.encode() + traffic + oom.encode() + traffic + oom.encode().replace(b"2.37", b"4.75")
+
+
+def test_serving_log_is_diagnosed_the_same_however_it_is_chunked() -> None:
+    data = _serving_log()
+    pf = make_prefilter(_triggers())
+    whole = _report(data, "x", pf)
+    assert [f["rule"] for f in whole["findings"]] == ["torch.cuda-oom", "torch.cuda-oom"]
+    assert whole["findings"][0]["figures"]["requested_bytes"] == round(2.37 * 2**30)
+    assert whole["findings"][1]["figures"]["requested_bytes"] == round(4.75 * 2**30)
+    rng = random.Random(9)
+    for _ in range(4):
+        chunks = [rng.choice((1, 7, 100, 4096, 65536, 300_000)) for _ in range(60)]
+        assert _report(data, "x", pf, chunks) == whole
+    for prefilter in ("python", "hyperscan"):
+        try:
+            other = make_prefilter(_triggers(), prefilter)
+        except ImportError:
+            continue
+        assert _report(data, "x", other, [4096] * 40) == whole
+
+
+def test_finding_lines_are_numbered_exactly_across_blocks() -> None:
+    data = _serving_log()
+    want = [i + 1 for i, line in enumerate(data.split(b"\n")) if b"torch.OutOfMemoryError" in line]
+    for chunks in (None, [1000] * 200, [333_333]):
+        got = [f["location"]["line"] for f in _report(data, "x", make_prefilter(_triggers()), chunks)["findings"]]
+        assert got == want
+
+
+def test_line_splitter_counts_lines_itself_or_lets_the_caller_count() -> None:
+    data = b"a\nbb\n\nccc" + b"d" * 10 + b"\ne\n" + b"tail"
+    counted, uncounted = LineSplitter(), LineSplitter()
+    for i in range(0, len(data), 3):
+        part = data[i : i + 3]
+        f1, b1 = counted.feed_block(part)
+        f2, b2 = uncounted.feed_block(part, count=False)
+        assert (f1, b1) == (f2, b2)
+        uncounted.advance(b2.count(b"\n"))
+    assert counted.close() == uncounted.close() == (6, b"tail\n")
+
+
+def test_a_long_line_without_newline_costs_bounded_memory() -> None:
+    splitter = LineSplitter()
+    chunk = b"x" * (1 << 20)
+    for _ in range(20):  # 20 MiB, no newline
+        first, block = splitter.feed_block(chunk, count=False)
+        assert (first, block) == (1, b"")
+        assert len(splitter._partial) <= MAX_LINE_BYTES
+    first, block = splitter.feed_block(b"yy\nCUDA out of memory\n", count=False)
+    assert first == 1
+    assert block == b"x" * MAX_LINE_BYTES + b"\nCUDA out of memory\n"
+
+
+def test_make_prefilter_is_cached_and_honours_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    trigs = _triggers()
+    assert make_prefilter(trigs, "python") is make_prefilter(list(trigs), "python")
+    monkeypatch.setenv("OOMDOCTOR_PREFILTER", "python")
+    assert isinstance(make_prefilter(trigs), PurePrefilter)
+    with pytest.raises(ValueError, match="unknown prefilter"):
+        make_prefilter(trigs, "grep")
+
+
+def test_rule_files_validated_before_skip_the_schema_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from oomdoctor.rulepack import loader
+
+    monkeypatch.setenv("OOMDOCTOR_CACHE_DIR", str(tmp_path))
+    calls: list[str] = []
+    real = loader._validate_schema
+
+    def spy(data, where):
+        calls.append(where)
+        return real(data, where)
+
+    monkeypatch.setattr(loader, "_validate_schema", spy)
+    path = loader.builtin_rules_dir() / "vllm.toml"
+    first = loader.read_rule_file(path)
+    second = loader.read_rule_file(path)
+    assert len(calls) == 1
+    assert first == second
+    assert (tmp_path / "validated-rules.txt").read_text().split() == [loader._digest(path.read_bytes())]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[rule]]\nid = "x"\n')
+    with pytest.raises(loader.RulePackError):
+        loader.read_rule_file(bad)
+    with pytest.raises(loader.RulePackError):
+        loader.read_rule_file(bad)
+    assert len(calls) == 3
+
+
+WRAPPED = (
+    b'  File "/site-packages/torch/nn/modules/module.py", line 1, in forward\n'
+    b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 232.00 MiB.\n"
+    b"GPU 0 has a total capacity of 23.57 GiB of which 154.25 MiB is free.\n"
+    b"Of the allocated memory 22.88 GiB is allocated by PyTorch, and 188.29 MiB is reserved by PyTorch but unallocated.\n"
+)
+
+
+@pytest.mark.parametrize("prefilter", ["python", "hyperscan"])
+def test_a_message_wrapped_over_lines_is_read_whole_even_when_a_block_ends_on_its_first_line(
+    prefilter: str,
+) -> None:
+    """The look-ahead after a rule's trigger line reaches into the next block."""
+    try:
+        pf = make_prefilter(_triggers(), prefilter)
+    except ImportError:
+        pytest.skip("hyperscan not installed")
+    data = b"step 1\n" * 5 + WRAPPED + b"step 2\n" * 30
+    cut = data.index(b"GPU 0 has")
+    for chunks in (None, [cut], [cut, 1], [cut, 60, 60]):
+        findings = _report(data, "x", pf, chunks)["findings"]
+        assert len(findings) == 1
+        figures = findings[0]["figures"]
+        assert figures["requested_bytes"] == 232 * 2**20
+        assert figures["total_bytes"] == round(23.57 * 2**30)
+        assert figures["free_bytes"] == round(154.25 * 2**20)
+        assert figures["allocated_bytes"] == round(22.88 * 2**30)
+        assert findings[0]["location"]["line"] == 7
+
+
+def test_progress_bar_only_on_a_terminal_and_only_for_big_inputs(tmp_path: Path) -> None:
+    import io
+
+    from oomdoctor.cli.progress import MIN_BYTES, FileProgress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    small = tmp_path / "small.log"
+    small.write_bytes(b"x\n")
+    big = tmp_path / "big.log"
+    with open(big, "wb") as f:
+        f.truncate(MIN_BYTES)
+    assert not FileProgress([str(big)], io.StringIO()).active  # not a TTY
+    assert not FileProgress([str(small)], Tty()).active  # too small to need one
+    assert not FileProgress(["-"], Tty()).active  # size unknown
+    out = Tty()
+    with FileProgress([str(big)], out) as bar:
+        assert bar.active
+        bar.advance(MIN_BYTES, 2)
+    assert "2 finding(s)" in out.getvalue()
+
+
+def test_feed_spans_cuts_the_same_lines_as_feed_block_without_copying() -> None:
+    rng = random.Random(12)
+    for _ in range(300):
+        parts = []
+        for _ in range(rng.randint(0, 30)):
+            parts.append(b"y" * rng.choice((0, 1, 5, 15, 16, 17, 40, 200)))
+        data = b"\n".join(parts) + rng.choice((b"", b"\n", b"tail"))
+        a, b = LineSplitter(max_line=16), LineSplitter(max_line=16)
+        got_a, got_b = [], []
+        pos = 0
+        while pos < len(data):
+            size = rng.choice((1, 3, 16, 64, 100, 1000))
+            chunk = data[pos : pos + size]
+            pos += size
+            first, block = a.feed_block(chunk)
+            got_a.append((first, block))
+            head, lo, hi = b.feed_spans(chunk)
+            first_b = b.line_number + 1
+            b.advance(head.count(b"\n"))
+            b.advance(chunk.count(b"\n", lo, hi))
+            got_b.append((first_b, head + chunk[lo:hi]))
+        assert got_a == got_b, data
+        assert a.close() == b.close()
+
+
+def test_hyperscan_prefilter_is_safe_across_threads() -> None:
+    """The cached prefilter is shared by the HTTP service's request threads."""
+    import threading
+
+    hs = pytest.importorskip("hyperscan")
+    del hs
+    from oomdoctor.prefilter_hs import HyperscanPrefilter
+
+    pf = HyperscanPrefilter(["out of memory", "killed"])
+    block = b"ok\nCUDA out of memory\nfine\nKilled\n" * 2000
+    want = pf.line_spans(block)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(20):
+                assert pf.line_spans(block) == want
+        except BaseException as exc:  # collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors

@@ -1,0 +1,44 @@
+"""Host remedies: limits from anon-rss, shm, NCCL, Ray threshold, vLLM host-memory levers."""
+
+from __future__ import annotations
+
+from oomdoctor.advisor.registry import AdviceInput, calculator
+from oomdoctor.report import Context, Finding, Location
+from tests.engines_util import diagnose, only_error, remedy, remedy_ids
+
+
+def test_limit_from_anon_rss() -> None:
+    f = only_error(diagnose("transformers/other-081.log"))
+    # 54398260 kB × 1.25 = 64.85 GiB -> 65 GiB
+    r = remedy(f, "host.container-memory-limit")
+    assert r.flags == {"--memory": "65g"} and r.settings == {"resources.limits.memory": "65Gi"}
+    assert "host.low-cpu-mem-usage" in remedy_ids(f)
+
+
+def test_shm_remedies() -> None:
+    f = only_error(diagnose("pytorch/other-049.log"))
+    assert f.remedies[0].flags == {"--shm-size": "1g"}
+    g = only_error(diagnose("pytorch/synthetic-nccl-shm.log"))
+    assert remedy(g, "host.nccl-shm-disable").env == {"NCCL_SHM_DISABLE": "1"}
+
+
+def test_ray_threshold() -> None:
+    f = only_error(diagnose("ray/other-045.log"))
+    assert f.remedies[0].env == {"RAY_memory_usage_threshold": "0.98"}
+
+
+def _host_finding(ctx: Context) -> AdviceInput:
+    f = Finding(
+        rule="host.oom-killed-process", kind="host.oom-killed", engine="host", severity="error", title="t",
+        message="m", location=Location(line=1, end_line=1),
+    )
+    return AdviceInput(f, ctx)
+
+
+def test_vllm_levers_only_in_vllm_logs() -> None:
+    assert calculator("host.vllm-swap-space")(_host_finding(Context(engine="sglang"))) is None
+    r = calculator("host.vllm-swap-space")(_host_finding(Context(engine="vllm", tensor_parallel_size=2)))
+    assert r is not None and r.flags == {"--swap-space": "0"} and r.saves_bytes == 8 * 2**30
+    ctx = Context(engine="vllm", launch_args={"cpu_offload_gb": "16"})
+    r2 = calculator("host.vllm-cpu-offload-gb")(_host_finding(ctx))
+    assert r2 is not None and r2.flags == {"--cpu-offload-gb": "8"}

@@ -1,0 +1,44 @@
+"""TGI remedies: values below the failing N, the input-limit constraint, runtime fractions."""
+
+from __future__ import annotations
+
+from oomdoctor.advisor.registry import AdviceInput, calculator
+from oomdoctor.report import Context, Finding, Location
+from tests.engines_util import diagnose, only_error, remedy
+
+
+def test_prefill_tokens_halved_below_n() -> None:
+    f = only_error(diagnose("tgi/other-017.log"))
+    assert f.remedies[0].flags == {"--max-batch-prefill-tokens": "512"}
+
+
+def test_prefill_value_also_lowers_the_input_limit_it_must_cover() -> None:
+    f = only_error(diagnose("tgi/synthetic-warmup-prefill-oom.log"))
+    # 8192 / 2 = 4096 < max_input_tokens 8000: TGI requires prefill >= input, so both drop
+    assert remedy(f, "tgi.max-batch-prefill-tokens").flags == {
+        "--max-batch-prefill-tokens": "4096",
+        "--max-input-tokens": "4096",
+    }
+
+
+def test_serving_oom_lowers_cuda_memory_fraction() -> None:
+    f = only_error(diagnose("tgi/other-020.log"))
+    # 1.0 - 222 MiB / 39.39 GiB - 0.01 = 0.9845 -> 0.98
+    r = remedy(f, "tgi.cuda-memory-fraction")
+    assert r.flags == {"--cuda-memory-fraction": "0.98"}
+    assert r.fits is True
+
+
+def test_max_total_tokens_from_the_inferred_capacity() -> None:
+    f = only_error(diagnose("tgi/synthetic-max-total-tokens.log"))
+    assert f.remedies[0].flags == {"--max-total-tokens": "21504", "--max-input-tokens": "21503"}
+
+
+def test_tgi_remedies_silent_outside_tgi() -> None:
+    f = Finding(
+        rule="torch.cuda-oom", kind="torch.cuda-oom", engine="pytorch", severity="error", title="t", message="m",
+        location=Location(line=1, end_line=1), figures={"requested_bytes": 2**28, "total_bytes": 2**34},
+    )
+    assert calculator("tgi.cuda-memory-fraction")(AdviceInput(f, Context(engine="vllm"))) is None
+    got = calculator("tgi.cuda-memory-fraction")(AdviceInput(f, Context(engine="tgi")))
+    assert got is not None and got.flags == {"--cuda-memory-fraction": "0.97"}
