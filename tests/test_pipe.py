@@ -338,3 +338,25 @@ def test_an_analysis_error_is_said_once_and_passthrough_continues(capsys: pytest
 
 # The exit code 2 of an analysis error through the real CLI: test_hostile.py::
 # test_catastrophic_regex_in_pipe_mode_stops_analysis_not_passthrough.
+
+
+def test_stdin_from_a_regular_file_is_never_skipped(tmp_path: Path) -> None:
+    # `oomdoctor < server.log`: there is no upstream to protect, so the analyser is waited for
+    path = tmp_path / "server.log"
+    filler = b"".join(b"INFO step %d\n" % i for i in range(400_000))
+    path.write_bytes(filler * 3 + KV_LOG)
+    scanner = _BlockedScanner()
+    out_r, out_w = os.pipe()
+    got = bytearray()
+    reader = threading.Thread(target=lambda: [got.extend(b) for b in iter(lambda: os.read(out_r, 1 << 20), b"")])
+    reader.start()
+    threading.Timer(0.5, scanner.release.set).start()
+    with path.open("rb") as fh:
+        result = run_pipe(scanner, lambda f: None, in_fd=fh.fileno(), out_fd=out_w, max_chunks=2)
+    os.close(out_w)
+    reader.join(10)
+    os.close(out_r)
+    assert bytes(got) == path.read_bytes()
+    assert result.skipped_bytes == 0
+    assert result.report is not None
+    assert result.report.findings[0].location.line == 3 * 400_000 + 4

@@ -7,7 +7,8 @@ Guarantees (tested in tests/test_pipe*.py):
 * Analysis never blocks the upstream. Chunks go to an analyser thread through a bounded queue
   (``QUEUE_CHUNKS`` reads, at most ``QUEUE_CHUNKS`` MiB); when the queue is full the chunk is
   skipped for analysis (its newlines are still counted, so line numbers stay exact) and one line
-  on stderr says how many bytes analysis skipped. The remaining coupling is the GIL: a regex
+  on stderr says how many bytes analysis skipped (never when stdin is a regular file: then
+  there is no upstream to protect and the analyser is waited for). The remaining coupling is the GIL: a regex
   holds it for at most ``REGEX_TIMEOUT`` (a rule that runs longer stops the analysis, naming the
   rule), pure-Python analysis hands it back every few milliseconds.
 * An internal analysis error is reported once (``oomdoctor: analysis stopped: ...``); the
@@ -26,6 +27,7 @@ import os
 import queue
 import select
 import signal
+import stat
 import sys
 import threading
 import time
@@ -105,6 +107,7 @@ class _Analyser(threading.Thread):
     ) -> None:
         super().__init__(name="oomdoctor-analyser", daemon=True)
         self.warmup = warmup
+        self.lossless = False
         self.scanner = scanner
         self.on_findings = on_findings
         self.result = result
@@ -118,6 +121,14 @@ class _Analyser(threading.Thread):
 
     def offer(self, data: bytes) -> None:
         if not self.active:
+            return
+        if self.lossless:  # nobody to block: wait for the analyser rather than skip
+            while self.active and self.is_alive():
+                try:
+                    self.q.put(data, timeout=0.1)
+                    return
+                except queue.Full:
+                    continue
             return
         try:
             if self._gap is not None:
@@ -229,6 +240,7 @@ def run_pipe(
     quiet: float = QUIET_SECONDS,
     stop_when_idle: Callable[[], bool] | None = None,
     warmup: Callable[[], None] | None = None,
+    lossless: bool | None = None,
 ) -> PipeResult:
     """Copy ``in_fd`` to ``out_fd`` (None: no passthrough) and analyse it on the side until EOF.
 
@@ -239,6 +251,12 @@ def run_pipe(
     """
     result = PipeResult()
     analyser = _Analyser(scanner, on_findings, result, max_chunks, quiet, warmup)
+    if lossless is None:  # input from a regular file (``oomdoctor < log``): no upstream to protect
+        try:
+            lossless = stat.S_ISREG(os.fstat(in_fd).st_mode)
+        except OSError:
+            lossless = False
+    analyser.lossless = lossless
     restore: dict[int, object] = {}
     if handle_signals and threading.current_thread() is threading.main_thread():
         restore[signal.SIGTERM] = signal.signal(signal.SIGTERM, _raise_terminated)
