@@ -149,3 +149,21 @@ def test_pty_gives_the_command_a_terminal() -> None:
     proc = run("--pty", "--", sys.executable, "-c", "import sys; print(sys.stdout.isatty(), sys.stderr.isatty())")
     assert proc.stdout.replace(b"\r\n", b"\n") == b"True True\n"
     assert proc.returncode == 0
+
+
+def test_the_advisor_prints_the_corrected_command(tmp_path: Path) -> None:
+    # a stand-in `vllm` that prints a real V1 KV-cache failure; the exact argv comes from `run`
+    fake = tmp_path / "vllm"
+    fake.write_text(f"#!/bin/sh\ncat '{KV_LOG}'\nexit 1\n")
+    fake.chmod(0o755)
+    env = {**ENV, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}", "COLUMNS": "200"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "oomdoctor", "run", "--", "vllm", "serve", "zai-org/GLM-4.5-Air",
+         "--max-model-len", "202752", "--gpu-memory-utilization", "0.9"],
+        capture_output=True, timeout=60, env=env, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 1
+    assert proc.stdout == KV_LOG.read_bytes()
+    assert "$ vllm serve zai-org/GLM-4.5-Air --max-model-len 81392 --gpu-memory-utilization 0.9" in (
+        proc.stderr.decode()
+    )
