@@ -18,7 +18,7 @@ from tests.fuzz.strategies import FIXTURE_LINES, cut_points, log_bytes, split
 
 PACK = default_pack()
 ROOT = Path(__file__).resolve().parent.parent
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def scan(chunks: list[bytes]) -> dict:
@@ -37,7 +37,7 @@ def test_report_is_independent_of_chunk_boundaries(data: bytes, cuts: list[int])
 @FAST
 @given(data=log_bytes)
 def test_byte_at_a_time_equals_whole(data: bytes) -> None:
-    data = data[:3000]
+    data = data[:2000]
     assert scan([data[i : i + 1] for i in range(len(data))]) == scan([data])
 
 
@@ -82,7 +82,7 @@ def test_pipe_passthrough_equals_input(data: bytes, cuts: list[int]) -> None:
     assert _through_pipe(split(data, cuts)) == data
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=log_bytes)
 def test_real_subprocess_pipe_passthrough_equals_input(data: bytes) -> None:
     proc = subprocess.run(
