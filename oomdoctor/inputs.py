@@ -1,21 +1,35 @@
-"""Open log sources: files (compressed or not, detected by magic bytes) and stdin."""
+"""Open log sources: files (compressed or not, detected by magic bytes) and stdin.
+
+Every failure is an :class:`InputError` whose message is one line naming the source. Sources
+need not be seekable (``oomdoctor <(kubectl logs ...)``, FIFOs, ``/dev/stdin``): the magic bytes
+are read once and put back in front of the stream.
+"""
 
 from __future__ import annotations
 
 import bz2
+import contextlib
 import gzip
+import io
 import lzma
 import os
-import zlib
+import stat
 from collections.abc import Iterator
-from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 BLOCK = 1 << 20
 
 
 class InputError(Exception):
-    """A source cannot be read; the message is one line naming the source."""
+    """A source cannot be read; the message is one line naming the source.
+
+    ``partial`` is True when some data was read (and yielded) before the failure, so the caller
+    can still report what was there.
+    """
+
+    def __init__(self, message: str, *, partial: bool = False) -> None:
+        super().__init__(message)
+        self.partial = partial
 
 
 def _magic(head: bytes) -> str | None:
@@ -30,63 +44,116 @@ def _magic(head: bytes) -> str | None:
     return None
 
 
-def _open(path: str) -> BinaryIO:
-    p = Path(path)
+class _Prefixed(io.RawIOBase):
+    """A raw stream that returns ``head`` first, then the rest of ``raw`` (no seek needed)."""
+
+    def __init__(self, head: bytes, raw: BinaryIO) -> None:
+        self._head = memoryview(head)
+        self._raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if self._head:
+            n = min(len(b), len(self._head))
+            b[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._raw.read(len(b))
+        n = len(data)
+        b[:n] = data
+        return n
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            super().close()
+
+
+def _os_message(path: str, exc: OSError, verb: str) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"{path}: no such file"
+    if isinstance(exc, PermissionError):
+        return f"{path}: permission denied"
+    if isinstance(exc, IsADirectoryError):
+        return f"{path}: is a directory"
+    return f"{path}: cannot {verb}: {exc.strerror or exc}"
+
+
+def _open(path: str) -> tuple[BinaryIO, str | None]:
     try:
-        if p.is_dir():
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
             raise InputError(f"{path}: is a directory")
-        raw: BinaryIO = open(p, "rb")  # noqa: SIM115
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory") from None
+        raw: BinaryIO = open(path, "rb", buffering=0)  # noqa: SIM115
     except OSError as exc:
-        raise InputError(f"{path}: cannot open: {exc.strerror or exc}") from None
-    head = raw.read(6)
-    raw.seek(0)
+        raise InputError(_os_message(path, exc, "open")) from None
+    try:
+        head = raw.read(6) or b""
+    except OSError as exc:
+        raw.close()
+        raise InputError(_os_message(path, exc, "read")) from None
     kind = _magic(head)
+    stream: BinaryIO = io.BufferedReader(_Prefixed(head, raw), BLOCK)
     if kind == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        return gzip.GzipFile(fileobj=stream, mode="rb"), kind  # type: ignore[return-value]
     if kind == "bzip2":
-        return bz2.BZ2File(raw, "rb")  # type: ignore[return-value]
+        return bz2.BZ2File(stream, "rb"), kind  # type: ignore[return-value]
     if kind == "xz":
-        return lzma.LZMAFile(raw, "rb")  # type: ignore[return-value]
+        return lzma.LZMAFile(stream, "rb"), kind  # type: ignore[return-value]
     if kind == "zstd":
         try:
             import zstandard
         except ImportError:
-            raw.close()
+            stream.close()
             raise InputError(f"{path}: zstd-compressed; install 'zstandard' to read it") from None
-        return zstandard.ZstdDecompressor().stream_reader(raw)
-    return raw
+        return zstandard.ZstdDecompressor().stream_reader(stream), kind
+    return stream, None
 
 
 def read_blocks(path: str, block: int = BLOCK) -> Iterator[bytes]:
     """Yield the decompressed bytes of ``path`` (``-`` is stdin) in blocks.
 
-    A truncated or corrupt compressed file raises :class:`InputError` after yielding what was
-    readable, so the caller can still report the partial result.
+    A truncated or corrupt compressed file raises :class:`InputError` (``partial=True`` when
+    something was read) after yielding what was readable, so the caller can still report it.
     """
     if path == "-":
-        fd = 0
         while True:
-            data = os.read(fd, block)
+            try:
+                data = os.read(0, block)
+            except OSError as exc:
+                raise InputError(_os_message("<stdin>", exc, "read")) from None
             if not data:
                 return
             yield data
-    f = _open(path)
+    f, kind = _open(path)
+    done = 0
     try:
         while True:
             try:
-                data = f.read(block)
+                # read1: whatever the decompressor has, so a truncated file yields all it can
+                data = f.read1(block) if kind is not None and hasattr(f, "read1") else f.read(block)
             except EOFError:
-                raise InputError(f"{path}: truncated compressed file (read what was there)") from None
-            except (OSError, zlib.error, lzma.LZMAError) as exc:
-                raise InputError(f"{path}: corrupt compressed data ({exc})") from None
+                raise InputError(
+                    f"{path}: truncated {kind} file: the report covers the {done} bytes read before the end",
+                    partial=done > 0,
+                ) from None
+            except Exception as exc:  # zlib/lzma/bz2/zstd each raise their own error types
+                if kind is None and not isinstance(exc, OSError):
+                    raise
+                if kind is None and isinstance(exc, OSError):
+                    raise InputError(_os_message(path, exc, "read"), partial=done > 0) from None
+                detail = " ".join(str(exc).split()) or type(exc).__name__
+                raise InputError(
+                    f"{path}: corrupt {kind} data after {done} bytes ({detail}); the report covers what was read",
+                    partial=done > 0,
+                ) from None
             if not data:
                 return
+            done += len(data)
             yield data
     finally:
-        f.close()
+        with contextlib.suppress(Exception):  # closing a corrupt stream may fail again
+            f.close()

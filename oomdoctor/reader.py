@@ -47,7 +47,7 @@ class LineSplitter:
         else:
             head = data if end == len(data) - 1 else data[: end + 1]
         first = self.line_number + 1
-        if len(head) > self._max * 4 and _fewer_newlines(head, len(head) // self._max):
+        if len(head) > self._max and _has_long_line(head, self._max):
             head = _cap_lines(head, self._max)
         if count:
             self.line_number += head.count(b"\n")
@@ -72,15 +72,15 @@ class LineSplitter:
         if self._partial or self._overflow:
             lo = data.find(b"\n") + 1
             head_len = min(len(self._partial) + lo, self._max + 1)
-            total = head_len + hi - lo
-            if total > self._max * 4 and _fewer_newlines(data, total // self._max - 1, lo, hi):
+            head_len + hi - lo
+            if hi - lo > self._max and _has_long_line(data, self._max, lo, hi):
                 _, block = self.feed_block(data, count=False)  # rare: lines over the cap
                 return block, 0, 0
             self._keep(memoryview(data)[: lo - 1])
             head = bytes(self._partial) + b"\n"
             self._partial.clear()
             self._overflow = False
-        elif hi > self._max * 4 and _fewer_newlines(data, hi // self._max, 0, hi):
+        elif hi > self._max and _has_long_line(data, self._max, 0, hi):
             _, block = self.feed_block(data, count=False)
             return block, 0, 0
         if hi < len(data):
@@ -112,16 +112,29 @@ class LineSplitter:
         return self.line_number, line
 
 
-def _fewer_newlines(block: bytes, k: int, lo: int = 0, hi: int | None = None) -> bool:
-    """``block.count(b"\\n", lo, hi) < k`` without counting past ``k`` (``k`` is small)."""
+_LONG_LINE: dict[int, re.Pattern[bytes]] = {}
+
+
+def _has_long_line(block: bytes, cap: int, lo: int = 0, hi: int | None = None) -> bool:
+    """Whether a line of ``block[lo:hi]`` is longer than ``cap``.
+
+    Exact (findings must not depend on where chunks split), and cheap: a line longer than
+    ``cap`` contains a whole newline-free window of ``cap // 2`` bytes, so a few ``find`` calls
+    clear an ordinary block; only a suspicious one gets the linear regex check.
+    """
     hi = len(block) if hi is None else hi
-    pos = lo - 1
-    find = block.find
-    for _ in range(k):
-        pos = find(b"\n", pos + 1, hi)
-        if pos < 0:
-            return True
-    return False
+    first = block.find(b"\n", lo, hi)
+    if first < 0:
+        return hi - lo > cap
+    if first - lo > cap:
+        return True
+    half = max(cap // 2, 1)
+    if all(block.find(b"\n", s, s + half) >= 0 for s in range(first, hi - half + 1, half)):
+        return False
+    pat = _LONG_LINE.get(cap)
+    if pat is None:
+        pat = _LONG_LINE[cap] = re.compile(b"\n[^\n]{%d}" % (cap + 1))
+    return pat.search(block, first, hi) is not None
 
 
 def _cap_lines(block: bytes, cap: int) -> bytes:

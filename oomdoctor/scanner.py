@@ -126,6 +126,7 @@ class Scanner:
         #: per finding (by id): last line it was seen on, and the ranks (None too) that told it
         self._seen: dict[int, tuple[int, set[str | None]]] = {}
         self._done = False
+        self._timing = ""  # the context/phase rule whose regex runs (named by RuleTimeout)
         self._start_source(source)
 
     def _index_triggers(self) -> None:
@@ -168,15 +169,28 @@ class Scanner:
         self._end_of_source()
         self._start_source(name)
 
+    def set_command(self, argv: list[str]) -> None:
+        """The exact command that produced the log (``oomdoctor run``): ``Context.command`` and
+        the launch arguments parsed from it, as if the log had printed them."""
+        import shlex
+
+        from oomdoctor.context import parse_argv
+
+        _, args = parse_argv(shlex.join(argv))
+        self._collector.apply_args(args, list(argv))
+
     # -- feeding -------------------------------------------------------------------------------
 
     def feed(self, data: bytes) -> None:
         """Consume a chunk of bytes (any size, any split)."""
         head, lo, hi = self._splitter.feed_spans(data)  # no copy of ``data``
-        if head:
-            self._scan_block(self._splitter.line_number + 1, head)
-        if hi > lo:
-            self._scan_block(self._splitter.line_number + 1, data, lo, hi)
+        try:
+            if head:
+                self._scan_block(self._splitter.line_number + 1, head)
+            if hi > lo:
+                self._scan_block(self._splitter.line_number + 1, data, lo, hi)
+        except TimeoutError:  # a context or phase regex (rule patterns raise RuleTimeout)
+            raise RuleTimeout(f"{self._timing}: regex timed out (catastrophic backtracking?)") from None
 
     def _scan_block(self, first: int, block: bytes, lo: int = 0, hi: int | None = None) -> None:
         # Only candidate lines (a trigger on them) are decoded and matched. A line holding a
@@ -268,6 +282,7 @@ class Scanner:
         # phase markers and progress lines
         for i in phases:
             ph = self.pack.phases[i]
+            self._timing = f'phase "{ph.rule.phase}"'
             for pat in ph.markers:
                 if pat.search(text, timeout=REGEX_TIMEOUT):
                     for o in self._open:
@@ -281,6 +296,7 @@ class Scanner:
                     break
         # context lines
         for ctx in contexts:
+            self._timing = f'{ctx.source}: context "{ctx.rule.id}": pattern'
             m = ctx.pattern.search(text, timeout=REGEX_TIMEOUT)
             if m is None:
                 continue
@@ -364,6 +380,14 @@ class Scanner:
         return best if best is not None else (None, "", anchor.number)
 
     def _extract(self, rule: CompiledRule, m: Any, text: str) -> dict[str, Any]:
+        try:
+            return self._extract_figures(rule, m, text)
+        except TimeoutError:
+            raise RuleTimeout(
+                f'{rule.source}: rule "{rule.id}": extract: regex timed out (catastrophic backtracking?)'
+            ) from None
+
+    def _extract_figures(self, rule: CompiledRule, m: Any, text: str) -> dict[str, Any]:
         r = rule.rule
         groups = {k: v for k, v in m.groupdict().items()}
         figures = groups_to_figures(groups, r.types, r.units)

@@ -5,6 +5,7 @@ The CLI is a thin adapter over the core (``oomdoctor.diagnose``, ``Scanner``, re
 
 from __future__ import annotations
 
+import os
 import sys
 
 SUBCOMMANDS = ("rules", "run", "fit", "serve")
@@ -24,6 +25,16 @@ def main(argv: list[str] | None = None) -> int:
             code = _invoke(diagnose_app, args)
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        code = 0
+    except Exception as exc:  # the last line of defence: one line, never a traceback
+        if os.environ.get("OOMDOCTOR_DEBUG"):
+            raise
+        from oomdoctor.cli.errors import fail
+
+        detail = " ".join(str(exc).split())
+        code = fail(f"internal error: {type(exc).__name__}: {detail} (set OOMDOCTOR_DEBUG=1 for the traceback)")
     if argv is None:
         sys.exit(code)
     return code
@@ -52,3 +63,13 @@ def _invoke(app, args: list[str]) -> int:
             return fail(exc.format_message())
         raise
     return int(result or 0)
+
+
+def _quiet_stdout() -> None:
+    """After EPIPE on stdout: point it at /dev/null so the interpreter's final flush is silent
+    (the recipe in Python's signal module documentation; SIGPIPE stays ignored)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

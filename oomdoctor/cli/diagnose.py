@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -106,7 +106,7 @@ def _file_mode(
     from oomdoctor.cli.progress import FileProgress
 
     scanner = Scanner(pack, source=paths[0], hints=hints)  # type: ignore[arg-type]
-    input_error: str | None = None
+    input_error: InputError | None = None
     try:
         with FileProgress(paths) as bar:
             for i, path in enumerate(paths):
@@ -117,70 +117,96 @@ def _file_mode(
                         scanner.feed(block)
                         bar.advance(len(block), scanner.findings_so_far())
                 except InputError as exc:
-                    input_error = str(exc)
+                    input_error = exc
                     break
+        report = scanner.close()
     except RuleTimeout as exc:
         return fail(str(exc))
-    report = scanner.close()
-    if input_error and not report.findings and "truncated" not in input_error and "corrupt" not in input_error:
-        return fail(input_error)
+    except Exception as exc:  # an analysis bug must not end in a traceback
+        return fail(f"analysis failed: {type(exc).__name__}: {' '.join(str(exc).split())}")
+    if input_error is not None and not input_error.partial and not report.findings:
+        return fail(str(input_error))
     try:
         _write_report(report, fmt, output, sys.stdout)
     except BrokenPipeError:
         _quiet_broken_pipe()
         return 0
     except OSError as exc:
-        return fail(f"{output}: cannot write: {exc.strerror or exc}")
-    if input_error:
-        return fail(input_error)
+        return fail(f"{output or '<stdout>'}: cannot write: {exc.strerror or exc}")
+    if input_error is not None:
+        return fail(str(input_error))
     return exit_code(report, fail_on)
+
+
+def warm_imports() -> None:
+    """Import what the first live finding needs (run in the analyser thread, off the passthrough)."""
+    import oomdoctor.advisor
+    import oomdoctor.render.text  # noqa: F401
+
+
+class LiveFindings:
+    """Prints findings on stderr as soon as the scanner finishes them (text format only)."""
+
+    def __init__(self, live: bool, stream: Any = None) -> None:
+        self.live = live
+        self.stream = stream or sys.stderr
+        self.shown: set[int] = set()
+
+    def __call__(self, found: list[Finding]) -> None:
+        self.shown.update(id(f) for f in found)
+        if self.live:
+            from oomdoctor.render.text import render_findings_text
+
+            self._write(render_findings_text(found, color=color_for(self.stream)))
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def summary(self, report: Report, fmt: str, output: str | None, *, quiet: bool = False) -> None:
+        """The end of a live run: unseen findings and one summary line (or the full report)."""
+        try:
+            if not self.live:
+                _write_report(report, fmt, output, self.stream)
+                return
+            from oomdoctor.render.text import render_findings_text
+
+            rest = [f for f in report.findings if id(f) not in self.shown]
+            text = render_findings_text(rest, color=color_for(self.stream)) if rest else ""
+            errors = report.summary.errors
+            if errors:
+                text += f"oomdoctor: {errors} out-of-memory failure(s) found.\n"
+            elif not quiet:
+                text += "oomdoctor: no out-of-memory failure found.\n"
+            self._write(text)
+        except OSError:
+            pass
 
 
 def _pipe_mode(pack: object, hints: dict[str, str], fmt: str, output: str | None, quiet: bool, fail_on: str) -> int:
     from oomdoctor.cli.pipe import run_pipe
 
     scanner = Scanner(pack, source="<stdin>", hints=hints)  # type: ignore[arg-type]
-    shown: list[Finding] = []
-    live = fmt == "text" and not output
-
-    def on_findings(found: list[Finding]) -> None:
-        shown.extend(found)
-        if not live:
-            return
-        from oomdoctor.render.text import render_findings_text
-
-        try:
-            sys.stderr.write(render_findings_text(found, color=color_for(sys.stderr)))
-            sys.stderr.flush()
-        except OSError:
-            pass
-
-    result = run_pipe(scanner, on_findings, out_fd=None if quiet else sys.stdout.fileno())
+    live = LiveFindings(fmt == "text" and not output)
+    try:
+        in_fd = sys.stdin.fileno()
+        out_fd = None if quiet else sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):
+        return fail("stdin/stdout is not a file descriptor")
+    result = run_pipe(scanner, live, in_fd=in_fd, out_fd=out_fd, warmup=warm_imports)
     report = result.report
     if report is not None:
-        try:
-            if live:
-                from oomdoctor.render.text import render_findings_text
-
-                rest = [f for f in report.findings if f not in shown]
-                text = render_findings_text(rest, color=color_for(sys.stderr)) if rest else ""
-                errors = report.summary.errors
-                text += (
-                    f"oomdoctor: {errors} out-of-memory failure(s) found.\n"
-                    if errors
-                    else "oomdoctor: no out-of-memory failure found.\n"
-                )
-                sys.stderr.write(text)
-                sys.stderr.flush()
-            else:
-                _write_report(report, fmt, output, sys.stderr)
-        except OSError:
-            pass
+        live.summary(report, fmt, output, quiet=result.downstream_closed)
     if result.downstream_closed:
         _quiet_broken_pipe()
-    if result.analysis_error:
+    if result.signal is not None:
+        return 128 + int(result.signal)
+    if result.analysis_error or result.output_error or report is None:
         return 2
-    return exit_code(report, fail_on) if report else 2
+    return exit_code(report, fail_on)
 
 
 def _quiet_broken_pipe() -> None:

@@ -1,23 +1,68 @@
-"""Pipe mode: pass every input byte through unbuffered, diagnose on the side.
+"""Pipe mode: pass every input byte through unchanged, diagnose on the side.
 
-Input is read with ``os.read`` (whatever is available, up to 1 MiB) and written to stdout
-*before* the scanner sees it, so the upstream never waits for analysis. A finished finding is
-printed on stderr at once; a finding still waiting for look-ahead lines is decided after
-``QUIET_SECONDS`` without input.
+Guarantees (tested in tests/test_pipe*.py):
+
+* Output bytes == input bytes. The main thread only ``os.read``\\s and ``os.write``\\s; it never
+  decodes, splits or waits for analysis.
+* Analysis never blocks the upstream. Chunks go to an analyser thread through a bounded queue
+  (``QUEUE_CHUNKS`` reads, at most ``QUEUE_CHUNKS`` MiB); when the queue is full the chunk is
+  skipped for analysis (its newlines are still counted, so line numbers stay exact) and one line
+  on stderr says how many bytes analysis skipped (never when stdin is a regular file: then
+  there is no upstream to protect and the analyser is waited for). The remaining coupling is the GIL: a regex
+  holds it for at most ``REGEX_TIMEOUT`` (a rule that runs longer stops the analysis, naming the
+  rule), pure-Python analysis hands it back every few milliseconds.
+* An internal analysis error is reported once (``oomdoctor: analysis stopped: ...``); the
+  passthrough continues to EOF and the caller exits 2.
+* Downstream closed (``| head -1``): passthrough stops, no traceback, the findings so far are
+  still printed on stderr.
+* SIGINT/SIGTERM (when ``handle_signals``): stop reading, finish what the analyser holds (for a
+  bounded time), let the caller print the report and exit 130/143.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
 import os
+import queue
 import select
+import signal
+import stat
 import sys
+import threading
+import time
 from collections.abc import Callable
 
 from oomdoctor.report import Finding, Report
 from oomdoctor.scanner import Scanner
 
+#: seconds without input after which findings waiting for look-ahead lines are decided
 QUIET_SECONDS = 0.5
+#: largest single read
 READ_SIZE = 1 << 20
+#: reads queued for analysis at most (each at most READ_SIZE bytes)
+QUEUE_CHUNKS = 64
+#: after a signal, the analyser may spend this long on data already queued
+SIGNAL_GRACE_SECONDS = 2.0
+#: and the caller waits this long for it at most
+SIGNAL_JOIN_SECONDS = 5.0
+
+#: poll interval of ``stop_when_idle``
+IDLE_POLL = 0.2
+
+_END = object()
+
+
+class _Terminated(BaseException):
+    """Raised in the main thread by our SIGTERM handler."""
+
+
+class _Gap:
+    __slots__ = ("nbytes", "newlines")
+
+    def __init__(self) -> None:
+        self.nbytes = 0
+        self.newlines = 0
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -27,11 +72,161 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
+def say(line: str) -> None:
+    """One line on stderr; never raises (stderr may be closed too)."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
 class PipeResult:
     def __init__(self) -> None:
         self.report: Report | None = None
         self.analysis_error: str | None = None
+        self.output_error: str | None = None
         self.downstream_closed = False
+        self.skipped_bytes = 0
+        self.bytes_in = 0
+        #: signal number that stopped the pipe (SIGINT/SIGTERM), else None
+        self.signal: int | None = None
+
+
+class _Analyser(threading.Thread):
+    """Consumes chunks from a bounded queue; the producer never waits for it."""
+
+    def __init__(
+        self,
+        scanner: Scanner,
+        on_findings: Callable[[list[Finding]], None],
+        result: PipeResult,
+        max_chunks: int,
+        quiet: float,
+        warmup: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(name="oomdoctor-analyser", daemon=True)
+        self.warmup = warmup
+        self.lossless = False
+        self.scanner = scanner
+        self.on_findings = on_findings
+        self.result = result
+        self.quiet = quiet
+        self.q: queue.Queue[object] = queue.Queue(maxsize=max_chunks)
+        self.active = True
+        self.deadline: float | None = None
+        self._gap: _Gap | None = None  # owned by the producer thread
+
+    # -- producer side (main thread) ------------------------------------------------------------
+
+    def offer(self, data: bytes) -> None:
+        if not self.active:
+            return
+        if self.lossless:  # nobody to block: wait for the analyser rather than skip
+            while self.active and self.is_alive():
+                try:
+                    self.q.put(data, timeout=0.1)
+                    return
+                except queue.Full:
+                    continue
+            return
+        try:
+            if self._gap is not None:
+                self.q.put_nowait(self._gap)
+                self._gap = None
+            self.q.put_nowait(data)
+        except queue.Full:
+            gap = self._gap or _Gap()
+            gap.nbytes += len(data)
+            gap.newlines += data.count(b"\n")
+            self._gap = gap
+            self.result.skipped_bytes += len(data)
+
+    def finish(self, join_timeout: float | None) -> bool:
+        """Send end-of-input and wait; False when the analyser did not finish in time."""
+        limit = None if join_timeout is None else time.monotonic() + join_timeout
+        items: list[object] = [self._gap] if self._gap is not None else []
+        self._gap = None
+        items.append(_END)
+        for item in items:
+            while self.is_alive():
+                try:
+                    self.q.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    if limit is not None and time.monotonic() > limit:
+                        return False
+        self.join(None if limit is None else max(0.0, limit - time.monotonic()))
+        return not self.is_alive()
+
+    # -- consumer side ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        scanner = self.scanner
+        dirty = False
+        if self.warmup is not None:  # imports the first finding would otherwise wait for
+            self._guard(self.warmup)
+        while True:
+            try:
+                item = self.q.get(timeout=self.quiet if dirty else None)
+            except queue.Empty:
+                dirty = False
+                if self.active:
+                    self._guard(self._decide)
+                continue
+            if item is _END:
+                break
+            if not self.active:
+                continue
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                if isinstance(item, bytes):
+                    self.result.skipped_bytes += len(item)
+                continue
+            if isinstance(item, _Gap):
+                self._guard(functools.partial(_feed_newlines, scanner, item.newlines))
+                continue
+            assert isinstance(item, bytes)
+            self._guard(functools.partial(self._feed, item))
+            dirty = True
+        if self.active:
+            try:
+                self.result.report = scanner.close()
+            except Exception as exc:
+                self._halt(exc)
+
+    def _feed(self, data: bytes) -> None:
+        self.scanner.feed(data)
+        found = self.scanner.poll()
+        if found:
+            self.on_findings(found)
+
+    def _decide(self) -> None:
+        self.scanner.flush()
+        found = self.scanner.poll()
+        if found:
+            self.on_findings(found)
+
+    def _guard(self, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except Exception as exc:  # analysis must never stop the passthrough
+            self._halt(exc)
+
+    def _halt(self, exc: BaseException) -> None:
+        self.active = False
+        text = " ".join(str(exc).split())
+        name = type(exc).__name__
+        self.result.analysis_error = text if name == "RuleTimeout" else f"{name}: {text}".rstrip(": ")
+        say(f"oomdoctor: analysis stopped: {self.result.analysis_error}")
+
+
+def _feed_newlines(scanner: Scanner, count: int) -> None:
+    """Advance line numbers over data skipped for analysis."""
+    block = b"\n" * min(count, READ_SIZE)
+    while count > 0:
+        n = min(count, len(block))
+        scanner.feed(block[:n])
+        count -= n
 
 
 def run_pipe(
@@ -40,61 +235,85 @@ def run_pipe(
     *,
     in_fd: int = 0,
     out_fd: int | None = 1,
+    handle_signals: bool = True,
+    max_chunks: int = QUEUE_CHUNKS,
+    quiet: float = QUIET_SECONDS,
+    stop_when_idle: Callable[[], bool] | None = None,
+    warmup: Callable[[], None] | None = None,
+    lossless: bool | None = None,
 ) -> PipeResult:
-    """Copy ``in_fd`` to ``out_fd`` (None: no passthrough) and feed the scanner until EOF."""
+    """Copy ``in_fd`` to ``out_fd`` (None: no passthrough) and analyse it on the side until EOF.
+
+    ``on_findings`` is called from the analyser thread. The returned result holds the final
+    report (None when analysis stopped or did not finish). ``stop_when_idle``, if given, is
+    asked every ``IDLE_POLL`` seconds without input whether to stop before EOF (``oomdoctor run``:
+    the child has exited but a grandchild still holds the pipe open).
+    """
     result = PipeResult()
-    analysing = True
-    dirty = False
-    while True:
-        timeout = QUIET_SECONDS if (dirty and analysing) else None
+    analyser = _Analyser(scanner, on_findings, result, max_chunks, quiet, warmup)
+    if lossless is None:  # input from a regular file (``oomdoctor < log``): no upstream to protect
         try:
-            ready, _, _ = select.select([in_fd], [], [], timeout)
-        except InterruptedError:  # pragma: no cover - PEP 475 retries
-            continue
-        if not ready:
-            dirty = False
-            if analysing:
+            lossless = stat.S_ISREG(os.fstat(in_fd).st_mode)
+        except OSError:
+            lossless = False
+    analyser.lossless = lossless
+    restore: dict[int, object] = {}
+    if handle_signals and threading.current_thread() is threading.main_thread():
+        restore[signal.SIGTERM] = signal.signal(signal.SIGTERM, _raise_terminated)
+    analyser.start()
+    join_timeout: float | None = None
+    try:
+        try:
+            while True:
+                if stop_when_idle is not None:
+                    ready, _, _ = select.select([in_fd], [], [], IDLE_POLL)
+                    if not ready:
+                        if stop_when_idle():
+                            break
+                        continue
                 try:
-                    scanner.flush()
-                    found = scanner.poll()
-                    if found:
-                        on_findings(found)
-                except Exception as exc:  # analysis must never stop the passthrough
-                    analysing = False
-                    result.analysis_error = f"{type(exc).__name__}: {exc}"
-            continue
-        data = os.read(in_fd, READ_SIZE)
-        if not data:
-            break
-        if out_fd is not None and not result.downstream_closed:
-            try:
-                write_all(out_fd, data)
-            except BrokenPipeError:
-                result.downstream_closed = True
-        if analysing:
-            try:
-                scanner.feed(data)
-                found = scanner.poll()
-                if found:
-                    on_findings(found)
-                dirty = True
-            except Exception as exc:
-                analysing = False
-                result.analysis_error = f"{type(exc).__name__}: {exc}"
-                _say(f"oomdoctor: analysis stopped: {result.analysis_error}")
-    if analysing:
-        try:
-            result.report = scanner.close()
-            rest = [f for f in result.report.findings if not getattr(f, "_shown", False)]
-            del rest
-        except Exception as exc:
-            result.analysis_error = f"{type(exc).__name__}: {exc}"
+                    data = os.read(in_fd, READ_SIZE)
+                except OSError as exc:
+                    if exc.errno != errno.EIO:  # EIO: the other end of a pty is gone, i.e. EOF
+                        result.analysis_error = f"cannot read input: {exc.strerror or exc}"
+                        say(f"oomdoctor: error: {result.analysis_error}")
+                    break
+                if not data:
+                    break
+                result.bytes_in += len(data)
+                if out_fd is not None:
+                    try:
+                        write_all(out_fd, data)
+                    except BrokenPipeError:
+                        result.downstream_closed = True
+                        analyser.offer(data)
+                        break
+                    except OSError as exc:
+                        result.output_error = f"cannot write output: {exc.strerror or exc}"
+                        say(f"oomdoctor: error: {result.output_error}")
+                        analyser.offer(data)
+                        break
+                analyser.offer(data)
+        except KeyboardInterrupt:
+            result.signal = signal.SIGINT
+        except _Terminated:
+            result.signal = signal.SIGTERM
+        if result.signal is not None:
+            analyser.deadline = time.monotonic() + SIGNAL_GRACE_SECONDS
+            join_timeout = SIGNAL_JOIN_SECONDS
+        if not analyser.finish(join_timeout) and result.analysis_error is None:
+            result.analysis_error = "analysis did not finish in time"
+            say(f"oomdoctor: analysis stopped: {result.analysis_error}")
+    finally:
+        for signum, handler in restore.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+    if result.skipped_bytes:
+        say(
+            f"oomdoctor: analysis skipped {result.skipped_bytes} bytes "
+            "(input arrived faster than it could be analysed; all of it was passed through)"
+        )
     return result
 
 
-def _say(line: str) -> None:
-    try:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-    except OSError:
-        pass
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated()

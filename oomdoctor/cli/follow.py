@@ -1,0 +1,148 @@
+"""``oomdoctor --follow FILE`` (``-F``): diagnose a growing log like ``tail -F``.
+
+The file is read from its start, then followed by name: when it is replaced (rotation: another
+inode at the path) the old file is read to its end and the new one from its start; when it
+shrinks (truncation, ``> file``) reading restarts at 0. A missing file is waited for. Findings are
+printed as soon as they are complete, or after ``QUIET_SECONDS`` without new lines. SIGINT or
+SIGTERM stops following; the summary is printed and the exit code says whether an OOM was found
+(0/1, like a finished file: interrupting is the normal way to stop following).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import sys
+import threading
+import time
+from typing import BinaryIO
+
+from oomdoctor.cli.errors import fail
+from oomdoctor.cli.pipe import QUIET_SECONDS, READ_SIZE, say
+from oomdoctor.scanner import RuleTimeout, Scanner
+
+#: seconds between looks at the file when nothing new arrived
+POLL_SECONDS = 0.2
+
+
+class _Stop(BaseException):
+    pass
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise _Stop()
+
+
+def follow_file(path: str, pack: object, hints: dict[str, str], fmt: str, output: str | None, fail_on: str) -> int:
+    from oomdoctor.cli.diagnose import LiveFindings, exit_code
+
+    try:
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            return fail(f"{path}: is a directory")
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return fail(f"{path}: cannot follow: {exc.strerror or exc}")
+    scanner = Scanner(pack, source=path, hints=hints)  # type: ignore[arg-type]
+    live = LiveFindings(fmt == "text" and not output, stream=sys.stdout)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _raise_stop)
+    follower = _Follower(path, scanner, live)
+    error: str | None = None
+    try:
+        follower.loop()
+    except (KeyboardInterrupt, _Stop):
+        pass
+    except RuleTimeout as exc:
+        error = str(exc)
+    except Exception as exc:  # analysis bug: say it in one line, still summarise
+        error = f"analysis failed: {type(exc).__name__}: {' '.join(str(exc).split())}"
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        follower.close()
+    if error is not None:
+        return fail(error)
+    try:
+        report = scanner.close()
+    except Exception as exc:
+        return fail(f"analysis failed: {type(exc).__name__}: {' '.join(str(exc).split())}")
+    live.summary(report, fmt, output)
+    return exit_code(report, fail_on)
+
+
+class _Follower:
+    def __init__(self, path: str, scanner: Scanner, live: object) -> None:
+        self.path = path
+        self.scanner = scanner
+        self.live = live
+        self.fh: BinaryIO | None = None
+        self.ident: tuple[int, int] | None = None
+        self.opened = 0
+        self.waiting_said = False
+
+    def close(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+            self.fh = None
+
+    def _open(self) -> bool:
+        try:
+            fh = open(self.path, "rb", buffering=0)  # noqa: SIM115
+        except FileNotFoundError:
+            if not self.waiting_said:
+                say(f"oomdoctor: waiting for {self.path} to appear")
+                self.waiting_said = True
+            return False
+        except OSError as exc:
+            raise RuntimeError(f"{self.path}: cannot open: {exc.strerror or exc}") from None
+        st = os.fstat(fh.fileno())
+        self.fh = fh
+        self.ident = (st.st_dev, st.st_ino)
+        self.opened += 1
+        if self.opened > 1:
+            self.scanner.new_source(f"{self.path} (reopened {self.opened - 1})")
+        return True
+
+    def _findings(self) -> None:
+        found = self.scanner.poll()
+        if found:
+            self.live(found)  # type: ignore[operator]
+
+    def loop(self) -> None:
+        last_data = time.monotonic()
+        dirty = False
+        while True:
+            if self.fh is None and not self._open():
+                time.sleep(POLL_SECONDS)
+                continue
+            assert self.fh is not None
+            data = self.fh.read(READ_SIZE)
+            if data:
+                self.scanner.feed(data)
+                self._findings()
+                dirty = True
+                last_data = time.monotonic()
+                continue
+            # nothing new: rotated, truncated, or just quiet?
+            try:
+                st = os.stat(self.path)
+            except FileNotFoundError:
+                st = None
+            if st is None or (st.st_dev, st.st_ino) != self.ident:
+                # the old file is drained (read returned b""); move on to the new one
+                self.close()
+                continue
+            if st.st_size < self.fh.tell():
+                self.fh.seek(0)
+                self.opened += 1
+                self.scanner.new_source(f"{self.path} (truncated {self.opened - 1})")
+                continue
+            if dirty and time.monotonic() - last_data >= QUIET_SECONDS:
+                self.scanner.flush()
+                self._findings()
+                dirty = False
+            time.sleep(POLL_SECONDS)

@@ -1,0 +1,153 @@
+"""``oomdoctor run -- COMMAND ...``: run a command, tee its output, diagnose it as it runs.
+
+stdout and stderr of the command share one pipe (or one pty with ``--pty``), so their lines keep
+their order; ``PYTHONUNBUFFERED=1`` makes Python children write as they go. The command runs in
+its own session (process group): SIGINT/SIGTERM/SIGHUP that reach oomdoctor are forwarded to the
+whole group, and oomdoctor keeps reading until the output ends, so the shutdown messages are
+diagnosed too. The exit status is the command's (killed by signal N: 128+N); a command that
+cannot be started: 127 (not found) or 126 (not executable), with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from oomdoctor.cli.errors import fail
+
+#: after the command exits, wait this long for output still held by its children
+DRAIN_SECONDS = 2.0
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "run",
+        help="Run COMMAND (after --), pass its merged stdout/stderr through and diagnose it live. "
+        "Example: oomdoctor run -- vllm serve MODEL --max-model-len 32768",
+        context_settings={
+            "allow_extra_args": True,
+            "ignore_unknown_options": True,
+            "allow_interspersed_args": False,
+            "help_option_names": ["-h", "--help"],
+        },
+    )(run)
+
+
+def run(
+    command: Annotated[list[str] | None, typer.Argument(help="The command and its arguments.")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="Report format at the end.")] = "text",
+    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the report here.")] = None,
+    hint: Annotated[list[str] | None, typer.Option("--hint", help="Fact KEY=VALUE, e.g. gpus=2.")] = None,
+    model_config: Annotated[
+        str | None, typer.Option("--model-config", help="The model's config.json (KV geometry).")
+    ] = None,
+    rules: Annotated[list[str] | None, typer.Option("--rules", help="Extra rule directory (repeatable).")] = None,
+    use_pty: Annotated[
+        bool, typer.Option("--pty", help="Give the command a pseudo-terminal (line-buffered C output).")
+    ] = False,
+) -> int:
+    from oomdoctor.cli.diagnose import parse_hints
+    from oomdoctor.render import FORMATS
+    from oomdoctor.rulepack import RulePackError, default_pack, load_pack
+
+    argv = list(command or [])
+    if not argv:
+        return fail("run: no command given (usage: oomdoctor run -- COMMAND [ARGS...])")
+    if fmt not in FORMATS:
+        return fail(f"unknown --format {fmt!r} (choose {', '.join(FORMATS)})")
+    hints = parse_hints(hint or [])
+    if model_config:
+        hints["model-config"] = model_config
+    try:
+        pack = load_pack([Path(r) for r in rules]) if rules else default_pack()
+    except RulePackError as exc:
+        return fail(str(exc))
+    return run_command(argv, pack, hints, fmt, output, use_pty=use_pty)
+
+
+def run_command(
+    argv: list[str], pack: object, hints: dict[str, str], fmt: str, output: str | None, *, use_pty: bool = False
+) -> int:
+    from oomdoctor.cli.diagnose import LiveFindings, warm_imports
+    from oomdoctor.cli.pipe import run_pipe
+    from oomdoctor.scanner import Scanner
+
+    scanner = Scanner(pack, source=f"<{Path(argv[0]).name}>", hints=hints)  # type: ignore[arg-type]
+    scanner.set_command(argv)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if use_pty:
+        import pty
+
+        read_fd, write_fd = pty.openpty()
+    else:
+        read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            argv, stdout=write_fd, stderr=write_fd, env=env, start_new_session=True, close_fds=True
+        )
+    except FileNotFoundError:
+        os.close(read_fd)
+        os.close(write_fd)
+        return fail(f"{argv[0]}: command not found", 127)
+    except PermissionError:
+        os.close(read_fd)
+        os.close(write_fd)
+        return fail(f"{argv[0]}: permission denied (not executable)", 126)
+    except OSError as exc:
+        os.close(read_fd)
+        os.close(write_fd)
+        return fail(f"{argv[0]}: cannot run: {exc.strerror or exc}", 126)
+    os.close(write_fd)
+
+    def forward(signum: int, frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signum)
+
+    previous = {s: signal.signal(s, forward) for s in FORWARDED}
+    exited_at: list[float] = []
+
+    def child_gone() -> bool:
+        if proc.poll() is None:
+            return False
+        if not exited_at:
+            exited_at.append(time.monotonic())
+        return time.monotonic() - exited_at[0] > DRAIN_SECONDS
+
+    live = LiveFindings(fmt == "text" and not output)
+    try:
+        try:
+            out_fd: int | None = sys.stdout.fileno()
+        except (OSError, ValueError):
+            out_fd = None
+        result = run_pipe(
+            scanner, live, in_fd=read_fd, out_fd=out_fd, handle_signals=False, stop_when_idle=child_gone,
+            warmup=warm_imports,
+        )
+        os.close(read_fd)
+        status = proc.wait()
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    if result.report is not None:
+        live.summary(result.report, fmt, output, quiet=result.downstream_closed)
+    if result.downstream_closed:
+        from oomdoctor.cli import _quiet_stdout
+
+        _quiet_stdout()
+    if status < 0:
+        return 128 - status
+    return status
+
+
+def describe(argv: list[str]) -> str:
+    return shlex.join(argv)

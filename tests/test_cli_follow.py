@@ -1,0 +1,91 @@
+"""``oomdoctor --follow FILE``: like tail -F, across rotation and truncation; SIGINT summarises."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+KV_LOG = (ROOT / "fixtures" / "vllm" / "vllm-054.log").read_bytes()  # KV cache too small, max_seq_len 202752
+TORCH_LOG = (ROOT / "fixtures" / "vllm" / "vllm-033.log").read_bytes()  # CUDA OOM, 96 MiB requested
+TITLE_KV = b"KV cache cannot hold one request"
+
+
+class Follow:
+    def __init__(self, path: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "oomdoctor", "--follow", str(path)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, stdin=subprocess.DEVNULL,
+        )
+        assert self.proc.stdout is not None
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        self.out = b""
+
+    def wait_for(self, needle: bytes, count: int = 1, timeout: float = 15) -> None:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while self.out.count(needle) < count and time.monotonic() < deadline:
+            try:
+                chunk = os.read(self.proc.stdout.fileno(), 65536)
+            except BlockingIOError:
+                time.sleep(0.05)
+                continue
+            if not chunk:
+                break
+            self.out += chunk
+        assert self.out.count(needle) >= count, self.out.decode(errors="replace")
+
+    def stop(self, sig: int = signal.SIGINT) -> tuple[int, bytes, bytes]:
+        self.proc.send_signal(sig)
+        out, err = self.proc.communicate(timeout=30)
+        return self.proc.returncode, self.out + out, err
+
+
+def test_follow_across_rotation_and_truncation(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_bytes(b"INFO starting\n")
+    f = Follow(log)
+    time.sleep(0.3)
+    with log.open("ab") as fh:  # lines arriving
+        fh.write(KV_LOG)
+    f.wait_for(TITLE_KV)
+    log.rename(tmp_path / "server.log.1")  # rotation: a new file at the same name
+    log.write_bytes(b"INFO restarted\n" + TORCH_LOG)
+    f.wait_for(b"CUDA out of memory")
+    with log.open("wb") as fh:  # truncation (> server.log), then a new failure
+        fh.write(b"")
+    time.sleep(0.6)
+    with log.open("ab") as fh:
+        fh.write(KV_LOG)
+    f.wait_for(TITLE_KV, count=2)
+    code, out, err = f.stop(signal.SIGINT)
+    assert code == 1  # stopped by the user; OOMs were found
+    assert b"oomdoctor: 3 out-of-memory failure(s) found." in out
+    assert b"Traceback" not in err
+
+
+def test_follow_waits_for_a_missing_file_and_stops_cleanly(tmp_path: Path) -> None:
+    log = tmp_path / "later.log"
+    f = Follow(log)
+    assert f.proc.stderr is not None
+    waiting = f.proc.stderr.readline()  # also proves it is up (signal handlers installed)
+    assert waiting.decode() == f"oomdoctor: waiting for {log} to appear\n"
+    log.write_bytes(b"INFO hello\n")
+    time.sleep(0.5)
+    code, out, err = f.stop(signal.SIGTERM)
+    assert code == 0
+    assert err == b""
+    assert out.endswith(b"oomdoctor: no out-of-memory failure found.\n")
+
+
+def test_follow_a_directory_is_an_error(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "oomdoctor", "-F", str(tmp_path)], capture_output=True, env=ENV, timeout=30
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.decode() == f"oomdoctor: error: {tmp_path}: is a directory\n"

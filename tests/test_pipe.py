@@ -1,0 +1,362 @@
+"""Pipe mode guarantees, with real pipes and signals (subprocesses) where it matters."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from oomdoctor.cli.pipe import run_pipe
+from oomdoctor.scanner import Scanner
+
+ROOT = Path(__file__).resolve().parent.parent
+KV_LOG = (ROOT / "fixtures" / "vllm" / "vllm-054.log").read_bytes()  # vllm.v1.kv-cache.max-len-exceeds, line 4
+TORCH_LOG = (ROOT / "fixtures" / "vllm" / "vllm-033.log").read_bytes()  # torch.cuda-oom, line 2
+ENV = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(ROOT)}
+
+
+def start(*args: str, **kw: object) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "oomdoctor", *args],
+        stdin=subprocess.PIPE,
+        stdout=kw.pop("stdout", subprocess.PIPE),  # type: ignore[arg-type]
+        stderr=subprocess.PIPE,
+        env=ENV,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def hostile_bytes(seed: int = 7) -> bytes:
+    rnd = random.Random(seed)
+    parts = [
+        rnd.randbytes(300_000),
+        b"\x00\x00NUL\x00 in the middle\n",
+        b"Loading 10%\rLoading 50%\rLoading 100%\r",
+        b"\x1b[1;31mERROR\x1b[0m coloured \x1b]0;title\x07\n",
+        b"\xff\xfe\xc3\x28 invalid utf-8 \xed\xa0\x80\n",
+        KV_LOG,
+        rnd.randbytes(100_000),
+        b"\r\n\r\n\n\n",
+        b"the end without a newline",
+    ]
+    return b"".join(parts)
+
+
+def test_passthrough_is_byte_exact_for_hostile_input() -> None:
+    data = hostile_bytes()
+    proc = start("-f", "json")
+    out, err = proc.communicate(data, timeout=60)
+    assert out == data
+    assert proc.returncode == 1  # the vLLM failure inside is still found
+    assert json.loads(err)["findings"][0]["rule"] == "vllm.v1.kv-cache.max-len-exceeds"
+
+
+def test_passthrough_of_200_mb_line_without_newline() -> None:
+    size = 200 * 1024 * 1024
+    block = b"x" * (1 << 20)
+    proc = start()
+    digest = hashlib.sha256()
+    got = [0]
+
+    def reader() -> None:
+        assert proc.stdout is not None
+        while chunk := proc.stdout.read(1 << 20):
+            digest.update(chunk)
+            got[0] += len(chunk)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    assert proc.stdin is not None
+    t0 = time.monotonic()
+    for _ in range(size // len(block)):
+        proc.stdin.write(block)
+    proc.stdin.close()
+    t.join(60)
+    elapsed = time.monotonic() - t0
+    assert proc.wait(30) == 0
+    assert got[0] == size
+    assert digest.hexdigest() == hashlib.sha256(block * (size // len(block))).hexdigest()
+    assert elapsed < 30
+
+
+def test_downstream_closed_exits_quietly_and_still_reports() -> None:
+    proc = start()
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdin.write(KV_LOG)
+    proc.stdin.flush()
+    proc.stdout.readline()
+    proc.stdout.close()  # like `| head -1`
+    filler = b"INFO 05-01 10:00:00 [engine.py:1] still running\n" * 1000
+    try:
+        for _ in range(2000):
+            proc.stdin.write(filler)
+            proc.stdin.flush()
+    except BrokenPipeError:
+        pass
+    with pytest.raises(BrokenPipeError):  # oomdoctor stopped reading, like tee
+        for _ in range(20000):
+            proc.stdin.write(filler)
+            proc.stdin.flush()
+    err = proc.stderr.read().decode()
+    assert proc.wait(30) == 1
+    assert "Traceback" not in err
+    assert "Broken pipe" not in err and "BrokenPipe" not in err
+    assert "KV cache cannot hold one request" in err
+    assert "oomdoctor: 1 out-of-memory failure(s) found." in err
+
+
+def test_downstream_closed_in_shell_pipeline_with_head() -> None:
+    script = (
+        f"yes 'INFO a line' | head -c 20000000 | {sys.executable} -m oomdoctor | head -1; "
+        "echo \"status=${PIPESTATUS[2]}\" >&2"
+    )
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, env=ENV, timeout=60)
+    assert proc.stdout == b"INFO a line\n"
+    err = proc.stderr.decode()
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "status=0"
+
+
+def test_upstream_killed_mid_traceback_still_diagnosed() -> None:
+    # the writer dies (SIGKILL) right after the OOM line, in the middle of its traceback
+    lines = TORCH_LOG.splitlines(keepends=True)
+    partial = b"Traceback (most recent call last):\n" + b"".join(lines[:3])
+    script = 'cat; kill -9 $$'
+    writer = subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "oomdoctor", "-f", "json"],
+        stdin=writer.stdout,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=ENV,
+    )
+    assert writer.stdout is not None and writer.stdin is not None
+    writer.stdout.close()
+    writer.stdin.write(partial)
+    writer.stdin.close()
+    assert writer.wait(10) == -signal.SIGKILL
+    out, err = reader.communicate(timeout=30)
+    assert out == partial
+    assert reader.returncode == 1
+    report = json.loads(err)
+    finding = report["findings"][0]
+    assert finding["rule"] == "torch.cuda-oom"
+    assert finding["figures"]["requested_bytes"] == 100663296
+    assert finding["location"]["line"] == 3
+
+
+def _read_stderr_until(proc: subprocess.Popen[bytes], needle: bytes, timeout: float) -> tuple[bytes, float]:
+    assert proc.stderr is not None
+    fd = proc.stderr.fileno()
+    os.set_blocking(fd, False)
+    buf = b""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            time.sleep(0.02)
+            continue
+        if not chunk:
+            break
+        buf += chunk
+        if needle in buf:
+            return buf, time.monotonic() - t0
+    return buf, time.monotonic() - t0
+
+
+def wait_ready(proc: subprocess.Popen[bytes]) -> None:
+    """Write one harmless line and wait until it comes out: the process is up and reading."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"hello\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline() == b"hello\n"
+
+
+def test_diagnosis_appears_while_the_upstream_is_still_open() -> None:
+    proc = start()
+    assert proc.stdin is not None
+    wait_ready(proc)
+    proc.stdin.write(KV_LOG)
+    proc.stdin.flush()  # no EOF: the finding must come from the quiet timer
+    err, latency = _read_stderr_until(proc, b"KV cache cannot hold one request", 10)
+    assert b"KV cache cannot hold one request" in err
+    assert latency < 2.5, latency  # QUIET_SECONDS (0.5) plus scheduling on a loaded CI machine
+    assert b"--max-model-len" in err
+    proc.stdin.close()
+    assert proc.stdout is not None
+    assert proc.stdout.read() == KV_LOG
+    assert proc.wait(30) == 1
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_prints_what_was_found_and_exits_128_plus_n(signum: int, code: int) -> None:
+    proc = start("-f", "json")
+    assert proc.stdin is not None
+    wait_ready(proc)
+    proc.stdin.write(TORCH_LOG)
+    proc.stdin.flush()
+    time.sleep(0.3)  # let it read (the upstream stays open)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == code
+    assert out == TORCH_LOG
+    assert b"Traceback" not in err
+    assert json.loads(err)["findings"][0]["rule"] == "torch.cuda-oom"
+
+
+# --- in-process: the analyser never holds up the passthrough ------------------------------------------
+
+
+class _Copier:
+    """Feeds ``data`` into a pipe (in pieces, optionally pausing) and collects the other end."""
+
+    def __init__(self) -> None:
+        self.in_r, self.in_w = os.pipe()
+        self.out_r, self.out_w = os.pipe()
+        self.out = bytearray()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while chunk := os.read(self.out_r, 1 << 20):
+            self.out += chunk
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self.in_w, view[: 1 << 16])
+            view = view[n:]
+
+    def close_input(self) -> None:
+        os.close(self.in_w)
+
+    def finish(self) -> bytes:
+        os.close(self.out_w)
+        self._reader.join(10)
+        os.close(self.in_r)
+        os.close(self.out_r)
+        return bytes(self.out)
+
+
+class _BlockedScanner(Scanner):
+    """A real scanner whose first feed() waits for ``release``, like a pathologically slow rule."""
+
+    def __init__(self) -> None:
+        super().__init__(source="<test>")
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def feed(self, data: bytes) -> None:
+        if not self.release.is_set():
+            self.entered.set()
+            self.release.wait(30)
+        super().feed(data)
+
+
+def test_a_stuck_analyser_never_blocks_passthrough_and_line_numbers_stay_exact(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    scanner = _BlockedScanner()
+    io = _Copier()
+    filler = b"".join(b"INFO step %d\n" % i for i in range(400_000))  # ~5 MB, 400000 lines
+    found: list[object] = []
+    box: dict[str, object] = {}
+
+    def pipe() -> None:
+        box["result"] = run_pipe(scanner, found.extend, in_fd=io.in_r, out_fd=io.out_w, max_chunks=2)
+
+    t = threading.Thread(target=pipe)
+    t.start()
+    io.write(filler)
+    assert scanner.entered.wait(10)
+    for _ in range(6):  # 30 MB more while analysis is stuck: passthrough must keep going
+        io.write(filler)
+    deadline = time.monotonic() + 10
+    while len(io.out) < 7 * len(filler) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(io.out) == 7 * len(filler)  # all passed through while feed() was blocked
+    scanner.release.set()
+    time.sleep(0.5)  # the analyser drains its queue; the rest was skipped
+    io.write(KV_LOG)
+    io.close_input()
+    t.join(30)
+    out = io.finish()
+    result = box["result"]
+    assert out == filler * 7 + KV_LOG
+    assert result.skipped_bytes > 0  # type: ignore[attr-defined]
+    report = result.report  # type: ignore[attr-defined]
+    assert [f.rule for f in report.findings] == ["vllm.v1.kv-cache.max-len-exceeds"]
+    assert report.findings[0].location.line == 7 * 400_000 + 4
+    err = capsys.readouterr().err
+    assert err.count("oomdoctor: analysis skipped ") == 1
+    assert f"analysis skipped {result.skipped_bytes} bytes" in err  # type: ignore[attr-defined]
+
+
+class _BrokenScanner(Scanner):
+    def __init__(self) -> None:
+        super().__init__(source="<test>")
+        self.calls = 0
+
+    def feed(self, data: bytes) -> None:
+        self.calls += 1
+        if self.calls == 2:
+            raise ValueError("boom")
+        super().feed(data)
+
+
+def test_an_analysis_error_is_said_once_and_passthrough_continues(capsys: pytest.CaptureFixture[str]) -> None:
+    scanner = _BrokenScanner()
+    io = _Copier()
+    data = hostile_bytes()
+    box: dict[str, object] = {}
+    t = threading.Thread(
+        target=lambda: box.update(r=run_pipe(scanner, lambda f: None, in_fd=io.in_r, out_fd=io.out_w))
+    )
+    t.start()
+    for i in range(0, len(data), 4096):
+        io.write(data[i : i + 4096])
+        if i == 0:
+            time.sleep(0.05)
+    io.close_input()
+    t.join(30)
+    assert io.finish() == data
+    result = box["r"]
+    assert result.analysis_error == "ValueError: boom"  # type: ignore[attr-defined]
+    assert result.report is None  # type: ignore[attr-defined]
+    assert capsys.readouterr().err == "oomdoctor: analysis stopped: ValueError: boom\n"
+
+
+# The exit code 2 of an analysis error through the real CLI: test_hostile.py::
+# test_catastrophic_regex_in_pipe_mode_stops_analysis_not_passthrough.
+
+
+def test_stdin_from_a_regular_file_is_never_skipped(tmp_path: Path) -> None:
+    # `oomdoctor < server.log`: there is no upstream to protect, so the analyser is waited for
+    path = tmp_path / "server.log"
+    filler = b"".join(b"INFO step %d\n" % i for i in range(400_000))
+    path.write_bytes(filler * 3 + KV_LOG)
+    scanner = _BlockedScanner()
+    out_r, out_w = os.pipe()
+    got = bytearray()
+    reader = threading.Thread(target=lambda: [got.extend(b) for b in iter(lambda: os.read(out_r, 1 << 20), b"")])
+    reader.start()
+    threading.Timer(0.5, scanner.release.set).start()
+    with path.open("rb") as fh:
+        result = run_pipe(scanner, lambda f: None, in_fd=fh.fileno(), out_fd=out_w, max_chunks=2)
+    os.close(out_w)
+    reader.join(10)
+    os.close(out_r)
+    assert bytes(got) == path.read_bytes()
+    assert result.skipped_bytes == 0
+    assert result.report is not None
+    assert result.report.findings[0].location.line == 3 * 400_000 + 4
