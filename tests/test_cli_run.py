@@ -101,7 +101,9 @@ def _wait_for(proc: subprocess.Popen[bytes], needle: bytes, timeout: float = 40)
 GRANDCHILD = """
 import signal, sys, time
 def h(s, f):
-    print("grandchild got", signal.Signals(s).name, flush=True)
+    # one write: PYTHONUNBUFFERED makes print() write its pieces separately, and the
+    # child's line could land between them
+    sys.stdout.write("grandchild got " + signal.Signals(s).name + "\n")
     sys.exit(0)
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(s, h)
@@ -114,7 +116,7 @@ CHILD = """
 import signal, subprocess, sys, time
 gc = subprocess.Popen([sys.executable, "-c", GRANDCHILD])
 def h(s, f):
-    print("child got", signal.Signals(s).name, flush=True)
+    sys.stdout.write("child got " + signal.Signals(s).name + "\n")
     gc.wait()
     sys.exit(7)
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
