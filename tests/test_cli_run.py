@@ -103,7 +103,7 @@ import signal, sys, time
 def h(s, f):
     # one write: PYTHONUNBUFFERED makes print() write its pieces separately, and the
     # child's line could land between them
-    sys.stdout.write("grandchild got " + signal.Signals(s).name + "\n")
+    sys.stdout.write("grandchild got " + signal.Signals(s).name + "\\n")
     sys.exit(0)
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(s, h)
@@ -116,7 +116,7 @@ CHILD = """
 import signal, subprocess, sys, time
 gc = subprocess.Popen([sys.executable, "-c", GRANDCHILD])
 def h(s, f):
-    sys.stdout.write("child got " + signal.Signals(s).name + "\n")
+    sys.stdout.write("child got " + signal.Signals(s).name + "\\n")
     gc.wait()
     sys.exit(7)
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
