@@ -23,3 +23,22 @@ def test_rule_has_examples_and_references(rule_id: str) -> None:
     assert rule.match, "a rule needs match examples"
     assert rule.no_match, "a rule needs no_match near misses"
     assert rule.references, "a rule cites the upstream source it was read from"
+
+
+def test_every_builtin_regex_compiles() -> None:
+    """The built-in pack compiles lazily (LazyPattern); this compiles every pattern once."""
+    import regex
+
+    from oomdoctor.rulepack.loader import LazyPattern
+
+    patterns = []
+    for r in PACK.rules:
+        patterns += [r.pattern, *r.extract.values(), *r.extract_all.values()]
+    for c in PACK.contexts:
+        patterns.append(c.pattern)
+    for p in PACK.phases:
+        patterns += [*p.markers, *p.progress]
+    assert patterns
+    for pat in patterns:
+        compiled = pat.compiled() if isinstance(pat, LazyPattern) else pat
+        assert isinstance(compiled, regex.Pattern)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import regex
 
@@ -196,7 +196,45 @@ def _validate_schema(data: dict[str, Any], where: str) -> RuleFile:
     return RuleFile.model_validate(data)
 
 
-def _compile(pattern: str, where: str, what: str) -> regex.Pattern[str]:
+class LazyPattern:
+    """A regex compiled on its first use.
+
+    The built-in pack is compiled and tested by the test suite; most of its rules never meet a
+    candidate line in a given log, and compiling all of them up front costs more than the whole
+    analysis of a small log. User packs are compiled eagerly so that errors name the rule at load.
+    """
+
+    __slots__ = ("_compiled", "pattern")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._compiled: regex.Pattern[str] | None = None
+
+    def compiled(self) -> regex.Pattern[str]:
+        if self._compiled is None:
+            self._compiled = regex.compile(self.pattern, regex.VERSION0)
+        return self._compiled
+
+    def search(self, *args: Any, **kwargs: Any) -> Any:
+        return self.compiled().search(*args, **kwargs)
+
+    def match(self, *args: Any, **kwargs: Any) -> Any:
+        return self.compiled().match(*args, **kwargs)
+
+    def finditer(self, *args: Any, **kwargs: Any) -> Any:
+        return self.compiled().finditer(*args, **kwargs)
+
+    def fullmatch(self, *args: Any, **kwargs: Any) -> Any:
+        return self.compiled().fullmatch(*args, **kwargs)
+
+    @property
+    def groupindex(self) -> Any:
+        return self.compiled().groupindex
+
+
+def _compile(pattern: str, where: str, what: str, lazy: bool = False) -> regex.Pattern[str]:
+    if lazy:
+        return cast("regex.Pattern[str]", LazyPattern(pattern))
     try:
         return regex.compile(pattern, regex.VERSION0)
     except regex.error as exc:
@@ -231,11 +269,13 @@ def read_rule_file(path: Path) -> RuleFile:
     return _validate(data, where, raw)
 
 
-def _compile_rule(rule: Rule, where: str, known_remedies: set[str] | None) -> CompiledRule:
+def _compile_rule(
+    rule: Rule, where: str, known_remedies: set[str] | None, lazy: bool = False
+) -> CompiledRule:
     who = f'{where}: rule "{rule.id}"'
-    pattern = _compile(rule.pattern, who, "pattern")
-    extract = {k: _compile(v, who, f"extract.{k}") for k, v in rule.extract.items()}
-    extract_all = {k: _compile(v, who, f"extract_all.{k}") for k, v in rule.extract_all.items()}
+    pattern = _compile(rule.pattern, who, "pattern", lazy)
+    extract = {k: _compile(v, who, f"extract.{k}", lazy) for k, v in rule.extract.items()}
+    extract_all = {k: _compile(v, who, f"extract_all.{k}", lazy) for k, v in rule.extract_all.items()}
     if known_remedies is not None:
         for rid in rule.remedies:
             if rid not in known_remedies:
@@ -261,7 +301,9 @@ def load_pack(
         known = set(remedy_ids())
     pack = RulePack()
     by_id: dict[str, int] = {}
-    for d in paths:
+    for index, d in enumerate(paths):
+        # the built-in pack compiles its regexes on first use (see LazyPattern)
+        lazy = include_builtin and index == 0
         if not d.exists():
             raise RulePackError(f"{_display(d)}: no such rule directory")
         files = [d] if d.is_file() else sorted(d.glob("*.toml"))
@@ -278,7 +320,7 @@ def load_pack(
                         f'{where}: rule "{rule.id}": id: duplicate rule id (also in {seen_here[rule.id]})'
                     )
                 seen_here[rule.id] = where
-                compiled = _compile_rule(rule, where, known)
+                compiled = _compile_rule(rule, where, known, lazy)
                 if rule.id in by_id:
                     compiled.order = pack.rules[by_id[rule.id]].order
                     pack.rules[by_id[rule.id]] = compiled
@@ -289,7 +331,7 @@ def load_pack(
             for ctx in rf.context:
                 who = f'{where}: context "{ctx.id}"'
                 pack.contexts.append(
-                    CompiledContext(ctx, where, _compile(ctx.pattern, who, "pattern"),
+                    CompiledContext(ctx, where, _compile(ctx.pattern, who, "pattern", lazy),
                                     tuple(t.lower() for t in ctx.triggers))
                 )
             for i, ph in enumerate(rf.phase):
@@ -298,8 +340,8 @@ def load_pack(
                     CompiledPhase(
                         ph,
                         frozenset(ph.frames),
-                        tuple(_compile(p, who, "markers") for p in ph.markers),
-                        tuple(_compile(p, who, "progress") for p in ph.progress),
+                        tuple(_compile(p, who, "markers", lazy) for p in ph.markers),
+                        tuple(_compile(p, who, "progress", lazy) for p in ph.progress),
                         tuple(t.lower() for t in ph.triggers),
                     )
                 )
