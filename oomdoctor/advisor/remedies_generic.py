@@ -62,8 +62,12 @@ def free_other_processes(inp: AdviceInput) -> Remedy | None:
     gpu = inp.fig("gpu_index")
     return Remedy(
         id="gpu.free-other-processes",
-        title="Free the GPU from other processes (or pick another GPU)",
-        env={"CUDA_VISIBLE_DEVICES": "<an idle GPU>"} if gpu is not None else {},
+        title=(
+            f"Free GPU {gpu} from the other processes (or move to an idle GPU with CUDA_VISIBLE_DEVICES)"
+            if gpu is not None
+            else "Free the GPU from the other processes (or move to an idle GPU with CUDA_VISIBLE_DEVICES)"
+        ),
+        # no env value: which GPU is idle is not in the log, and a placeholder is not a value
         saves_bytes=held,
         fits=(free + held >= req) if req else None,
         confidence="high",
