@@ -133,3 +133,13 @@ def test_smallest_combination_when_nothing_fits_alone() -> None:
     top2 = fit(geo2, gpu2).remedies[0]
     assert top2.id == "combined:vllm.quantization-4bit+vllm.kv-cache-dtype-fp8"
     assert top2.flags == {"--kv-cache-dtype": "fp8"}
+
+
+def test_the_command_keeps_the_model_name_the_user_gave(capsys: pytest.CaptureFixture[str]) -> None:
+    """An -Instruct variant shares its base model's geometry but must be served under its own name."""
+    code = main(["fit", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "A10G",
+                 "--max-model-len", "131072", "--format", "json"])
+    assert code == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert out["remedies"][0]["command"].startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct ")

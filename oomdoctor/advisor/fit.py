@@ -109,9 +109,12 @@ def fit(
     enforce_eager: bool = False,
     max_num_batched_tokens: int | None = None,
     model_config: str | None = None,
+    model_name: str | None = None,
 ) -> FitResult:
     """Verdict and budget table for serving ``geo`` on ``gpu`` (per GPU, at TP ``tensor_parallel_size``)."""
     ver = parse_version(version)
+    # the name the user gave (e.g. an -Instruct variant of a catalog geometry) goes in the command
+    name = model_name or geo.name
     tp = max(1, tensor_parallel_size)
     total = total_bytes or (gpu.memory_bytes if gpu else None)
     if not total:
@@ -155,21 +158,21 @@ def fit(
     ]
     fits = budget > 0 and needed <= budget
     res = FitResult(
-        model=geo.name, gpu=gpu.name if gpu else "custom", gpus=gpus, tensor_parallel_size=tp, total_bytes=total,
+        model=name, gpu=gpu.name if gpu else "custom", gpus=gpus, tensor_parallel_size=tp, total_bytes=total,
         utilization=util, max_model_len=length, kv_cache_dtype=kv_dtype, rows=rows, kv_budget=budget,
         kv_needed=needed, capacity_tokens=cap, fits=fits,
     )
     if fits:
         return res
     ctx = Context(
-        engine="vllm", engine_version=version, model=geo.name, gpu_name=gpu.name if gpu else None,
+        engine="vllm", engine_version=version, model=name, gpu_name=gpu.name if gpu else None,
         gpu_total_bytes=total, gpu_count=gpus, tensor_parallel_size=tp, dtype=model_dtype,
         kv_cache_dtype=kv_cache_dtype, max_model_len=length, gpu_memory_utilization=util,
         max_num_batched_tokens=batched, enforce_eager=enforce_eager or None, weights_bytes=weights,
         activation_peak_bytes=activation, non_torch_bytes=non_torch, cudagraph_bytes=graphs or None,
         kv_cache_bytes=budget,
         launch_args={k: v for k, v in {
-            "model": geo.name, "max_model_len": str(length),
+            "model": name, "max_model_len": str(length),
             "tensor_parallel_size": str(tp) if tp > 1 else "",
             "gpu_memory_utilization": f"{util:.2f}" if utilization else "",
             "kv_cache_dtype": kv_cache_dtype or "", "dtype": dtype or "",

@@ -100,7 +100,7 @@ def register(app: typer.Typer) -> None:
         if spec is None and total is None:
             return fail("give --gpu NAME or --gpu-memory SIZE")
         try:
-            res = fit(geo, spec, total_bytes=total, gpus=max(gpus, tensor_parallel_size),
+            res = fit(geo, spec, model_name=model, total_bytes=total, gpus=max(gpus, tensor_parallel_size),
                       tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, dtype=dtype,
                       kv_cache_dtype=kv_cache_dtype, utilization=gpu_memory_utilization, version=vllm_version,
                       enforce_eager=enforce_eager, model_config=model_config)
