@@ -203,7 +203,6 @@ class Scanner:
         find = block.find
         lookahead = self._lookahead
         owe = self._need_lookahead
-        rule_triggers = self._rule_trigger_set()
         process = self._process
         pos, line = lo, first  # the next line not yet processed or skipped
         for start, end in spans:
@@ -214,14 +213,13 @@ class Scanner:
                 pos, line, owe = e + 1, line + 1, owe - 1
             if pos < start:
                 line += count(b"\n", pos, start)
-            raw = block[start:end]
-            for ln in normalise(line, raw):
-                process(ln)
+            has_rule = False
+            for ln in normalise(line, block[start:end]):
+                has_rule = process(ln) or has_rule
             pos, line = end + 1, line + 1
             if owe > 0:
                 owe -= 1
-            low = raw.lower()
-            if any(t in low for t in rule_triggers):
+            if has_rule:
                 owe = lookahead
         while owe > 0 and pos < n:
             e = find(b"\n", pos)
@@ -236,16 +234,10 @@ class Scanner:
         self._evaluate_pending(final=False)
         self._age_open(final=False)
 
-    def _rule_trigger_set(self) -> tuple[bytes, ...]:
-        cached: tuple[bytes, ...] | None = getattr(self, "_rule_triggers_b", None)
-        if cached is None:
-            cached = tuple({t.lower().encode("utf-8") for r in self.pack.rules for t in r.triggers if t})
-            self._rule_triggers_b = cached
-        return cached
-
     # -- per line ------------------------------------------------------------------------------
 
-    def _process(self, line: Line) -> None:
+    def _process(self, line: Line) -> bool:
+        """Match one logical line; True when it holds a rule trigger (it then needs look-ahead)."""
         self._recent.append(line)
         text = line.text
         low = text.lower()
@@ -308,6 +300,7 @@ class Scanner:
         if rules:
             self._pending.append(_Pending(line, rules, self.source))
         self._evaluate_pending(final=False)
+        return bool(rules)
 
     def _window(self, anchor: Line, size: int) -> list[Line]:
         out: list[Line] = []
