@@ -229,6 +229,32 @@ def _feed_newlines(scanner: Scanner, count: int) -> None:
         count -= n
 
 
+#: seconds a thread may hold the GIL before the passthrough thread gets it (Python's default: 5 ms)
+PASSTHROUGH_SWITCH_INTERVAL = 0.0005
+#: Linux fcntl command to resize a pipe's buffer (F_SETPIPE_SZ, not exported by Python < 3.10 on all builds)
+_F_SETPIPE_SZ = 1031
+PIPE_BUFFER = 1 << 20
+
+
+def _widen_pipes(*fds: int | None) -> None:
+    """Give our pipes 1 MiB buffers (Linux): 16× fewer reads, writes and thread hand-offs.
+
+    Best effort: other systems, non-pipes and limits below 1 MiB keep what they have.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return
+    for fd in fds:
+        if fd is None:
+            continue
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", _F_SETPIPE_SZ), PIPE_BUFFER)
+        except OSError:
+            pass
+
+
 def run_pipe(
     scanner: Scanner,
     on_findings: Callable[[list[Finding]], None],
@@ -257,6 +283,10 @@ def run_pipe(
         except OSError:
             lossless = False
     analyser.lossless = lossless
+    _widen_pipes(in_fd, out_fd)
+    switch = sys.getswitchinterval()
+    # the passthrough thread needs the GIL back quickly after each read and write
+    sys.setswitchinterval(min(switch, PASSTHROUGH_SWITCH_INTERVAL))
     restore: dict[int, object] = {}
     if handle_signals and threading.current_thread() is threading.main_thread():
         restore[signal.SIGTERM] = signal.signal(signal.SIGTERM, _raise_terminated)
@@ -305,6 +335,7 @@ def run_pipe(
             result.analysis_error = "analysis did not finish in time"
             say(f"oomdoctor: analysis stopped: {result.analysis_error}")
     finally:
+        sys.setswitchinterval(switch)
         for signum, handler in restore.items():
             signal.signal(signum, handler)  # type: ignore[arg-type]
     if result.skipped_bytes:
