@@ -40,8 +40,8 @@ from oomdoctor.scanner import Scanner
 QUIET_SECONDS = 0.5
 #: largest single read
 READ_SIZE = 1 << 20
-#: reads queued for analysis at most (each at most READ_SIZE bytes)
-QUEUE_CHUNKS = 64
+#: reads queued for analysis at most (each at most READ_SIZE bytes: 16 MiB with 1 MiB pipe buffers)
+QUEUE_CHUNKS = 16
 #: after a signal, the analyser may spend this long on data already queued
 SIGNAL_GRACE_SECONDS = 2.0
 #: and the caller waits this long for it at most
