@@ -204,13 +204,19 @@ class Scanner:
         lookahead = self._lookahead
         owe = self._need_lookahead
         process = self._process
-        pos, line = lo, first  # the next line not yet processed or skipped
-        for start, end in spans:
-            while owe > 0 and pos < start:
+
+        def ahead(pos: int, line: int, owe: int, stop: int) -> tuple[int, int, int]:
+            """Process the look-ahead lines still owed, up to offset ``stop``."""
+            while owe > 0 and pos < stop:
                 e = find(b"\n", pos)
                 for ln in normalise(line, block[pos:e]):
                     process(ln)
                 pos, line, owe = e + 1, line + 1, owe - 1
+            return pos, line, owe
+
+        pos, line = lo, first  # the next line not yet processed or skipped
+        for start, end in spans:
+            pos, line, owe = ahead(pos, line, owe, start)
             if pos < start:
                 line += count(b"\n", pos, start)
             has_rule = False
@@ -221,11 +227,7 @@ class Scanner:
                 owe -= 1
             if has_rule:
                 owe = lookahead
-        while owe > 0 and pos < n:
-            e = find(b"\n", pos)
-            for ln in normalise(line, block[pos:e]):
-                process(ln)
-            pos, line, owe = e + 1, line + 1, owe - 1
+        pos, line, owe = ahead(pos, line, owe, n)
         if pos < n:
             line += count(b"\n", pos, n)
         self._need_lookahead = owe

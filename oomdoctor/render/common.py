@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from typing import Any
 
 from oomdoctor.report import Finding, Remedy
@@ -51,6 +52,13 @@ def remedy_snippet(r: Remedy) -> str:
         parts.append(k if v == "" else f"{k} {shlex.quote(v)}")
     parts += [f"{k}={v}" for k, v in r.settings.items()]
     return " ".join(parts)
+
+
+def remedy_headline(r: Remedy, code: Callable[[str], str], esc: Callable[[str], str] = str) -> str:
+    """``N. Title: `flags` _(fits, saves X)_``, the first line of a remedy in chat renderers."""
+    snippet = remedy_snippet(r)
+    saves = f", saves {format_size(r.saves_bytes)}" if r.saves_bytes else ""
+    return f"{r.rank}. {esc(r.title)}" + (f": {code(snippet)}" if snippet else "") + f" _({fits_label(r)}{saves})_"
 
 
 def fits_label(r: Remedy) -> str:

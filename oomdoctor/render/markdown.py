@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oomdoctor.render.common import figure_items, fits_label, occurrences_note, remedy_snippet, where
+from oomdoctor.render.common import figure_items, occurrences_note, remedy_headline, where
 from oomdoctor.report import Finding, Report
 from oomdoctor.units import format_size
 
@@ -84,11 +84,7 @@ def finding_markdown(f: Finding) -> str:
         out.append("")
         out.append("**Try, in this order:**")
         for r in f.remedies:
-            snippet = remedy_snippet(r)
-            saves = f", saves {format_size(r.saves_bytes)}" if r.saves_bytes else ""
-            out.append(
-                f"{r.rank}. {r.title}" + (f": {code_span(snippet)}" if snippet else "") + f" _({fits_label(r)}{saves})_"
-            )
+            out.append(remedy_headline(r, code_span))
             if r.why:
                 out.append(f"   - why: {r.why}")
             if r.tradeoff:

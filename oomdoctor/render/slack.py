@@ -13,10 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from oomdoctor.render.common import figure_items, fits_label, occurrences_note, remedy_snippet
+from oomdoctor.render.common import figure_items, occurrences_note, remedy_headline, remedy_snippet
 from oomdoctor.render.markdown import context_facts, location_text, summary_line
 from oomdoctor.report import Finding, Report
-from oomdoctor.units import format_size
 
 MAX_TEXT = 3000
 MAX_BLOCKS = 50
@@ -85,11 +84,7 @@ def finding_blocks(f: Finding, max_remedies: int = 6) -> list[dict[str, Any]]:
     if f.remedies:
         lines.append("*Try, in this order:*")
     for r in f.remedies[:max_remedies]:
-        snippet = remedy_snippet(r)
-        saves = f", saves {format_size(r.saves_bytes)}" if r.saves_bytes else ""
-        lines.append(
-            f"{r.rank}. {esc(r.title)}" + (f": {code(snippet)}" if snippet else "") + f" _({fits_label(r)}{saves})_"
-        )
+        lines.append(remedy_headline(r, code, esc))
         if r.why:
             lines.append(f"      _{esc(_clip(r.why, 300))}_")
         if r.command:
