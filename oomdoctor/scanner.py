@@ -33,6 +33,12 @@ _FRAME = regex.compile(
     r'|^(?P<path>[^"\s]*)", line \d+, in (?P<func>[\w<>.\-]+)\s*$'
 )
 _TRACEBACK = "Traceback (most recent call last)"
+#: process names that only vLLM's output prefixer prints (shared/research/upstream-messages.md,
+#: "Log-line prefix formats"): the line comes from vLLM whatever it says
+_VLLM_PROCESS = regex.compile(
+    r"(?:VllmWorkerProcess|VllmWorker rank=\d+|EngineCore(?:_\w+)?|DPEngineCore_\d+|APIServer(?:_\d+)?"
+    r"|Worker(?:_(?:DP|PP|TP|EP)\d+)+|RayWorkerWrapper) pid="
+)
 #: a line that re-prints another process's failure (vLLM's engine core quoting a worker's
 #: exception): merged into that failure without counting as another occurrence
 _REPRINTS = ("worker failed with error",)
@@ -241,6 +247,8 @@ class Scanner:
     def _process(self, line: Line) -> bool:
         """Match one logical line; True when it holds a rule trigger (it then needs look-ahead)."""
         self._recent.append(line)
+        if line.rank is not None and _VLLM_PROCESS.match(line.rank):
+            self._collector.vote_engine("vllm", line.number)
         text = line.text
         low = text.lower()
         # traceback frames

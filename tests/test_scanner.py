@@ -212,3 +212,19 @@ def test_a_marker_long_before_the_traceback_does_not_count() -> None:
         + p + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 1 has a total capacity of 23.55 GiB of which 1.00 MiB is free.\n"
     )
     assert only(scan(log)).phase == "unknown"
+
+
+def test_a_vllm_process_prefix_names_the_engine() -> None:
+    """`(VllmWorkerProcess pid=N)`, `(EngineCore_DP0 pid=N)`, `(Worker_TP1 pid=N)` are vLLM's own prefixes."""
+    import oomdoctor
+
+    oom = (
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total "
+        "capacity; 14.56 GiB already allocated; 3.44 MiB free; 14.63 GiB reserved in total by PyTorch)\n"
+    )
+    for prefix in ("(VllmWorkerProcess pid=123) ", "(EngineCore_DP0 pid=7) ", "(Worker_TP1 pid=9) "):
+        report = oomdoctor.diagnose("vllm-1  | \x1b[1;36m" + prefix + "\x1b[0;0mERROR 06-28 23:40:03 w.py:1] " + oom)
+        assert report.context.engine == "vllm", prefix
+        assert report.findings[0].engine == "vllm", prefix
+    plain = oomdoctor.diagnose("(Worker pid=9) " + oom)
+    assert plain.context.engine is None, "a bare (Worker pid=N) is not proof of vLLM"
