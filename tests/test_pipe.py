@@ -360,3 +360,23 @@ def test_stdin_from_a_regular_file_is_never_skipped(tmp_path: Path) -> None:
     assert result.skipped_bytes == 0
     assert result.report is not None
     assert result.report.findings[0].location.line == 3 * 400_000 + 4
+
+
+def test_the_analysis_queue_is_bounded_by_bytes_not_by_reads() -> None:
+    """A burst of small reads while the analyser warms up is queued, not skipped; more bytes
+    than QUEUE_BYTES are skipped (and counted) rather than held in memory."""
+    from oomdoctor.cli import pipe
+
+    release = threading.Event()
+    result = pipe.PipeResult()
+    analyser = pipe._Analyser(Scanner(), lambda f: None, result, pipe.QUEUE_CHUNKS, 0.5, warmup=release.wait)
+    analyser.start()
+    for _ in range(500):  # 500 reads of 100 bytes: far more reads than the old 64-read limit
+        analyser.offer(b"x" * 99 + b"\n")
+    assert result.skipped_bytes == 0
+    big = b"y" * (1 << 20)
+    for _ in range(pipe.QUEUE_BYTES // len(big) + 4):
+        analyser.offer(big)
+    assert 0 < result.skipped_bytes <= 5 * len(big)
+    release.set()
+    assert analyser.finish(30)

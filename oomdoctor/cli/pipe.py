@@ -5,7 +5,7 @@ Guarantees (tested in tests/test_pipe*.py):
 * Output bytes == input bytes. The main thread only ``os.read``\\s and ``os.write``\\s; it never
   decodes, splits or waits for analysis.
 * Analysis never blocks the upstream. Chunks go to an analyser thread through a bounded queue
-  (``QUEUE_CHUNKS`` reads, at most ``QUEUE_CHUNKS`` MiB); when the queue is full the chunk is
+  (at most ``QUEUE_BYTES``, 16 MiB, and ``QUEUE_CHUNKS`` reads); when the queue is full the chunk is
   skipped for analysis (its newlines are still counted, so line numbers stay exact) and one line
   on stderr says how many bytes analysis skipped (never when stdin is a regular file: then
   there is no upstream to protect and the analyser is waited for). The remaining coupling is the GIL: a regex
@@ -40,8 +40,10 @@ from oomdoctor.scanner import Scanner
 QUIET_SECONDS = 0.5
 #: largest single read
 READ_SIZE = 1 << 20
-#: reads queued for analysis at most (each at most READ_SIZE bytes: 16 MiB with 1 MiB pipe buffers)
-QUEUE_CHUNKS = 16
+#: reads queued for analysis at most (reads can be a few bytes: a burst must not fill the queue)
+QUEUE_CHUNKS = 4096
+#: bytes queued for analysis at most (bounds memory whatever the read sizes)
+QUEUE_BYTES = 16 << 20
 #: after a signal, the analyser may spend this long on data already queued
 SIGNAL_GRACE_SECONDS = 2.0
 #: and the caller waits this long for it at most
@@ -113,6 +115,9 @@ class _Analyser(threading.Thread):
         self.result = result
         self.quiet = quiet
         self.q: queue.Queue[object] = queue.Queue(maxsize=max_chunks)
+        self.max_bytes = QUEUE_BYTES
+        self._queued = 0  # bytes in the queue; producer adds, consumer subtracts, under the lock
+        self._lock = threading.Lock()
         self.active = True
         self.deadline: float | None = None
         self._gap: _Gap | None = None  # owned by the producer thread
@@ -126,21 +131,29 @@ class _Analyser(threading.Thread):
             while self.active and self.is_alive():
                 try:
                     self.q.put(data, timeout=0.1)
+                    self._count(len(data))
                     return
                 except queue.Full:
                     continue
             return
         try:
+            if self._queued + len(data) > self.max_bytes:
+                raise queue.Full
             if self._gap is not None:
                 self.q.put_nowait(self._gap)
                 self._gap = None
             self.q.put_nowait(data)
+            self._count(len(data))
         except queue.Full:
             gap = self._gap or _Gap()
             gap.nbytes += len(data)
             gap.newlines += data.count(b"\n")
             self._gap = gap
             self.result.skipped_bytes += len(data)
+
+    def _count(self, nbytes: int) -> None:
+        with self._lock:
+            self._queued += nbytes
 
     def finish(self, join_timeout: float | None) -> bool:
         """Send end-of-input and wait; False when the analyser did not finish in time."""
@@ -176,6 +189,8 @@ class _Analyser(threading.Thread):
                 continue
             if item is _END:
                 break
+            if isinstance(item, bytes):
+                self._count(-len(item))
             if not self.active:
                 continue
             if self.deadline is not None and time.monotonic() > self.deadline:
