@@ -373,3 +373,23 @@ def test_nominal_gpu_size_lowers_confidence() -> None:
     # 0.90 (default) + 1 GiB / 24 GiB (nominal) = 0.9417 → 0.95; the real A10G is smaller, so not "fits"
     assert r is not None and r.flags == {"--gpu-memory-utilization": "0.95"}
     assert r.fits is None and r.confidence == "low" and r.sources["total"] == "catalog (nominal size)"
+
+
+def test_mps_over_the_limit_by_exactly_what_the_message_says() -> None:
+    import oomdoctor
+
+    report = oomdoctor.diagnose(
+        "RuntimeError: MPS backend out of memory (MPS allocated: 15.05 GB, other allocations: 11.91 GB, "
+        "max allowed: 27.20 GB). Tried to allocate 1.16 GB on private pool. Use "
+        "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations (may cause system failure).\n"
+    )
+    first = report.findings[0].remedies[0]
+    assert first.id == "torch.mps-high-watermark"
+    assert first.env == {"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "0.0"}
+    # 15.05 + 11.91 + 1.16 - 27.20 GB (binary) = 0.92 GiB = 942.08 MiB
+    assert "942.08 MiB over the 27.20 GiB limit" in first.why
+    no_limit = oomdoctor.diagnose(
+        "RuntimeError: MPS backend out of memory (MPS allocated: 30.15 GiB, other allocations: 464.00 KiB). "
+        "Tried to allocate 72.00 MiB on shared pool.\n"
+    )
+    assert "torch.mps-high-watermark" not in [r.id for r in no_limit.findings[0].remedies]

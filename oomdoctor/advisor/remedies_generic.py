@@ -92,3 +92,31 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
         why="Activations grow with the batch" + (f"; the failing request was {format_size(req)}." if req else "."),
         tradeoff="Fewer samples per step; keep the effective batch with gradient accumulation when training.",
     )
+
+
+@remedy("torch.mps-high-watermark")
+def mps_high_watermark(inp: AdviceInput) -> Remedy | None:
+    """Apple MPS: the allocator's upper limit (``max allowed``) refused the request.
+
+    The value is the one PyTorch's own message prints (``PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0``
+    disables the limit); oomdoctor adds how far over the limit the request went:
+    MPS allocated + other allocations + requested − max allowed.
+    """
+    allocated, other = inp.fig("mps_allocated_bytes"), inp.fig("other_allocations_bytes")
+    limit, req = inp.fig("max_allowed_bytes"), inp.fig("requested_bytes")
+    if None in (allocated, other, limit, req):
+        return None
+    over = allocated + other + req - limit
+    return Remedy(
+        id="torch.mps-high-watermark",
+        title="Lift the MPS allocator's upper limit",
+        env={"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "0.0"},
+        fits=None,
+        confidence="medium",
+        why=(
+            f"{format_size(allocated)} allocated + {format_size(other)} other + {format_size(req)} requested "
+            f"is {format_size(over)} over the {format_size(limit)} limit; the value is the one PyTorch's message gives."
+        ),
+        tradeoff="No upper limit: macOS may swap heavily or the system may become unresponsive (PyTorch's warning).",
+        sources={"figures": "message", "value": "message"},
+    )
