@@ -42,3 +42,14 @@ def test_vllm_levers_only_in_vllm_logs() -> None:
     ctx = Context(engine="vllm", launch_args={"cpu_offload_gb": "16"})
     r2 = calculator("host.vllm-cpu-offload-gb")(_host_finding(ctx))
     assert r2 is not None and r2.flags == {"--cpu-offload-gb": "8"}
+
+
+def test_host_oom_never_suggests_swap_space_to_a_vllm_without_the_flag() -> None:
+    """--swap-space was removed in vLLM 0.18.0: both swap-space calculators share that gate."""
+    import oomdoctor
+
+    kill = "Out of memory: Killed process 4242 (python3) total-vm:80000000kB, anon-rss:60000000kB, file-rss:0kB, shmem-rss:0kB\n"
+    old = oomdoctor.diagnose("INFO 01-01 00:00:00 [core.py:1] Initializing a V1 LLM engine (v0.10.1) with config: model='m'\n" + kill)
+    new = oomdoctor.diagnose("INFO 01-01 00:00:00 [core.py:1] Initializing a V1 LLM engine (v0.19.0) with config: model='m'\n" + kill)
+    assert "host.vllm-swap-space" in [r.id for r in old.findings[0].remedies]
+    assert "host.vllm-swap-space" not in [r.id for r in new.findings[0].remedies]

@@ -7,6 +7,7 @@ import math
 
 from oomdoctor.advisor._engine_util import as_float, as_int, engine_of
 from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.advisor.remedies_vllm import SWAP_SPACE_DEFAULT, swap_space_flag_exists
 from oomdoctor.report import Remedy
 from oomdoctor.units import format_size
 
@@ -129,13 +130,13 @@ def ray_threshold(inp: AdviceInput) -> Remedy | None:
 
 @remedy("host.vllm-swap-space")
 def vllm_swap_space(inp: AdviceInput) -> Remedy | None:
-    if engine_of(inp) != "vllm":
+    if engine_of(inp) != "vllm" or not swap_space_flag_exists(inp):
         return None
     cur = as_float(inp.context.launch_args.get("swap_space"))
     if cur is not None and cur <= 0:
         return None
     gpus = inp.context.tensor_parallel_size or 1
-    per = cur if cur is not None else 4.0
+    per = cur if cur is not None else SWAP_SPACE_DEFAULT
     return Remedy(
         id="host.vllm-swap-space",
         title="Pin no host memory for KV swapping",

@@ -751,18 +751,26 @@ def quantization_4bit(inp: AdviceInput) -> Remedy | None:
     )
 
 
+#: vLLM's default --swap-space (GiB per GPU)
+SWAP_SPACE_DEFAULT = 4.0
+
+
+def swap_space_flag_exists(inp: AdviceInput) -> bool:
+    """--swap-space was removed in vLLM 0.18.0; an unknown version may still have it."""
+    version = get_facts(inp).version
+    return not (version and version >= (0, 18, 0))
+
+
 @remedy("vllm.swap-space")
 def swap_space(inp: AdviceInput) -> Remedy | None:
-    if not is_vllm(inp):
+    if not is_vllm(inp) or not swap_space_flag_exists(inp):
         return None
     f = get_facts(inp)
-    if f.version and f.version >= (0, 18, 0):
-        return None  # flag removed in 0.18.0
     current_txt = inp.context.launch_args.get("swap_space")
     try:
-        current = float(current_txt) if current_txt else 4.0
+        current = float(current_txt) if current_txt else SWAP_SPACE_DEFAULT
     except ValueError:
-        current = 4.0
+        current = SWAP_SPACE_DEFAULT
     value = 1 if current > 1 else 0
     if value >= current:
         return None
