@@ -14,10 +14,28 @@ from typing import Protocol
 
 
 class Prefilter(Protocol):
-    def line_spans(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
-        """Return sorted, unique ``(start, end)`` byte spans (end excludes ``\\n``) of candidate lines
-        in ``block[lo:hi]`` (``lo`` at a line start), as offsets into ``block``."""
+    #: the literals searched (see :func:`needles`); bit ``i`` of a candidate's mask is ``needles[i]``
+    needles: list[bytes]
+
+    def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
+        """Return the candidate lines of ``block[lo:hi]`` (``lo`` at a line start), sorted and
+        unique, as ``(start, end, mask)``: byte offsets into ``block`` (end excludes ``\\n``) and
+        the bit mask of the needles the line holds (ASCII case folded)."""
         ...
+
+    def line_spans(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
+        """The ``(start, end)`` spans of :meth:`candidates`."""
+        ...
+
+
+class SpansMixin:
+    """``line_spans`` for a prefilter that implements ``candidates``."""
+
+    def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
+        raise NotImplementedError
+
+    def line_spans(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
+        return [(start, end) for start, end, _ in self.candidates(block, lo, hi)]
 
 
 def needles(triggers: Sequence[str]) -> list[bytes]:
@@ -31,7 +49,7 @@ def needles(triggers: Sequence[str]) -> list[bytes]:
     return kept
 
 
-class PurePrefilter:
+class PurePrefilter(SpansMixin):
     """Lower-case the block once (C speed), then one ``bytes.find`` pass per literal.
 
     ``bytes.find`` over a whole block runs at memory speed (a few hundred MB/s to GB/s per
@@ -41,28 +59,34 @@ class PurePrefilter:
     """
 
     def __init__(self, triggers: Sequence[str]) -> None:
-        self._needles = needles(triggers)
+        self.needles = needles(triggers)
 
-    def line_spans(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
+    def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
         n = len(block) if hi is None else hi
-        if not self._needles or n <= lo:
+        if not self.needles or n <= lo:
             return []
         lowered = block.lower()
         find = lowered.find
         rfind = lowered.rfind
-        found: dict[int, int] = {}
-        for needle in self._needles:
+        found: dict[int, list[int]] = {}  # line start -> [end, mask]
+        for i, needle in enumerate(self.needles):
+            bit = 1 << i
             pos = find(needle, lo, n)
             while pos >= 0:
                 start = rfind(b"\n", 0, pos) + 1  # >= lo: lo starts a line
-                end = find(b"\n", pos + len(needle), n)
-                if end < 0:
-                    end = n
-                found[start] = end
+                slot = found.get(start)
+                if slot is None:
+                    end = find(b"\n", pos + len(needle), n)
+                    if end < 0:
+                        end = n
+                    found[start] = [end, bit]
+                else:
+                    end = slot[0]
+                    slot[1] |= bit
                 if end >= n:
                     break
                 pos = find(needle, end + 1, n)
-        return sorted(found.items())
+        return [(start, end, mask) for start, (end, mask) in sorted(found.items())]
 
 
 @lru_cache(maxsize=8)

@@ -13,7 +13,7 @@ from typing import Any
 
 import hyperscan
 
-from oomdoctor.prefilter import needles
+from oomdoctor.prefilter import SpansMixin, needles
 
 
 def _literal(lit: bytes) -> bytes:
@@ -21,11 +21,11 @@ def _literal(lit: bytes) -> bytes:
     return b"".join(b"\\x%02x" % b for b in lit)
 
 
-class HyperscanPrefilter:
+class HyperscanPrefilter(SpansMixin):
     """All triggers in one database; a scan reports each match's end offset, in order."""
 
     def __init__(self, triggers: Sequence[str]) -> None:
-        lits = needles(triggers)
+        self.needles = lits = needles(triggers)
         self._db: hyperscan.Database | None = None
         if lits:
             db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
@@ -40,35 +40,40 @@ class HyperscanPrefilter:
         # service shares the cached prefilter between request threads)
         self._local = threading.local()
 
-    def line_spans(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
+    def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
         n = len(block) if hi is None else hi
         if self._db is None or n <= lo:
             return []
-        ends: list[int] = []
-        add = ends.append
+        hits: list[tuple[int, int]] = []
+        add = hits.append
 
-        def on_match(_id: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
-            add(end)
+        def on_match(id_: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
+            add((end, id_))
 
         view: Any = block if (lo == 0 and n == len(block)) else memoryview(block)[lo:n]  # no copy
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = hyperscan.Scratch(self._db)
         self._db.scan(view, match_event_handler=on_match, scratch=scratch)
-        if not ends:
+        if not hits:
             return []
-        ends.sort()
-        spans: list[tuple[int, int]] = []
+        hits.sort()
+        out: list[tuple[int, int, int]] = []
         rfind = block.rfind
         find = block.find
-        line_end = -1
-        for rel in ends:
+        start = line_end = -1
+        mask = 0
+        for rel, id_ in hits:
             e = rel + lo
             if e <= line_end:
-                continue  # another match on the same line
+                mask |= 1 << id_  # another match on the same line
+                continue
+            if mask:
+                out.append((start, line_end, mask))
             start = rfind(b"\n", 0, e) + 1  # >= lo: lo starts a line
             line_end = find(b"\n", e - 1, n)
             if line_end < 0:
                 line_end = n
-            spans.append((start, line_end))
-        return spans
+            mask = 1 << id_
+        out.append((start, line_end, mask))
+        return out

@@ -219,7 +219,8 @@ class Line:
 
 def strip_ansi(text: str) -> str:
     """Remove ANSI escape sequences and their pasted renderings."""
-    if "\x1b" not in text and "[" not in text:
+    # every sequence _ANSI removes holds one of these
+    if "\x1b" not in text and "^[[" not in text and "033[" not in text and "1b[" not in text:
         return text
     return _ANSI.sub("", text)
 

@@ -80,6 +80,25 @@ def _specificity_of(pack: RulePack, rule_id: str) -> tuple[int, int]:
         return (0, 0)
 
 
+def _plain(raw: bytes) -> bool:
+    """Whether normalising ``raw`` only cuts it (no ANSI sequence, NUL or non-ASCII character
+    to remove or fold): the triggers its text holds are then among those its bytes hold."""
+    return raw.isascii() and not (
+        b"\x1b" in raw or b"\x00" in raw or b"^[[" in raw or b"033[" in raw or b"1b[" in raw
+    )
+
+
+def _search_any(patterns: list[Any], text: str) -> bool:
+    """Whether one of ``patterns`` is found in ``text``; a pattern that matches moves to the front
+    (all of a phase's markers mean the same, so their order does not change the answer)."""
+    for i, pat in enumerate(patterns):
+        if pat.search(text, timeout=REGEX_TIMEOUT):
+            if i:
+                patterns.insert(0, patterns.pop(i))
+            return True
+    return False
+
+
 class RuleTimeout(Exception):
     """A rule's regex ran past its time limit; the message names the rule."""
 
@@ -153,6 +172,25 @@ class Scanner:
         self._all_triggers = list(
             dict.fromkeys([*self._phase_by_trigger, *self._ctx_by_trigger, *self._rule_by_trigger])
         )
+        # which triggers can a line hold, given the prefilter's needles found on it: those that
+        # contain one of them (a trigger holds at least one needle, see prefilter.needles)
+        bits = {needle: 1 << i for i, needle in enumerate(self._prefilter.needles)}
+        self._trigger_bits = [
+            (t, sum(bit for needle, bit in bits.items() if needle in t.encode("utf-8"))) for t in self._all_triggers
+        ]
+        self._triggers_by_mask: dict[int, list[str]] = {}
+        # a phase's markers (and its progress patterns) all mean the same: the one that matched
+        # last is tried first (lines of one kind repeat: vLLM's throughput lines)
+        self._markers = [list(ph.markers) for ph in self.pack.phases]
+        self._progress_patterns = [list(ph.progress) for ph in self.pack.phases]
+
+    def _triggers_for(self, mask: int) -> list[str]:
+        found = self._triggers_by_mask.get(mask)
+        if found is None:
+            if len(self._triggers_by_mask) >= 4096:
+                self._triggers_by_mask.clear()
+            found = self._triggers_by_mask[mask] = [t for t, bits in self._trigger_bits if bits & mask or not bits]
+        return found
 
     # -- sources -------------------------------------------------------------------------------
 
@@ -204,7 +242,7 @@ class Scanner:
         # (context, phase, traceback frames) stand alone. Line numbers come from counting
         # newlines between candidates (C speed); the splitter is told the block's total.
         n = len(block) if hi is None else hi
-        spans = self._prefilter.line_spans(block, lo, n)
+        spans = self._prefilter.candidates(block, lo, n)
         count = block.count
         find = block.find
         lookahead = self._lookahead
@@ -221,13 +259,16 @@ class Scanner:
             return pos, line, owe
 
         pos, line = lo, first  # the next line not yet processed or skipped
-        for start, end in spans:
+        for start, end, mask in spans:
             pos, line, owe = ahead(pos, line, owe, start)
             if pos < start:
                 line += count(b"\n", pos, start)
             has_rule = False
-            for ln in normalise(line, block[start:end]):
-                has_rule = process(ln) or has_rule
+            raw = block[start:end]
+            if not _plain(raw):
+                mask = 0  # normalising may change what the line holds: look for every trigger
+            for ln in normalise(line, raw):
+                has_rule = process(ln, mask) or has_rule
             pos, line = end + 1, line + 1
             if owe > 0:
                 owe -= 1
@@ -244,8 +285,10 @@ class Scanner:
 
     # -- per line ------------------------------------------------------------------------------
 
-    def _process(self, line: Line) -> bool:
-        """Match one logical line; True when it holds a rule trigger (it then needs look-ahead)."""
+    def _process(self, line: Line, mask: int = 0) -> bool:
+        """Match one logical line; True when it holds a rule trigger (it then needs look-ahead).
+
+        ``mask``: the prefilter's needles found on the line (0: unknown, try every trigger)."""
         self._recent.append(line)
         if line.rank is not None and _VLLM_PROCESS.match(line.rank):
             self._collector.vote_engine("vllm", line.number)
@@ -265,7 +308,7 @@ class Scanner:
                     ):
                         o.frames.append(func)
         # which triggers does the line hold? (one pass over the pack's literals, then an index)
-        present = [t for t in self._all_triggers if t in low]
+        present = [t for t in (self._triggers_for(mask) if mask else self._all_triggers) if t in low]
         phases = self._phases_always
         contexts: list[Any] = []
         rules: list[CompiledRule] = []
@@ -285,17 +328,13 @@ class Scanner:
         for i in phases:
             ph = self.pack.phases[i]
             self._timing = f'phase "{ph.rule.phase}"'
-            for pat in ph.markers:
-                if pat.search(text, timeout=REGEX_TIMEOUT):
-                    for o in self._open:
-                        if o.line <= line.number <= o.line + AFTER_LINES:
-                            o.marker_phases.append(ph.rule.phase)
-                    self._frames.append((line.number, "@" + ph.rule.phase, line.rank))
-                    break
-            for pat in ph.progress:
-                if pat.search(text, timeout=REGEX_TIMEOUT):
-                    self._progress.append((line.number, ph.rule.phase))
-                    break
+            if _search_any(self._markers[i], text):
+                for o in self._open:
+                    if o.line <= line.number <= o.line + AFTER_LINES:
+                        o.marker_phases.append(ph.rule.phase)
+                self._frames.append((line.number, "@" + ph.rule.phase, line.rank))
+            if _search_any(self._progress_patterns[i], text):
+                self._progress.append((line.number, ph.rule.phase))
         # context lines
         for ctx in contexts:
             self._timing = f'{ctx.source}: context "{ctx.rule.id}": pattern'

@@ -51,6 +51,17 @@ def _spans_by_hand(block: bytes, trigs: list[str]) -> list[tuple[int, int]]:
     return out
 
 
+def _candidates_by_hand(block: bytes, lits: list[bytes]) -> list[tuple[int, int, int]]:
+    out, pos = [], 0
+    for line in block.split(b"\n"):
+        low = line.lower()
+        mask = sum(1 << i for i, lit in enumerate(lits) if lit in low)
+        if mask:
+            out.append((pos, pos + len(line), mask))
+        pos += len(line) + 1
+    return out
+
+
 TRICKY = (
     b"nothing here\n"
     b"CUDA OUT OF MEMORY at the start\n"
@@ -84,13 +95,26 @@ def test_pure_prefilter_finds_every_case_variant_and_only_whole_lines() -> None:
     ]
 
 
-def test_hyperscan_prefilter_gives_the_same_spans() -> None:
+def test_candidate_masks_name_every_needle_on_the_line() -> None:
+    pf = PurePrefilter(_triggers())
+    got = pf.candidates(TRICKY)
+    assert got == _candidates_by_hand(TRICKY, pf.needles)
+    named = {TRICKY[a:b]: [pf.needles[i] for i in range(len(pf.needles)) if m >> i & 1] for a, b, m in got}
+    assert named[b"two on one line: cuda out of memory ... Traceback (most recent call last)"] == [
+        b"cuda out of memory",
+        b"traceback (most recent call last)",
+    ]
+    assert named[b'  FILE "x.py", line 1, in f'] == [b'file "', b'", line ']
+
+
+def test_hyperscan_prefilter_gives_the_same_spans_and_masks() -> None:
     hs = _hyperscan()
     pure = PurePrefilter(_triggers())
-    assert hs.line_spans(TRICKY) == pure.line_spans(TRICKY)
+    assert hs.needles == pure.needles
+    assert hs.candidates(TRICKY) == pure.candidates(TRICKY)
     for log in LOGS:
         data = log.read_bytes()
-        assert hs.line_spans(data) == pure.line_spans(data), log.name
+        assert hs.candidates(data) == pure.candidates(data), log.name
 
 
 def test_random_blocks_agree_with_a_line_by_line_search() -> None:
@@ -107,8 +131,10 @@ def test_random_blocks_agree_with_a_line_by_line_search() -> None:
         block = b" ".join(rng.choice(words) for _ in range(rng.randint(0, 40)))
         want = _spans_by_hand(block, trigs)
         assert pure.line_spans(block) == want, block
+        assert pure.candidates(block) == _candidates_by_hand(block, pure.needles), block
         if hs is not None:
             assert hs.line_spans(block) == want, block
+            assert hs.candidates(block) == pure.candidates(block), block
         # a window of a bigger buffer (what the scanner passes to avoid copies)
         lo = block.find(b"\n") + 1
         hi = block.rfind(b"\n") + 1
