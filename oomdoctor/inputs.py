@@ -96,6 +96,14 @@ def _open(path: str) -> tuple[BinaryIO, str | None]:
         raw.close()
         raise InputError(_os_message(path, exc, "read")) from None
     kind = _magic(head)
+    if kind is None and raw.seekable():
+        # a plain file: read it straight (one copy per block, no Python-level buffering layer)
+        try:
+            raw.seek(0)
+        except OSError:
+            pass
+        else:
+            return raw, None
     stream: BinaryIO = io.BufferedReader(_Prefixed(head, raw), BLOCK)
     if kind == "gzip":
         return gzip.GzipFile(fileobj=stream, mode="rb"), kind  # type: ignore[return-value]

@@ -167,44 +167,55 @@ _ANSI = re.compile(
 
 # Each prefix pattern is tried at the start of the remaining text, repeatedly, in this order.
 # Named group ``rank`` (or ``proc``) becomes the line's rank label.
-_PREFIXES: tuple[re.Pattern[str], ...] = tuple(
-    re.compile(p)
-    for p in (
-        # Kubernetes CRI: 2024-05-01T10:00:00.123456789Z stdout F
-        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] ",
-        # docker compose v2 / v1:  vllm-1  | ... , vllm_1  | ...
-        r"[A-Za-z0-9][\w.\-]*[-_]\d+\s+\| ?",
-        # syslog / journald: Mar  4 10:00:00 host proc[123]:
-        r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.\-]+ [\w.\-/@]+(?:\[\d+\])?: ",
-        # kernel ring buffer [12345.678901]
-        r"\[\s*\d+\.\d+\] ",
-        # ISO-ish timestamps, optionally bracketed, optionally followed by ': ' or ' - '
-        r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d| ?UTC)?\]?(?::| -|)\s+",
-        # FastChat / fairseq / loguru separators: | ERROR | stderr |   | WARNING | fairseq.trainer |
-        r"\|\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|SUCCESS)\s*\|\s*[\w.:<>\-]+\s*\|\s?",
-        r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s*\|\s*[\w.:<>\-]+\s*[|:\-]\s?",
-        # vLLM worker/process prefixes: (VllmWorkerProcess pid=1) (Worker_TP1 pid=2) (RayWorkerWrapper pid=3, ip=1.2.3.4)
-        r"\((?P<proc>[A-Za-z_][\w.\-]*(?: rank=\d+)?) pid=(?P<pid>\d+)(?:, ip=[\w.:\-]+)?\)\s*",
-        r"\((?:raylet|pid=\d+)(?:, ip=[\w.:\-]+)?\)\s*",
-        # torch.distributed and torchrun
-        r"\[rank(?P<rank>\d+)\]:\s?",
-        r"\[default(?P<rank>\d+)\]:\s?",
-        r"\[[\w.\-]+:\d+\]:\s?",
-        # vLLM's logger: INFO 06-28 23:40:03 llm_engine.py:164]  /  INFO 04-12 08:21:19 [worker.py:267]
-        r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./\-]+:\d+\]\s?",
-        # [2024-..] [INFO] [logging.py:96:log_dist] — DeepSpeed; also [INFO|file.py:12] transformers
-        r"\[(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?:\|[\w./\-]+:\d+)?\]\s*",
-        r"\[[\w.\-]+\.py:\d+(?::\w+)?\]\s*",
-        r"\[Rank (?P<rank>\d+)\]\s*",
-        # glog (XLA, TF, C10): E1021 12:00:00.123456 123 file.cc:12]  /  [W1021 12:00:00.000000 1 f.cpp:1]
-        r"\[?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w./\-]+:\d+\]\s?",
-        # TF: 2024-01-01 00:00:00.000000: W tensorflow/core/...cc:123]
-        r"[IWEF] [\w./\-]+\.(?:cc|h|cpp):\d+\]\s",
-        # plain level words at the start of a record
-        r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?::|\s+-)\s+",
-        # journald pasted with process: time= level=
-    )
+PREFIX_PATTERNS: tuple[str, ...] = (
+    # Kubernetes CRI: 2024-05-01T10:00:00.123456789Z stdout F
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] ",
+    # docker compose v2 / v1:  vllm-1  | ... , vllm_1  | ...
+    r"[A-Za-z0-9][\w.\-]*[-_]\d+\s+\| ?",
+    # syslog / journald: Mar  4 10:00:00 host proc[123]:
+    r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.\-]+ [\w.\-/@]+(?:\[\d+\])?: ",
+    # kernel ring buffer [12345.678901]
+    r"\[\s*\d+\.\d+\] ",
+    # ISO-ish timestamps, optionally bracketed, optionally followed by ': ' or ' - '
+    r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d| ?UTC)?\]?(?::| -|)\s+",
+    # FastChat / fairseq / loguru separators: | ERROR | stderr |   | WARNING | fairseq.trainer |
+    r"\|\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|SUCCESS)\s*\|\s*[\w.:<>\-]+\s*\|\s?",
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s*\|\s*[\w.:<>\-]+\s*[|:\-]\s?",
+    # vLLM worker/process prefixes: (VllmWorkerProcess pid=1) (Worker_TP1 pid=2) (RayWorkerWrapper pid=3, ip=1.2.3.4)
+    r"\((?P<proc>[A-Za-z_][\w.\-]*(?: rank=\d+)?) pid=(?P<pid>\d+)(?:, ip=[\w.:\-]+)?\)\s*",
+    r"\((?:raylet|pid=\d+)(?:, ip=[\w.:\-]+)?\)\s*",
+    # torch.distributed and torchrun
+    r"\[rank(?P<rank>\d+)\]:\s?",
+    r"\[default(?P<rank>\d+)\]:\s?",
+    r"\[[\w.\-]+:\d+\]:\s?",
+    # vLLM's logger: INFO 06-28 23:40:03 llm_engine.py:164]  /  INFO 04-12 08:21:19 [worker.py:267]
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./\-]+:\d+\]\s?",
+    # [2024-..] [INFO] [logging.py:96:log_dist] — DeepSpeed; also [INFO|file.py:12] transformers
+    r"\[(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?:\|[\w./\-]+:\d+)?\]\s*",
+    r"\[[\w.\-]+\.py:\d+(?::\w+)?\]\s*",
+    r"\[Rank (?P<rank>\d+)\]\s*",
+    # glog (XLA, TF, C10): E1021 12:00:00.123456 123 file.cc:12]  /  [W1021 12:00:00.000000 1 f.cpp:1]
+    r"\[?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w./\-]+:\d+\]\s?",
+    # TF: 2024-01-01 00:00:00.000000: W tensorflow/core/...cc:123]
+    r"[IWEF] [\w./\-]+\.(?:cc|h|cpp):\d+\]\s",
+    # plain level words at the start of a record
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?::|\s+-)\s+",
+    # journald pasted with process: time= level=
 )
+
+
+def _one_alternation(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """All prefix patterns as one regex: an alternation tries its branches in order, as the
+    list is meant (no pattern matches the empty string), with one call instead of one per
+    pattern; groups are renamed ``rank_<i>``/``proc_<i>``/``pid_<i>`` (names must be unique)."""
+    branches = [
+        re.sub(r"\(\?P<(rank|proc|pid)>", lambda m, i=i: f"(?P<{m[1]}_{i}>", p)  # type: ignore[misc]
+        for i, p in enumerate(patterns)
+    ]
+    return re.compile("|".join(f"(?:{b})" for b in branches))
+
+
+_PREFIX = _one_alternation(PREFIX_PATTERNS)
 
 
 @dataclass(slots=True)
@@ -229,19 +240,19 @@ def split_prefix(text: str) -> tuple[str, str, str | None]:
     """Return ``(prefix, message, rank)`` for one normalised line."""
     rank: str | None = None
     pos = 0
+    match = _PREFIX.match
     for _ in range(10):
-        for pat in _PREFIXES:
-            m = pat.match(text, pos)
-            if m and m.end() > pos:
-                gd = m.groupdict()
-                if gd.get("rank") is not None:
-                    rank = f"rank{gd['rank']}"
-                elif gd.get("proc") is not None:
-                    rank = f"{gd['proc']} pid={gd['pid']}"
-                pos = m.end()
-                break
-        else:
+        m = match(text, pos)
+        if m is None:
             break
+        for name, value in m.groupdict().items():
+            if value is not None:
+                if name.startswith("rank_"):
+                    rank = f"rank{value}"
+                elif name.startswith("proc_"):
+                    rank = f"{value} pid={m['pid_' + name[5:]]}"
+                break
+        pos = m.end()
     return text[:pos].rstrip(), text[pos:], rank
 
 

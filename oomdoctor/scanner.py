@@ -16,7 +16,7 @@ import regex
 from oomdoctor import __version__
 from oomdoctor.context import ContextCollector
 from oomdoctor.figures import groups_to_figures
-from oomdoctor.prefilter import Prefilter, make_prefilter
+from oomdoctor.prefilter import Prefilter, make_prefilter, needles
 from oomdoctor.reader import Line, LineSplitter, normalise
 from oomdoctor.report import Finding, Location, Report, Summary, Tool
 from oomdoctor.rulepack import CompiledRule, RulePack, default_pack
@@ -140,7 +140,11 @@ class Scanner:
         self.pack = pack or default_pack()
         self.hints = dict(hints or {})
         self._advise = advise
-        self._prefilter = prefilter or make_prefilter([*self.pack.all_triggers(), *_BUILTIN_TRIGGERS])
+        triggers = [*self.pack.all_triggers(), *_BUILTIN_TRIGGERS]
+        self._prefilter = prefilter or make_prefilter(triggers)
+        #: candidate masks name needles of these triggers (a prefilter built for other triggers
+        #: cannot say which of ours a line holds: every trigger is then tried)
+        self._masks_ok = prefilter is None or getattr(prefilter, "needles", None) == needles(triggers)
         self._lookahead = min(48, max([r.rule.window for r in self.pack.rules] + [0]) * 4)
         self._index_triggers()
         self.sources: list[str] = []
@@ -172,12 +176,6 @@ class Scanner:
         self._all_triggers = list(
             dict.fromkeys([*self._phase_by_trigger, *self._ctx_by_trigger, *self._rule_by_trigger])
         )
-        # which triggers can a line hold, given the prefilter's needles found on it: those that
-        # contain one of them (a trigger holds at least one needle, see prefilter.needles)
-        bits = {needle: 1 << i for i, needle in enumerate(self._prefilter.needles)}
-        self._trigger_bits = [
-            (t, sum(bit for needle, bit in bits.items() if needle in t.encode("utf-8"))) for t in self._all_triggers
-        ]
         self._triggers_by_mask: dict[int, list[str]] = {}
         # a phase's markers (and its progress patterns) all mean the same: the one that matched
         # last is tried first (lines of one kind repeat: vLLM's throughput lines)
@@ -185,11 +183,15 @@ class Scanner:
         self._progress_patterns = [list(ph.progress) for ph in self.pack.phases]
 
     def _triggers_for(self, mask: int) -> list[str]:
+        """The triggers a candidate line may hold, given the needles ``mask`` says it holds: those
+        that contain one of them (every trigger contains a needle, see :func:`needles`)."""
         found = self._triggers_by_mask.get(mask)
         if found is None:
             if len(self._triggers_by_mask) >= 4096:
                 self._triggers_by_mask.clear()
-            found = self._triggers_by_mask[mask] = [t for t, bits in self._trigger_bits if bits & mask or not bits]
+            lits = [lit for i, lit in enumerate(self._prefilter.needles) if mask >> i & 1]
+            found = [t for t in self._all_triggers if any(lit in t.encode("utf-8") for lit in lits)]
+            self._triggers_by_mask[mask] = found
         return found
 
     # -- sources -------------------------------------------------------------------------------
@@ -248,6 +250,7 @@ class Scanner:
         lookahead = self._lookahead
         owe = self._need_lookahead
         process = self._process
+        masks_ok = self._masks_ok
 
         def ahead(pos: int, line: int, owe: int, stop: int) -> tuple[int, int, int]:
             """Process the look-ahead lines still owed, up to offset ``stop``."""
@@ -265,7 +268,7 @@ class Scanner:
                 line += count(b"\n", pos, start)
             has_rule = False
             raw = block[start:end]
-            if not _plain(raw):
+            if not (masks_ok and _plain(raw)):
                 mask = 0  # normalising may change what the line holds: look for every trigger
             for ln in normalise(line, raw):
                 has_rule = process(ln, mask) or has_rule

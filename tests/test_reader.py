@@ -1,0 +1,87 @@
+"""Line normalisation: the one-regex prefix split reads every line as the ordered pattern list does."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oomdoctor.reader import PREFIX_PATTERNS, normalise, split_prefix, strip_ansi
+from tests.corpus import FIXTURES
+
+_ORDERED = [re.compile(p) for p in PREFIX_PATTERNS]
+
+
+def _split_by_list(text: str) -> tuple[str, str, str | None]:
+    """The reference reading: try each pattern in order at the current position, repeatedly."""
+    rank: str | None = None
+    pos = 0
+    for _ in range(10):
+        for pat in _ORDERED:
+            m = pat.match(text, pos)
+            if m and m.end() > pos:
+                gd = m.groupdict()
+                if gd.get("rank") is not None:
+                    rank = f"rank{gd['rank']}"
+                elif gd.get("proc") is not None:
+                    rank = f"{gd['proc']} pid={gd['pid']}"
+                pos = m.end()
+                break
+        else:
+            break
+    return text[:pos].rstrip(), text[pos:], rank
+
+
+def test_no_prefix_pattern_matches_the_empty_string() -> None:
+    # the alternation's first matching branch is the list's first match only if none is empty
+    assert not [p for p in _ORDERED if p.match("") or p.match("x", 1)]
+
+
+def test_prefix_split_equals_the_ordered_list_on_every_fixture_line() -> None:
+    seen_ranks = set()
+    lines = 0
+    for log in sorted(FIXTURES.glob("**/*.log")):
+        for raw in log.read_bytes().split(b"\n"):
+            text = strip_ansi(raw.decode("utf-8", "replace")).rstrip()
+            for piece in text.split("\r"):
+                want = _split_by_list(piece.rstrip())
+                assert split_prefix(piece.rstrip()) == want, (log.name, piece)
+                seen_ranks.add(want[2])
+                lines += 1
+    assert lines > 900
+    # the fixtures exercise the rank-bearing branches
+    assert any(r and r.startswith("rank") for r in seen_ranks)
+    assert any(r and " pid=" in r for r in seen_ranks)
+
+
+def test_prefixes_stack_and_name_the_rank() -> None:
+    line = "vllm-1  | (VllmWorkerProcess pid=812) INFO 06-28 23:40:03 [worker.py:267] Memory profiling"
+    assert split_prefix(line) == (
+        "vllm-1  | (VllmWorkerProcess pid=812) INFO 06-28 23:40:03 [worker.py:267]",
+        "Memory profiling",
+        "VllmWorkerProcess pid=812",
+    )
+    assert split_prefix("[rank3]: torch.OutOfMemoryError: CUDA out of memory.")[2] == "rank3"
+    assert split_prefix("[default1]:RuntimeError: x")[2] == "rank1"
+
+
+def test_ansi_precheck_keeps_every_rendering() -> None:
+    for text in ("\x1b[1;36mX\x1b[0m", "^[[1;36mX^[[0m", "#033[1;36mX#033[0m", "\\x1b[31mX", "\\033[0mX",
+                 "\\u001b[0mX"):
+        assert strip_ansi(text) == "X", text
+    assert strip_ansi("INFO [worker.py:1] [x] plain") == "INFO [worker.py:1] [x] plain"
+    assert [ln.text for ln in normalise(7, b"\x1b[32mINFO\x1b[0m 06-28 23:40:03 [a.py:1] hi\r\n")] == ["hi"]
+
+
+_PIECES = ["INFO ", "ERROR", " 06-28 23:40:03 ", "[worker.py:267] ", "[rank1]: ", "[default0]:", "(Worker_TP1 pid=9) ",
+           "(raylet) ", "vllm-1  | ", "| INFO | stderr | ", "2024-05-01T10:00:00Z stdout F ", "[12.5] ", "E1021 ",
+           "12:00:00.123456 1 f.cc:1] ", "[Rank 2] ", "Mar  4 10:00:00 host proc[1]: ", "WARNING: ", "x", " ", "|", "[",
+           "CUDA out of memory"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=8))
+def test_prefix_split_equals_the_ordered_list_on_generated_lines(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    assert split_prefix(text) == _split_by_list(text)
