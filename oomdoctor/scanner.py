@@ -163,7 +163,10 @@ class Scanner:
         self._phase_by_trigger: dict[str, list[int]] = {}
         self._ctx_by_trigger: dict[str, list[int]] = {}
         self._rule_by_trigger: dict[str, list[int]] = {}
-        self._phases_always = [i for i, ph in enumerate(self.pack.phases) if not ph.triggers]
+        #: phases without triggers whose markers or progress patterns are tried on every candidate
+        self._phases_always = [
+            i for i, ph in enumerate(self.pack.phases) if not ph.triggers and (ph.markers or ph.progress)
+        ]
         groups: list[tuple[dict[str, list[int]], list[tuple[str, ...]]]] = [
             (self._phase_by_trigger, [p.triggers for p in self.pack.phases]),
             (self._ctx_by_trigger, [c.triggers for c in self.pack.contexts]),
