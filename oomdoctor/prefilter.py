@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Protocol
 
+from oomdoctor.prefilter_gates import Gate, plan
+
 
 class Prefilter(Protocol):
     #: the literals searched (see :func:`needles`); bit ``i`` of a candidate's mask is ``needles[i]``
@@ -50,43 +52,120 @@ def needles(triggers: Sequence[str]) -> list[bytes]:
 
 
 class PurePrefilter(SpansMixin):
-    """Lower-case the block once (C speed), then one ``bytes.find`` pass per literal.
+    """Lower-case the block once (C speed), then one ``bytes.find`` pass per gate.
 
     ``bytes.find`` over a whole block runs at memory speed (a few hundred MB/s to GB/s per
-    literal), far faster than a regex alternation or any per-line Python work. After a hit the
-    search for that literal resumes at the end of the line, so a literal that appears on many
-    lines costs one ``find`` per line holding it.
+    literal), far faster than a regex alternation or any per-line Python work, but one pass per
+    needle (~240 of them) adds up. So the needles are covered by fewer shared substrings, the
+    gates (:mod:`oomdoctor.prefilter_gates`): each line holding a gate is checked for the gate's
+    needles. After a hit the search resumes at the end of the line, so a gate that appears on
+    many lines costs one ``find`` per line holding it plus the checks; a gate that gets more hits
+    in a block than its needles' own passes would cost is dropped for the rest of that block and
+    for the next blocks (``_HOT_BLOCKS``): its needles are then searched one by one. Either way
+    every line holding a needle is found, with its exact mask.
     """
+
+    #: blocks a gate found too frequent is bypassed before it is tried again
+    _HOT_BLOCKS = 16
+    #: seconds/GiB one gate hit costs to check (line bounds + one ``find`` per member)
+    _HIT_COST = 0.4e-6
+    _MEMBER_COST = 0.15e-6
 
     def __init__(self, triggers: Sequence[str]) -> None:
         self.needles = needles(triggers)
+        self._gates: tuple[Gate, ...] | None = None
+        self._hot: dict[int, int] = {}  # gate index -> blocks left to bypass it
+
+    def _plan(self) -> tuple[Gate, ...]:
+        if self._gates is None:
+            self._gates = plan(tuple(self.needles))
+        return self._gates
 
     def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
         n = len(block) if hi is None else hi
         if not self.needles or n <= lo:
             return []
-        lowered = block.lower()
+        gates = self._plan()
+        lowered = block[lo:n].lower() if lo or n != len(block) else block.lower()
+        size = len(lowered)
         find = lowered.find
         rfind = lowered.rfind
         found: dict[int, list[int]] = {}  # line start -> [end, mask]
-        for i, needle in enumerate(self.needles):
-            bit = 1 << i
-            pos = find(needle, lo, n)
-            while pos >= 0:
-                start = rfind(b"\n", 0, pos) + 1  # >= lo: lo starts a line
-                slot = found.get(start)
-                if slot is None:
-                    end = find(b"\n", pos + len(needle), n)
-                    if end < 0:
-                        end = n
-                    found[start] = [end, bit]
+        hot = self._hot
+        per_byte = size / 2**30
+        for gi, gate in enumerate(gates):
+            if gi in hot:
+                left = hot[gi] - 1
+                if left > 0:
+                    hot[gi] = left
                 else:
-                    end = slot[0]
-                    slot[1] |= bit
-                if end >= n:
+                    hot.pop(gi, None)
+                for i, needle in gate.members:
+                    _search(lowered, needle, 1 << i, 0, found)
+                continue
+            g = gate.gate
+            pos = find(g)
+            if pos < 0:
+                continue
+            members = gate.members
+            if gate.exact:
+                budget = -1
+                bit = 1 << members[0][0]
+            else:
+                # more hits than this would cost more than searching the members one by one
+                budget = int(gate.direct_cost * per_byte / (self._HIT_COST + self._MEMBER_COST * len(members)))
+                budget = max(budget, 8)
+                bit = 0
+            while pos >= 0:
+                start = rfind(b"\n", 0, pos) + 1
+                end = find(b"\n", pos + len(g))
+                if end < 0:
+                    end = size
+                if bit:
+                    mask = bit
+                else:
+                    mask = 0
+                    for i, needle in members:
+                        if find(needle, start, end) >= 0:
+                            mask |= 1 << i
+                    budget -= 1
+                    if budget < 0:  # frequent here: the members one by one for the rest
+                        hot[gi] = self._HOT_BLOCKS
+                        for i, needle in members:
+                            _search(lowered, needle, 1 << i, start, found)
+                        break
+                if mask:
+                    slot = found.get(start)
+                    if slot is None:
+                        found[start] = [end, mask]
+                    else:
+                        slot[1] |= mask
+                if end >= size:
                     break
-                pos = find(needle, end + 1, n)
-        return [(start, end, mask) for start, (end, mask) in sorted(found.items())]
+                pos = find(g, end + 1)
+        return [(start + lo, end + lo, mask) for start, (end, mask) in sorted(found.items())]
+
+
+def _search(lowered: bytes, needle: bytes, bit: int, pos: int, found: dict[int, list[int]]) -> None:
+    """Add ``bit`` to every line of ``lowered[pos:]`` (``pos`` at a line start) holding ``needle``."""
+    find = lowered.find
+    rfind = lowered.rfind
+    size = len(lowered)
+    pos = find(needle, pos)
+    while pos >= 0:
+        start = rfind(b"\n", 0, pos) + 1
+        slot = found.get(start)
+        if slot is None:
+            end = find(b"\n", pos + len(needle))
+            if end < 0:
+                end = size
+            found[start] = [end, bit]
+        else:
+            end = slot[0]
+            slot[1] |= bit
+        if end >= size:
+            break
+        pos = find(needle, end + 1)
 
 
 @lru_cache(maxsize=8)

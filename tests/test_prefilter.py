@@ -362,3 +362,71 @@ def test_hyperscan_prefilter_is_safe_across_threads() -> None:
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_every_needle_has_one_gate_that_it_holds() -> None:
+    from oomdoctor.prefilter_gates import plan
+
+    lits = needles(_triggers())
+    gates = plan(tuple(lits))
+    covered = sorted(i for g in gates for i, _ in g.members)
+    assert covered == list(range(len(lits)))  # each needle once
+    for g in gates:
+        for i, lit in g.members:
+            assert lits[i] == lit and g.gate in lit
+        assert g.exact == (len(g.members) == 1 and g.members[0][1] == g.gate)
+    assert len(gates) < len(lits) // 2  # shared gates: fewer passes than needles
+    shared = {g.gate: [lit for _, lit in g.members] for g in gates}
+    assert b"cuda out of memory" in shared[b"out of memory"]
+
+
+def _gate_words() -> list[bytes]:
+    """Pieces of the gates and needles, whole and cut short, in both cases."""
+    from oomdoctor.prefilter_gates import plan
+
+    pf = PurePrefilter(_triggers())
+    words: list[bytes] = []
+    for g in plan(tuple(pf.needles)):
+        words.append(g.gate)
+        for _, lit in g.members[:3]:
+            words += [lit, lit[:-1], lit[1:], lit.upper()]
+    return words + [b"\n", b"\n", b"x", b"memory", b"Memory"]
+
+
+def test_random_gate_pieces_agree_with_a_line_by_line_search() -> None:
+    """Lines holding a gate but none of its needles, needles cut by one byte, several per line."""
+    pf = PurePrefilter(_triggers())
+    words = _gate_words()
+    rng = random.Random(17)
+    try:
+        hs = _hyperscan()
+    except pytest.skip.Exception:
+        hs = None
+    for _ in range(300):
+        block = b"".join(rng.choice(words) + rng.choice((b"", b" ", b"\n")) for _ in range(rng.randint(0, 30)))
+        got = pf.candidates(block)
+        assert got == _candidates_by_hand(block, pf.needles), block
+        if hs is not None:
+            assert hs.candidates(block) == got, block
+
+
+def test_a_gate_frequent_in_the_log_is_bypassed_and_results_stay_exact() -> None:
+    pf = PurePrefilter(_triggers())
+    gate = next(g for g in pf._plan() if g.gate == b"out of memory")
+    gi = pf._plan().index(gate)
+    # thousands of lines holding the gate but none of its needles, a few holding needles
+    noisy = b"".join(
+        b"step %d: OUT OF MEMORY? no\n" % i if i % 500 else b"step %d: CUDA out of memory. Tried\n" % i
+        for i in range(5000)
+    )
+    assert gi not in pf._hot
+    first = pf.candidates(noisy)
+    assert gi in pf._hot  # too many hits: its needles are searched one by one for a while
+    assert first == _candidates_by_hand(noisy, pf.needles)
+    assert len(first) == 10
+    again = pf.candidates(noisy)  # bypassed this time
+    assert again == first
+    for _ in range(pf._HOT_BLOCKS):
+        pf.candidates(b"nothing\n")
+    assert gi not in pf._hot  # tried again after a while
+    assert pf.candidates(noisy) == first

@@ -1,0 +1,132 @@
+"""Plan the pure-Python prefilter's searches: a few shared "gates" instead of one pass per needle.
+
+A gate is a substring of one or more needles. Finding every line that holds the gate and checking
+its needles on those lines only is exact (a line holding a needle holds each of its substrings),
+and one ``bytes.find`` pass for a gate shared by ten needles costs about as much as one pass for
+a single needle. The plan is a weighted set cover of the needles by gates, costed with what a
+``bytes.find`` pass over lower-cased log text costs on CPython (its two-way / Horspool skip makes
+long literals cheaper per byte than short ones: measured below) plus what the gate's hits cost to
+verify. A gate that is a piece of a word every log is full of ("memory", "request") would hit on
+most lines; such gates are priced out, and the prefilter still demotes at run time a gate that
+turns out frequent in the log at hand (see ``PurePrefilter``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from functools import lru_cache
+
+#: seconds per GiB for one ``bytes.find`` pass of a literal of this length that is absent from
+#: the text (CPython 3.11, lower-cased vLLM serving log, 1 MiB blocks; medians over ~26,000
+#: substrings of the built-in needles). Index = length, capped at the last entry.
+#: Kept non-increasing, so a piece of one needle never beats the needle itself as its gate.
+PASS_COST = (0.0, 1.6, 1.27, 1.05, 0.9, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.52, 0.49, 0.47, 0.43,
+             0.41, 0.39, 0.38, 0.37, 0.36, 0.35, 0.34, 0.33, 0.32, 0.31, 0.3, 0.29, 0.29, 0.29,
+             0.28, 0.28, 0.28, 0.28, 0.27, 0.27, 0.27, 0.27, 0.27, 0.27, 0.27, 0.25)
+
+#: single bytes that are rare in logs (under 1 in 10,000 in the fixtures and a serving log):
+#: ``find`` of one byte is ``memchr``, ~0.1 s/GiB, so such a byte is a very cheap gate
+RARE_BYTES = frozenset(b"$~!@&?{}")
+MEMCHR_COST = 0.12
+
+#: words that real GPU-workload logs are full of; a gate inside one of them hits on most lines
+COMMON_WORDS = (
+    "info", "debug", "warning", "error", "the", "and", "for", "with", "from", "that", "this",
+    "memory", "model", "cache", "request", "requests", "token", "tokens", "prompt", "generation",
+    "throughput", "running", "waiting", "loading", "load", "size", "batch", "step", "epoch",
+    "loss", "time", "total", "gpu", "cuda", "torch", "tensor", "python", "site-packages", "file",
+    "line", "self", "return", "module", "worker", "engine", "server", "process", "rank", "pid",
+    "version", "config", "params", "sampling", "seq", "len", "max", "num", "kv", "block",
+    "blocks", "usage", "allocated", "reserved", "free", "device", "dtype", "float", "none", "true",
+    "false", "completed", "chatcmpl", "post", "http", "ok", "received", "added", "finished",
+    "assistant", "user", "system", "vllm", "llm", "api", "utils", "core", "executor", "runner",
+    "output", "input", "layer", "layers", "weight", "weights", "param", "default", "using",
+    "available", "compute", "capacity", "percent", "current", "start", "end", "ms", "sec",
+    "args", "extra_args", "max_tokens", "prompt_token_ids", "stats", "status", "ids", "penalty",
+)
+
+#: seconds per GiB the hits of a gate inside a common word cost: a hit on a good share of the
+#: ~2M lines in a GiB of log, each costing line bounds plus one ``find`` per member in Python
+COMMON_PENALTY = 0.5
+COMMON_MEMBER_PENALTY = 0.2
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Search ``gate``; on each line holding it, check ``members`` (needle index, needle)."""
+
+    gate: bytes
+    members: tuple[tuple[int, bytes], ...]
+    #: the gate is the only member itself: a hit needs no check
+    exact: bool
+    #: estimated seconds/GiB of searching the members directly (one pass each)
+    direct_cost: float
+
+
+def pass_cost(lit: bytes) -> float:
+    if len(lit) == 1:
+        return MEMCHR_COST if lit[0] in RARE_BYTES else PASS_COST[1] + 4 * COMMON_PENALTY
+    return PASS_COST[min(len(lit), len(PASS_COST) - 1)]
+
+
+#: every piece of a common word
+_COMMON = frozenset(w.encode()[a:b] for w in COMMON_WORDS for a in range(len(w)) for b in range(a + 1, len(w) + 1))
+
+
+def _gate_cost(g: bytes, k: int) -> float:
+    cost = pass_cost(g) + 0.01 * k  # + a little for verifying k needles per hit
+    if len(g) > 1 and (len(g) < 4 or g.strip() in _COMMON or not g.strip()):
+        cost += COMMON_PENALTY + COMMON_MEMBER_PENALTY * k
+    return cost
+
+
+@lru_cache(maxsize=16)
+def plan(lits: tuple[bytes, ...]) -> tuple[Gate, ...]:
+    """Cover every needle (index into ``lits``) by a gate, greedily by cost per needle covered.
+
+    Lazy greedy: a gate's cost per newly covered needle only grows as needles get covered, so a
+    popped entry whose recomputed value still beats the next one is the true best.
+    """
+    cover: dict[bytes, set[int]] = {}
+    for i, lit in enumerate(lits):
+        if b"\n" in lit:  # cannot be verified within a line: searched as it is
+            cover.setdefault(lit, set()).add(i)
+            continue
+        n = len(lit)
+        for a in range(n):
+            for b in range(a + 1, n + 1):
+                piece = lit[a:b]
+                if len(piece) == 1 and piece[0] not in RARE_BYTES:
+                    continue
+                if 1 < len(piece) < 4 and b - a != n:
+                    continue
+                cover.setdefault(piece, set()).add(i)
+    # a piece of one needle costs at least as much as the needle itself (which needs no check),
+    # unless it is a rare byte (memchr)
+    lit_set = set(lits)
+    cover = {g: m for g, m in cover.items() if len(m) > 1 or len(g) == 1 or g in lit_set}
+    # a gate inside a needle that has a newline can't be used for it: only that needle itself
+    nl = {i for i, lit in enumerate(lits) if b"\n" in lit}
+    if nl:
+        for g, holders in cover.items():
+            if g not in lit_set:
+                holders -= nl
+    heap = [(_gate_cost(g, len(m)) / len(m), g) for g, m in cover.items() if m]
+    heapq.heapify(heap)
+    left = set(range(len(lits)))
+    gates: list[Gate] = []
+    while left and heap:
+        _, g = heapq.heappop(heap)
+        new = cover[g] & left
+        if not new:
+            continue
+        value = _gate_cost(g, len(new)) / len(new)
+        if heap and value > heap[0][0]:
+            heapq.heappush(heap, (value, g))
+            continue
+        left -= new
+        members = tuple(sorted((i, lits[i]) for i in new))
+        exact = len(members) == 1 and members[0][1] == g
+        gates.append(Gate(g, members, exact, sum(pass_cost(m) for _, m in members)))
+    return tuple(gates)
