@@ -390,7 +390,7 @@ def _gate_words() -> list[bytes]:
         words.append(g.gate)
         for _, lit in g.members[:3]:
             words += [lit, lit[:-1], lit[1:], lit.upper()]
-    return words + [b"\n", b"\n", b"x", b"memory", b"Memory"]
+    return [*words, b"\n", b"\n", b"x", b"memory", b"Memory"]
 
 
 def test_random_gate_pieces_agree_with_a_line_by_line_search() -> None:
