@@ -67,6 +67,9 @@ class PurePrefilter(SpansMixin):
 
     #: blocks a gate found too frequent is bypassed before it is tried again
     _HOT_BLOCKS = 16
+    #: bytes searched needle by needle before the gates are planned (~0.2 s): a short log does
+    #: not pay for planning
+    _PLAN_AFTER = 8 << 20
     #: seconds/GiB one gate hit costs to check (line bounds + one ``find`` per member)
     _HIT_COST = 0.4e-6
     _MEMBER_COST = 0.15e-6
@@ -75,6 +78,7 @@ class PurePrefilter(SpansMixin):
         self.needles = needles(triggers)
         self._gates: tuple[Gate, ...] | None = None
         self._hot: dict[int, int] = {}  # gate index -> blocks left to bypass it
+        self._seen = 0
 
     def _plan(self) -> tuple[Gate, ...]:
         if self._gates is None:
@@ -85,12 +89,17 @@ class PurePrefilter(SpansMixin):
         n = len(block) if hi is None else hi
         if not self.needles or n <= lo:
             return []
-        gates = self._plan()
         lowered = block[lo:n].lower() if lo or n != len(block) else block.lower()
         size = len(lowered)
+        found: dict[int, list[int]] = {}  # line start -> [end, mask]
+        if self._gates is None and self._seen < self._PLAN_AFTER:
+            self._seen += size
+            for i, needle in enumerate(self.needles):
+                _search(lowered, needle, 1 << i, 0, found)
+            return [(start + lo, end + lo, mask) for start, (end, mask) in sorted(found.items())]
+        gates = self._plan()
         find = lowered.find
         rfind = lowered.rfind
-        found: dict[int, list[int]] = {}  # line start -> [end, mask]
         hot = self._hot
         per_byte = size / 2**30
         for gi, gate in enumerate(gates):

@@ -21,6 +21,16 @@ def _triggers() -> list[str]:
     return [*default_pack().all_triggers(), *_BUILTIN_TRIGGERS]
 
 
+def _pure(planned: bool = True) -> PurePrefilter:
+    """The pure prefilter searching by gates (``planned``) or needle by needle (small inputs)."""
+    pf = PurePrefilter(_triggers())
+    if planned:
+        pf._PLAN_AFTER = 0
+    else:
+        pf._PLAN_AFTER = 1 << 62
+    return pf
+
+
 def _hyperscan():
     pytest.importorskip("hyperscan")
     from oomdoctor.prefilter_hs import HyperscanPrefilter
@@ -81,9 +91,10 @@ def test_needles_drop_blanks_duplicates_and_containing_literals() -> None:
     ]
 
 
-def test_pure_prefilter_finds_every_case_variant_and_only_whole_lines() -> None:
+@pytest.mark.parametrize("planned", [True, False])
+def test_pure_prefilter_finds_every_case_variant_and_only_whole_lines(planned: bool) -> None:
     trigs = _triggers()
-    pf = PurePrefilter(trigs)
+    pf = _pure(planned)
     spans = pf.line_spans(TRICKY)
     assert spans == _spans_by_hand(TRICKY, trigs)
     assert [TRICKY[a:b] for a, b in spans] == [
@@ -95,8 +106,9 @@ def test_pure_prefilter_finds_every_case_variant_and_only_whole_lines() -> None:
     ]
 
 
-def test_candidate_masks_name_every_needle_on_the_line() -> None:
-    pf = PurePrefilter(_triggers())
+@pytest.mark.parametrize("planned", [True, False])
+def test_candidate_masks_name_every_needle_on_the_line(planned: bool) -> None:
+    pf = _pure(planned)
     got = pf.candidates(TRICKY)
     assert got == _candidates_by_hand(TRICKY, pf.needles)
     named = {TRICKY[a:b]: [pf.needles[i] for i in range(len(pf.needles)) if m >> i & 1] for a, b, m in got}
@@ -107,9 +119,10 @@ def test_candidate_masks_name_every_needle_on_the_line() -> None:
     assert named[b'  FILE "x.py", line 1, in f'] == [b'file "', b'", line ']
 
 
-def test_hyperscan_prefilter_gives_the_same_spans_and_masks() -> None:
+@pytest.mark.parametrize("planned", [True, False])
+def test_hyperscan_prefilter_gives_the_same_spans_and_masks(planned: bool) -> None:
     hs = _hyperscan()
-    pure = PurePrefilter(_triggers())
+    pure = _pure(planned)
     assert hs.needles == pure.needles
     assert hs.candidates(TRICKY) == pure.candidates(TRICKY)
     for log in LOGS:
@@ -117,9 +130,10 @@ def test_hyperscan_prefilter_gives_the_same_spans_and_masks() -> None:
         assert hs.candidates(data) == pure.candidates(data), log.name
 
 
-def test_random_blocks_agree_with_a_line_by_line_search() -> None:
+@pytest.mark.parametrize("planned", [True, False])
+def test_random_blocks_agree_with_a_line_by_line_search(planned: bool) -> None:
     trigs = _triggers()
-    pure = PurePrefilter(trigs)
+    pure = _pure(planned)
     try:
         hs = _hyperscan()
     except pytest.skip.Exception:
@@ -148,7 +162,7 @@ def test_random_blocks_agree_with_a_line_by_line_search() -> None:
 def test_whole_fixture_suite_reports_are_identical_with_each_prefilter() -> None:
     """Every fixture's JSON report with hyperscan equals the one with the pure-Python path."""
     hs = _hyperscan()
-    pure = PurePrefilter(_triggers())
+    pure = _pure()  # by gates (the needle-by-needle path: see the spans and masks test above)
     for log in LOGS:
         data = log.read_bytes()
         source = f"{log.parent.name}/{log.name}"
@@ -393,9 +407,10 @@ def _gate_words() -> list[bytes]:
     return [*words, b"\n", b"\n", b"x", b"memory", b"Memory"]
 
 
-def test_random_gate_pieces_agree_with_a_line_by_line_search() -> None:
+@pytest.mark.parametrize("planned", [True, False])
+def test_random_gate_pieces_agree_with_a_line_by_line_search(planned: bool) -> None:
     """Lines holding a gate but none of its needles, needles cut by one byte, several per line."""
-    pf = PurePrefilter(_triggers())
+    pf = _pure(planned)
     words = _gate_words()
     rng = random.Random(17)
     try:
@@ -411,7 +426,7 @@ def test_random_gate_pieces_agree_with_a_line_by_line_search() -> None:
 
 
 def test_a_gate_frequent_in_the_log_is_bypassed_and_results_stay_exact() -> None:
-    pf = PurePrefilter(_triggers())
+    pf = _pure()
     gate = next(g for g in pf._plan() if g.gate == b"out of memory")
     gi = pf._plan().index(gate)
     # thousands of lines holding the gate but none of its needles, a few holding needles
@@ -430,3 +445,16 @@ def test_a_gate_frequent_in_the_log_is_bypassed_and_results_stay_exact() -> None
         pf.candidates(b"nothing\n")
     assert gi not in pf._hot  # tried again after a while
     assert pf.candidates(noisy) == first
+
+
+def test_gates_are_planned_only_once_the_input_is_big_enough() -> None:
+    pf = PurePrefilter(_triggers())
+    block = TRICKY + b"\n" + b"filler line\n" * 1000
+    want = _candidates_by_hand(block, pf.needles)
+    seen = 0
+    while seen <= pf._PLAN_AFTER:
+        assert pf.candidates(block) == want
+        seen += len(block)
+        assert pf._gates is None or seen > pf._PLAN_AFTER
+    assert pf.candidates(block) == want
+    assert pf._gates is not None
