@@ -70,7 +70,7 @@ class PurePrefilter(SpansMixin):
     #: bytes searched needle by needle before the gates are planned (~0.2 s): a short log does
     #: not pay for planning
     _PLAN_AFTER = 8 << 20
-    #: seconds/GiB one gate hit costs to check (line bounds + one ``find`` per member)
+    #: seconds one gate hit costs to check: line bounds, plus one ``find`` per member
     _HIT_COST = 0.4e-6
     _MEMBER_COST = 0.15e-6
 
