@@ -103,10 +103,10 @@ class PurePrefilter(SpansMixin):
         hot = self._hot
         per_byte = size / 2**30
         for gi, gate in enumerate(gates):
-            if gi in hot:
-                left = hot[gi] - 1
-                if left > 0:
-                    hot[gi] = left
+            left = hot.get(gi)  # one read: threads of the HTTP service share this prefilter
+            if left is not None:
+                if left > 1:
+                    hot[gi] = left - 1
                 else:
                     hot.pop(gi, None)
                 for i, needle in gate.members:
