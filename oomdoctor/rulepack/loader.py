@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import regex
 
-from oomdoctor.rulepack.model import ContextRule, PhaseRule, Rule, RuleFile
+from oomdoctor.rulepack.model import ContextRule, MatchExample, NoMatchExample, PhaseRule, Rule, RuleFile
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -124,54 +124,133 @@ def _field_path(parts: Sequence[Any]) -> str:
     return out
 
 
-def _cache_file() -> Path:
+#: Bump when the layout of the parsed-rules cache changes.
+CACHE_FORMAT = 2
+
+
+def _cache_dir() -> Path:
     base = os.environ.get("OOMDOCTOR_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "oomdoctor"
     )
-    return Path(base) / "validated-rules.txt"
+    return Path(base)
 
 
 @lru_cache(maxsize=1)
-def _schema_digest() -> bytes:
-    try:
-        return (builtin_rules_dir() / "schema.json").read_bytes()
-    except OSError:
-        return b"(model)"
+def _code_digest() -> bytes:
+    """What a cached rule file depends on besides its own bytes: cache format, oomdoctor version,
+    the JSON Schema and the models (a changed default or type must not reuse old entries)."""
+    from oomdoctor import __version__
+
+    h = hashlib.sha256(f"{CACHE_FORMAT}\0{__version__}\0".encode())
+    for path in (builtin_rules_dir() / "schema.json", Path(__file__).with_name("model.py")):
+        try:
+            h.update(path.read_bytes())
+        except OSError:
+            h.update(b"(missing)")
+        h.update(b"\0")
+    return h.digest()
 
 
 def _digest(raw: bytes) -> str:
-    return hashlib.sha256(_schema_digest() + b"\0" + raw).hexdigest()[:40]
+    return hashlib.sha256(_code_digest() + raw).hexdigest()[:40]
 
 
-def _validated_before(raw: bytes) -> bool:
-    """True when these exact bytes passed the JSON Schema check before (skips importing jsonschema)."""
+#: Entries kept in the cache directory; the oldest go first.
+CACHE_ENTRIES = 256
+
+
+def _cache_path(raw: bytes) -> Path:
+    return _cache_dir() / f"rules-{_digest(raw)}.json"
+
+
+def _cached(raw: bytes) -> RuleFile | None:
+    """The rule file parsed and validated before from these exact bytes, or None.
+
+    An entry is the SHA-256 of its payload on the first line, then the payload: the validated
+    models as JSON (``model_dump(exclude_unset=True)``). A missing, truncated, corrupt or
+    foreign entry is ignored (the caller parses and validates the file again); the models are
+    rebuilt with ``model_construct``, which skips validation only because these bytes passed it.
+    """
     try:
-        return _digest(raw) in _cache_file().read_text(encoding="ascii").split()
-    except (OSError, UnicodeDecodeError):
-        return False
-
-
-def _remember_valid(raw: bytes) -> None:
-    path = _cache_file()
+        blob = _cache_path(raw).read_bytes()
+    except OSError:
+        return None
+    head, nl, payload = blob.partition(b"\n")
+    if not nl or hashlib.sha256(payload).hexdigest().encode("ascii") != head:
+        return None
     try:
-        known = path.read_text(encoding="ascii").split() if path.exists() else []
-        known = [*known[-255:], _digest(raw)]
+        return _construct_rule_file(json.loads(payload))
+    except Exception:  # a well-formed hash over unexpected content: never trust it
+        return None
+
+
+def _remember(raw: bytes, rf: RuleFile) -> None:
+    try:
+        data = rf.model_dump(exclude_unset=True)
+        payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        if json.loads(payload) != data:  # values JSON cannot carry exactly (e.g. TOML dates): no entry
+            return
+    except (TypeError, ValueError):
+        return
+    path = _cache_path(raw)
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text("\n".join(known) + "\n", encoding="ascii")
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(hashlib.sha256(payload).hexdigest().encode("ascii") + b"\n" + payload)
         os.replace(tmp, path)
-    except (OSError, UnicodeDecodeError):
+        _prune(path.parent)
+    except OSError:
         pass
 
 
-def _validate(data: dict[str, Any], where: str, raw: bytes | None = None) -> RuleFile:
-    if raw is not None and _validated_before(raw):
-        # the JSON Schema check passed on these bytes before; pydantic still checks the models
-        return RuleFile.model_validate(data)
-    rf = _validate_schema(data, where)
-    if raw is not None:
-        _remember_valid(raw)
-    return rf
+def _prune(folder: Path) -> None:
+    entries = list(folder.glob("rules-*.json"))
+    if len(entries) <= CACHE_ENTRIES:
+        return
+    entries.sort(key=lambda e: e.stat().st_mtime)
+    for old in entries[: len(entries) - CACHE_ENTRIES]:
+        old.unlink(missing_ok=True)
+
+
+def _construct_list(cls: Any, items: Any) -> list[Any]:
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise TypeError("cache entry: expected a list of tables")
+    return [_construct(cls, item) for item in items]
+
+
+def _construct(cls: Any, data: dict[str, Any]) -> Any:
+    unknown = set(data) - set(cls.model_fields)
+    if unknown:
+        raise TypeError(f"cache entry: unknown fields {sorted(unknown)}")
+    return cls.model_construct(**data)
+
+
+def _construct_rule_file(data: Any) -> RuleFile:
+    """Rebuild the validated models from ``RuleFile.model_dump(exclude_unset=True)``."""
+    if not isinstance(data, dict):
+        raise TypeError("cache entry: expected a table")
+    data = dict(data)
+    fields: dict[str, Any] = {}
+    rules = []
+    for item in data.get("rule", []):
+        if not isinstance(item, dict):
+            raise TypeError("cache entry: expected a table")
+        item = dict(item)
+        if "match" in item:
+            item["match"] = _construct_list(MatchExample, item["match"])
+        if "no_match" in item:
+            item["no_match"] = _construct_list(NoMatchExample, item["no_match"])
+        rules.append(_construct(Rule, item))
+    if "rule" in data:
+        data.pop("rule")
+        fields["rule"] = rules
+    if "context" in data:
+        fields["context"] = _construct_list(ContextRule, data.pop("context"))
+    if "phase" in data:
+        fields["phase"] = _construct_list(PhaseRule, data.pop("phase"))
+    if data:
+        raise TypeError(f"cache entry: unknown fields {sorted(data)}")
+    return cast(RuleFile, RuleFile.model_construct(**fields))
 
 
 def _validate_schema(data: dict[str, Any], where: str) -> RuleFile:
@@ -249,6 +328,9 @@ def read_rule_file(path: Path) -> RuleFile:
         raw = path.read_bytes()
     except OSError as exc:
         raise RulePackError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    cached = _cached(raw)
+    if cached is not None:
+        return cached
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -266,7 +348,9 @@ def read_rule_file(path: Path) -> RuleFile:
             msg = getattr(exc, "msg", msg)
         loc = f":{line}:{col}" if line is not None else ""
         raise RulePackError(f"{where}{loc}: TOML syntax error: {msg}") from None
-    return _validate(data, where, raw)
+    rf = _validate_schema(data, where)
+    _remember(raw, rf)
+    return rf
 
 
 def _compile_rule(
