@@ -125,7 +125,7 @@ def _field_path(parts: Sequence[Any]) -> str:
 
 
 #: Bump when the layout of the parsed-rules cache changes.
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 
 
 def _cache_dir() -> Path:
@@ -167,7 +167,7 @@ def _cached(raw: bytes) -> RuleFile | None:
     """The rule file parsed and validated before from these exact bytes, or None.
 
     An entry is the SHA-256 of its payload on the first line, then the payload: the validated
-    models as JSON (``model_dump(exclude_unset=True)``). A missing, truncated, corrupt or
+    models as JSON (see :func:`_freeze`). A missing, truncated, corrupt or
     foreign entry is ignored (the caller parses and validates the file again); the models are
     rebuilt with ``model_construct``, which skips validation only because these bytes passed it.
     """
@@ -179,14 +179,14 @@ def _cached(raw: bytes) -> RuleFile | None:
     if not nl or hashlib.sha256(payload).hexdigest().encode("ascii") != head:
         return None
     try:
-        return _construct_rule_file(json.loads(payload))
+        return cast(RuleFile, _thaw(RuleFile, json.loads(payload)))
     except Exception:  # a well-formed hash over unexpected content: never trust it
         return None
 
 
 def _remember(raw: bytes, rf: RuleFile) -> None:
     try:
-        data = rf.model_dump(exclude_unset=True)
+        data = _freeze(rf)
         payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         if json.loads(payload) != data:  # values JSON cannot carry exactly (e.g. TOML dates): no entry
             return
@@ -212,45 +212,34 @@ def _prune(folder: Path) -> None:
         old.unlink(missing_ok=True)
 
 
-def _construct_list(cls: Any, items: Any) -> list[Any]:
-    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        raise TypeError("cache entry: expected a list of tables")
-    return [_construct(cls, item) for item in items]
+#: The nested models of a rule file: field -> model class, per class.
+_NESTED: dict[str, dict[str, Any]] = {
+    "RuleFile": {"rule": Rule, "context": ContextRule, "phase": PhaseRule},
+    "Rule": {"match": MatchExample, "no_match": NoMatchExample},
+}
 
 
-def _construct(cls: Any, data: dict[str, Any]) -> Any:
-    unknown = set(data) - set(cls.model_fields)
-    if unknown:
-        raise TypeError(f"cache entry: unknown fields {sorted(unknown)}")
-    return cls.model_construct(**data)
+def _freeze(model: Any) -> dict[str, Any]:
+    """A model as ``{"v": every field, "s": the fields set}``, nested models frozen too."""
+    nested = _NESTED.get(type(model).__name__, {})
+    values = {
+        name: [_freeze(m) for m in getattr(model, name)] if name in nested else getattr(model, name)
+        for name in type(model).model_fields
+    }
+    return {"v": values, "s": sorted(model.model_fields_set)}
 
 
-def _construct_rule_file(data: Any) -> RuleFile:
-    """Rebuild the validated models from ``RuleFile.model_dump(exclude_unset=True)``."""
-    if not isinstance(data, dict):
-        raise TypeError("cache entry: expected a table")
-    data = dict(data)
-    fields: dict[str, Any] = {}
-    rules = []
-    for item in data.get("rule", []):
-        if not isinstance(item, dict):
-            raise TypeError("cache entry: expected a table")
-        item = dict(item)
-        if "match" in item:
-            item["match"] = _construct_list(MatchExample, item["match"])
-        if "no_match" in item:
-            item["no_match"] = _construct_list(NoMatchExample, item["no_match"])
-        rules.append(_construct(Rule, item))
-    if "rule" in data:
-        data.pop("rule")
-        fields["rule"] = rules
-    if "context" in data:
-        fields["context"] = _construct_list(ContextRule, data.pop("context"))
-    if "phase" in data:
-        fields["phase"] = _construct_list(PhaseRule, data.pop("phase"))
-    if data:
-        raise TypeError(f"cache entry: unknown fields {sorted(data)}")
-    return cast(RuleFile, RuleFile.model_construct(**fields))
+def _thaw(cls: Any, frozen: Any) -> Any:
+    """The inverse of :func:`_freeze`. Every field is given, so ``model_construct`` calls no
+    default factory (pydantic inspects each factory's signature, which is slow)."""
+    values, fields_set = frozen["v"], frozen["s"]
+    if not isinstance(values, dict) or set(values) != set(cls.model_fields) or not set(fields_set) <= set(values):
+        raise TypeError(f"cache entry: not a {cls.__name__}")
+    for name, sub in _NESTED.get(cls.__name__, {}).items():
+        if not isinstance(values[name], list):
+            raise TypeError(f"cache entry: {cls.__name__}.{name} is not a list")
+        values[name] = [_thaw(sub, item) for item in values[name]]
+    return cls.model_construct(_fields_set=set(fields_set), **values)
 
 
 def _validate_schema(data: dict[str, Any], where: str) -> RuleFile:
