@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any, cast
 
 import regex
 
+from oomdoctor.rulepack import cache
 from oomdoctor.rulepack.model import ContextRule, MatchExample, NoMatchExample, PhaseRule, Rule, RuleFile
 
 if sys.version_info >= (3, 11):
@@ -128,13 +128,6 @@ def _field_path(parts: Sequence[Any]) -> str:
 CACHE_FORMAT = 3
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("OOMDOCTOR_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "oomdoctor"
-    )
-    return Path(base)
-
-
 @lru_cache(maxsize=1)
 def _code_digest() -> bytes:
     """What a cached rule file depends on besides its own bytes: cache format, oomdoctor version,
@@ -155,61 +148,24 @@ def _digest(raw: bytes) -> str:
     return hashlib.sha256(_code_digest() + raw).hexdigest()[:40]
 
 
-#: Entries kept in the cache directory; the oldest go first.
-CACHE_ENTRIES = 256
-
-
-def _cache_path(raw: bytes) -> Path:
-    return _cache_dir() / f"rules-{_digest(raw)}.json"
-
-
 def _cached(raw: bytes) -> RuleFile | None:
     """The rule file parsed and validated before from these exact bytes, or None.
 
-    An entry is the SHA-256 of its payload on the first line, then the payload: the validated
-    models as JSON (see :func:`_freeze`). A missing, truncated, corrupt or
-    foreign entry is ignored (the caller parses and validates the file again); the models are
-    rebuilt with ``model_construct``, which skips validation only because these bytes passed it.
+    The entry holds the validated models as JSON (see :func:`_freeze`); they are rebuilt with
+    ``model_construct``, which skips validation only because these bytes passed it. A missing,
+    corrupt or foreign entry is ignored: the caller parses and validates the file again.
     """
-    try:
-        blob = _cache_path(raw).read_bytes()
-    except OSError:
-        return None
-    head, nl, payload = blob.partition(b"\n")
-    if not nl or hashlib.sha256(payload).hexdigest().encode("ascii") != head:
+    data = cache.load("rules", _digest(raw))
+    if data is None:
         return None
     try:
-        return cast(RuleFile, _thaw(RuleFile, json.loads(payload)))
-    except Exception:  # a well-formed hash over unexpected content: never trust it
+        return cast(RuleFile, _thaw(RuleFile, data))
+    except Exception:  # well-formed JSON of an unexpected shape: never trust it
         return None
 
 
 def _remember(raw: bytes, rf: RuleFile) -> None:
-    try:
-        data = _freeze(rf)
-        payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        if json.loads(payload) != data:  # values JSON cannot carry exactly (e.g. TOML dates): no entry
-            return
-    except (TypeError, ValueError):
-        return
-    path = _cache_path(raw)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(hashlib.sha256(payload).hexdigest().encode("ascii") + b"\n" + payload)
-        os.replace(tmp, path)
-        _prune(path.parent)
-    except OSError:
-        pass
-
-
-def _prune(folder: Path) -> None:
-    entries = list(folder.glob("rules-*.json"))
-    if len(entries) <= CACHE_ENTRIES:
-        return
-    entries.sort(key=lambda e: e.stat().st_mtime)
-    for old in entries[: len(entries) - CACHE_ENTRIES]:
-        old.unlink(missing_ok=True)
+    cache.store("rules", _digest(raw), _freeze(rf))
 
 
 #: The nested models of a rule file: field -> model class, per class.
