@@ -248,3 +248,54 @@ def test_a_plain_run_imports_neither_typer_nor_jsonschema(cache_dir: Path) -> No
     _run(code, env)  # fills the cache
     code_, mods = _run(code, env).split(" ", 1)
     assert code_ in ("0", "1") and mods == "[]"
+
+
+# The literal-prefix shortcut of LazyPattern: never a missed match.
+@pytest.mark.parametrize(
+    ("pattern", "prefix"),
+    [
+        ("Loading weights took", "Loading weights took"),
+        ("abc|def", ""),
+        ("ab(c|d)", "ab"),
+        ("abc*", "ab"),
+        ("abc?", "ab"),
+        ("ab{2}", "a"),
+        ("ab+c", "ab"),
+        ("a\\.b", "a"),
+        ("ab(?P<x>c)", "ab"),
+        ("a[|]b", "a"),
+        ("a[|]b|c", ""),
+        ("a[]|]|b", ""),
+        ("a(?:b|c)|d", ""),
+        ("[x]abc", ""),
+        ("(?i)abc", ""),
+        ("ab(?i)c", ""),
+        ("x(?x) a", ""),
+    ],
+)
+def test_required_prefix(pattern: str, prefix: str) -> None:
+    assert loader.required_prefix(pattern) == prefix
+
+
+def test_the_prefix_shortcut_agrees_with_the_regex_on_every_example() -> None:
+    import regex
+
+    pack = loader.default_pack()
+    patterns = [r.rule.pattern for r in pack.rules] + [c.rule.pattern for c in pack.contexts]
+    patterns += [v for r in pack.rules for v in (*r.rule.extract.values(), *r.rule.extract_all.values())]
+    patterns += [m for p in pack.phases for m in (*p.rule.markers, *p.rule.progress)]
+    texts = [ex.log for r in pack.rules for ex in (*r.rule.match, *r.rule.no_match)]
+    texts += [str(ex.get("log", "")) for c in pack.contexts for ex in c.rule.match]
+    with_prefix = [(p, loader.required_prefix(p)) for p in patterns]
+    assert sum(1 for _, pre in with_prefix if pre) > len(patterns) // 4
+    for pattern, prefix in with_prefix:
+        if not prefix:
+            continue
+        compiled = regex.compile(pattern, regex.VERSION0)
+        lazy = loader.LazyPattern(pattern)
+        for text in texts:
+            found = compiled.search(text)
+            assert found is None or prefix in text, (pattern, text)
+            if found is not None:
+                assert found.group(0).startswith(prefix)
+        assert lazy.search("\x00") is None and lazy._compiled is None

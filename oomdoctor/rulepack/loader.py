@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -220,32 +221,98 @@ def _validate_schema(data: dict[str, Any], where: str) -> RuleFile:
     return RuleFile.model_validate(data)
 
 
+_META = frozenset("\\.^$*+?{}[]|()")
+_INLINE_FLAGS = re.compile(r"\(\?[a-zA-Z^\-](?<!\(\?P)")
+
+
+def _alternation_at_top(pattern: str) -> bool:
+    depth, i, n = 0, 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":  # a set: skip to its end ("]" first, or after "^", is literal)
+            i += 1
+            if i < n and pattern[i] == "^":
+                i += 1
+            if i < n and pattern[i] == "]":
+                i += 1
+            while i < n and pattern[i] != "]":
+                i += 2 if pattern[i] == "\\" else 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth <= 0:
+            return True
+        i += 1
+    return False
+
+
+def required_prefix(pattern: str) -> str:
+    """A literal that every match of ``pattern`` (VERSION0, no flags) starts with, or "".
+
+    The characters before the first metacharacter, less the last one when a quantifier may
+    repeat it zero times; "" when the pattern has inline flags (case-insensitive, verbose...)
+    or an alternation outside any group, which could match without the prefix.
+    """
+    if _INLINE_FLAGS.search(pattern) or ("|" in pattern and _alternation_at_top(pattern)):
+        return ""
+    out: list[str] = []
+    for c in pattern:
+        if c in _META:
+            if c in "*?{" and out:
+                out.pop()
+            break
+        out.append(c)
+    return "".join(out)
+
+
+_UNSET = object()
+
+
 class LazyPattern:
     """A regex compiled on its first use.
 
     The built-in pack is compiled and tested by the test suite; most of its rules never meet a
     candidate line in a given log, and compiling all of them up front costs more than the whole
     analysis of a small log. User packs are compiled eagerly so that errors name the rule at load.
+    ``search`` and ``finditer`` over a whole text that lacks the pattern's literal prefix (see
+    :func:`required_prefix`) answer without compiling at all.
     """
 
-    __slots__ = ("_compiled", "pattern")
+    __slots__ = ("_compiled", "_prefix", "pattern")
 
     def __init__(self, pattern: str) -> None:
         self.pattern = pattern
         self._compiled: regex.Pattern[str] | None = None
+        self._prefix: Any = _UNSET
 
     def compiled(self) -> regex.Pattern[str]:
         if self._compiled is None:
             self._compiled = regex.compile(self.pattern, regex.VERSION0)
         return self._compiled
 
+    def _absent(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """True when the whole of ``args[0]`` is searched and cannot hold a match."""
+        if self._compiled is not None or len(args) != 1 or not isinstance(args[0], str) or set(kwargs) - {"timeout"}:
+            return False
+        if self._prefix is _UNSET:
+            self._prefix = required_prefix(self.pattern) or None
+        return self._prefix is not None and self._prefix not in args[0]
+
     def search(self, *args: Any, **kwargs: Any) -> Any:
+        if self._absent(args, kwargs):
+            return None
         return self.compiled().search(*args, **kwargs)
 
     def match(self, *args: Any, **kwargs: Any) -> Any:
         return self.compiled().match(*args, **kwargs)
 
     def finditer(self, *args: Any, **kwargs: Any) -> Any:
+        if self._absent(args, kwargs):
+            return iter(())
         return self.compiled().finditer(*args, **kwargs)
 
     def fullmatch(self, *args: Any, **kwargs: Any) -> Any:
