@@ -84,3 +84,18 @@ REMEDY = Remedy(id="x", rank=1, title="Lower it", flags={"--max-model-len": "720
 @pytest.mark.parametrize("width", [30, 100])
 def test_edge_cases_render_as_rich_renders_them(finding: Finding, width: int) -> None:
     assert T.render_findings_text([finding], width=width) == T._rich_text([finding], None, False, width)
+
+
+def test_the_plain_symbols_are_one_cell_wide_for_rich() -> None:
+    from rich.cells import cell_len
+
+    assert all(cell_len(c) == 1 and not c.isspace() for c in T.PLAIN_SYMBOLS)
+
+
+@given(
+    st.text(alphabet=st.sampled_from("ab cdefgh  ABC.,-_=/\n" + T.PLAIN_SYMBOLS), max_size=300),
+    st.integers(min_value=1, max_value=120),
+)
+@settings(max_examples=300, deadline=None)
+def test_wrap_is_richs_with_symbols(text: str, width: int) -> None:
+    assert T._wrap(text, width) == _rich_wrap(text, width)

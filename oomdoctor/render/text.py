@@ -108,17 +108,20 @@ def render_text(report: Report, *, color: bool = False, width: int | None = None
 
 
 # Without colour, the panels above are plain text. For findings made only of printable ASCII
-# (one character = one cell) and figures that fit beside their labels, the layout is rebuilt
+# and the few symbols remedies print (one character = one cell for rich too) and figures that fit beside their labels, the layout is rebuilt
 # here exactly as rich lays it out (tests/test_text_plain.py compares both on every fixture and
 # on random texts), which spares importing rich for the common case: a report piped to a file.
 # Anything else goes through rich.
 
-_ASCII = re.compile(r"[\x20-\x7e\n]*")
+#: Symbols the remedies print besides ASCII; each is one cell wide (a test asks rich)
+PLAIN_SYMBOLS = "×−§–—→÷≤≥≈∝Σ…·°±µ‘’“”"
+_PLAIN = re.compile(f"[\\x20-\\x7e\\n{PLAIN_SYMBOLS}]*")
 _WORD = re.compile(r"\s*\S+\s*")
 
 
 def _wrap(text: str, width: int) -> list[str]:
-    """rich's ``Text.wrap`` (word wrap, folding words longer than ``width``) for ASCII text."""
+    """rich's ``Text.wrap`` (word wrap, folding words longer than ``width``) for text whose
+    characters are one cell wide each."""
     out: list[str] = []
     for line in text.split("\n"):
         breaks: list[int] = []
@@ -148,7 +151,7 @@ def _wrap(text: str, width: int) -> list[str]:
 def _plain_panel(f: Finding, width: int) -> list[str] | None:
     inner = width - 4
     title = f" {f.title} "
-    if width < 8 or not _ASCII.fullmatch(title) or len(title) > inner:
+    if width < 8 or not _PLAIN.fullmatch(title) or len(title) > inner:
         return None
     texts: list[str] = []
     head = f"{f.kind}  phase: {f.phase}  engine: {f.engine}  at {where(f)}"
@@ -187,7 +190,7 @@ def _plain_panel(f: Finding, width: int) -> list[str] | None:
                 text("     why: " + r.why)
             if r.tradeoff:
                 text("     cost: " + r.tradeoff)
-    if not all(_ASCII.fullmatch(t) for t in texts):
+    if not all(_PLAIN.fullmatch(t) for t in texts):
         return None
     top = "╭─" + title + "─" * (width - 3 - len(title)) + "╮"
     rows = [f"│ {line:<{inner}} │" for line in body]
