@@ -261,7 +261,7 @@ def test_rule_files_validated_before_skip_the_schema_check(
     second = loader.read_rule_file(path)
     assert len(calls) == 1
     assert first == second
-    assert (tmp_path / "validated-rules.txt").read_text().split() == [loader._digest(path.read_bytes())]
+    assert [p.name for p in tmp_path.iterdir()] == [f"rules-{loader._digest(path.read_bytes())}.json"]
     bad = tmp_path / "bad.toml"
     bad.write_text('[[rule]]\nid = "x"\n')
     with pytest.raises(loader.RulePackError):

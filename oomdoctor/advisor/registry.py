@@ -28,6 +28,8 @@ class AdviceInput:
 Calculator = Callable[[AdviceInput], "Remedy | None"]
 
 _REGISTRY: dict[str, Calculator] = {}
+#: remedy id -> the module that registered it
+_MODULE_OF: dict[str, str] = {}
 
 
 def remedy(remedy_id: str) -> Callable[[Calculator], Calculator]:
@@ -37,6 +39,7 @@ def remedy(remedy_id: str) -> Callable[[Calculator], Calculator]:
         if remedy_id in _REGISTRY:
             raise ValueError(f"duplicate remedy id {remedy_id}")
         _REGISTRY[remedy_id] = fn
+        _MODULE_OF[remedy_id] = fn.__module__
         return fn
 
     return deco
@@ -45,27 +48,87 @@ def remedy(remedy_id: str) -> Callable[[Calculator], Calculator]:
 _LOADED = False
 
 
+def _module_names() -> list[str]:
+    import pkgutil
+
+    import oomdoctor.advisor as pkg
+
+    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name.startswith("remedies_"))
+
+
 def _load_all() -> None:
     """Import every ``oomdoctor.advisor.remedies_*`` module; importing registers its calculators."""
     global _LOADED
     if _LOADED:
         return
     import importlib
-    import pkgutil
 
-    import oomdoctor.advisor as pkg
-
-    for mod in sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)):
-        if mod.startswith("remedies_"):
-            importlib.import_module(f"oomdoctor.advisor.{mod}")
+    for mod in _module_names():
+        importlib.import_module(f"oomdoctor.advisor.{mod}")
     _LOADED = True
 
 
-def remedy_ids() -> list[str]:
+def _sources_key() -> str | None:
+    """A digest of the sources of every ``remedies_*`` module (None when one has no source)."""
+    import hashlib
+    from pathlib import Path
+
+    from oomdoctor import __version__
+
+    here = Path(__file__).parent
+    h = hashlib.sha256(f"1\0{__version__}\0".encode())
+    for mod in _module_names():
+        try:
+            h.update(mod.encode() + b"\0" + (here / f"{mod}.py").read_bytes() + b"\0")
+        except OSError:
+            return None
+    return h.hexdigest()[:40]
+
+
+_INDEX: dict[str, str] | None = None
+
+
+def _index() -> dict[str, str]:
+    """remedy id -> module, without importing the modules when the sources were indexed before.
+
+    The index is derived from importing every module once and cached on disk (see
+    ``oomdoctor.rulepack.cache``) under a digest of their sources: any edit re-derives it.
+    """
+    global _INDEX
+    if _INDEX is not None:
+        return _INDEX
+    from oomdoctor.rulepack import cache
+
+    key = _sources_key()
+    found = cache.load("remedies", key) if key else None
+    if isinstance(found, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in found.items()):
+        _INDEX = found
+        return found
     _load_all()
-    return sorted(_REGISTRY)
+    prefix = "oomdoctor.advisor.remedies_"
+    _INDEX = {rid: mod for rid, mod in _MODULE_OF.items() if mod.startswith(prefix)}
+    if key:
+        cache.store("remedies", key, _INDEX)
+    return _INDEX
+
+
+def remedy_ids() -> list[str]:
+    """Every remedy id: those of the ``remedies_*`` modules and any registered elsewhere."""
+    return sorted(set(_index()) | set(_REGISTRY))
 
 
 def calculator(remedy_id: str) -> Calculator:
+    """The calculator of ``remedy_id``, importing only the module that defines it."""
+    fn = _REGISTRY.get(remedy_id)
+    if fn is not None:
+        return fn
+    mod = _index().get(remedy_id)
+    if mod is not None:
+        import importlib
+
+        importlib.import_module(mod)
+        fn = _REGISTRY.get(remedy_id)
+        if fn is not None:
+            return fn
     _load_all()
     return _REGISTRY[remedy_id]

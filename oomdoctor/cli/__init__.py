@@ -5,8 +5,10 @@ The CLI is a thin adapter over the core (``oomdoctor.diagnose``, ``Scanner``, re
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
+from collections.abc import Callable
 
 SUBCOMMANDS = ("rules", "run", "fit", "serve")
 
@@ -20,9 +22,10 @@ def main(argv: list[str] | None = None) -> int:
 
             code = _invoke(tools_app, args)
         else:
-            from oomdoctor.cli.diagnose import app as diagnose_app
+            from oomdoctor.cli import diagnose
 
-            code = _invoke(diagnose_app, args)
+            plain = diagnose.plain_options(args)
+            code = _invoke(diagnose.app, args) if plain is None else _run_plain(diagnose.run, plain)
     except KeyboardInterrupt:
         code = 130
     except BrokenPipeError:
@@ -63,6 +66,20 @@ def _invoke(app, args: list[str]) -> int:
             return fail(exc.format_message())
         raise
     return int(result or 0)
+
+
+def _run_plain(run: Callable[..., int], options: dict[str, object]) -> int:
+    """Run a command parsed without typer, with the outcomes ``_invoke`` gives the same errors
+    (click turns EOFError into Abort, EPIPE into exit 1 with quiet streams)."""
+    try:
+        return run(**options)
+    except EOFError:
+        return 130
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise
+        _quiet_stdout()
+        sys.exit(1)
 
 
 def _quiet_stdout() -> None:

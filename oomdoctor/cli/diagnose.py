@@ -5,9 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import TYPE_CHECKING, Annotated, Any
 
 from oomdoctor import __version__
 from oomdoctor.cli.errors import color_for, fail
@@ -17,7 +15,13 @@ from oomdoctor.report import Finding, Report
 from oomdoctor.rulepack import RulePackError, default_pack, load_pack
 from oomdoctor.scanner import RuleTimeout, Scanner
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+if TYPE_CHECKING:
+    import typer
+
+HELP = (
+    "Diagnose GPU out-of-memory failures in logs. With no FILE and stdin a pipe, pass the "
+    "input through to stdout and print the diagnosis on stderr."
+)
 
 
 def parse_hints(items: list[str]) -> dict[str, str]:
@@ -25,6 +29,8 @@ def parse_hints(items: list[str]) -> dict[str, str]:
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
+            import typer
+
             raise typer.BadParameter(f"--hint expects KEY=VALUE, got {item!r}")
         hints[key.strip().replace("_", "-")] = value.strip()
     return hints
@@ -32,6 +38,8 @@ def parse_hints(items: list[str]) -> dict[str, str]:
 
 def _version(value: bool) -> None:
     if value:
+        import typer
+
         print(f"oomdoctor {__version__}")
         raise typer.Exit(0)
 
@@ -42,27 +50,111 @@ def exit_code(report: Report, fail_on: str) -> int:
     return 1 if report.has_errors else 0
 
 
-@app.command(
-    help="Diagnose GPU out-of-memory failures in logs. With no FILE and stdin a pipe, pass the "
-    "input through to stdout and print the diagnosis on stderr.",
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-def diagnose(
-    files: Annotated[list[str] | None, typer.Argument(help="Log files (.gz/.bz2/.xz ok); '-' is stdin.")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help=f"One of: {', '.join(FORMATS)}.")] = "text",
-    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the report here.")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Pipe mode: do not pass input through.")] = False,
-    hint: Annotated[list[str] | None, typer.Option("--hint", help="Fact KEY=VALUE, e.g. gpus=2.")] = None,
-    model_config: Annotated[
-        str | None, typer.Option("--model-config", help="The model's config.json (KV geometry).")
-    ] = None,
-    rules: Annotated[list[str] | None, typer.Option("--rules", help="Extra rule directory (repeatable).")] = None,
-    fail_on: Annotated[str, typer.Option("--fail-on", help="error or warning.")] = "error",
-    follow: Annotated[str | None, typer.Option("--follow", "-F", help="Follow FILE like tail -F.")] = None,
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
-    ] = False,
+def _build_app() -> typer.Typer:
+    """The typer command (help, usage errors and every option spelling). Built on first use:
+    plain invocations (see :func:`plain_options`) skip typer and click altogether."""
+    global typer
+    import typer
+
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+
+    @app.command(help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+    def diagnose(
+        files: Annotated[list[str] | None, typer.Argument(help="Log files (.gz/.bz2/.xz ok); '-' is stdin.")] = None,
+        fmt: Annotated[str, typer.Option("--format", "-f", help=f"One of: {', '.join(FORMATS)}.")] = "text",
+        output: Annotated[str | None, typer.Option("--output", "-o", help="Write the report here.")] = None,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Pipe mode: do not pass input through.")] = False,
+        hint: Annotated[list[str] | None, typer.Option("--hint", help="Fact KEY=VALUE, e.g. gpus=2.")] = None,
+        model_config: Annotated[
+            str | None, typer.Option("--model-config", help="The model's config.json (KV geometry).")
+        ] = None,
+        rules: Annotated[list[str] | None, typer.Option("--rules", help="Extra rule directory (repeatable).")] = None,
+        fail_on: Annotated[str, typer.Option("--fail-on", help="error or warning.")] = "error",
+        follow: Annotated[str | None, typer.Option("--follow", "-F", help="Follow FILE like tail -F.")] = None,
+        version: Annotated[
+            bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+        ] = False,
+    ) -> int:
+        return run(files, fmt, output, quiet, hint, model_config, rules, fail_on, follow)
+
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        app = _build_app()
+        globals()["app"] = app
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+#: Options :func:`plain_options` reads itself: spelling -> (parameter, repeatable).
+_PLAIN_OPTIONS: dict[str, tuple[str, bool]] = {
+    "-f": ("fmt", False),
+    "--format": ("fmt", False),
+    "-o": ("output", False),
+    "--output": ("output", False),
+    "--hint": ("hint", True),
+    "--model-config": ("model_config", False),
+    "--rules": ("rules", True),
+    "--fail-on": ("fail_on", False),
+}
+
+
+def plain_options(args: list[str]) -> dict[str, Any] | None:
+    """The arguments of :func:`run` for a plain command line, or None to let typer parse it.
+
+    Plain means: file names that do not start with ``-``, ``-q``/``--quiet``, and the options of
+    ``_PLAIN_OPTIONS`` written ``-f VALUE``, ``--format VALUE`` or ``--format=VALUE`` with a
+    value that does not start with ``-`` (and a well-formed ``--hint``). These parse the same
+    way in click; everything else (help, version, ``--``, ``-``, ``-fjson``, ``--follow``,
+    errors, shell completion) goes through typer, whose import and command building cost more
+    than the diagnosis of a small log.
+    """
+    if any(k.startswith("_OOMDOCTOR_COMPLETE") for k in os.environ):
+        return None
+    opts: dict[str, Any] = {"files": None, "quiet": False}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if not arg.startswith("-"):
+            opts["files"] = [*(opts["files"] or []), arg]
+            continue
+        if arg in ("-q", "--quiet"):
+            opts["quiet"] = True
+            continue
+        name, eq, value = arg.partition("=")
+        if name not in _PLAIN_OPTIONS or (eq and not name.startswith("--")):
+            return None
+        if not eq:
+            if i >= len(args):
+                return None
+            value = args[i]
+            i += 1
+        if value.startswith("-"):
+            return None
+        param, repeatable = _PLAIN_OPTIONS[name]
+        if param == "hint":
+            key, has_eq, _ = value.partition("=")
+            if not has_eq or not key.strip():
+                return None
+        opts[param] = [*(opts.get(param) or []), value] if repeatable else value
+    return opts
+
+
+def run(
+    files: list[str] | None = None,
+    fmt: str = "text",
+    output: str | None = None,
+    quiet: bool = False,
+    hint: list[str] | None = None,
+    model_config: str | None = None,
+    rules: list[str] | None = None,
+    fail_on: str = "error",
+    follow: str | None = None,
 ) -> int:
+    """``oomdoctor [FILE...]`` once the command line is parsed; returns the exit code."""
     if fmt not in FORMATS:
         return fail(f"unknown --format {fmt!r} (choose {', '.join(FORMATS)})")
     if fail_on not in ("error", "warning"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +18,8 @@ from typing import Any, cast
 
 import regex
 
-from oomdoctor.rulepack.model import ContextRule, PhaseRule, Rule, RuleFile
+from oomdoctor.rulepack import cache
+from oomdoctor.rulepack.model import ContextRule, MatchExample, NoMatchExample, PhaseRule, Rule, RuleFile
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -124,54 +125,78 @@ def _field_path(parts: Sequence[Any]) -> str:
     return out
 
 
-def _cache_file() -> Path:
-    base = os.environ.get("OOMDOCTOR_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "oomdoctor"
-    )
-    return Path(base) / "validated-rules.txt"
+#: Bump when the layout of the parsed-rules cache changes.
+CACHE_FORMAT = 3
 
 
 @lru_cache(maxsize=1)
-def _schema_digest() -> bytes:
-    try:
-        return (builtin_rules_dir() / "schema.json").read_bytes()
-    except OSError:
-        return b"(model)"
+def _code_digest() -> bytes:
+    """What a cached rule file depends on besides its own bytes: cache format, oomdoctor version,
+    the JSON Schema and the models (a changed default or type must not reuse old entries)."""
+    from oomdoctor import __version__
+
+    h = hashlib.sha256(f"{CACHE_FORMAT}\0{__version__}\0".encode())
+    for path in (builtin_rules_dir() / "schema.json", Path(__file__).with_name("model.py")):
+        try:
+            h.update(path.read_bytes())
+        except OSError:
+            h.update(b"(missing)")
+        h.update(b"\0")
+    return h.digest()
 
 
 def _digest(raw: bytes) -> str:
-    return hashlib.sha256(_schema_digest() + b"\0" + raw).hexdigest()[:40]
+    return hashlib.sha256(_code_digest() + raw).hexdigest()[:40]
 
 
-def _validated_before(raw: bytes) -> bool:
-    """True when these exact bytes passed the JSON Schema check before (skips importing jsonschema)."""
+def _cached(raw: bytes) -> RuleFile | None:
+    """The rule file parsed and validated before from these exact bytes, or None.
+
+    The entry holds the validated models as JSON (see :func:`_freeze`); they are rebuilt with
+    ``model_construct``, which skips validation only because these bytes passed it. A missing,
+    corrupt or foreign entry is ignored: the caller parses and validates the file again.
+    """
+    data = cache.load("rules", _digest(raw))
+    if data is None:
+        return None
     try:
-        return _digest(raw) in _cache_file().read_text(encoding="ascii").split()
-    except (OSError, UnicodeDecodeError):
-        return False
+        return cast(RuleFile, _thaw(RuleFile, data))
+    except Exception:  # well-formed JSON of an unexpected shape: never trust it
+        return None
 
 
-def _remember_valid(raw: bytes) -> None:
-    path = _cache_file()
-    try:
-        known = path.read_text(encoding="ascii").split() if path.exists() else []
-        known = [*known[-255:], _digest(raw)]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text("\n".join(known) + "\n", encoding="ascii")
-        os.replace(tmp, path)
-    except (OSError, UnicodeDecodeError):
-        pass
+def _remember(raw: bytes, rf: RuleFile) -> None:
+    cache.store("rules", _digest(raw), _freeze(rf))
 
 
-def _validate(data: dict[str, Any], where: str, raw: bytes | None = None) -> RuleFile:
-    if raw is not None and _validated_before(raw):
-        # the JSON Schema check passed on these bytes before; pydantic still checks the models
-        return RuleFile.model_validate(data)
-    rf = _validate_schema(data, where)
-    if raw is not None:
-        _remember_valid(raw)
-    return rf
+#: The nested models of a rule file: field -> model class, per class.
+_NESTED: dict[str, dict[str, Any]] = {
+    "RuleFile": {"rule": Rule, "context": ContextRule, "phase": PhaseRule},
+    "Rule": {"match": MatchExample, "no_match": NoMatchExample},
+}
+
+
+def _freeze(model: Any) -> dict[str, Any]:
+    """A model as ``{"v": every field, "s": the fields set}``, nested models frozen too."""
+    nested = _NESTED.get(type(model).__name__, {})
+    values = {
+        name: [_freeze(m) for m in getattr(model, name)] if name in nested else getattr(model, name)
+        for name in type(model).model_fields
+    }
+    return {"v": values, "s": sorted(model.model_fields_set)}
+
+
+def _thaw(cls: Any, frozen: Any) -> Any:
+    """The inverse of :func:`_freeze`. Every field is given, so ``model_construct`` calls no
+    default factory (pydantic inspects each factory's signature, which is slow)."""
+    values, fields_set = frozen["v"], frozen["s"]
+    if not isinstance(values, dict) or set(values) != set(cls.model_fields) or not set(fields_set) <= set(values):
+        raise TypeError(f"cache entry: not a {cls.__name__}")
+    for name, sub in _NESTED.get(cls.__name__, {}).items():
+        if not isinstance(values[name], list):
+            raise TypeError(f"cache entry: {cls.__name__}.{name} is not a list")
+        values[name] = [_thaw(sub, item) for item in values[name]]
+    return cls.model_construct(_fields_set=set(fields_set), **values)
 
 
 def _validate_schema(data: dict[str, Any], where: str) -> RuleFile:
@@ -196,32 +221,98 @@ def _validate_schema(data: dict[str, Any], where: str) -> RuleFile:
     return RuleFile.model_validate(data)
 
 
+_META = frozenset("\\.^$*+?{}[]|()")
+_INLINE_FLAGS = re.compile(r"\(\?[a-zA-Z^\-](?<!\(\?P)")
+
+
+def _alternation_at_top(pattern: str) -> bool:
+    depth, i, n = 0, 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":  # a set: skip to its end ("]" first, or after "^", is literal)
+            i += 1
+            if i < n and pattern[i] == "^":
+                i += 1
+            if i < n and pattern[i] == "]":
+                i += 1
+            while i < n and pattern[i] != "]":
+                i += 2 if pattern[i] == "\\" else 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth <= 0:
+            return True
+        i += 1
+    return False
+
+
+def required_prefix(pattern: str) -> str:
+    """A literal that every match of ``pattern`` (VERSION0, no flags) starts with, or "".
+
+    The characters before the first metacharacter, less the last one when a quantifier may
+    repeat it zero times; "" when the pattern has inline flags (case-insensitive, verbose...)
+    or an alternation outside any group, which could match without the prefix.
+    """
+    if _INLINE_FLAGS.search(pattern) or ("|" in pattern and _alternation_at_top(pattern)):
+        return ""
+    out: list[str] = []
+    for c in pattern:
+        if c in _META:
+            if c in "*?{" and out:
+                out.pop()
+            break
+        out.append(c)
+    return "".join(out)
+
+
+_UNSET = object()
+
+
 class LazyPattern:
     """A regex compiled on its first use.
 
     The built-in pack is compiled and tested by the test suite; most of its rules never meet a
     candidate line in a given log, and compiling all of them up front costs more than the whole
     analysis of a small log. User packs are compiled eagerly so that errors name the rule at load.
+    ``search`` and ``finditer`` over a whole text that lacks the pattern's literal prefix (see
+    :func:`required_prefix`) answer without compiling at all.
     """
 
-    __slots__ = ("_compiled", "pattern")
+    __slots__ = ("_compiled", "_prefix", "pattern")
 
     def __init__(self, pattern: str) -> None:
         self.pattern = pattern
         self._compiled: regex.Pattern[str] | None = None
+        self._prefix: Any = _UNSET
 
     def compiled(self) -> regex.Pattern[str]:
         if self._compiled is None:
             self._compiled = regex.compile(self.pattern, regex.VERSION0)
         return self._compiled
 
+    def _absent(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """True when the whole of ``args[0]`` is searched and cannot hold a match."""
+        if self._compiled is not None or len(args) != 1 or not isinstance(args[0], str) or set(kwargs) - {"timeout"}:
+            return False
+        if self._prefix is _UNSET:
+            self._prefix = required_prefix(self.pattern) or None
+        return self._prefix is not None and self._prefix not in args[0]
+
     def search(self, *args: Any, **kwargs: Any) -> Any:
+        if self._absent(args, kwargs):
+            return None
         return self.compiled().search(*args, **kwargs)
 
     def match(self, *args: Any, **kwargs: Any) -> Any:
         return self.compiled().match(*args, **kwargs)
 
     def finditer(self, *args: Any, **kwargs: Any) -> Any:
+        if self._absent(args, kwargs):
+            return iter(())
         return self.compiled().finditer(*args, **kwargs)
 
     def fullmatch(self, *args: Any, **kwargs: Any) -> Any:
@@ -249,6 +340,9 @@ def read_rule_file(path: Path) -> RuleFile:
         raw = path.read_bytes()
     except OSError as exc:
         raise RulePackError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    cached = _cached(raw)
+    if cached is not None:
+        return cached
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -266,7 +360,9 @@ def read_rule_file(path: Path) -> RuleFile:
             msg = getattr(exc, "msg", msg)
         loc = f":{line}:{col}" if line is not None else ""
         raise RulePackError(f"{where}{loc}: TOML syntax error: {msg}") from None
-    return _validate(data, where, raw)
+    rf = _validate_schema(data, where)
+    _remember(raw, rf)
+    return rf
 
 
 def _compile_rule(

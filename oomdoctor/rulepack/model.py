@@ -16,7 +16,9 @@ FigureType = Literal["size", "int", "float", "str", "int-list"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # built on first validation only: a rule file read from the cache is rebuilt with
+    # model_construct (see loader._cached), so most runs never build these validators
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class MatchExample(_Strict):

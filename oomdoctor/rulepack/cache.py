@@ -1,0 +1,82 @@
+"""A small on-disk cache of derived data (parsed rule files, the remedy index).
+
+Entries live in ``$OOMDOCTOR_CACHE_DIR`` (default ``$XDG_CACHE_HOME/oomdoctor`` or
+``~/.cache/oomdoctor``), one JSON file per key. The key is a digest of everything the data was
+derived from, so a changed input never meets a stale entry. An entry starts with the SHA-256 of
+its payload on its own line: a truncated or corrupt entry reads as missing, and so does any
+unreadable or unwritable cache directory (the caller then derives the data again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+#: Entries kept per kind; the oldest go first.
+MAX_ENTRIES = 256
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("OOMDOCTOR_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "oomdoctor"
+    )
+    return Path(base)
+
+
+def entry_path(kind: str, key: str) -> Path:
+    return cache_dir() / f"{kind}-{key}.json"
+
+
+def load(kind: str, key: str) -> Any:
+    """The JSON value stored under ``kind``/``key``, or None when missing or corrupt."""
+    try:
+        blob = entry_path(kind, key).read_bytes()
+    except OSError:
+        return None
+    head, nl, payload = blob.partition(b"\n")
+    if not nl or hashlib.sha256(payload).hexdigest().encode("ascii") != head:
+        return None
+    try:
+        return json.loads(payload)
+    except ValueError:
+        return None
+
+
+def store(kind: str, key: str, value: Any) -> bool:
+    """Store ``value`` (only if JSON carries it exactly); False when it was not stored."""
+    try:
+        payload = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        if json.loads(payload) != value:  # e.g. TOML dates or tuples: no entry
+            return False
+    except (TypeError, ValueError):
+        return False
+    path = entry_path(kind, key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(hashlib.sha256(payload).hexdigest().encode("ascii") + b"\n" + payload)
+        os.replace(tmp, path)
+        _prune(path.parent, kind)
+    except OSError:
+        return False
+    return True
+
+
+def _prune(folder: Path, kind: str) -> None:
+    entries = list(folder.glob(f"{kind}-*.json"))
+    if len(entries) <= MAX_ENTRIES:
+        return
+
+    def age(p: Path) -> float:
+        try:
+            return p.stat().st_mtime
+        except OSError:
+            return 0.0
+    entries.sort(key=age)
+    for old in entries[: len(entries) - MAX_ENTRIES]:
+        with contextlib.suppress(OSError):
+            old.unlink()
