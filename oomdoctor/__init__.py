@@ -8,10 +8,41 @@ Public API::
         print(finding.kind, finding.figures, finding.remedies[0].flags)
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from oomdoctor.api import diagnose
-from oomdoctor.report import Context, Finding, Remedy, Report
-from oomdoctor.scanner import Scanner
+if TYPE_CHECKING:
+    from oomdoctor.api import diagnose
+    from oomdoctor.report import Context, Finding, Remedy, Report
+    from oomdoctor.scanner import Scanner
 
 __all__ = ["Context", "Finding", "Remedy", "Report", "Scanner", "__version__", "diagnose"]
+
+#: where each public name lives; imported on first use, so that ``oomdoctor.cli`` can start
+#: pipe mode's passthrough before pydantic and the rule pack are loaded
+_LAZY = {
+    "diagnose": "oomdoctor.api",
+    "Context": "oomdoctor.report",
+    "Finding": "oomdoctor.report",
+    "Remedy": "oomdoctor.report",
+    "Report": "oomdoctor.report",
+    "Scanner": "oomdoctor.scanner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'oomdoctor' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

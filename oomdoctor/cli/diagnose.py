@@ -9,14 +9,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from oomdoctor import __version__
 from oomdoctor.cli.errors import color_for, fail
-from oomdoctor.inputs import InputError, read_blocks
 from oomdoctor.render import FORMATS, renderer
-from oomdoctor.report import Finding, Report
-from oomdoctor.rulepack import RulePackError, default_pack, load_pack
-from oomdoctor.scanner import RuleTimeout, Scanner
 
 if TYPE_CHECKING:
     import typer
+
+    from oomdoctor.report import Finding, Report
+    from oomdoctor.rulepack import RulePack
+    from oomdoctor.scanner import Scanner
+
+# Pipe mode starts passing input through before the rule pack, pydantic and the scanner are
+# imported (they load in the analyser thread); the other modes import them where they need them.
 
 HELP = (
     "Diagnose GPU out-of-memory failures in logs. With no FILE and stdin a pipe, pass the "
@@ -166,6 +169,13 @@ def run(
     env_rules = os.environ.get("OOMDOCTOR_RULES")
     if env_rules:
         rule_dirs += [Path(p) for p in env_rules.split(os.pathsep) if p]
+    paths = list(files or [])
+    if not paths and not follow and not rule_dirs:
+        if sys.stdin is None or sys.stdin.isatty():
+            return fail("no input: give a log FILE, or pipe a log into oomdoctor (see oomdoctor --help)")
+        return _pipe_mode(None, hints, fmt, output, quiet, fail_on)
+    from oomdoctor.rulepack import RulePackError, default_pack, load_pack
+
     try:
         pack = load_pack(rule_dirs) if rule_dirs else default_pack()
     except RulePackError as exc:
@@ -174,7 +184,6 @@ def run(
         from oomdoctor.cli.follow import follow_file
 
         return follow_file(follow, pack, hints, fmt, output, fail_on)
-    paths = list(files or [])
     if not paths:
         if sys.stdin is None or sys.stdin.isatty():
             return fail("no input: give a log FILE, or pipe a log into oomdoctor (see oomdoctor --help)")
@@ -196,6 +205,8 @@ def _file_mode(
     paths: list[str], pack: object, hints: dict[str, str], fmt: str, output: str | None, fail_on: str
 ) -> int:
     from oomdoctor.cli.progress import FileProgress
+    from oomdoctor.inputs import InputError, read_blocks
+    from oomdoctor.scanner import RuleTimeout, Scanner
 
     scanner = Scanner(pack, source=paths[0], hints=hints)  # type: ignore[arg-type]
     input_error: InputError | None = None
@@ -278,10 +289,17 @@ class LiveFindings:
             pass
 
 
-def _pipe_mode(pack: object, hints: dict[str, str], fmt: str, output: str | None, quiet: bool, fail_on: str) -> int:
+def _pipe_mode(
+    pack: RulePack | None, hints: dict[str, str], fmt: str, output: str | None, quiet: bool, fail_on: str
+) -> int:
+    """``pack`` None: the built-in pack, loaded by the analyser thread while input passes through."""
     from oomdoctor.cli.pipe import run_pipe
 
-    scanner = Scanner(pack, source="<stdin>", hints=hints)  # type: ignore[arg-type]
+    def scanner() -> Scanner:
+        from oomdoctor.scanner import Scanner
+
+        return Scanner(pack, source="<stdin>", hints=hints)
+
     live = LiveFindings(fmt == "text" and not output)
     try:
         in_fd = sys.stdin.fileno()

@@ -32,9 +32,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from oomdoctor.report import Finding, Report
-from oomdoctor.scanner import Scanner
+if TYPE_CHECKING:  # imported by the analyser thread: the passthrough starts before pydantic loads
+    from oomdoctor.report import Finding, Report
+    from oomdoctor.scanner import Scanner
 
 #: seconds without input after which findings waiting for look-ahead lines are decided
 QUIET_SECONDS = 0.5
@@ -100,7 +102,7 @@ class _Analyser(threading.Thread):
 
     def __init__(
         self,
-        scanner: Scanner,
+        scanner: Scanner | Callable[[], Scanner],
         on_findings: Callable[[list[Finding]], None],
         result: PipeResult,
         max_chunks: int,
@@ -110,7 +112,9 @@ class _Analyser(threading.Thread):
         super().__init__(name="oomdoctor-analyser", daemon=True)
         self.warmup = warmup
         self.lossless = False
-        self.scanner = scanner
+        #: a scanner, or (until the analyser thread has run it) the function that makes one
+        self._make = scanner if callable(scanner) else None
+        self.scanner: Scanner = scanner  # type: ignore[assignment]
         self.on_findings = on_findings
         self.result = result
         self.quiet = quiet
@@ -175,6 +179,8 @@ class _Analyser(threading.Thread):
     # -- consumer side ----------------------------------------------------------------------------
 
     def run(self) -> None:
+        if self._make is not None:  # the rule pack and the scanner load here, off the passthrough
+            self._guard(self._build)
         scanner = self.scanner
         dirty = False
         if self.warmup is not None:  # imports the first finding would otherwise wait for
@@ -208,6 +214,10 @@ class _Analyser(threading.Thread):
                 self.result.report = scanner.close()
             except Exception as exc:
                 self._halt(exc)
+
+    def _build(self) -> None:
+        assert self._make is not None
+        self.scanner = self._make()
 
     def _feed(self, data: bytes) -> None:
         self.scanner.feed(data)
@@ -271,7 +281,7 @@ def _widen_pipes(*fds: int | None) -> None:
 
 
 def run_pipe(
-    scanner: Scanner,
+    scanner: Scanner | Callable[[], Scanner],
     on_findings: Callable[[list[Finding]], None],
     *,
     in_fd: int = 0,
@@ -284,6 +294,9 @@ def run_pipe(
     lossless: bool | None = None,
 ) -> PipeResult:
     """Copy ``in_fd`` to ``out_fd`` (None: no passthrough) and analyse it on the side until EOF.
+
+    ``scanner`` may be a function that makes one: the analyser thread calls it, so the
+    passthrough starts without waiting for the rule pack to load.
 
     ``on_findings`` is called from the analyser thread. The returned result holds the final
     report (None when analysis stopped or did not finish). ``stop_when_idle``, if given, is

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from oomdoctor.report import Report
-
 FORMATS = ("text", "json", "jsonl", "markdown", "slack")
 
 
@@ -34,4 +32,4 @@ def renderer(fmt: str) -> Callable[..., str]:
     raise ValueError(f"unknown format {fmt!r} (choose {', '.join(FORMATS)})")
 
 
-__all__ = ["FORMATS", "Report", "renderer"]
+__all__ = ["FORMATS", "renderer"]
