@@ -26,6 +26,42 @@ def _console(color: bool, width: int | None) -> Any:
     )
 
 
+#: a panel row: its base style and its (text, style) pieces; None stands for the figures table
+Row = tuple[str | None, list[tuple[str, str | None]]] | None
+
+
+def _rows(f: Finding) -> list[Row]:
+    """What a finding's panel says, row by row: the one source of both layouts (rich, plain)."""
+    head: list[tuple[str, str | None]] = [(f.kind, "bold"), (f"  phase: {f.phase}  engine: {f.engine}  at {where(f)}", None)]
+    occ = occurrences_note(f)
+    if occ:
+        head.append((f"  ({occ})", None))
+    rows: list[Row] = [(None, head), ("dim", [(f.message[:500], None)])]
+    if figure_items(f):
+        rows.append(None)
+    if f.remedies:
+        rows.append((None, [("Remedies, best first:", "bold")]))
+        for r in f.remedies:
+            line: list[tuple[str, str | None]] = [
+                (f"{r.rank}. {r.title}", "bold"),
+                (f"  [{fits_label(r)}; {r.confidence} confidence", None),
+            ]
+            if r.saves_bytes:
+                line.append((f"; saves {format_size(r.saves_bytes)}", None))
+            line.append(("]", None))
+            rows.append((None, line))
+            snippet = remedy_snippet(r)
+            if snippet:
+                rows.append(("green", [("     " + snippet, None)]))
+            if r.command:
+                rows.append(("green", [("     $ " + r.command, None)]))
+            if r.why:
+                rows.append((None, [("     why: " + r.why, None)]))
+            if r.tradeoff:
+                rows.append(("dim", [("     cost: " + r.tradeoff, None)]))
+    return rows
+
+
 def _finding_panel(f: Finding) -> Any:
     from rich.console import Group
     from rich.panel import Panel
@@ -33,41 +69,20 @@ def _finding_panel(f: Finding) -> Any:
     from rich.text import Text
 
     parts: list[Any] = []
-    head = Text()
-    head.append(f.kind, style="bold")
-    head.append(f"  phase: {f.phase}  engine: {f.engine}  at {where(f)}")
-    occ = occurrences_note(f)
-    if occ:
-        head.append(f"  ({occ})")
-    parts.append(head)
-    parts.append(Text(f.message[:500], style="dim"))
-    items = figure_items(f)
-    if items:
-        t = Table.grid(padding=(0, 2))
-        t.add_column(style="cyan")
-        t.add_column()
-        for k, v in items:
-            t.add_row(k, v)
-        parts.append(t)
-    if f.remedies:
-        parts.append(Text("Remedies, best first:", style="bold"))
-        for r in f.remedies:
-            line = Text()
-            line.append(f"{r.rank}. {r.title}", style="bold")
-            line.append(f"  [{fits_label(r)}; {r.confidence} confidence")
-            if r.saves_bytes:
-                line.append(f"; saves {format_size(r.saves_bytes)}")
-            line.append("]")
-            parts.append(line)
-            snippet = remedy_snippet(r)
-            if snippet:
-                parts.append(Text("     " + snippet, style="green"))
-            if r.command:
-                parts.append(Text("     $ " + r.command, style="green"))
-            if r.why:
-                parts.append(Text("     why: " + r.why))
-            if r.tradeoff:
-                parts.append(Text("     cost: " + r.tradeoff, style="dim"))
+    for row in _rows(f):
+        if row is None:
+            t = Table.grid(padding=(0, 2))
+            t.add_column(style="cyan")
+            t.add_column()
+            for k, v in figure_items(f):
+                t.add_row(k, v)
+            parts.append(t)
+            continue
+        style, pieces = row
+        text = Text(style=style or "")
+        for piece, piece_style in pieces:
+            text.append(piece, style=piece_style)
+        parts.append(text)
     style = "red" if f.severity == "error" else "yellow"
     return Panel(Group(*parts), title=f.title, title_align="left", border_style=style)
 
@@ -154,42 +169,20 @@ def _plain_panel(f: Finding, width: int) -> list[str] | None:
     if width < 8 or not _PLAIN.fullmatch(title) or len(title) > inner:
         return None
     texts: list[str] = []
-    head = f"{f.kind}  phase: {f.phase}  engine: {f.engine}  at {where(f)}"
-    occ = occurrences_note(f)
-    if occ:
-        head += f"  ({occ})"
     body: list[str] = []
-
-    def text(t: str) -> None:
+    for row in _rows(f):
+        if row is None:
+            items = figure_items(f)
+            label = max(len(k) for k, _ in items)
+            for k, v in items:
+                if "\n" in k or "\n" in v or label + 2 + len(v) > inner or not v.strip() or v != v.strip():
+                    return None
+                texts.append(k + v)
+                body.append(f"{k:<{label}}  {v}")
+            continue
+        t = "".join(piece for piece, _ in row[1])
         texts.append(t)
         body.extend(_wrap(t, inner))
-
-    text(head)
-    text(f.message[:500])
-    items = figure_items(f)
-    if items:
-        label = max(len(k) for k, _ in items)
-        for k, v in items:
-            if "\n" in k or "\n" in v or label + 2 + len(v) > inner or not v.strip() or v != v.strip():
-                return None
-            texts.append(k + v)
-            body.append(f"{k:<{label}}  {v}")
-    if f.remedies:
-        text("Remedies, best first:")
-        for r in f.remedies:
-            line = f"{r.rank}. {r.title}  [{fits_label(r)}; {r.confidence} confidence"
-            if r.saves_bytes:
-                line += f"; saves {format_size(r.saves_bytes)}"
-            text(line + "]")
-            snippet = remedy_snippet(r)
-            if snippet:
-                text("     " + snippet)
-            if r.command:
-                text("     $ " + r.command)
-            if r.why:
-                text("     why: " + r.why)
-            if r.tradeoff:
-                text("     cost: " + r.tradeoff)
     if not all(_PLAIN.fullmatch(t) for t in texts):
         return None
     top = "╭─" + title + "─" * (width - 3 - len(title)) + "╮"
