@@ -228,12 +228,22 @@ class Line:
     rank: str | None = None
 
 
+#: a substring of every sequence _ANSI removes
+_ANSI_MARKERS = ("\x1b", "^[[", "033[", "1b[")
+_ANSI_MARKER_BYTES = tuple(m.encode("ascii") for m in _ANSI_MARKERS)
+
+
 def strip_ansi(text: str) -> str:
     """Remove ANSI escape sequences and their pasted renderings."""
-    # every sequence _ANSI removes holds one of these
-    if "\x1b" not in text and "^[[" not in text and "033[" not in text and "1b[" not in text:
+    if not any(m in text for m in _ANSI_MARKERS):
         return text
     return _ANSI.sub("", text)
+
+
+def only_cut_by_normalise(raw: bytes) -> bool:
+    """Whether :func:`normalise` only cuts ``raw`` (no ANSI sequence or NUL to remove, nothing
+    non-ASCII to decode or case-fold): any literal its lines hold is then in ``raw`` too."""
+    return raw.isascii() and b"\x00" not in raw and not any(m in raw for m in _ANSI_MARKER_BYTES)
 
 
 def split_prefix(text: str) -> tuple[str, str, str | None]:

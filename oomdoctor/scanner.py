@@ -17,7 +17,7 @@ from oomdoctor import __version__
 from oomdoctor.context import ContextCollector
 from oomdoctor.figures import groups_to_figures
 from oomdoctor.prefilter import Prefilter, make_prefilter, needles
-from oomdoctor.reader import Line, LineSplitter, normalise
+from oomdoctor.reader import Line, LineSplitter, normalise, only_cut_by_normalise
 from oomdoctor.report import Finding, Location, Report, Summary, Tool
 from oomdoctor.rulepack import CompiledRule, RulePack, default_pack
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
@@ -78,14 +78,6 @@ def _specificity_of(pack: RulePack, rule_id: str) -> tuple[int, int]:
         return _specificity(pack.rule(rule_id))
     except KeyError:
         return (0, 0)
-
-
-def _plain(raw: bytes) -> bool:
-    """Whether normalising ``raw`` only cuts it (no ANSI sequence, NUL or non-ASCII character
-    to remove or fold): the triggers its text holds are then among those its bytes hold."""
-    return raw.isascii() and not (
-        b"\x1b" in raw or b"\x00" in raw or b"^[[" in raw or b"033[" in raw or b"1b[" in raw
-    )
 
 
 def _search_any(patterns: list[Any], text: str) -> bool:
@@ -271,7 +263,7 @@ class Scanner:
                 line += count(b"\n", pos, start)
             has_rule = False
             raw = block[start:end]
-            if not (masks_ok and _plain(raw)):
+            if not (masks_ok and only_cut_by_normalise(raw)):
                 mask = 0  # normalising may change what the line holds: look for every trigger
             for ln in normalise(line, raw):
                 has_rule = process(ln, mask) or has_rule

@@ -7,7 +7,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oomdoctor.reader import PREFIX_PATTERNS, normalise, split_prefix, strip_ansi
+from oomdoctor.reader import PREFIX_PATTERNS, normalise, only_cut_by_normalise, split_prefix, strip_ansi
 from tests.corpus import FIXTURES
 
 _ORDERED = [re.compile(p) for p in PREFIX_PATTERNS]
@@ -85,3 +85,19 @@ _PIECES = ["INFO ", "ERROR", " 06-28 23:40:03 ", "[worker.py:267] ", "[rank1]: "
 def test_prefix_split_equals_the_ordered_list_on_generated_lines(pieces: list[str]) -> None:
     text = "".join(pieces)
     assert split_prefix(text) == _split_by_list(text)
+
+
+_RAW_PIECES = [b"INFO ", b"[rank0]: ", b"CUDA out of memory", b"\x1b[31m", b"^[[0m", b"#033[1m", b"\\x1b[2m",
+               b"\x00", b"\r", b"\xc3\xa9", b"\xff", b"K\xe2\x84\xaa", b" x ", b"[a.py:1] "]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_RAW_PIECES), max_size=8))
+def test_a_line_normalise_only_cuts_keeps_its_text_in_its_bytes(pieces: list[bytes]) -> None:
+    # the scanner then looks only for the triggers whose needles the prefilter found in the bytes
+    raw = b"".join(pieces)
+    cut = only_cut_by_normalise(raw)
+    assert cut == (raw.isascii() and not any(p in raw for p in (b"\x1b", b"\x00", b"^[[", b"033[", b"1b[")))
+    if cut:
+        for ln in normalise(1, raw):
+            assert ln.text.encode() in raw
