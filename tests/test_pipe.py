@@ -380,3 +380,42 @@ def test_the_analysis_queue_is_bounded_by_bytes_not_by_reads() -> None:
     assert 0 < result.skipped_bytes <= 5 * len(big)
     release.set()
     assert analyser.finish(30)
+
+
+def test_input_passes_through_while_the_scanner_is_still_being_made() -> None:
+    """run_pipe takes a function that makes the scanner: the analyser thread calls it (loading
+    the rule pack), and the passthrough does not wait for it."""
+    io = _Copier()
+    release = threading.Event()
+    made: list[str] = []
+
+    def make() -> Scanner:
+        release.wait(30)
+        made.append(threading.current_thread().name)
+        return Scanner(source="<test>")
+
+    box: dict[str, object] = {}
+    t = threading.Thread(target=lambda: box.update(r=run_pipe(make, lambda f: None, in_fd=io.in_r, out_fd=io.out_w)))
+    t.start()
+    io.write(KV_LOG)
+    deadline = time.monotonic() + 10
+    while len(io.out) < len(KV_LOG) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert bytes(io.out) == KV_LOG and not made  # all through, the scanner not made yet
+    release.set()
+    io.close_input()
+    t.join(30)
+    assert io.finish() == KV_LOG
+    assert made == ["oomdoctor-analyser"]
+    report = box["r"].report  # type: ignore[attr-defined]
+    assert [(f.rule, f.location.line) for f in report.findings] == [("vllm.v1.kv-cache.max-len-exceeds", 4)]
+
+
+def test_pipe_mode_modules_import_no_pydantic() -> None:
+    # what lets the passthrough start ~0.07 s after launch: the report models load later
+    code = (
+        "import sys, oomdoctor, oomdoctor.cli, oomdoctor.cli.diagnose, oomdoctor.cli.pipe;"
+        "print(sorted(m for m in ('pydantic', 'oomdoctor.report', 'oomdoctor.scanner') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -170,16 +170,14 @@ def run(
     if env_rules:
         rule_dirs += [Path(p) for p in env_rules.split(os.pathsep) if p]
     paths = list(files or [])
-    if not paths and not follow and not rule_dirs:
-        if sys.stdin is None or sys.stdin.isatty():
-            return fail("no input: give a log FILE, or pipe a log into oomdoctor (see oomdoctor --help)")
-        return _pipe_mode(None, hints, fmt, output, quiet, fail_on)
-    from oomdoctor.rulepack import RulePackError, default_pack, load_pack
+    pack: RulePack | None = None  # pipe mode loads the built-in pack while input passes through
+    if paths or follow or rule_dirs:
+        from oomdoctor.rulepack import RulePackError, default_pack, load_pack
 
-    try:
-        pack = load_pack(rule_dirs) if rule_dirs else default_pack()
-    except RulePackError as exc:
-        return fail(str(exc))
+        try:
+            pack = load_pack(rule_dirs) if rule_dirs else default_pack()
+        except RulePackError as exc:
+            return fail(str(exc))
     if follow:
         from oomdoctor.cli.follow import follow_file
 
