@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from oomdoctor import cache
 from oomdoctor.advisor import registry
 from oomdoctor.cli import _invoke, diagnose
-from oomdoctor.rulepack import cache, loader
+from oomdoctor.rulepack import loader
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL_LOG = ROOT / "fixtures" / "vllm"

@@ -92,12 +92,12 @@ def _index() -> dict[str, str]:
     """remedy id -> module, without importing the modules when the sources were indexed before.
 
     The index is derived from importing every module once and cached on disk (see
-    ``oomdoctor.rulepack.cache``) under a digest of their sources: any edit re-derives it.
+    ``oomdoctor.cache``) under a digest of their sources: any edit re-derives it.
     """
     global _INDEX
     if _INDEX is not None:
         return _INDEX
-    from oomdoctor.rulepack import cache
+    from oomdoctor import cache
 
     key = _sources_key()
     found = cache.load("remedies", key) if key else None

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import regex
 
-from oomdoctor.rulepack import cache
+from oomdoctor import cache
 from oomdoctor.rulepack.model import ContextRule, MatchExample, NoMatchExample, PhaseRule, Rule, RuleFile
 
 if sys.version_info >= (3, 11):
