@@ -52,24 +52,31 @@ def needles(triggers: Sequence[str]) -> list[bytes]:
 
 
 class PurePrefilter(SpansMixin):
-    """Lower-case the block once (C speed), then one ``bytes.find`` pass per gate.
+    """Lower-case the block once (C speed), then one pass per gate.
 
     ``bytes.find`` over a whole block runs at memory speed (a few hundred MB/s to GB/s per
     literal), far faster than a regex alternation or any per-line Python work, but one pass per
-    needle (~240 of them) adds up. So the needles are covered by fewer shared substrings, the
-    gates (:mod:`oomdoctor.prefilter_gates`): each line holding a gate is checked for the gate's
-    needles. After a hit the search resumes at the end of the line, so a gate that appears on
-    many lines costs one ``find`` per line holding it plus the checks; a gate that gets more hits
-    in a block than its needles' own passes would cost is dropped for the rest of that block and
-    for the next blocks (``_HOT_BLOCKS``): its needles are then searched one by one. Either way
-    every line holding a needle is found, with its exact mask.
+    needle (~240 of them) adds up. So the needles are covered by fewer gates
+    (:mod:`oomdoctor.prefilter_gates`), of two kinds:
+
+    * a *sweep* is one ``re`` pass that finds every member ending anywhere in the block, checking
+      them in C after a short piece they share (see :func:`~oomdoctor.prefilter_gates.sweep_gate`);
+    * a *find* gate is a shared substring: each line holding it is checked for the gate's
+      needles. After a hit the search resumes at the end of the line, so a gate that appears on
+      many lines costs one ``find`` per line holding it plus the checks; a gate that gets more
+      hits in a block than its needles' own passes would cost is dropped for the rest of that
+      block and for the next blocks (``_HOT_BLOCKS``): its needles are then searched one by one.
+
+    Either way every line holding a needle is found, with its exact mask. Sweeps are priced by
+    how often their piece occurs in the log at hand, so the gates are planned on the first block
+    after ``_PLAN_AFTER`` bytes; before that, needles are searched one by one.
     """
 
     #: blocks a gate found too frequent is bypassed before it is tried again
     _HOT_BLOCKS = 16
-    #: bytes searched needle by needle before the gates are planned (~0.2 s): a short log does
-    #: not pay for planning
-    _PLAN_AFTER = 8 << 20
+    #: bytes searched needle by needle before the gates are planned: about what planning costs
+    #: (~0.3 s; needle by needle is ~0.14 s per MiB), so a short log does not pay for it
+    _PLAN_AFTER = 2 << 20
     #: seconds one gate hit costs to check: line bounds, plus one ``find`` per member
     _HIT_COST = 0.4e-6
     _MEMBER_COST = 0.15e-6
@@ -80,9 +87,10 @@ class PurePrefilter(SpansMixin):
         self._hot: dict[int, int] = {}  # gate index -> blocks left to bypass it
         self._seen = 0
 
-    def _plan(self) -> tuple[Gate, ...]:
+    def _plan(self, sample: bytes = b"") -> tuple[Gate, ...]:
+        """Plan once, pricing sweeps by ``sample`` (lower-cased text of the log at hand)."""
         if self._gates is None:
-            self._gates = plan(tuple(self.needles))
+            self._gates = plan(tuple(self.needles), sample)
         return self._gates
 
     def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
@@ -97,12 +105,15 @@ class PurePrefilter(SpansMixin):
             for i, needle in enumerate(self.needles):
                 _search(lowered, needle, 1 << i, 0, found)
             return [(start + lo, end + lo, mask) for start, (end, mask) in sorted(found.items())]
-        gates = self._plan()
+        gates = self._plan(lowered)
         find = lowered.find
         rfind = lowered.rfind
         hot = self._hot
         per_byte = size / 2**30
         for gi, gate in enumerate(gates):
+            if gate.sweep is not None:
+                _sweep(lowered, gate, found)
+                continue
             left = hot.get(gi)  # one read: threads of the HTTP service share this prefilter
             if left is not None:
                 if left > 1:
@@ -153,6 +164,31 @@ class PurePrefilter(SpansMixin):
                     break
                 pos = find(g, end + 1)
         return [(start + lo, end + lo, mask) for start, (end, mask) in sorted(found.items())]
+
+
+def _sweep(lowered: bytes, gate: Gate, found: dict[int, list[int]]) -> None:
+    """Add to ``found`` every line of ``lowered`` holding a member of the sweep ``gate``."""
+    assert gate.sweep is not None
+    search = gate.sweep.search
+    labels = gate.labels
+    twins = gate.twins
+    startswith = lowered.startswith
+    m = search(lowered)
+    while m is not None:
+        at = m.start()  # where the gate's piece is
+        i = labels[m.lastindex or 0]
+        bits = 1 << i
+        for j, offset, lit in twins.get(i, ()):  # members that may end here too: not reported
+            if at >= offset and startswith(lit, at - offset):
+                bits |= 1 << j
+        start = lowered.rfind(b"\n", 0, at) + 1
+        slot = found.get(start)
+        if slot is None:
+            end = lowered.find(b"\n", at)
+            found[start] = [len(lowered) if end < 0 else end, bits]
+        else:
+            slot[1] |= bits
+        m = search(lowered, at + 1)
 
 
 def _search(lowered: bytes, needle: bytes, bit: int, pos: int, found: dict[int, list[int]]) -> None:

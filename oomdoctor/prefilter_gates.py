@@ -9,12 +9,21 @@ long literals cheaper per byte than short ones: measured below) plus what the ga
 verify. A gate that is a piece of a word every log is full of ("memory", "request") would hit on
 most lines; such gates are priced out, and the prefilter still demotes at run time a gate that
 turns out frequent in the log at hand (see ``PurePrefilter``).
+
+A second kind of gate, the *sweep*, is a short piece (one or two bytes) searched by one compiled
+``re`` pattern: the piece as its literal prefix, then a trie of what follows it in each member,
+ending in a look-behind for the whole member. ``re`` skips to each occurrence of the piece in C
+and rejects most of them after a byte or two, so a piece that is on every other line ("mo" of
+"memory", "model", "module") still covers dozens of needles in about one pass. Its cost depends
+on how often the piece occurs, so sweeps are planned only with a sample of the log at hand.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 #: seconds per GiB for one ``bytes.find`` pass of a literal of this length that is absent from
@@ -62,6 +71,13 @@ class Gate:
     exact: bool
     #: estimated seconds/GiB of searching the members directly (one pass each)
     direct_cost: float
+    #: a sweep: matches where a member ends (see :func:`sweep_pattern`), else None
+    sweep: re.Pattern[bytes] | None = None
+    #: for a sweep: needle index of each capturing group (index 0 unused)
+    labels: tuple[int, ...] = ()
+    #: for a sweep: needle index -> (other member, its offset of ``gate``, the member) for the
+    #: members that can end at the same occurrence of ``gate`` (the pattern reports only one)
+    twins: dict[int, tuple[tuple[int, int, bytes], ...]] = field(default_factory=dict)
 
 
 def pass_cost(lit: bytes) -> float:
@@ -81,14 +97,40 @@ def _gate_cost(g: bytes, k: int) -> float:
     return cost
 
 
-@lru_cache(maxsize=16)
-def plan(lits: tuple[bytes, ...]) -> tuple[Gate, ...]:
+#: what a sweep costs (CPython 3.11, lower-cased vLLM serving log, 1 MiB blocks): seconds/GiB
+#: for ``re``'s literal-prefix loop; seconds per occurrence of the piece's first byte when the
+#: piece has two (the loop compares the second inline); per occurrence of the piece (entering
+#: the matcher) and per alternative tried after it (one per distinct next byte of the members)
+SWEEP_PASS = 0.8
+SWEEP_PREFIX_HIT = 5e-9
+SWEEP_HIT = 15e-9
+SWEEP_ALT = 7e-9
+#: sweeps are pieces of this many bytes at most
+SWEEP_PIECE = 2
+#: bytes of the sample counted to price sweeps
+SAMPLE_BYTES = 64 << 10
+_GIB = 2**30
+
+
+def sweep_cost(freq: float, first_freq: float, alternatives: int) -> float:
+    """Seconds/GiB of a sweep whose piece has frequency ``freq`` (its first byte
+    ``first_freq``, for a two-byte piece) with ``alternatives`` distinct bytes after it."""
+    return SWEEP_PASS + _GIB * (first_freq * SWEEP_PREFIX_HIT + freq * (SWEEP_HIT + SWEEP_ALT * alternatives))
+
+
+@lru_cache(maxsize=4)
+def plan(lits: tuple[bytes, ...], sample: bytes = b"") -> tuple[Gate, ...]:
     """Cover every needle (index into ``lits``) by a gate, greedily by cost per needle covered.
+
+    ``sample``: lower-cased text of the log at hand; without one no sweep is planned (their
+    cost is how often their piece occurs).
 
     Lazy greedy: a gate's cost per newly covered needle only grows as needles get covered, so a
     popped entry whose recomputed value still beats the next one is the true best.
     """
     cover: dict[bytes, set[int]] = {}
+    sweepable: dict[bytes, set[int]] = defaultdict(set)
+    after: dict[tuple[bytes, int], bytes] = {}  # (piece, needle) -> the byte after the piece
     for i, lit in enumerate(lits):
         if b"\n" in lit:  # cannot be verified within a line: searched as it is
             cover.setdefault(lit, set()).add(i)
@@ -97,6 +139,9 @@ def plan(lits: tuple[bytes, ...]) -> tuple[Gate, ...]:
         for a in range(n):
             for b in range(a + 1, n + 1):
                 piece = lit[a:b]
+                if sample and b - a <= SWEEP_PIECE and i not in sweepable[piece]:
+                    sweepable[piece].add(i)
+                    after[piece, i] = lit[b : b + 1]
                 if len(piece) == 1 and piece[0] not in RARE_BYTES:
                     continue
                 if 1 < len(piece) < 4 and b - a != n:
@@ -112,21 +157,79 @@ def plan(lits: tuple[bytes, ...]) -> tuple[Gate, ...]:
         for g, holders in cover.items():
             if g not in lit_set:
                 holders -= nl
-    heap = [(_gate_cost(g, len(m)) / len(m), g) for g, m in cover.items() if m]
+    sample = sample[:SAMPLE_BYTES]
+    freq = {g: sample.count(g) / len(sample) for g in sweepable} if sample else {}
+
+    def cost(g: bytes, kind: str, new: set[int]) -> float:
+        if kind == "find":
+            return _gate_cost(g, len(new))
+        first = freq.get(g[:1], 0.0) if len(g) > 1 else 0.0
+        return sweep_cost(freq[g], first, len({after[g, i] for i in new}))
+
+    members_of = {"find": cover, "sweep": sweepable}
+    heap = [(cost(g, kind, m) / len(m), g, kind) for kind, c in members_of.items() for g, m in c.items() if m]
     heapq.heapify(heap)
     left = set(range(len(lits)))
     gates: list[Gate] = []
     while left and heap:
-        _, g = heapq.heappop(heap)
-        new = cover[g] & left
+        _, g, kind = heapq.heappop(heap)
+        new = members_of[kind][g] & left
         if not new:
             continue
-        value = _gate_cost(g, len(new)) / len(new)
+        value = cost(g, kind, new) / len(new)
         if heap and value > heap[0][0]:
-            heapq.heappush(heap, (value, g))
+            heapq.heappush(heap, (value, g, kind))
             continue
         left -= new
         members = tuple(sorted((i, lits[i]) for i in new))
-        exact = len(members) == 1 and members[0][1] == g
-        gates.append(Gate(g, members, exact, sum(pass_cost(m) for _, m in members)))
+        direct = sum(pass_cost(m) for _, m in members)
+        if kind == "sweep":
+            gates.append(sweep_gate(g, members, direct))
+        else:
+            exact = len(members) == 1 and members[0][1] == g
+            gates.append(Gate(g, members, exact, direct))
     return tuple(gates)
+
+
+def sweep_gate(piece: bytes, members: tuple[tuple[int, bytes], ...], direct_cost: float) -> Gate:
+    """A sweep for ``members``, each anchored at the first occurrence of ``piece`` in it.
+
+    The pattern is ``piece`` followed by a trie of the rest of each member; where a member ends,
+    a look-behind checks the whole member and an empty capturing group names it. A match starts
+    at the occurrence of ``piece``; two members whose rests are one a prefix of the other can end
+    at the same occurrence, and the pattern reports only one of them: they are each other's twins.
+    """
+    rests = {i: lit[lit.index(piece) + len(piece) :] for i, lit in members}
+    offsets = {i: lit.index(piece) for i, lit in members}
+    lits = dict(members)
+    labels: list[int] = [-1]
+
+    def node(items: list[tuple[bytes, int]]) -> str:
+        ends = [i for rest, i in items if not rest]
+        follow: dict[int, list[tuple[bytes, int]]] = defaultdict(list)
+        for rest, i in items:
+            if rest:
+                follow[rest[0]].append((rest[1:], i))
+        alts = [_lit(bytes([byte])) + node(sub) for byte, sub in sorted(follow.items())]
+        for i in ends:
+            labels.append(i)
+            behind = f"(?<={_lit(lits[i])})" if offsets[i] else ""
+            alts.append(behind + "()")
+        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+    source = _lit(piece) + node([(rests[i], i) for i, _ in members])
+    twins: dict[int, tuple[tuple[int, int, bytes], ...]] = {}
+    for i, _ in members:
+        same = tuple(
+            (j, offsets[j], lits[j])
+            for j, _ in members
+            if j != i and (rests[j].startswith(rests[i]) or rests[i].startswith(rests[j]))
+        )
+        if same:
+            twins[i] = same
+    return Gate(piece, members, False, direct_cost, re.compile(source.encode("latin-1")), tuple(labels), twins)
+
+
+def _lit(text: bytes) -> str:
+    """``text`` as a regex matching it literally (latin-1 keeps every byte value)."""
+    return re.escape(text.decode("latin-1"))

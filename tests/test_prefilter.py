@@ -458,3 +458,38 @@ def test_gates_are_planned_only_once_the_input_is_big_enough() -> None:
         assert pf._gates is None or seen > pf._PLAN_AFTER
     assert pf.candidates(block) == want
     assert pf._gates is not None
+
+
+def test_a_sweep_reports_every_member_including_twins_that_end_at_the_same_piece() -> None:
+    """Members of one sweep: some end right after the piece, some share what follows it (twins,
+    of which the pattern reports one), one starts with it, one holds it twice."""
+    from oomdoctor.prefilter import _sweep
+    from oomdoctor.prefilter_gates import sweep_gate
+
+    lits = [b"out of memory", b"no memory", b"memory pool", b"x mo", b"mo", b"memo mo!", b"max memory pool"]
+    members = tuple(enumerate(lits))
+    gate = sweep_gate(b"mo", members, 1.0)
+    assert gate.sweep is not None and not gate.exact
+    assert sorted(gate.labels[1:]) == list(range(len(lits)))
+    assert 2 in {j for j, _, _ in gate.twins[1]}  # "no memory" ends where "memory pool" goes on
+    words = [*lits, b"mem", b"memory", b"x m", b"max ", b"out of", b"pool", b"m", b"o", b"!"]
+    rng = random.Random(5)
+    for _ in range(2000):
+        block = b"".join(rng.choice(words) + rng.choice((b"", b" ", b"\n")) for _ in range(rng.randint(0, 12)))
+        found: dict[int, list[int]] = {}
+        _sweep(block, gate, found)
+        got = [(start, end, mask) for start, (end, mask) in sorted(found.items())]
+        assert got == _candidates_by_hand(block, lits), block
+
+
+def test_gates_planned_on_a_sample_sweep_for_short_shared_pieces() -> None:
+    from oomdoctor.prefilter_gates import plan
+
+    lits = tuple(needles(_triggers()))
+    sample = b"".join(log.read_bytes() for log in LOGS).lower()
+    gates = plan(lits, sample)
+    sweeps = [g for g in gates if g.sweep is not None]
+    assert sweeps and all(len(g.gate) <= 2 for g in sweeps)
+    assert sorted(i for g in gates for i, _ in g.members) == list(range(len(lits)))
+    assert len(gates) < len(plan(lits)) // 3  # a sweep covers what several find gates did
+    assert not any(g.sweep is not None for g in plan(lits))  # no sample, no sweep
