@@ -71,7 +71,7 @@ class Gate:
     exact: bool
     #: estimated seconds/GiB of searching the members directly (one pass each)
     direct_cost: float
-    #: a sweep: matches where a member ends (see :func:`sweep_pattern`), else None
+    #: a sweep: matches where a member ends (see :func:`sweep_gate`), else None
     sweep: re.Pattern[bytes] | None = None
     #: for a sweep: needle index of each capturing group (index 0 unused)
     labels: tuple[int, ...] = ()
@@ -100,11 +100,13 @@ def _gate_cost(g: bytes, k: int) -> float:
 #: what a sweep costs (CPython 3.11, lower-cased vLLM serving log, 1 MiB blocks): seconds/GiB
 #: for ``re``'s literal-prefix loop; seconds per occurrence of the piece's first byte when the
 #: piece has two (the loop compares the second inline); per occurrence of the piece (entering
-#: the matcher) and per alternative tried after it (one per distinct next byte of the members)
+#: the matcher) and per alternative tried after it (one per distinct next byte of the members).
+#: Timings on a shared 2-core machine vary by ±20%; these are the values whose plans ran
+#: fastest side by side (a serving log: 11 gates, 6 of them sweeps, ~12 s/GiB)
 SWEEP_PASS = 0.8
-SWEEP_PREFIX_HIT = 5e-9
-SWEEP_HIT = 15e-9
-SWEEP_ALT = 7e-9
+SWEEP_PREFIX_HIT = 3e-9
+SWEEP_HIT = 10e-9
+SWEEP_ALT = 3e-9
 #: sweeps are pieces of this many bytes at most
 SWEEP_PIECE = 2
 #: bytes of the sample counted to price sweeps
