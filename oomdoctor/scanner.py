@@ -287,6 +287,8 @@ class Scanner:
         """Match one logical line; True when it holds a rule trigger (it then needs look-ahead).
 
         ``mask``: the prefilter's needles found on the line (0: unknown, try every trigger)."""
+        if self._open:  # findings the lines before this one closed, however the input was cut
+            self._age_open(final=False, last_line=line.number - 1)
         self._recent.append(line)
         if line.rank is not None and _VLLM_PROCESS.match(line.rank):
             self._collector.vote_engine("vllm", line.number)
@@ -594,10 +596,13 @@ class Scanner:
             return o.progress_phase
         return "unknown"
 
-    def _age_open(self, final: bool) -> None:
+    def _age_open(self, final: bool, last_line: int | None = None) -> None:
+        """Close the open findings ``AFTER_LINES`` behind ``last_line`` (default: the last line
+        read), or all of them (``final``)."""
+        last = self._last_line if last_line is None else last_line
         still: list[_Open] = []
         for o in self._open:
-            if final or self._last_line - o.line > AFTER_LINES:
+            if final or last - o.line > AFTER_LINES:
                 o.finding.phase = self._phase_for(o)  # type: ignore[assignment]
                 self._findings.append(o.finding)
                 self._ready.append(o.finding)

@@ -47,6 +47,15 @@ def test_findings_do_not_depend_on_chunking(log: Path, chunk: int) -> None:
     assert [summary(f) for f in scan(data, chunk).findings] == whole
 
 
+def test_whole_reports_of_long_logs_do_not_depend_on_chunking() -> None:
+    """Every fixture end to end: failures told again hundreds of lines later, after other ones.
+    The whole report (end lines, merged figures) is the same however the bytes arrive."""
+    data = b"".join(p.read_bytes() for p in sorted(FIXTURES.parent.glob("**/*.log")))
+    whole = scan(data).model_dump_json()
+    for chunk in (4096, 65536):
+        assert scan(data, chunk).model_dump_json() == whole, chunk
+
+
 def test_chunking_keeps_context() -> None:
     data = (FIXTURES / "synthetic-v1-healthy-start.log").read_bytes()
     assert scan(data, 5).context == scan(data).context
