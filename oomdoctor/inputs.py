@@ -15,7 +15,10 @@ import lzma
 import os
 import stat
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+if TYPE_CHECKING:
+    from oomdoctor.prefilter_pool import Precomputed
 
 BLOCK = 1 << 20
 
@@ -121,11 +124,36 @@ def _open(path: str) -> tuple[BinaryIO, str | None]:
     return stream, None
 
 
-def read_blocks(path: str, block: int = BLOCK) -> Iterator[bytes]:
+def _ahead(path: str, f: io.FileIO, ahead: Precomputed) -> Iterator[bytes]:
+    from oomdoctor.prefilter_pool import parallel_blocks, workers_for
+
+    try:
+        size = os.fstat(f.fileno()).st_size
+        workers = workers_for(ahead.inner, size)
+        blocks = parallel_blocks(path, f.fileno(), size, ahead, workers) if workers else None
+    except OSError as exc:
+        raise InputError(_os_message(path, exc, "read")) from None
+    if blocks is None:
+        blocks = iter(lambda: f.read(BLOCK), b"")
+    done = 0
+    while True:
+        try:
+            data = next(blocks)
+        except StopIteration:
+            return
+        except OSError as exc:
+            raise InputError(_os_message(path, exc, "read"), partial=done > 0) from None
+        done += len(data)
+        yield data
+
+
+def read_blocks(path: str, block: int = BLOCK, ahead: Precomputed | None = None) -> Iterator[bytes]:
     """Yield the decompressed bytes of ``path`` (``-`` is stdin) in blocks.
 
     A truncated or corrupt compressed file raises :class:`InputError` (``partial=True`` when
     something was read) after yielding what was readable, so the caller can still report it.
+    With ``ahead``, a big plain file is read in chunks whose candidate lines worker processes
+    found (see :mod:`oomdoctor.prefilter_pool`); each chunk is told to ``ahead`` first.
     """
     if path == "-":
         while True:
@@ -139,6 +167,9 @@ def read_blocks(path: str, block: int = BLOCK) -> Iterator[bytes]:
     f, kind = _open(path)
     done = 0
     try:
+        if ahead is not None and kind is None and isinstance(f, io.FileIO):
+            yield from _ahead(path, f, ahead)
+            return
         while True:
             try:
                 # read1: whatever the decompressor has, so a truncated file yields all it can

@@ -87,6 +87,10 @@ class PurePrefilter(SpansMixin):
         self._hot: dict[int, int] = {}  # gate index -> blocks left to bypass it
         self._seen = 0
 
+    def plan_for(self, sample: bytes) -> None:
+        """Plan the gates now, pricing sweeps by ``sample`` (lower-cased text of the log)."""
+        self._plan(sample)
+
     def _plan(self, sample: bytes = b"") -> tuple[Gate, ...]:
         """Plan once, pricing sweeps by ``sample`` (lower-cased text of the log at hand)."""
         if self._gates is None:

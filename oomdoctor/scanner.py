@@ -205,6 +205,17 @@ class Scanner:
         self._progress: deque[tuple[int, str]] = deque(maxlen=64)
         self._last_line = 0
 
+    @property
+    def prefilter(self) -> Prefilter:
+        return self._prefilter
+
+    def use_prefilter(self, prefilter: Prefilter) -> None:
+        """Swap in another prefilter for the same needles (one that knows some answers ahead:
+        :class:`oomdoctor.prefilter_pool.Precomputed`)."""
+        if prefilter.needles != self._prefilter.needles:
+            raise ValueError("a prefilter for other needles")
+        self._prefilter = prefilter
+
     def new_source(self, name: str) -> None:
         """Finish the current source and continue with another (line numbers restart)."""
         self._end_of_source()

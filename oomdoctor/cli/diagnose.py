@@ -204,9 +204,12 @@ def _file_mode(
 ) -> int:
     from oomdoctor.cli.progress import FileProgress
     from oomdoctor.inputs import InputError, read_blocks
+    from oomdoctor.prefilter_pool import Precomputed
     from oomdoctor.scanner import RuleTimeout, Scanner
 
     scanner = Scanner(pack, source=paths[0], hints=hints)  # type: ignore[arg-type]
+    ahead = Precomputed(scanner.prefilter)  # big plain files: candidates found by workers
+    scanner.use_prefilter(ahead)
     input_error: InputError | None = None
     try:
         with FileProgress(paths) as bar:
@@ -214,7 +217,7 @@ def _file_mode(
                 if i:
                     scanner.new_source(path)
                 try:
-                    for block in read_blocks(path):
+                    for block in read_blocks(path, ahead=ahead):
                         scanner.feed(block)
                         bar.advance(len(block), scanner.findings_so_far())
                 except InputError as exc:

@@ -1,0 +1,155 @@
+"""Worker processes finding a big file's candidate lines change nothing in the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oomdoctor import prefilter_pool
+from oomdoctor.inputs import read_blocks
+from oomdoctor.prefilter import PurePrefilter
+from oomdoctor.prefilter_pool import Precomputed, parallel_blocks, workers_for
+from oomdoctor.rulepack import default_pack
+from oomdoctor.scanner import _BUILTIN_TRIGGERS, Scanner
+from tests.corpus import FIXTURES
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="workers are forked on Linux only")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _pure() -> PurePrefilter:
+    return PurePrefilter([*default_pack().all_triggers(), *_BUILTIN_TRIGGERS])
+
+
+def _big_log(tmp_path: Path) -> Path:
+    """Fixture logs end to end, with lines longer than the slack, CRLF lines, blank runs and no
+    final newline: chunk bounds fall inside OOM blocks, inside long lines and between lines."""
+    parts = []
+    for i, log in enumerate(sorted(FIXTURES.glob("**/*.log"))):
+        parts.append(log.read_bytes())
+        if i % 7 == 0:
+            parts.append(b"x" * 9000 + b" CUDA out of memory in a very long line\n")
+        if i % 5 == 0:
+            parts.append(b"INFO noise\r\n" * 50 + b"\n" * 30)
+    path = tmp_path / "big.log"
+    path.write_bytes(b"".join(parts) + b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    return path
+
+
+def _report(path: Path, ahead: bool) -> dict:
+    scanner = Scanner(default_pack(), source="big.log", prefilter=_pure())
+    pre = Precomputed(scanner.prefilter)
+    if ahead:
+        scanner.use_prefilter(pre)
+    for block in read_blocks(str(path), ahead=pre if ahead else None):
+        scanner.feed(block)
+    return json.loads(scanner.close().model_dump_json())
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prefilter_pool, "CHUNK", 8 << 10)
+    monkeypatch.setattr(prefilter_pool, "SLACK", 2 << 10)
+    monkeypatch.setenv("OOMDOCTOR_WORKERS", "3")
+
+
+def test_reports_are_identical_with_and_without_workers(
+    tmp_path: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _big_log(tmp_path)
+    assert path.stat().st_size > 20 * prefilter_pool.CHUNK
+    without = _report(path, ahead=False)
+    used: list[int] = []
+    real = Precomputed.expect
+
+    def expect(self: Precomputed, block: bytes, spans: list) -> None:
+        used.append(len(block))
+        real(self, block, spans)
+
+    monkeypatch.setattr(Precomputed, "expect", expect)
+    with_workers = _report(path, ahead=True)
+    assert with_workers == without
+    assert len(with_workers["findings"]) > 20
+    assert sum(used) == path.stat().st_size  # every chunk came from a worker
+
+
+def test_chunks_cover_the_file_exactly_and_end_at_line_starts(tmp_path: Path, small_chunks: None) -> None:
+    path = _big_log(tmp_path)
+    data = path.read_bytes()
+    pre = Precomputed(_pure())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        blocks = list(parallel_blocks(str(path), fd, len(data), pre, 2))
+    finally:
+        os.close(fd)
+    assert b"".join(blocks) == data
+    long_line_cut = 0
+    for block in blocks[:-1]:
+        if not block.endswith(b"\n"):
+            long_line_cut += 1
+            assert b"\n" not in block[-prefilter_pool.SLACK :]  # only a line longer than the slack
+    assert 0 < long_line_cut <= data.count(b"x" * 9000)  # at most one cut per long line
+    assert len(blocks) - long_line_cut > 15
+
+
+def test_bytes_appended_while_reading_are_read_too(tmp_path: Path, small_chunks: None) -> None:
+    path = _big_log(tmp_path)
+    data = path.read_bytes()
+    fd = os.open(path, os.O_RDONLY)
+    try:  # the size seen when the file was opened is smaller than what is there by the end
+        blocks = list(parallel_blocks(str(path), fd, len(data) - 100_000, Precomputed(_pure()), 2))
+    finally:
+        os.close(fd)
+    assert b"".join(blocks) == data
+
+
+def test_a_failing_worker_sends_the_scan_back_to_the_main_process(
+    tmp_path: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _big_log(tmp_path)
+    want = _report(path, ahead=False)
+    real = prefilter_pool.bound
+
+    def bound(fd: int, k: int, size: int) -> int:
+        if k == 7 and os.getpid() != parent:  # in a worker only
+            raise OSError(5, "Input/output error")
+        return real(fd, k, size)
+
+    parent = os.getpid()
+    monkeypatch.setattr(prefilter_pool, "bound", bound)
+    assert _report(path, ahead=True) == want
+
+
+def test_workers_only_for_big_plain_files_on_linux_with_the_pure_prefilter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OOMDOCTOR_WORKERS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    pure = _pure()
+    assert workers_for(pure, 1 << 30) == 4
+    assert workers_for(pure, prefilter_pool.MIN_BYTES - 1) == 0
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert workers_for(pure, 1 << 30) == 0
+    monkeypatch.setenv("OOMDOCTOR_WORKERS", "0")
+    assert workers_for(pure, 1 << 30) == 0
+    monkeypatch.setenv("OOMDOCTOR_WORKERS", "2")
+    assert workers_for(pure, 10) == 2
+    assert workers_for(Precomputed(pure), 1 << 30) == 0  # not a prefilter it can fork
+
+
+def test_the_cli_report_is_the_same_with_workers(tmp_path: Path) -> None:
+    path = _big_log(tmp_path)
+    base = {**os.environ, "OOMDOCTOR_PREFILTER": "python"}
+
+    def run(workers: str) -> str:
+        env = {**base, "OOMDOCTOR_WORKERS": workers}
+        cmd = [sys.executable, "-m", "oomdoctor", "--format", "json", str(path)]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+        assert out.returncode == 1, out.stderr
+        return out.stdout
+
+    assert run("2") == run("0")
