@@ -6,7 +6,8 @@
 Measured side by side on the same machine (ratios are what the targets are about):
 
 - post-mortem wall time (``oomdoctor -f json LOG``) with hyperscan and with the pure-Python
-  prefilter, against ``grep -c -i -E`` of the same triggers (``LC_ALL=C``);
+  prefilter (with its worker processes, and in one process), against ``grep -c -i -E`` of the
+  same triggers (``LC_ALL=C``); CPU time counts the workers too;
 - pipe passthrough (``cat LOG | oomdoctor > /dev/null``) against ``cat LOG | cat > /dev/null``;
 - peak RSS (``/usr/bin/time``) of each run, plus a 200 MB line without a newline;
 - a 50-line log end to end against importing the CLI's dependencies;
@@ -196,13 +197,14 @@ def main() -> None:
     # not > /dev/null: GNU grep then stops at the first match
     grep_cmd = f"LC_ALL=C grep -c -i -E {sh_quote(pat)} {log} > {HERE / 'out' / 'grep-count.txt'}"
     ours = f"{' '.join(OOMDOCTOR)} -f json {log} > /dev/null"
-    grep, fast, pure = Run(), Run(), Run()
+    grep, fast, pure, pure_one = Run(), Run(), Run(), Run()
     for _ in range(args.repeat):  # interleaved, so that load from elsewhere hits both sides alike
         timed(grep_cmd, run=grep)
         if hs:
             timed(ours, {"OOMDOCTOR_PREFILTER": "hyperscan"}, fast)
     if not args.no_pure:
         timed(ours, {"OOMDOCTOR_PREFILTER": "python"}, pure)
+        timed(ours, {"OOMDOCTOR_PREFILTER": "python", "OOMDOCTOR_WORKERS": "0"}, pure_one)
         timed(grep_cmd, run=grep)
 
     def vs(r: Run, base: Run) -> tuple[str, str, str]:
@@ -217,7 +219,9 @@ def main() -> None:
     else:
         row("post-mortem, hyperscan (vs grep)", "hyperscan not importable", "", "", "≤ 1.0×")
     if not args.no_pure:
-        row("post-mortem, pure Python (vs grep)", *vs(pure, grep), "≤ 3×")
+        workers = min(os.cpu_count() or 1, 8)
+        row(f"post-mortem, pure Python, {workers} worker processes (vs grep)", *vs(pure, grep), "≤ 3×")
+        row("post-mortem, pure Python, one process (`OOMDOCTOR_WORKERS=0`)", *vs(pure_one, grep), "≤ 3×")
     catcat, pipe = Run(), Run()
     for _ in range(args.repeat):
         timed(f"cat {log} | cat > /dev/null", run=catcat)
@@ -230,7 +234,12 @@ def main() -> None:
         f"{catcat.wall / pipe.wall:.2f}×",
         "≥ 0.5×",
     )
-    rss = {"post-mortem, hyperscan": fast.rss, "post-mortem, pure": pure.rss, "pipe mode": pipe.rss}
+    rss = {
+        "post-mortem, hyperscan": fast.rss,
+        "post-mortem, pure": pure.rss,
+        "post-mortem, pure, one process": pure_one.rss,
+        "pipe mode": pipe.rss,
+    }
     line = long_line(args.line_size)
     label = f"{args.line_size / 1e6:.0f} MB line, no newline"
     rss[label] = timed(f"{' '.join(OOMDOCTOR)} -f json {line} > /dev/null").rss
