@@ -65,8 +65,10 @@ class Precomputed(SpansMixin):
 
 def workers_for(prefilter: Prefilter, size: int) -> int:
     """How many worker processes to use for a plain file of ``size`` bytes (0: none)."""
-    wanted = os.environ.get("OOMDOCTOR_WORKERS", "")
-    if wanted.strip().isdigit():
+    wanted = os.environ.get("OOMDOCTOR_WORKERS", "").strip()
+    if wanted:
+        if not wanted.isdigit():
+            raise ValueError(f"OOMDOCTOR_WORKERS={wanted!r}: expected a whole number (0: no worker processes)")
         n = int(wanted)
     else:
         n = min(os.cpu_count() or 1, 8)

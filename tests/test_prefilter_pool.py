@@ -139,6 +139,9 @@ def test_workers_only_for_big_plain_files_on_linux_with_the_pure_prefilter(monke
     monkeypatch.setenv("OOMDOCTOR_WORKERS", "2")
     assert workers_for(pure, 10) == 2
     assert workers_for(Precomputed(pure), 1 << 30) == 0  # not a prefilter it can fork
+    monkeypatch.setenv("OOMDOCTOR_WORKERS", "two")
+    with pytest.raises(ValueError, match="OOMDOCTOR_WORKERS='two': expected a whole number"):
+        workers_for(pure, 1 << 30)
 
 
 def test_the_cli_report_is_the_same_with_workers(tmp_path: Path) -> None:
