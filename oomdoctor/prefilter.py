@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Protocol
 
-from oomdoctor.prefilter_gates import Gate, plan
+from oomdoctor.prefilter_gates import SAMPLE_BYTES, Gate, plan
 
 
 class Prefilter(Protocol):
@@ -94,7 +94,7 @@ class PurePrefilter(SpansMixin):
     def _plan(self, sample: bytes = b"") -> tuple[Gate, ...]:
         """Plan once, pricing sweeps by ``sample`` (lower-cased text of the log at hand)."""
         if self._gates is None:
-            self._gates = plan(tuple(self.needles), sample)
+            self._gates = plan(tuple(self.needles), sample[:SAMPLE_BYTES])
         return self._gates
 
     def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:

@@ -63,7 +63,9 @@ COMMON_MEMBER_PENALTY = 0.2
 
 @dataclass(frozen=True)
 class Gate:
-    """Search ``gate``; on each line holding it, check ``members`` (needle index, needle)."""
+    """Search ``gate``; on each line holding it, check ``members`` (needle index, needle).
+
+    A sweep (``sweep`` set) instead finds its members in one pass of its pattern."""
 
     gate: bytes
     members: tuple[tuple[int, bytes], ...]
