@@ -302,6 +302,57 @@ def test_a_stuck_analyser_never_blocks_passthrough_and_line_numbers_stay_exact(
     assert f"analysis skipped {result.skipped_bytes} bytes" in err  # type: ignore[attr-defined]
 
 
+def test_behind_analysis_skips_the_oldest_input_so_the_last_failure_is_still_found(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The failure arrives while analysis is stuck far behind and the input ends right after:
+    the oldest queued input is what gets skipped, and the failure is found at its exact line."""
+    from oomdoctor.cli import pipe
+
+    scanner = _BlockedScanner()
+    io = _Copier()
+    filler = b"".join(b"INFO step %d\n" % i for i in range(400_000))  # ~5 MB, 400000 lines
+    box: dict[str, object] = {}
+    t = threading.Thread(
+        target=lambda: box.update(r=run_pipe(scanner, lambda f: None, in_fd=io.in_r, out_fd=io.out_w))
+    )
+    t.start()
+    io.write(filler)
+    assert scanner.entered.wait(10)
+    for _ in range(6):  # 30 MB while analysis is stuck: more than the queue holds
+        io.write(filler)
+    io.write(KV_LOG)
+    deadline = time.monotonic() + 10
+    while len(io.out) < 7 * len(filler) + len(KV_LOG) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    io.close_input()
+    scanner.release.set()
+    t.join(30)
+    assert io.finish() == filler * 7 + KV_LOG
+    result = box["r"]
+    assert 7 * len(filler) - pipe.QUEUE_BYTES - len(filler) < result.skipped_bytes < 7 * len(filler)  # type: ignore[attr-defined]
+    report = result.report  # type: ignore[attr-defined]
+    assert [f.rule for f in report.findings] == ["vllm.v1.kv-cache.max-len-exceeds"]
+    assert report.findings[0].location.line == 7 * 400_000 + 4
+    assert capsys.readouterr().err.count("oomdoctor: analysis skipped ") == 1
+
+
+def test_making_room_merges_skipped_reads_into_one_gap_and_keeps_their_lines() -> None:
+    from oomdoctor.cli import pipe
+
+    result = pipe.PipeResult()
+    analyser = pipe._Analyser(Scanner(), lambda f: None, result, 8, 0.5)  # not started: nothing taken
+    analyser.max_bytes = 100
+    for i in range(5):
+        analyser.offer(b"%d\n" % i * 10)  # 20 bytes, 10 lines each: all fit
+    assert result.skipped_bytes == 0
+    analyser.offer(b"big\n" * 10)  # 40 bytes: the two oldest reads become one gap
+    items = list(analyser.q.queue)
+    assert isinstance(items[0], pipe._Gap) and (items[0].nbytes, items[0].newlines) == (40, 20)
+    assert items[1:] == [b"2\n" * 10, b"3\n" * 10, b"4\n" * 10, b"big\n" * 10]
+    assert result.skipped_bytes == 40 and analyser._queued == 100
+
+
 class _BrokenScanner(Scanner):
     def __init__(self) -> None:
         super().__init__(source="<test>")

@@ -5,9 +5,10 @@ Guarantees (tested in tests/test_pipe*.py):
 * Output bytes == input bytes. The main thread only ``os.read``\\s and ``os.write``\\s; it never
   decodes, splits or waits for analysis.
 * Analysis never blocks the upstream. Chunks go to an analyser thread through a bounded queue
-  (at most ``QUEUE_BYTES``, 16 MiB, and ``QUEUE_CHUNKS`` reads); when the queue is full the chunk is
-  skipped for analysis (its newlines are still counted, so line numbers stay exact) and one line
-  on stderr says how many bytes analysis skipped (never when stdin is a regular file: then
+  (at most ``QUEUE_BYTES``, 16 MiB, and ``QUEUE_CHUNKS`` reads); when the queue is full the oldest
+  queued chunks are skipped for analysis, so the latest input (where a dying server prints its
+  failure) is always analysed; skipped newlines are still counted, so line numbers stay exact,
+  and one line on stderr says how many bytes analysis skipped (never when stdin is a regular file: then
   there is no upstream to protect and the analyser is waited for). The remaining coupling is the GIL: a regex
   holds it for at most ``REGEX_TIMEOUT`` (a rule that runs longer stops the analysis, naming the
   rule), pure-Python analysis hands it back every few milliseconds.
@@ -141,6 +142,7 @@ class _Analyser(threading.Thread):
                     continue
             return
         try:
+            self._make_room(len(data))
             if self._queued + len(data) > self.max_bytes:
                 raise queue.Full
             if self._gap is not None:
@@ -154,6 +156,34 @@ class _Analyser(threading.Thread):
             gap.newlines += data.count(b"\n")
             self._gap = gap
             self.result.skipped_bytes += len(data)
+
+    def _make_room(self, nbytes: int) -> None:
+        """Turn the oldest queued reads into gaps until ``nbytes`` more fit.
+
+        When analysis is behind, what it skips is the oldest input, so the latest, where a
+        dying server prints its failure, is always analysed. A gap keeps the skipped lines'
+        count, so line numbers after it stay exact."""
+        if self._queued + nbytes <= self.max_bytes and self.q.qsize() < self.q.maxsize:
+            return
+        with self.q.mutex:  # the analyser takes from the front meanwhile, never in the middle
+            items = self.q.queue
+            i = 0
+            while i < len(items) and (self._queued + nbytes > self.max_bytes or len(items) >= self.q.maxsize):
+                item = items[i]
+                if not isinstance(item, bytes):
+                    i += 1
+                    continue
+                self._count(-len(item))
+                self.result.skipped_bytes += len(item)
+                prev = items[i - 1] if i else None
+                gap = prev if isinstance(prev, _Gap) else _Gap()
+                gap.nbytes += len(item)
+                gap.newlines += item.count(b"\n")
+                if gap is prev:
+                    del items[i]
+                else:
+                    items[i] = gap
+                    i += 1
 
     def _count(self, nbytes: int) -> None:
         with self._lock:
