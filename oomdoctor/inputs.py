@@ -133,6 +133,8 @@ def _ahead(path: str, f: io.FileIO, ahead: Precomputed) -> Iterator[bytes]:
         blocks = parallel_blocks(path, f.fileno(), size, ahead, workers) if workers else None
     except OSError as exc:
         raise InputError(_os_message(path, exc, "read")) from None
+    except ValueError as exc:  # OOMDOCTOR_WORKERS is not a number
+        raise InputError(str(exc)) from None
     if blocks is None:
         blocks = iter(lambda: f.read(BLOCK), b"")
     done = 0

@@ -156,3 +156,13 @@ def test_the_cli_report_is_the_same_with_workers(tmp_path: Path) -> None:
         return out.stdout
 
     assert run("2") == run("0")
+
+
+def test_a_worker_count_that_is_not_a_number_is_a_one_line_error() -> None:
+    env = {**os.environ, "OOMDOCTOR_WORKERS": "two"}
+    log = FIXTURES / "vllm" / "vllm-054.log"
+    out = subprocess.run([sys.executable, "-m", "oomdoctor", str(log)], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2
+    assert out.stderr == (
+        "oomdoctor: error: OOMDOCTOR_WORKERS='two': expected a whole number (0: no worker processes)\n"
+    )
