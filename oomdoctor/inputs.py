@@ -14,7 +14,7 @@ import io
 import lzma
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
@@ -124,29 +124,19 @@ def _open(path: str) -> tuple[BinaryIO, str | None]:
     return stream, None
 
 
-def _ahead(path: str, f: io.FileIO, ahead: Precomputed) -> Iterator[bytes]:
+def _worker_chunks(path: str, f: io.FileIO, ahead: Precomputed) -> Generator[bytes, None, None] | None:
+    """The chunks of a big plain file whose candidate lines worker processes find; None when
+    the file gets no workers (see :mod:`oomdoctor.prefilter_pool`)."""
     from oomdoctor.prefilter_pool import parallel_blocks, workers_for
 
     try:
         size = os.fstat(f.fileno()).st_size
         workers = workers_for(ahead.inner, size)
-        blocks = parallel_blocks(path, f.fileno(), size, ahead, workers) if workers else None
     except OSError as exc:
         raise InputError(_os_message(path, exc, "read")) from None
     except ValueError as exc:  # OOMDOCTOR_WORKERS is not a number
         raise InputError(str(exc)) from None
-    if blocks is None:
-        blocks = iter(lambda: f.read(BLOCK), b"")
-    done = 0
-    while True:
-        try:
-            data = next(blocks)
-        except StopIteration:
-            return
-        except OSError as exc:
-            raise InputError(_os_message(path, exc, "read"), partial=done > 0) from None
-        done += len(data)
-        yield data
+    return parallel_blocks(path, f.fileno(), size, ahead, workers) if workers else None
 
 
 def read_blocks(path: str, block: int = BLOCK, ahead: Precomputed | None = None) -> Iterator[bytes]:
@@ -168,14 +158,17 @@ def read_blocks(path: str, block: int = BLOCK, ahead: Precomputed | None = None)
             yield data
     f, kind = _open(path)
     done = 0
+    chunks: Generator[bytes, None, None] | None = None
     try:
         if ahead is not None and kind is None and isinstance(f, io.FileIO):
-            yield from _ahead(path, f, ahead)
-            return
+            chunks = _worker_chunks(path, f, ahead)
         while True:
             try:
-                # read1: whatever the decompressor has, so a truncated file yields all it can
-                data = f.read1(block) if kind is not None and hasattr(f, "read1") else f.read(block)
+                if chunks is not None:
+                    data = next(chunks, b"")
+                else:
+                    # read1: whatever the decompressor has, so a truncated file yields all it can
+                    data = f.read1(block) if kind is not None and hasattr(f, "read1") else f.read(block)
             except EOFError:
                 raise InputError(
                     f"{path}: truncated {kind} file: the report covers the {done} bytes read before the end",
@@ -196,5 +189,7 @@ def read_blocks(path: str, block: int = BLOCK, ahead: Precomputed | None = None)
             done += len(data)
             yield data
     finally:
+        if chunks is not None:  # stops the workers
+            chunks.close()
         with contextlib.suppress(Exception):  # closing a corrupt stream may fail again
             f.close()

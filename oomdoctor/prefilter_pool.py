@@ -24,10 +24,11 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 from oomdoctor.prefilter import Prefilter, PurePrefilter, SpansMixin
+from oomdoctor.prefilter_gates import SAMPLE_BYTES
 
 #: bytes per chunk (nominal: chunks end at line starts). Larger chunks cost more than they save:
 #: each is a fresh buffer twice over (read, lower-cased), and at 4 MiB the page faults of those
@@ -101,14 +102,14 @@ def bound(fd: int, k: int, size: int) -> int:
 
 
 def _read(fd: int, start: int, end: int) -> bytes:
-    parts = [b""]
-    while start < end:
-        data = os.pread(fd, end - start, start)
-        if not data:
+    """``end - start`` bytes from ``start``, fewer only at the end of the file."""
+    data = os.pread(fd, end - start, start)
+    while len(data) < end - start:  # a short read before the end: rare
+        more = os.pread(fd, end - start - len(data), start + len(data))
+        if not more:
             break
-        parts.append(data)
-        start += len(data)
-    return parts[-1] if len(parts) <= 2 else b"".join(parts)
+        data += more
+    return data
 
 
 def _work(conn: Any, path: str, size: int, prefilter: Prefilter) -> None:
@@ -129,7 +130,7 @@ def _work(conn: Any, path: str, size: int, prefilter: Prefilter) -> None:
         conn.close()
 
 
-def parallel_blocks(path: str, fd: int, size: int, pre: Precomputed, workers: int) -> Iterator[bytes]:
+def parallel_blocks(path: str, fd: int, size: int, pre: Precomputed, workers: int) -> Generator[bytes, None, None]:
     """Yield the chunks of the plain file ``fd`` (``size`` bytes when opened) in order, each
     told to ``pre`` with its candidates; then whatever was appended, in blocks ``pre`` does
     not know. Falls back to reading on alone when a worker fails."""
@@ -138,7 +139,8 @@ def parallel_blocks(path: str, fd: int, size: int, pre: Precomputed, workers: in
     inner = pre.inner
     if isinstance(inner, PurePrefilter):  # plan once here, so the workers inherit the plan
         # priced by slices from across the file, not only its start (a banner, not the traffic)
-        inner.plan_for(b"".join(_read(fd, size * i // 8, size * i // 8 + (16 << 10)) for i in (1, 3, 5, 7)).lower())
+        piece = SAMPLE_BYTES // 4
+        inner.plan_for(b"".join(_read(fd, size * i // 8, size * i // 8 + piece) for i in (1, 3, 5, 7)).lower())
     ctx = multiprocessing.get_context("fork")
     chunks = -(-size // CHUNK)
     pipes: list[Any] = []
@@ -183,8 +185,9 @@ def parallel_blocks(path: str, fd: int, size: int, pre: Precomputed, workers: in
             if len(block) != end - start:  # the file shrank under us
                 break
             pos = end
-            pre.expect(block, spans)
-            yield block
+            if block:  # (a chunk is empty when a line without newline runs from its start to EOF)
+                pre.expect(block, spans)
+                yield block
     finally:
         for conn in pipes:
             with contextlib.suppress(OSError):
