@@ -93,7 +93,7 @@ def bound(fd: int, k: int, size: int) -> int:
         window = os.pread(fd, want, nominal - 1 + looked)
         nl = window.find(b"\n")
         if nl >= 0:
-            return nominal + looked + nl
+            return min(nominal + looked + nl, size)  # (bytes appended since: not this chunk's)
         if len(window) < want:  # end of file
             break
         looked += len(window)

@@ -166,3 +166,25 @@ def test_a_worker_count_that_is_not_a_number_is_a_one_line_error() -> None:
     assert out.stderr == (
         "oomdoctor: error: OOMDOCTOR_WORKERS='two': expected a whole number (0: no worker processes)\n"
     )
+
+
+def test_an_empty_last_chunk_does_not_end_the_read_before_appended_bytes(
+    tmp_path: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last line has no newline and runs from before the last chunk's bound to the end, so
+    that chunk is empty; bytes appended after the workers looked are still read."""
+    chunk = prefilter_pool.CHUNK
+    lines = b"".join(b"INFO step %06d %s\n" % (i, b"." * 80) for i in range((2 * chunk - 500) // 100))
+    data = lines + b"x" * (2 * chunk + 1000 - len(lines))
+    path = tmp_path / "grows.log"
+    path.write_bytes(data + b"\nCUDA out of memory, appended\n")
+    real = prefilter_pool.bound
+    # the workers find the bounds of the file as it was before the append
+    monkeypatch.setattr(prefilter_pool, "bound", lambda fd, k, size: real(fd, k, len(data)))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert real(fd, 2, len(data)) == len(data)  # chunk 2 is empty
+    finally:
+        os.close(fd)
+    blocks = list(read_blocks(str(path), ahead=Precomputed(_pure())))
+    assert b"".join(blocks) == path.read_bytes()
