@@ -470,3 +470,90 @@ def test_pipe_mode_modules_import_no_pydantic() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+class _SlowScanner(Scanner):
+    """Each feed takes at least 5 ms."""
+
+    def feed(self, data: bytes) -> None:
+        time.sleep(0.005)
+        super().feed(data)
+
+
+def test_under_a_flood_analysis_works_a_tenth_of_the_time_and_full_speed_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While input is being skipped, the analyser sleeps 9× as long as each chunk took it, so
+    the passthrough keeps the CPU and the GIL; once skipping stops, it no longer sleeps."""
+    from oomdoctor.cli import pipe
+
+    monkeypatch.setattr(pipe, "FLOOD_WINDOW", 60.0)  # a skip within the last minute: flooding
+    naps: list[float] = []
+    analyser = pipe._Analyser(_SlowScanner(), lambda f: None, pipe.PipeResult(), 8, 0.5)
+    analyser.nap = naps.append
+    analyser.last_skip = time.monotonic()
+    analyser.start()
+    analyser.offer(b"INFO one\n")
+    deadline = time.monotonic() + 10
+    while not naps and time.monotonic() < deadline:
+        time.sleep(0.01)
+    analyser.last_skip = float("-inf")  # the flood is over
+    analyser.offer(b"INFO two\n")
+    assert analyser.finish(30)
+    assert len(naps) == 1 and naps[0] >= (1 / pipe.FLOOD_SHARE - 1) * 0.005
+
+
+def test_under_a_flood_the_rule_pack_loads_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading the rule pack holds the GIL for ~0.4 s: the analyser waits for the flood to end
+    (input no longer skipped within FLOOD_WINDOW) before it makes the scanner."""
+    from oomdoctor.cli import pipe
+
+    monkeypatch.setattr(pipe, "FLOOD_WINDOW", 0.3)
+    made: list[float] = []
+
+    def make() -> Scanner:
+        made.append(time.monotonic())
+        return Scanner(source="<test>")
+
+    analyser = pipe._Analyser(make, lambda f: None, pipe.PipeResult(), 8, 0.5)
+    flood_until = time.monotonic() + 1.0
+    analyser.last_skip = time.monotonic()
+    analyser.start()
+    while time.monotonic() < flood_until:  # skipping goes on, far more often than FLOOD_WINDOW
+        analyser.last_skip = time.monotonic()
+        time.sleep(0.01)
+    assert not made
+    assert analyser.finish(30)
+    assert len(made) == 1 and made[0] >= flood_until
+
+
+def test_end_of_input_ends_the_wait_for_a_flood_to_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    from oomdoctor.cli import pipe
+
+    monkeypatch.setattr(pipe, "FLOOD_WINDOW", 60.0)
+    monkeypatch.setattr(pipe, "FLOOD_BUILD_WAIT", 60.0)
+    result = pipe.PipeResult()
+    analyser = pipe._Analyser(lambda: Scanner(source="<test>"), lambda f: None, result, 8, 0.5)
+    analyser.last_skip = time.monotonic()
+    analyser.start()
+    analyser.offer(KV_LOG)
+    assert analyser.finish(30)  # would wait a minute if the end did not stop the wait
+    assert result.report is not None
+    assert [(f.rule, f.location.line) for f in result.report.findings] == [("vllm.v1.kv-cache.max-len-exceeds", 4)]
+
+
+def test_none_found_after_skipping_says_it_covers_only_the_part_analysed() -> None:
+    import io
+
+    from oomdoctor.cli.diagnose import LiveFindings
+
+    empty = Scanner(source="<stdin>").close()
+    said = []
+    for partial in (False, True):
+        stream = io.StringIO()
+        LiveFindings(True, stream).summary(empty, "text", None, partial=partial)
+        said.append(stream.getvalue())
+    assert said == [
+        "oomdoctor: no out-of-memory failure found.\n",
+        "oomdoctor: no out-of-memory failure found in the part analysed.\n",
+    ]

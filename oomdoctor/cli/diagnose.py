@@ -270,8 +270,12 @@ class LiveFindings:
         except (OSError, ValueError):
             pass
 
-    def summary(self, report: Report, fmt: str, output: str | None, *, quiet: bool = False) -> None:
-        """The end of a live run: unseen findings and one summary line (or the full report)."""
+    def summary(
+        self, report: Report, fmt: str, output: str | None, *, quiet: bool = False, partial: bool = False
+    ) -> None:
+        """The end of a live run: unseen findings and one summary line (or the full report).
+
+        ``partial``: analysis skipped some input, so "none found" covers only the rest."""
         try:
             if not self.live:
                 _write_report(report, fmt, output, self.stream)
@@ -284,7 +288,8 @@ class LiveFindings:
             if errors:
                 text += f"oomdoctor: {errors} out-of-memory failure(s) found.\n"
             elif not quiet:
-                text += "oomdoctor: no out-of-memory failure found.\n"
+                where = " in the part analysed" if partial else ""
+                text += f"oomdoctor: no out-of-memory failure found{where}.\n"
             self._write(text)
         except OSError:
             pass
@@ -310,7 +315,7 @@ def _pipe_mode(
     result = run_pipe(scanner, live, in_fd=in_fd, out_fd=out_fd, warmup=warm_imports)
     report = result.report
     if report is not None:
-        live.summary(report, fmt, output, quiet=result.downstream_closed)
+        live.summary(report, fmt, output, quiet=result.downstream_closed, partial=result.skipped_bytes > 0)
     if result.downstream_closed:
         _quiet_broken_pipe()
     if result.signal is not None:

@@ -12,6 +12,11 @@ Guarantees (tested in tests/test_pipe*.py):
   there is no upstream to protect and the analyser is waited for). The remaining coupling is the GIL: a regex
   holds it for at most ``REGEX_TIMEOUT`` (a rule that runs longer stops the analysis, naming the
   rule), pure-Python analysis hands it back every few milliseconds.
+* Under a flood (input is being skipped), analysis steps aside: it takes at most
+  ``FLOOD_SHARE`` of the time and sleeps the rest, and it loads the rule pack (~0.4 s of
+  imports holding the GIL) only once the flood is over or ``FLOOD_BUILD_WAIT`` has passed. The
+  passthrough then runs at nearly its speed alone; the latest input is still analysed at full
+  speed once the input pauses or ends.
 * An internal analysis error is reported once (``oomdoctor: analysis stopped: ...``); the
   passthrough continues to EOF and the caller exits 2.
 * Downstream closed (``| head -1``): passthrough stops, no traceback, the findings so far are
@@ -54,6 +59,14 @@ SIGNAL_JOIN_SECONDS = 5.0
 
 #: poll interval of ``stop_when_idle``
 IDLE_POLL = 0.2
+
+#: while input is being skipped, the analyser works at most this share of the time and sleeps
+#: the rest, handing the CPU and the GIL to the passthrough (what it skips is skipped anyway)
+FLOOD_SHARE = 0.1
+#: input skipped less than this many seconds ago means the flood goes on
+FLOOD_WINDOW = 0.05
+#: the analyser waits at most this long for a flood to end before it loads the rule pack
+FLOOD_BUILD_WAIT = 5.0
 
 _END = object()
 
@@ -126,6 +139,12 @@ class _Analyser(threading.Thread):
         self.active = True
         self.deadline: float | None = None
         self._gap: _Gap | None = None  # owned by the producer thread
+        #: ``time.monotonic()`` of the last skip (producer writes, consumer reads)
+        self.last_skip = float("-inf")
+        #: set once the producer has sent end-of-input
+        self.ended = threading.Event()
+        #: how the analyser steps aside under a flood: a sleep that the end of input cuts short
+        self.nap: Callable[[float], object] = self.ended.wait
 
     # -- producer side (main thread) ------------------------------------------------------------
 
@@ -156,6 +175,7 @@ class _Analyser(threading.Thread):
             gap.newlines += data.count(b"\n")
             self._gap = gap
             self.result.skipped_bytes += len(data)
+            self.last_skip = time.monotonic()
 
     def _make_room(self, nbytes: int) -> None:
         """Turn the oldest queued reads into gaps until ``nbytes`` more fit.
@@ -165,6 +185,7 @@ class _Analyser(threading.Thread):
         count, so line numbers after it stay exact."""
         if self._queued + nbytes <= self.max_bytes and self.q.qsize() < self.q.maxsize:
             return
+        self.last_skip = time.monotonic()
         with self.q.mutex:  # the analyser takes from the front meanwhile, never in the middle
             items = self.q.queue
             i = 0
@@ -192,6 +213,7 @@ class _Analyser(threading.Thread):
     def finish(self, join_timeout: float | None) -> bool:
         """Send end-of-input and wait; False when the analyser did not finish in time."""
         limit = None if join_timeout is None else time.monotonic() + join_timeout
+        self.ended.set()
         items: list[object] = [self._gap] if self._gap is not None else []
         self._gap = None
         items.append(_END)
@@ -210,6 +232,7 @@ class _Analyser(threading.Thread):
 
     def run(self) -> None:
         if self._make is not None:  # the rule pack and the scanner load here, off the passthrough
+            self._wait_out_flood()
             self._guard(self._build)
         scanner = self.scanner
         dirty = False
@@ -233,17 +256,35 @@ class _Analyser(threading.Thread):
                 if isinstance(item, bytes):
                     self.result.skipped_bytes += len(item)
                 continue
+            started = time.monotonic()
             if isinstance(item, _Gap):
                 self._guard(functools.partial(_feed_newlines, scanner, item.newlines))
-                continue
-            assert isinstance(item, bytes)
-            self._guard(functools.partial(self._feed, item))
-            dirty = True
+            else:
+                assert isinstance(item, bytes)
+                self._guard(functools.partial(self._feed, item))
+                dirty = True
+            if self.flooding():
+                self.nap((time.monotonic() - started) * (1 / FLOOD_SHARE - 1))
         if self.active:
             try:
                 self.result.report = scanner.close()
             except Exception as exc:
                 self._halt(exc)
+
+    def flooding(self) -> bool:
+        """Input was skipped within ``FLOOD_WINDOW`` and has not ended."""
+        return not self.ended.is_set() and time.monotonic() - self.last_skip < FLOOD_WINDOW
+
+    def _wait_out_flood(self) -> None:
+        """Load the rule pack after a flood, not in it: its imports hold the GIL for ~0.4 s,
+        which the passthrough needs between its reads and writes.
+
+        The first wait lets a flood show itself: it fills the queue (16 MiB) within
+        ``FLOOD_WINDOW`` only above 320 MB/s, far above what a server writes."""
+        limit = time.monotonic() + FLOOD_BUILD_WAIT
+        self.nap(FLOOD_WINDOW)
+        while self.flooding() and time.monotonic() < limit and self.deadline is None:
+            self.nap(FLOOD_WINDOW)
 
     def _build(self) -> None:
         assert self._make is not None
@@ -399,7 +440,8 @@ def run_pipe(
     if result.skipped_bytes:
         say(
             f"oomdoctor: analysis skipped {result.skipped_bytes} bytes "
-            "(input arrived faster than it could be analysed; all of it was passed through)"
+            "(input arrived faster than it could be analysed; all of it was passed through). "
+            "To analyse a saved log whole, name it: oomdoctor FILE"
         )
     return result
 

@@ -139,7 +139,7 @@ def run_command(
         for s, h in previous.items():
             signal.signal(s, h)
     if result.report is not None:
-        live.summary(result.report, fmt, output, quiet=result.downstream_closed)
+        live.summary(result.report, fmt, output, quiet=result.downstream_closed, partial=result.skipped_bytes > 0)
     if result.downstream_closed:
         from oomdoctor.cli import _quiet_stdout
 
