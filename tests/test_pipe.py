@@ -508,7 +508,7 @@ def test_under_a_flood_the_rule_pack_loads_after_it(monkeypatch: pytest.MonkeyPa
     (input no longer skipped within FLOOD_WINDOW) before it makes the scanner."""
     from oomdoctor.cli import pipe
 
-    monkeypatch.setattr(pipe, "FLOOD_WINDOW", 0.3)
+    monkeypatch.setattr(pipe, "FLOOD_WINDOW", 1.0)  # wide: a stall of this test thread is not the end
     made: list[float] = []
 
     def make() -> Scanner:
@@ -516,7 +516,7 @@ def test_under_a_flood_the_rule_pack_loads_after_it(monkeypatch: pytest.MonkeyPa
         return Scanner(source="<test>")
 
     analyser = pipe._Analyser(make, lambda f: None, pipe.PipeResult(), 8, 0.5)
-    flood_until = time.monotonic() + 1.0
+    flood_until = time.monotonic() + 1.5
     analyser.last_skip = time.monotonic()
     analyser.start()
     while time.monotonic() < flood_until:  # skipping goes on, far more often than FLOOD_WINDOW
