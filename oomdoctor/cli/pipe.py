@@ -280,7 +280,7 @@ class _Analyser(threading.Thread):
         which the passthrough needs between its reads and writes.
 
         The first wait lets a flood show itself: it fills the queue (16 MiB) within
-        ``FLOOD_WINDOW`` only above 320 MB/s, far above what a server writes."""
+        ``FLOOD_WINDOW`` only above about 330 MB/s, far above what a server writes."""
         limit = time.monotonic() + FLOOD_BUILD_WAIT
         self.nap(FLOOD_WINDOW)
         while self.flooding() and time.monotonic() < limit and self.deadline is None:
