@@ -168,6 +168,8 @@ _ANSI = re.compile(
 # Each prefix pattern is tried at the start of the remaining text, repeatedly, in this order.
 # Named group ``rank`` (or ``proc``) becomes the line's rank label.
 PREFIX_PATTERNS: tuple[str, ...] = (
+    # a quoted paste (Markdown, e-mail, chat): > line, > > line
+    r"(?:>[ \t]?)+",
     # Kubernetes CRI: 2024-05-01T10:00:00.123456789Z stdout F
     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] ",
     # docker compose v2 / v1:  vllm-1  | ... , vllm_1  | ...
@@ -254,7 +256,12 @@ def split_prefix(text: str) -> tuple[str, str, str | None]:
     for _ in range(10):
         m = match(text, pos)
         if m is None:
-            break
+            # an indented paste: the indentation belongs to the prefix that follows it (a
+            # traceback's own indentation, with no prefix after it, stays in the message)
+            start = len(text) - len(text[pos:].lstrip(" \t"))
+            m = match(text, start) if start > pos else None
+            if m is None:
+                break
         for name, value in m.groupdict().items():
             if value is not None:
                 if name.startswith("rank_"):

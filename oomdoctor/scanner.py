@@ -30,7 +30,7 @@ _FRAME = regex.compile(
     # IPython <= 7: "~/lib/python3.7/site-packages/torch/nn/modules/module.py in _call_impl(self, *input)"
     r"|^\s*(?P<path>\S+\.py) in (?P<func>[\w<>\-]+)\("
     # the second half of a frame line wrapped by a terminal: 'io\queueing.py", line 536, in process_events'
-    r'|^(?P<path>[^"\s]*)", line \d+, in (?P<func>[\w<>.\-]+)\s*$'
+    r'|^\s*(?P<path>[^"\s]*)", line \d+, in (?P<func>[\w<>.\-]+)\s*$'
 )
 _TRACEBACK = "Traceback (most recent call last)"
 #: process names that only vLLM's output prefixer prints (shared/research/upstream-messages.md,
@@ -406,12 +406,18 @@ class Scanner:
         self, rule: CompiledRule, anchor: Line, window: list[Line]
     ) -> tuple[Any, str, int]:
         # Try the window joined with "\n" (lines broken at a word boundary) and with "" (a
-        # terminal that wrapped mid-word, "20.00 M" / "iB"); keep the reading that fills more
-        # named groups, the "\n" one on a tie.
+        # terminal that wrapped mid-word, "20.00 M" / "iB"), and, when the whole paste is
+        # indented, with "" after taking the anchor's indentation off the wrapped pieces; keep
+        # the reading that fills more named groups, the earlier one on a tie.
         best: tuple[Any, str, int] | None = None
         best_score = -1
-        for joiner in ("\n", ""):
-            text = anchor.text + (joiner + joiner.join(w.text for w in window) if window else "")
+        texts = [w.text for w in window]
+        readings: list[tuple[str, list[str]]] = [("\n", texts), ("", texts)]
+        margin = anchor.text[: len(anchor.text) - len(anchor.text.lstrip(" \t"))]
+        if margin and window:
+            readings.append(("", [t[len(margin) :] if t.startswith(margin) else t for t in texts]))
+        for joiner, pieces in readings:
+            text = anchor.text + (joiner + joiner.join(pieces) if window else "")
             try:
                 m = rule.pattern.search(text, timeout=REGEX_TIMEOUT)
             except TimeoutError:
@@ -423,10 +429,10 @@ class Scanner:
                 if score > best_score:
                     end_line = anchor.number
                     consumed = len(anchor.text)
-                    for w in window:
+                    for w, piece in zip(window, pieces, strict=True):
                         if m.end() > consumed + len(joiner):
                             end_line = w.number
-                        consumed += len(joiner) + len(w.text)
+                        consumed += len(joiner) + len(piece)
                     best, best_score = (m, text, end_line), score
             if not window:
                 break

@@ -18,8 +18,10 @@ def _split_by_list(text: str) -> tuple[str, str, str | None]:
     rank: str | None = None
     pos = 0
     for _ in range(10):
+        # indentation before a prefix belongs to it
+        at = next((i for i in (pos, len(text) - len(text[pos:].lstrip(" \t"))) if any(p.match(text, i) for p in _ORDERED)), pos)
         for pat in _ORDERED:
-            m = pat.match(text, pos)
+            m = pat.match(text, at)
             if m and m.end() > pos:
                 gd = m.groupdict()
                 if gd.get("rank") is not None:
@@ -66,6 +68,14 @@ def test_prefixes_stack_and_name_the_rank() -> None:
     assert split_prefix("[default1]:RuntimeError: x")[2] == "rank1"
 
 
+def test_quote_markers_and_indentation_before_a_prefix_are_transport() -> None:
+    # a log pasted as a quote (Markdown, e-mail, chat) or indented as a block
+    assert split_prefix("> > [rank1]: torch.OutOfMemoryError: x") == ("> > [rank1]:", "torch.OutOfMemoryError: x", "rank1")
+    assert split_prefix("    [rank1]:   File \"t.py\", line 9, in f") == ("    [rank1]:", "  File \"t.py\", line 9, in f", "rank1")
+    # a traceback's own indentation is the message's
+    assert split_prefix('    File "t.py", line 9, in f') == ("", '    File "t.py", line 9, in f', None)
+
+
 def test_ansi_precheck_keeps_every_rendering() -> None:
     for text in ("\x1b[1;36mX\x1b[0m", "^[[1;36mX^[[0m", "#033[1;36mX#033[0m", "\\x1b[31mX", "\\033[0mX",
                  "\\u001b[0mX"):
@@ -77,7 +87,7 @@ def test_ansi_precheck_keeps_every_rendering() -> None:
 _PIECES = ["INFO ", "ERROR", " 06-28 23:40:03 ", "[worker.py:267] ", "[rank1]: ", "[default0]:", "(Worker_TP1 pid=9) ",
            "(raylet) ", "vllm-1  | ", "| INFO | stderr | ", "2024-05-01T10:00:00Z stdout F ", "[12.5] ", "E1021 ",
            "12:00:00.123456 1 f.cc:1] ", "[Rank 2] ", "Mar  4 10:00:00 host proc[1]: ", "WARNING: ", "x", " ", "|", "[",
-           "CUDA out of memory"]
+           "CUDA out of memory", "  ", "\t", "> ", ">"]
 
 
 @settings(max_examples=400, deadline=None)

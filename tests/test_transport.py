@@ -1,0 +1,53 @@
+"""A log's diagnosis does not depend on how it reached us: every fixture, with each of its lines
+wrapped the way a log collector, a terminal or a paste wraps it, gives the same failures (kind,
+phase, every figure, line numbers) as the log itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import oomdoctor
+from tests.corpus import FIXTURES
+
+#: what each transport puts around one line
+TRANSPORTS: dict[str, Callable[[bytes], bytes]] = {
+    "docker compose": lambda line: b"vllm-1  | " + line,
+    "kubernetes CRI": lambda line: b"2024-05-01T10:00:00.123456789Z stderr F " + line,
+    "kubectl logs --timestamps": lambda line: b"2024-05-01T10:00:00.123456789Z " + line,
+    "journald": lambda line: b"May 01 10:00:00 gpu-node-1 vllm[1234]: " + line,
+    "Ray worker": lambda line: b"(RayWorkerWrapper pid=1234, ip=10.0.0.2) " + line,
+    "CRLF": lambda line: line + b"\r",
+    "colour": lambda line: b"\x1b[32m" + line + b"\x1b[0m",
+    "quoted paste": lambda line: b"> " + line,
+    "indented paste": lambda line: b"    " + line,
+    "tab-indented paste": lambda line: b"\t" + line,
+}
+
+LOGS = sorted(FIXTURES.glob("**/*.log"))
+
+
+def _failures(data: bytes) -> list[tuple[object, ...]]:
+    report = oomdoctor.diagnose(data, source="log")
+    return sorted(
+        (f.kind, f.phase, f.location.line, f.location.end_line, sorted((k, repr(v)) for k, v in f.figures.items()))
+        for f in report.findings
+        if f.severity == "error"
+    )
+
+
+@pytest.mark.parametrize("log", LOGS, ids=lambda p: p.stem)
+def test_a_transport_around_every_line_changes_no_failure(log: Path) -> None:
+    raw = log.read_bytes()
+    want = _failures(raw)
+    lines = raw.split(b"\n")
+    for name, wrap in TRANSPORTS.items():
+        wrapped = b"\n".join(wrap(line) if line else line for line in lines)
+        assert _failures(wrapped) == want, name
+
+
+def test_the_fixtures_hold_failures_to_compare() -> None:
+    assert len(LOGS) > 80
+    assert sum(bool(_failures(p.read_bytes())) for p in LOGS) > 60
