@@ -178,6 +178,9 @@ PREFIX_PATTERNS: tuple[str, ...] = (
     r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.\-]+ [\w.\-/@]+(?:\[\d+\])?: ",
     # kernel ring buffer [12345.678901]
     r"\[\s*\d+\.\d+\] ",
+    # Python logging's default layouts: 2024-05-01 10:00:00,123 INFO msg / ... - name - ERROR - msg
+    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?\s+(?:-\s+[\w.\-]+\s+-\s+)?"
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?::\s*|\s+-\s+|\s+)",
     # ISO-ish timestamps, optionally bracketed, optionally followed by ': ' or ' - '
     r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d| ?UTC)?\]?(?::| -|)\s+",
     # FastChat / fairseq / loguru separators: | ERROR | stderr |   | WARNING | fairseq.trainer |
@@ -186,6 +189,14 @@ PREFIX_PATTERNS: tuple[str, ...] = (
     # vLLM worker/process prefixes: (VllmWorkerProcess pid=1) (Worker_TP1 pid=2) (RayWorkerWrapper pid=3, ip=1.2.3.4)
     r"\((?P<proc>[A-Za-z_][\w.\-]*(?: rank=\d+)?) pid=(?P<pid>\d+)(?:, ip=[\w.:\-]+)?\)\s*",
     r"\((?:raylet|pid=\d+)(?:, ip=[\w.:\-]+)?\)\s*",
+    # SkyPilot: (task, pid=2343)  (head, rank=0, pid=2375)  (worker1, rank=1, pid=2357, ip=172.31.18.50)
+    r"\((?P<proc>[A-Za-z_][\w.\-]*)(?:, rank=\d+)?, pid=(?P<pid>\d+)(?:, ip=[\w.:\-]+)?\)\s*",
+    # Open MPI --tag-output: [1,0]<stderr>:  (job, rank)
+    r"\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:\s?",
+    # Slurm srun --label:  0: / 12:  (task id)
+    r" *(?P<rank>\d+): ",
+    # pdsh (DeepSpeed's multi-node launcher): the host, an IPv4 address or a lowercase name ending in a digit
+    r"(?:\d{1,3}(?:\.\d{1,3}){3}|[a-z][a-z0-9\-]*\d): ",
     # torch.distributed and torchrun
     r"\[rank(?P<rank>\d+)\]:\s?",
     r"\[default(?P<rank>\d+)\]:\s?",

@@ -23,12 +23,12 @@ from oomdoctor.rulepack import CompiledRule, RulePack, default_pack
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
 
 _FRAME = regex.compile(
-    r'^\s*File "(?P<path>[^"]*)", line \d+, in (?P<func>[\w<>.\-]+)'
+    r'(?:^|(?<=\s))File "(?P<path>[^"]*)", line \d+, in (?P<func>[\w<>.\-]+)'
     # IPython >= 8 / Jupyter: "File ~/x/cache_engine.py:64, in CacheEngine._allocate_kv_cache(self, ...)",
     # rendered as "File [~/x/cache_engine.py:64](http://...), in ..." when pasted from a notebook
-    r"|^\s*File \[?(?P<path>[^\s\]]+?\.py):\d+(?:\]\([^)]*\))?, in (?:[\w<>]+\.)*(?P<func>[\w<>\-]+)\("
+    r"|(?:^|(?<=\s))File \[?(?P<path>[^\s\]]+?\.py):\d+(?:\]\([^)]*\))?, in (?:[\w<>]+\.)*(?P<func>[\w<>\-]+)\("
     # IPython <= 7: "~/lib/python3.7/site-packages/torch/nn/modules/module.py in _call_impl(self, *input)"
-    r"|^\s*(?P<path>\S+\.py) in (?P<func>[\w<>\-]+)\("
+    r"|(?:^|(?<=\s))(?P<path>\S+\.py) in (?P<func>[\w<>\-]+)\("
     # the second half of a frame line wrapped by a terminal: 'io\queueing.py", line 536, in process_events'
     r'|^\s*(?P<path>[^"\s]*)", line \d+, in (?P<func>[\w<>.\-]+)\s*$'
 )
@@ -309,7 +309,7 @@ class Scanner:
         if _TRACEBACK in text:
             self._traceback_at.setdefault(line.rank, deque(maxlen=64)).append(line.number)
         if "file " in low or ".py in " in low or '", line ' in low:
-            m = _FRAME.match(text)
+            m = _FRAME.search(text)
             if m:
                 func = m["func"]
                 self._frames.append((line.number, func, line.rank))

@@ -72,6 +72,14 @@ def test_quote_markers_and_indentation_before_a_prefix_are_transport() -> None:
     # a log pasted as a quote (Markdown, e-mail, chat) or indented as a block
     assert split_prefix("> > [rank1]: torch.OutOfMemoryError: x") == ("> > [rank1]:", "torch.OutOfMemoryError: x", "rank1")
     assert split_prefix("    [rank1]:   File \"t.py\", line 9, in f") == ("    [rank1]:", "  File \"t.py\", line 9, in f", "rank1")
+    # launchers' prefixes name the process
+    assert split_prefix("(head, rank=0, pid=2375) torch.OutOfMemoryError: x")[1:] == ("torch.OutOfMemoryError: x", "head pid=2375")
+    assert split_prefix("[1,3]<stderr>:RuntimeError: x")[1:] == ("RuntimeError: x", "rank3")
+    assert split_prefix("12: RuntimeError: x")[1:] == ("RuntimeError: x", "rank12")
+    assert split_prefix("10.0.0.2: [rank5]: RuntimeError: x")[1:] == ("RuntimeError: x", "rank5")
+    assert split_prefix("2024-05-01 10:00:00,123 - train - ERROR - RuntimeError: x")[1] == "RuntimeError: x"
+    # an exception's name is not a host
+    assert split_prefix("RuntimeError: CUDA out of memory.")[1] == "RuntimeError: CUDA out of memory."
     # a traceback's own indentation is the message's
     assert split_prefix('    File "t.py", line 9, in f') == ("", '    File "t.py", line 9, in f', None)
 
