@@ -363,17 +363,24 @@ class Scanner:
         return bool(rules)
 
     def _window(self, anchor: Line, size: int) -> list[Line]:
+        """The lines after ``anchor`` that may continue its message: the same rank's, and the
+        bare lines right after it or after one of those (a terminal wraps a prefixed line into
+        pieces without the prefix)."""
         out: list[Line] = []
         limit = anchor.number + max(size, 1) * 4
+        last = anchor.number
         for ln in self._recent:
             if ln is anchor or ln.number < anchor.number:
                 continue
             if ln.number > limit:
                 break
-            if ln.rank == anchor.rank and (ln.number > anchor.number or ln is not anchor):
+            same = ln.rank == anchor.rank
+            wrapped = anchor.rank is not None and ln.rank is None and not ln.prefix and ln.number <= last + 1
+            if same or wrapped:
                 if ln.number == anchor.number and ln.text == anchor.text:
                     continue
                 out.append(ln)
+                last = ln.number
                 if len(out) >= size:
                     break
         return out

@@ -144,6 +144,30 @@ def test_window_stays_within_one_rank() -> None:
     assert scan(log).findings == []
 
 
+
+def test_a_ranked_message_wrapped_by_a_terminal_keeps_its_figures() -> None:
+    """The terminal wraps "[rank0]: torch.OutOfMemoryError: ..." into pieces without the prefix;
+    they continue rank 0's message. A bare line after another rank's line does not."""
+    message = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB. GPU 0 has a total capacity of "
+        "79.15 GiB of which 2.04 GiB is free. Including non-PyTorch memory, this process has 77.10 GiB memory in "
+        "use. Of the allocated memory 72.55 GiB is allocated by PyTorch, and 3.80 GiB is reserved by PyTorch but "
+        "unallocated."
+    )
+    whole = only(scan(f"[rank0]: {message}\n"))
+    line = f"[rank0]: {message}"
+    wrapped = "\n".join(line[i : i + 100] for i in range(0, len(line), 100)) + "\n"
+    assert wrapped.count("\n") == 4
+    f = only(scan(wrapped))
+    assert f.figures == whole.figures
+    assert f.figures["allocated_bytes"] == round(72.55 * 2**30)
+    assert (f.location.line, f.location.end_line) == (1, 4)
+    # rank 1 speaks in between: the bare piece after its line is not rank 0's
+    pieces = wrapped.splitlines(keepends=True)
+    interleaved = "".join([pieces[0], "[rank1]: step 12\n", *pieces[1:]])
+    assert "allocated_bytes" not in only(scan(interleaved)).figures
+
+
 # -- phase inference ---------------------------------------------------------------------------
 
 
