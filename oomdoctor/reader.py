@@ -239,6 +239,8 @@ class Line:
     text: str
     prefix: str = ""
     rank: str | None = None
+    #: the physical line ended in blanks, trimmed here (a terminal may have wrapped it there)
+    blank_end: bool = False
 
 
 #: a substring of every sequence _ANSI removes
@@ -299,6 +301,7 @@ def normalise(number: int, raw: bytes) -> list[Line]:
     for piece in pieces:
         if not piece.strip():
             continue
-        prefix, message, rank = split_prefix(piece.rstrip())
-        out.append(Line(number, message, prefix, rank))
+        trimmed = piece.rstrip()
+        prefix, message, rank = split_prefix(trimmed)
+        out.append(Line(number, message, prefix, rank, len(trimmed) < len(piece)))
     return out

@@ -412,19 +412,21 @@ class Scanner:
     def _search(
         self, rule: CompiledRule, anchor: Line, window: list[Line]
     ) -> tuple[Any, str, int]:
-        # Try the window joined with "\n" (lines broken at a word boundary) and with "" (a
-        # terminal that wrapped mid-word, "20.00 M" / "iB"), and, when the whole paste is
-        # indented, with "" after taking the anchor's indentation off the wrapped pieces; keep
-        # the reading that fills more named groups, the earlier one on a tie.
+        # Try the window joined with "\n" (lines broken at a word boundary) and joined as a
+        # terminal wrapped it (with nothing between the pieces, "20.00 M" / "iB", or the blank
+        # the reader trimmed off a piece's end), and, when the whole paste is indented, the
+        # latter after taking the anchor's indentation off the wrapped pieces; keep the reading
+        # that fills more named groups, the earlier one on a tie.
         best: tuple[Any, str, int] | None = None
         best_score = -1
         texts = [w.text for w in window]
-        readings: list[tuple[str, list[str]]] = [("\n", texts), ("", texts)]
+        unwrapped = [" " if prev.blank_end else "" for prev in [anchor, *window[:-1]]]
+        readings: list[tuple[list[str], list[str]]] = [(["\n"] * len(window), texts), (unwrapped, texts)]
         margin = anchor.text[: len(anchor.text) - len(anchor.text.lstrip(" \t"))]
         if margin and window:
-            readings.append(("", [t[len(margin) :] if t.startswith(margin) else t for t in texts]))
-        for joiner, pieces in readings:
-            text = anchor.text + (joiner + joiner.join(pieces) if window else "")
+            readings.append((unwrapped, [t[len(margin) :] if t.startswith(margin) else t for t in texts]))
+        for seps, pieces in readings:
+            text = anchor.text + "".join(sep + piece for sep, piece in zip(seps, pieces, strict=True))
             try:
                 m = rule.pattern.search(text, timeout=REGEX_TIMEOUT)
             except TimeoutError:
@@ -436,10 +438,10 @@ class Scanner:
                 if score > best_score:
                     end_line = anchor.number
                     consumed = len(anchor.text)
-                    for w, piece in zip(window, pieces, strict=True):
-                        if m.end() > consumed + len(joiner):
+                    for w, sep, piece in zip(window, seps, pieces, strict=True):
+                        if m.end() > consumed + len(sep):
                             end_line = w.number
-                        consumed += len(joiner) + len(piece)
+                        consumed += len(sep) + len(piece)
                     best, best_score = (m, text, end_line), score
             if not window:
                 break

@@ -168,6 +168,26 @@ def test_a_ranked_message_wrapped_by_a_terminal_keeps_its_figures() -> None:
     assert "allocated_bytes" not in only(scan(interleaved)).figures
 
 
+
+def test_a_wrap_after_a_blank_and_one_inside_a_word_are_both_undone() -> None:
+    """vLLM's message wrapped at 120 columns: one boundary falls after a blank the terminal
+    kept ("the models's " / "max seq len"), another inside a word ("Bas" / "ed on"). Joined
+    with newlines, the second is broken; joined with nothing, the first; the blank the reader
+    trimmed off the first piece tells them apart."""
+    line = (
+        "(EngineCore_DP0 pid=379) ERROR 01-28 00:18:18 [core.py:935] ValueError: To serve at least one request with "
+        "the models's max seq len (202752), (71.16 GiB KV cache is needed, which is larger than the available KV "
+        "cache memory (28.57 GiB). Based on the available memory, the estimated maximum model length is 81392. Try "
+        "increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+    )
+    wrapped = "\n".join(line[i : i + 120] for i in range(0, len(line), 120)) + "\n"
+    assert "models's \nmax seq len" in wrapped and "Bas\ned on" in wrapped
+    whole = only(scan(line + "\n"))
+    f = only(scan(wrapped))
+    assert f.figures == whole.figures
+    assert (f.figures["max_seq_len"], f.figures["estimated_max_model_len"]) == (202752, 81392)
+
+
 # -- phase inference ---------------------------------------------------------------------------
 
 
