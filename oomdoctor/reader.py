@@ -8,6 +8,7 @@ ANSI colour codes (real and pasted renderings) removed, and the log prefix split
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -258,7 +259,12 @@ def strip_ansi(text: str) -> str:
 def only_cut_by_normalise(raw: bytes) -> bool:
     """Whether :func:`normalise` only cuts ``raw`` (no ANSI sequence or NUL to remove, nothing
     non-ASCII to decode or case-fold): any literal its lines hold is then in ``raw`` too."""
-    return raw.isascii() and b"\x00" not in raw and not any(m in raw for m in _ANSI_MARKER_BYTES)
+    return (
+        raw.isascii()
+        and b"\x00" not in raw
+        and not raw.startswith(b"{")  # a JSON record: its message is unescaped
+        and not any(m in raw for m in _ANSI_MARKER_BYTES)
+    )
 
 
 def split_prefix(text: str) -> tuple[str, str, str | None]:
@@ -286,15 +292,40 @@ def split_prefix(text: str) -> tuple[str, str, str | None]:
     return text[:pos].rstrip(), text[pos:], rank
 
 
+#: the message's key in a log collector's JSON record, in order of preference: docker's
+#: json-file driver and Kubernetes/fluentd ("log"), JSON loggers ("message", "msg"), Google
+#: Cloud Logging exports ("textPayload")
+ENVELOPE_KEYS = ("log", "message", "msg", "textPayload")
+
+
+def unwrap_envelope(text: str) -> str:
+    """The message a JSON log record carries, or ``text`` itself when it is not such a record."""
+    if not text.startswith("{"):
+        return text
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(record, dict):
+        for key in ENVELOPE_KEYS:
+            value = record.get(key)
+            if isinstance(value, str):
+                return value
+    return text
+
+
 def normalise(number: int, raw: bytes) -> list[Line]:
     """Decode one physical line and split it into logical :class:`Line` objects.
 
-    ``\\r`` ends a logical line (progress bars, vLLM's ``\\r\\n`` multi-line records); each
-    non-blank piece keeps the physical line's number.
+    A JSON log record (:data:`ENVELOPE_KEYS`) stands for its message. ``\\r`` ends a logical
+    line (progress bars, vLLM's ``\\r\\n`` multi-line records), and so does ``\\n`` inside a
+    record's message; each non-blank piece keeps the physical line's number.
     """
     text = raw.decode("utf-8", "replace")
     if "\x00" in text:
         text = text.replace("\x00", "")
+    if text.startswith("{"):
+        text = unwrap_envelope(text).replace("\n", "\r")
     text = strip_ansi(text)
     pieces = text.split("\r") if "\r" in text else [text]
     out = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from hypothesis import given, settings
@@ -106,7 +107,7 @@ def test_prefix_split_equals_the_ordered_list_on_generated_lines(pieces: list[st
 
 
 _RAW_PIECES = [b"INFO ", b"[rank0]: ", b"CUDA out of memory", b"\x1b[31m", b"^[[0m", b"#033[1m", b"\\x1b[2m",
-               b"\x00", b"\r", b"\xc3\xa9", b"\xff", b"K\xe2\x84\xaa", b" x ", b"[a.py:1] "]
+               b"\x00", b"\r", b"\xc3\xa9", b"\xff", b"K\xe2\x84\xaa", b" x ", b"[a.py:1] ", b'{"log": "', b'"}', b"\\u00e9"]
 
 
 @settings(max_examples=400, deadline=None)
@@ -115,7 +116,27 @@ def test_a_line_normalise_only_cuts_keeps_its_text_in_its_bytes(pieces: list[byt
     # the scanner then looks only for the triggers whose needles the prefilter found in the bytes
     raw = b"".join(pieces)
     cut = only_cut_by_normalise(raw)
-    assert cut == (raw.isascii() and not any(p in raw for p in (b"\x1b", b"\x00", b"^[[", b"033[", b"1b[")))
+    assert cut == (
+        raw.isascii()
+        and not raw.startswith(b"{")
+        and not any(p in raw for p in (b"\x1b", b"\x00", b"^[[", b"033[", b"1b["))
+    )
     if cut:
         for ln in normalise(1, raw):
             assert ln.text.encode() in raw
+
+
+def test_a_json_log_record_stands_for_its_message() -> None:
+    docker = b'{"log":"[rank0]: torch.OutOfMemoryError: CUDA out of memory. \\u00e9\\n","stream":"stderr","time":"t"}'
+    assert [(ln.text, ln.rank) for ln in normalise(3, docker)] == [("torch.OutOfMemoryError: CUDA out of memory. \u00e9", "rank0")]
+    # a JSON logger's record holding a whole traceback: one logical line per line, one number
+    record = {"level": "error", "message": 'Traceback (most recent call last):\n  File "t.py", line 9, in f\nRuntimeError: x'}
+    assert [(ln.number, ln.text) for ln in normalise(7, json.dumps(record).encode())] == [
+        (7, "Traceback (most recent call last):"),
+        (7, '  File "t.py", line 9, in f'),
+        (7, "RuntimeError: x"),
+    ]
+    assert [ln.text for ln in normalise(1, b'{"textPayload": "Killed"}')] == ["Killed"]
+    # not a record, or a record without a message: the line as it is
+    for raw in (b'{"step": 12, "loss": 0.5}', b"{not json", b'{"log": 12}'):
+        assert [ln.text for ln in normalise(1, raw)] == [raw.decode()]

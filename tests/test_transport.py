@@ -4,6 +4,7 @@ phase, every figure, line numbers) as the log itself."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +26,9 @@ TRANSPORTS: dict[str, Callable[[bytes], bytes]] = {
     "Open MPI --tag-output": lambda line: b"[1,0]<stderr>:" + line,
     "Python logging": lambda line: b"2024-05-01 10:00:00,123 INFO " + line,
     "GitHub Actions": lambda line: b"2024-05-01T10:00:00.1234567Z " + line,
+    "docker json-file": lambda line: json.dumps(
+        {"log": line.decode("utf-8", "replace") + "\n", "stream": "stderr", "time": "2024-05-01T10:00:00.123456789Z"}
+    ).encode(),
     "CRLF": lambda line: line + b"\r",
     "colour": lambda line: b"\x1b[32m" + line + b"\x1b[0m",
     "quoted paste": lambda line: b"> " + line,
