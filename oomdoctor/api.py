@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from oomdoctor.inputs import bom_encoding
 from oomdoctor.report import Report
 from oomdoctor.rulepack import RulePack, default_pack, load_pack
 from oomdoctor.scanner import Scanner
@@ -28,7 +29,8 @@ def diagnose(
         pack = load_pack([Path(r) for r in rules]) if rules else default_pack()
     scanner = Scanner(pack, source=source, hints=dict(hints or {}))
     if isinstance(log, bytes):
-        scanner.feed(log)
+        encoding = bom_encoding(log[:4])
+        scanner.feed(log if encoding is None else log.decode(encoding, "replace").encode("utf-8"))
     elif isinstance(log, str):
         scanner.feed(log.encode("utf-8", "surrogateescape"))
     else:

@@ -8,6 +8,7 @@ are read once and put back in front of the stream.
 from __future__ import annotations
 
 import bz2
+import codecs
 import contextlib
 import gzip
 import io
@@ -35,7 +36,20 @@ class InputError(Exception):
         self.partial = partial
 
 
+def bom_encoding(head: bytes) -> str | None:
+    """``"utf-16"`` or ``"utf-32"`` when ``head`` starts with that byte-order mark (PowerShell 5
+    writes ``> log.txt`` as UTF-16), else None (UTF-8's mark is dropped line by line)."""
+    if head.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):  # before UTF-16: FF FE 00 00
+        return "utf-32"
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-16"
+    return None
+
+
 def _magic(head: bytes) -> str | None:
+    encoding = bom_encoding(head)
+    if encoding is not None:
+        return encoding
     if head.startswith(b"\x1f\x8b"):
         return "gzip"
     if head.startswith(b"BZh"):
@@ -45,6 +59,34 @@ def _magic(head: bytes) -> str | None:
     if head.startswith(b"\x28\xb5\x2f\xfd"):
         return "zstd"
     return None
+
+
+class _Transcoded(io.RawIOBase):
+    """Text in ``encoding`` (its byte-order mark says the byte order) as UTF-8 bytes, decoded
+    incrementally; an invalid code unit becomes U+FFFD, as undecodable UTF-8 does."""
+
+    def __init__(self, raw: BinaryIO, encoding: str) -> None:
+        self._raw = raw
+        self._decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+        self._out = b""
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._out and not self._done:
+            data = self._raw.read(BLOCK)
+            self._done = not data
+            self._out = self._decoder.decode(data or b"", self._done).encode("utf-8")
+        n = min(len(buffer), len(self._out))
+        buffer[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 class _Prefixed(io.RawIOBase):
@@ -108,6 +150,8 @@ def _open(path: str) -> tuple[BinaryIO, str | None]:
         else:
             return raw, None
     stream: BinaryIO = io.BufferedReader(_Prefixed(head, raw), BLOCK)
+    if kind in ("utf-16", "utf-32"):
+        return io.BufferedReader(_Transcoded(stream, kind), BLOCK), kind
     if kind == "gzip":
         return gzip.GzipFile(fileobj=stream, mode="rb"), kind  # type: ignore[return-value]
     if kind == "bzip2":

@@ -322,6 +322,8 @@ def normalise(number: int, raw: bytes) -> list[Line]:
     record's message; each non-blank piece keeps the physical line's number.
     """
     text = raw.decode("utf-8", "replace")
+    if text.startswith("\ufeff"):  # a UTF-8 byte-order mark (a file's, or one cat put mid-stream)
+        text = text[1:]
     if "\x00" in text:
         text = text.replace("\x00", "")
     if text.startswith("{"):
