@@ -175,6 +175,10 @@ PREFIX_PATTERNS: tuple[str, ...] = (
     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] ",
     # docker compose v2 / v1:  vllm-1  | ... , vllm_1  | ...
     r"[A-Za-z0-9][\w.\-]*[-_]\d+\s+\| ?",
+    # docker service logs:  vllm.1.k5d7rxq4z3n7@worker1    | ...
+    r"[\w.\-]+\.\d+\.\w+@[\w.\-]+\s+\| ?",
+    # kubectl logs --prefix:  [pod/vllm-7d9f6c-x2x4q/vllm] ...
+    r"\[pod/[\w.\-]+/[\w.\-]+\] ",
     # syslog / journald: Mar  4 10:00:00 host proc[123]:
     r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.\-]+ [\w.\-/@]+(?:\[\d+\])?: ",
     # kernel ring buffer [12345.678901]

@@ -79,6 +79,8 @@ def test_quote_markers_and_indentation_before_a_prefix_are_transport() -> None:
     assert split_prefix("12: RuntimeError: x")[1:] == ("RuntimeError: x", "rank12")
     assert split_prefix("10.0.0.2: [rank5]: RuntimeError: x")[1:] == ("RuntimeError: x", "rank5")
     assert split_prefix("2024-05-01 10:00:00,123 - train - ERROR - RuntimeError: x")[1] == "RuntimeError: x"
+    assert split_prefix("[pod/vllm-7d9f6c-x2x4q/vllm] [rank1]: RuntimeError: x")[1:] == ("RuntimeError: x", "rank1")
+    assert split_prefix("vllm.1.k5d7rxq4z3n7@worker1    | [rank1]: RuntimeError: x")[1:] == ("RuntimeError: x", "rank1")
     # an exception's name is not a host
     assert split_prefix("RuntimeError: CUDA out of memory.")[1] == "RuntimeError: CUDA out of memory."
     # a traceback's own indentation is the message's

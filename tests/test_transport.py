@@ -18,6 +18,8 @@ TRANSPORTS: dict[str, Callable[[bytes], bytes]] = {
     "docker compose": lambda line: b"vllm-1  | " + line,
     "kubernetes CRI": lambda line: b"2024-05-01T10:00:00.123456789Z stderr F " + line,
     "kubectl logs --timestamps": lambda line: b"2024-05-01T10:00:00.123456789Z " + line,
+    "kubectl logs --prefix": lambda line: b"[pod/vllm-7d9f6c-x2x4q/vllm] " + line,
+    "docker service logs": lambda line: b"vllm.1.k5d7rxq4z3n7@worker1    | " + line,
     "journald": lambda line: b"May 01 10:00:00 gpu-node-1 vllm[1234]: " + line,
     "Ray worker": lambda line: b"(RayWorkerWrapper pid=1234, ip=10.0.0.2) " + line,
     "SkyPilot": lambda line: b"(worker1, rank=1, pid=5678, ip=10.0.0.3) " + line,
