@@ -13,29 +13,38 @@ import pytest
 import oomdoctor
 from tests.corpus import FIXTURES
 
-#: what each transport puts around one line
+#: what a collector, a launcher or a paste puts before each line
+PREFIXES: dict[str, bytes] = {
+    "docker compose": b"vllm-1  | ",
+    "docker service logs": b"vllm.1.k5d7rxq4z3n7@worker1    | ",
+    "kubernetes CRI": b"2024-05-01T10:00:00.123456789Z stderr F ",
+    "kubectl logs --timestamps": b"2024-05-01T10:00:00.123456789Z ",
+    "kubectl logs --prefix": b"[pod/vllm-7d9f6c-x2x4q/vllm] ",
+    "journald": b"May 01 10:00:00 gpu-node-1 vllm[1234]: ",
+    "Ray worker": b"(RayWorkerWrapper pid=1234, ip=10.0.0.2) ",
+    "SkyPilot": b"(worker1, rank=1, pid=5678, ip=10.0.0.3) ",
+    "Slurm srun --label": b"0: ",
+    "pdsh (DeepSpeed multi-node)": b"gpu-node-1: ",
+    "Open MPI --tag-output": b"[1,0]<stderr>:",
+    "Python logging": b"2024-05-01 10:00:00,123 INFO ",
+    "GitHub Actions": b"2024-05-01T10:00:00.1234567Z ",
+    "quoted paste": b"> ",
+    "indented paste": b"    ",
+    "tab-indented paste": b"\t",
+}
+
+
+def _docker_json(line: bytes) -> bytes:
+    record = {"log": line.decode("utf-8", "replace") + "\n", "stream": "stderr", "time": "2024-05-01T10:00:00Z"}
+    return json.dumps(record).encode()
+
+
+#: what each transport makes of one line
 TRANSPORTS: dict[str, Callable[[bytes], bytes]] = {
-    "docker compose": lambda line: b"vllm-1  | " + line,
-    "kubernetes CRI": lambda line: b"2024-05-01T10:00:00.123456789Z stderr F " + line,
-    "kubectl logs --timestamps": lambda line: b"2024-05-01T10:00:00.123456789Z " + line,
-    "kubectl logs --prefix": lambda line: b"[pod/vllm-7d9f6c-x2x4q/vllm] " + line,
-    "docker service logs": lambda line: b"vllm.1.k5d7rxq4z3n7@worker1    | " + line,
-    "journald": lambda line: b"May 01 10:00:00 gpu-node-1 vllm[1234]: " + line,
-    "Ray worker": lambda line: b"(RayWorkerWrapper pid=1234, ip=10.0.0.2) " + line,
-    "SkyPilot": lambda line: b"(worker1, rank=1, pid=5678, ip=10.0.0.3) " + line,
-    "Slurm srun --label": lambda line: b"0: " + line,
-    "pdsh (DeepSpeed multi-node)": lambda line: b"gpu-node-1: " + line,
-    "Open MPI --tag-output": lambda line: b"[1,0]<stderr>:" + line,
-    "Python logging": lambda line: b"2024-05-01 10:00:00,123 INFO " + line,
-    "GitHub Actions": lambda line: b"2024-05-01T10:00:00.1234567Z " + line,
-    "docker json-file": lambda line: json.dumps(
-        {"log": line.decode("utf-8", "replace") + "\n", "stream": "stderr", "time": "2024-05-01T10:00:00.123456789Z"}
-    ).encode(),
+    **{name: (lambda line, p=prefix: p + line) for name, prefix in PREFIXES.items()},
     "CRLF": lambda line: line + b"\r",
     "colour": lambda line: b"\x1b[32m" + line + b"\x1b[0m",
-    "quoted paste": lambda line: b"> " + line,
-    "indented paste": lambda line: b"    " + line,
-    "tab-indented paste": lambda line: b"\t" + line,
+    "docker json-file": _docker_json,
 }
 
 LOGS = sorted(FIXTURES.glob("**/*.log"))
