@@ -416,7 +416,8 @@ class Scanner:
         # terminal wrapped it (with nothing between the pieces, "20.00 M" / "iB", or the blank
         # the reader trimmed off a piece's end), and, when the whole paste is indented, the
         # latter after taking the anchor's indentation off the wrapped pieces; keep the reading
-        # that fills more named groups, the earlier one on a tie.
+        # that yields more figures (the pattern's groups and the rule's extracts), the earlier
+        # one on a tie.
         best: tuple[Any, str, int] | None = None
         best_score = -1
         texts = [w.text for w in window]
@@ -434,7 +435,7 @@ class Scanner:
                     f'{rule.source}: rule "{rule.id}": pattern: regex timed out (catastrophic backtracking?)'
                 ) from None
             if m is not None and m.start() <= len(anchor.text):
-                score = sum(v is not None for v in m.groupdict().values())
+                score = len(self._extract(rule, m, text))
                 if score > best_score:
                     end_line = anchor.number
                     consumed = len(anchor.text)

@@ -188,6 +188,22 @@ def test_a_wrap_after_a_blank_and_one_inside_a_word_are_both_undone() -> None:
     assert (f.figures["max_seq_len"], f.figures["estimated_max_model_len"]) == (202752, 81392)
 
 
+
+def test_the_reading_with_more_figures_wins_counting_the_rules_extracts() -> None:
+    """SGLang's rule matches its first line only and reads the total with an extract; wrapped
+    inside "79.10", only the reading joined with nothing gives that figure."""
+    line = (
+        "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total "
+        "capacity of 79.10 GiB of which 512.00 MiB is free. Including non-PyTorch memory, this process has 78.58 GiB "
+        "memory in use."
+    )
+    wrapped = line[:120] + "\n" + line[120:] + "\n"
+    assert "79.1\n0 GiB" in wrapped
+    f = only(scan(wrapped))
+    assert f.figures == only(scan(line + "\n")).figures
+    assert f.figures["total_bytes"] == round(79.10 * 2**30)
+
+
 # -- phase inference ---------------------------------------------------------------------------
 
 
