@@ -402,24 +402,26 @@ class Scanner:
         ordered = sorted(p.rules, key=lambda r: (-r.rule.priority, r.order))
         for rule in ordered:
             window = self._window(anchor, rule.rule.window)
-            m, text, end_line = self._search(rule, anchor, window)
-            if m is None:
+            found = self._search(rule, anchor, window)
+            if found is None:
                 continue
+            m, text, end_line, figures = found
             self._claimed_until[anchor.rank] = end_line
-            self._add_finding(rule, m, text, anchor, end_line)
+            self._add_finding(rule, m, text, figures, anchor, end_line)
             return
 
     def _search(
         self, rule: CompiledRule, anchor: Line, window: list[Line]
-    ) -> tuple[Any, str, int]:
+    ) -> tuple[Any, str, int, dict[str, Any]] | None:
+        """The rule's match on ``anchor`` and its window, as (match, text read, last line read,
+        figures), or None when it does not match."""
         # Try the window joined with "\n" (lines broken at a word boundary) and joined as a
         # terminal wrapped it (with nothing between the pieces, "20.00 M" / "iB", or the blank
         # the reader trimmed off a piece's end), and, when the whole paste is indented, the
         # latter after taking the anchor's indentation off the wrapped pieces; keep the reading
         # that yields more figures (the pattern's groups and the rule's extracts), the earlier
         # one on a tie.
-        best: tuple[Any, str, int] | None = None
-        best_score = -1
+        best: tuple[Any, str, int, dict[str, Any]] | None = None
         texts = [w.text for w in window]
         unwrapped = [" " if prev.blank_end else "" for prev in [anchor, *window[:-1]]]
         readings: list[tuple[list[str], list[str]]] = [(["\n"] * len(window), texts), (unwrapped, texts)]
@@ -435,18 +437,18 @@ class Scanner:
                     f'{rule.source}: rule "{rule.id}": pattern: regex timed out (catastrophic backtracking?)'
                 ) from None
             if m is not None and m.start() <= len(anchor.text):
-                score = len(self._extract(rule, m, text))
-                if score > best_score:
+                figures = self._extract(rule, m, text)
+                if best is None or len(figures) > len(best[3]):
                     end_line = anchor.number
                     consumed = len(anchor.text)
                     for w, sep, piece in zip(window, seps, pieces, strict=True):
                         if m.end() > consumed + len(sep):
                             end_line = w.number
                         consumed += len(sep) + len(piece)
-                    best, best_score = (m, text, end_line), score
+                    best = (m, text, end_line, figures)
             if not window:
                 break
-        return best if best is not None else (None, "", anchor.number)
+        return best
 
     def _extract(self, rule: CompiledRule, m: Any, text: str) -> dict[str, Any]:
         try:
@@ -482,8 +484,9 @@ class Scanner:
                 figures[name] = items
         return figures
 
-    def _add_finding(self, rule: CompiledRule, m: Any, text: str, anchor: Line, end_line: int) -> None:
-        figures = self._extract(rule, m, text)
+    def _add_finding(
+        self, rule: CompiledRule, m: Any, text: str, figures: dict[str, Any], anchor: Line, end_line: int
+    ) -> None:
         message = " ".join(m.group(0).split())
         if len(message) < 400:
             # keep the whole anchor sentence for readers
