@@ -170,12 +170,7 @@ class _Analyser(threading.Thread):
             self.q.put_nowait(data)
             self._count(len(data))
         except queue.Full:
-            gap = self._gap or _Gap()
-            gap.nbytes += len(data)
-            gap.newlines += data.count(b"\n")
-            self._gap = gap
-            self.result.skipped_bytes += len(data)
-            self.last_skip = time.monotonic()
+            self._gap = self._skip(data, self._gap or _Gap())
 
     def _make_room(self, nbytes: int) -> None:
         """Turn the oldest queued reads into gaps until ``nbytes`` more fit.
@@ -185,7 +180,6 @@ class _Analyser(threading.Thread):
         count, so line numbers after it stay exact."""
         if self._queued + nbytes <= self.max_bytes and self.q.qsize() < self.q.maxsize:
             return
-        self.last_skip = time.monotonic()
         with self.q.mutex:  # the analyser takes from the front meanwhile, never in the middle
             items = self.q.queue
             i = 0
@@ -195,16 +189,21 @@ class _Analyser(threading.Thread):
                     i += 1
                     continue
                 self._count(-len(item))
-                self.result.skipped_bytes += len(item)
                 prev = items[i - 1] if i else None
-                gap = prev if isinstance(prev, _Gap) else _Gap()
-                gap.nbytes += len(item)
-                gap.newlines += item.count(b"\n")
+                gap = self._skip(item, prev if isinstance(prev, _Gap) else _Gap())
                 if gap is prev:
                     del items[i]
                 else:
                     items[i] = gap
                     i += 1
+
+    def _skip(self, data: bytes, gap: _Gap) -> _Gap:
+        """Skip ``data`` for analysis into ``gap``, which keeps its bytes and lines."""
+        gap.nbytes += len(data)
+        gap.newlines += data.count(b"\n")
+        self.result.skipped_bytes += len(data)
+        self.last_skip = time.monotonic()
+        return gap
 
     def _count(self, nbytes: int) -> None:
         with self._lock:
