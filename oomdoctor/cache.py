@@ -13,11 +13,27 @@ import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 #: Entries kept per kind; the oldest go first.
 MAX_ENTRIES = 256
+
+
+def source_key(tag: str, paths: Iterable[Path]) -> str | None:
+    """A key for data that ``tag`` (what is derived, in which layout) derives from the files
+    ``paths`` with this version of oomdoctor; None when one of them cannot be read: then nothing
+    is cached, since an edit to that file could not be told."""
+    from oomdoctor import __version__
+
+    h = hashlib.sha256(f"{tag}\0{__version__}\0".encode())
+    for path in paths:
+        try:
+            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        except OSError:
+            return None
+    return h.hexdigest()[:40]
 
 
 def cache_dir() -> Path:

@@ -97,6 +97,30 @@ def test_a_corrupt_or_foreign_entry_is_never_trusted(cache_dir: Path, monkeypatc
     assert entry.read_bytes() == blob  # rewritten whole
 
 
+def test_a_source_key_follows_every_source_and_refuses_an_unreadable_one(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("x = 1\n")
+    b.write_text("y = 2\n")
+    key = cache.source_key("t 1", [a, b])
+    assert key is not None and key == cache.source_key("t 1", [a, b])
+    assert cache.source_key("t 2", [a, b]) != key  # another layout
+    b.write_text("y = 3\n")
+    assert cache.source_key("t 1", [a, b]) not in (None, key)
+    b.unlink()
+    assert cache.source_key("t 1", [a, b]) is None
+
+
+def test_rule_files_are_not_cached_when_their_sources_cannot_be_read(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an install without model.py or schema.json: an edit to them could not be told
+    monkeypatch.setattr(loader, "_code_key", lambda: None)
+    path = loader.builtin_rules_dir() / "training.toml"
+    assert loader.read_rule_file(path) == loader.read_rule_file(path)
+    assert loader._digest(path.read_bytes()) is None and loader._cached(path.read_bytes()) is None
+    assert not list(cache_dir.glob("rules-*.json"))
+
+
 def test_an_unwritable_cache_still_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")

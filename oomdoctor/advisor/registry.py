@@ -69,20 +69,13 @@ def _load_all() -> None:
 
 
 def _sources_key() -> str | None:
-    """A digest of the sources of every ``remedies_*`` module (None when one has no source)."""
-    import hashlib
+    """A key of the sources of every ``remedies_*`` module (None when one has no source)."""
     from pathlib import Path
 
-    from oomdoctor import __version__
+    from oomdoctor import cache
 
     here = Path(__file__).parent
-    h = hashlib.sha256(f"1\0{__version__}\0".encode())
-    for mod in _module_names():
-        try:
-            h.update(mod.encode() + b"\0" + (here / f"{mod}.py").read_bytes() + b"\0")
-        except OSError:
-            return None
-    return h.hexdigest()[:40]
+    return cache.source_key("remedies 1", (here / f"{mod}.py" for mod in _module_names()))
 
 
 _INDEX: dict[str, str] | None = None

@@ -130,23 +130,19 @@ CACHE_FORMAT = 3
 
 
 @lru_cache(maxsize=1)
-def _code_digest() -> bytes:
+def _code_key() -> str | None:
     """What a cached rule file depends on besides its own bytes: cache format, oomdoctor version,
-    the JSON Schema and the models (a changed default or type must not reuse old entries)."""
-    from oomdoctor import __version__
-
-    h = hashlib.sha256(f"{CACHE_FORMAT}\0{__version__}\0".encode())
-    for path in (builtin_rules_dir() / "schema.json", Path(__file__).with_name("model.py")):
-        try:
-            h.update(path.read_bytes())
-        except OSError:
-            h.update(b"(missing)")
-        h.update(b"\0")
-    return h.digest()
+    the JSON Schema and the models (a changed default or type must not reuse old entries); None
+    when one of those sources cannot be read (nothing is cached then)."""
+    return cache.source_key(
+        f"rules {CACHE_FORMAT}", (builtin_rules_dir() / "schema.json", Path(__file__).with_name("model.py"))
+    )
 
 
-def _digest(raw: bytes) -> str:
-    return hashlib.sha256(_code_digest() + raw).hexdigest()[:40]
+def _digest(raw: bytes) -> str | None:
+    """The cache key of a rule file's bytes (None: no caching)."""
+    key = _code_key()
+    return None if key is None else hashlib.sha256(key.encode() + b"\0" + raw).hexdigest()[:40]
 
 
 def _cached(raw: bytes) -> RuleFile | None:
@@ -156,7 +152,8 @@ def _cached(raw: bytes) -> RuleFile | None:
     ``model_construct``, which skips validation only because these bytes passed it. A missing,
     corrupt or foreign entry is ignored: the caller parses and validates the file again.
     """
-    data = cache.load("rules", _digest(raw))
+    key = _digest(raw)
+    data = cache.load("rules", key) if key else None
     if data is None:
         return None
     try:
@@ -166,7 +163,9 @@ def _cached(raw: bytes) -> RuleFile | None:
 
 
 def _remember(raw: bytes, rf: RuleFile) -> None:
-    cache.store("rules", _digest(raw), _freeze(rf))
+    key = _digest(raw)
+    if key:
+        cache.store("rules", key, _freeze(rf))
 
 
 #: The nested models of a rule file: field -> model class, per class.
