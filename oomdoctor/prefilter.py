@@ -87,12 +87,9 @@ class PurePrefilter(SpansMixin):
         self._hot: dict[int, int] = {}  # gate index -> blocks left to bypass it
         self._seen = 0
 
-    def plan_for(self, sample: bytes) -> None:
-        """Plan the gates now, pricing sweeps by ``sample`` (lower-cased text of the log)."""
-        self._plan(sample)
-
-    def _plan(self, sample: bytes = b"") -> tuple[Gate, ...]:
-        """Plan once, pricing sweeps by ``sample`` (lower-cased text of the log at hand)."""
+    def plan_for(self, sample: bytes) -> tuple[Gate, ...]:
+        """The gates, planned on the first call, pricing sweeps by ``sample`` (lower-cased text of
+        the log at hand; the pool plans on slices from across a file before forking workers)."""
         if self._gates is None:
             self._gates = plan(tuple(self.needles), sample[:SAMPLE_BYTES])
         return self._gates
@@ -109,7 +106,7 @@ class PurePrefilter(SpansMixin):
             for i, needle in enumerate(self.needles):
                 _search(lowered, needle, 1 << i, 0, found)
             return [(start + lo, end + lo, mask) for start, (end, mask) in sorted(found.items())]
-        gates = self._plan(lowered)
+        gates = self.plan_for(lowered)
         find = lowered.find
         rfind = lowered.rfind
         hot = self._hot
