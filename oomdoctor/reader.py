@@ -281,8 +281,9 @@ def split_prefix(text: str) -> tuple[str, str, str | None]:
         if m is None:
             # an indented paste: the indentation belongs to the prefix that follows it (a
             # traceback's own indentation, with no prefix after it, stays in the message)
-            start = len(text) - len(text[pos:].lstrip(" \t"))
-            m = match(text, start) if start > pos else None
+            if text[pos : pos + 1] not in (" ", "\t"):
+                break
+            m = match(text, len(text) - len(text[pos:].lstrip(" \t")))
             if m is None:
                 break
         for name, value in m.groupdict().items():
