@@ -18,9 +18,10 @@ are what the targets are about):
   seconds until oomdoctor exits (it then analyses the input it still holds and prints) are shown
   too;
 - peak RSS (``/usr/bin/time``) of each run;
-- whether the findings are identical: the JSON reports of hyperscan, the workers and pipe mode
-  against the one-process pure path (source names aside), and whether the one-process report
-  holds exactly the shape's four failures (their kind, four times, and nothing else).
+- whether the findings are identical: the JSON reports of hyperscan and of the workers against
+  the one-process pure path's (source names aside), and whether that report holds exactly the
+  shape's four failures (their kind, four times, and nothing else); pipe mode's failures are
+  counted too, but behind ``cat`` it is flooded and skips input by design, so they may be fewer.
 
 Once per run, not per shape: peak RSS on a 200 MB line without a newline, a 50-line log end to
 end against importing the CLI's dependencies, and live latency (the last line of an OOM block
@@ -61,6 +62,7 @@ TIME = "/usr/bin/time" if Path("/usr/bin/time").exists() else None  # Debian's `
 OUT = HERE / "out"
 #: the report every other path is compared with
 REFERENCE = "pure, one process"
+OOM_BLOCKS = genlog.OOM_BLOCKS
 
 
 def triggers() -> list[str]:
@@ -244,16 +246,24 @@ class ShapeResult:
         if REFERENCE not in self.reports:
             return []
         ref = normalised(self.reports[REFERENCE])
-        return [name for name, p in self.reports.items() if name != REFERENCE and normalised(p) != ref]
+        return [n for n, p in self.reports.items() if n not in (REFERENCE, "pipe") and normalised(p) != ref]
 
-    def found(self) -> tuple[int, Counter[str]]:
-        """How many findings of the expected kind the reference report holds, and the other kinds."""
-        name = REFERENCE if REFERENCE in self.reports else next(iter(self.reports), None)
-        if name is None:
+    def found(self, name: str | None = None) -> tuple[int, Counter[str]]:
+        """How many findings of the expected kind a report holds (the reference's by default), and
+        how many of each other kind."""
+        name = name or (REFERENCE if REFERENCE in self.reports else next(iter(self.reports), None))
+        if name is None or not self.reports[name].exists():
             return 0, Counter()
         kinds = Counter(f["kind"] for f in normalised(self.reports[name])["findings"])
         expected = kinds.pop(self.shape.expect, 0)
         return expected, kinds
+
+    def found_cell(self, name: str | None = None) -> str:
+        n, other = self.found(name)
+        cell = f"{n} × {self.shape.expect}" + ("" if n == OOM_BLOCKS else " ✗")
+        if other:
+            cell += " ✗; also " + ", ".join(f"{c} × {k}" for k, c in sorted(other.items()))
+        return cell
 
 
 def measure(shape: str, size: int, repeat: int, hs: bool, pure: bool, pat: str) -> ShapeResult:
@@ -308,8 +318,9 @@ def shape_rows(results: list[ShapeResult], workers: int) -> list[str]:
         "pure Python, one process ÷ grep (≤ 3×)",
         "passthrough ÷ cat\\|cat, at the writer (until exit) (≥ 0.5×)",
         "peak RSS (≤ 80 MiB)",
-        "findings identical to one process",
-        "failures found (4 expected)",
+        "hyperscan and workers: findings identical to one process",
+        f"failures found ({OOM_BLOCKS} expected)",
+        "pipe mode: failures found (behind `cat`, a flood: skipping input is by design)",
     ]
     rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in results:
@@ -320,10 +331,6 @@ def shape_rows(results: list[ShapeResult], workers: int) -> list[str]:
         rss = max([x.rss for x in r.runs.values()] + [r.pipe.rss]) / 1024
         differ = r.differing()
         same = "yes" if not differ else "no ✗: " + ", ".join(differ)
-        n, other = r.found()
-        found = f"{n} × {r.shape.expect}" + ("" if n == 4 else " ✗")
-        if other:
-            found += " ✗; also " + ", ".join(f"{c} × {k}" for k, c in sorted(other.items()))
         rows.append(
             "| "
             + " | ".join(
@@ -335,7 +342,8 @@ def shape_rows(results: list[ShapeResult], workers: int) -> list[str]:
                     pipe,
                     f"{rss:.0f} MiB" + (" ✗" if rss > 80 else ""),
                     same,
-                    found,
+                    r.found_cell(),
+                    r.found_cell("pipe"),
                 ]
             )
             + " |"
