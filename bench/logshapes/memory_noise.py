@@ -3,7 +3,8 @@
 A PyTorch (2.0) training script logging with Python's ``logging``: step, data-loader and eval lines,
 and on every tenth line something about memory that is not a failure (allocator statistics,
 pinned memory, memory-efficient attention, host memory usage, cache eviction). It tests that a
-common word costs no more than any other and reports nothing. Each failure is the 2.0-era
+common word costs no more than any other and reports nothing. (The step lines say ``step N``, not
+``epoch E step N``: "epoch " is a trigger, and this shape is about the word "memory".) Each failure is the 2.0-era
 ``torch.cuda.OutOfMemoryError`` (``(GPU 0; ... total capacity; ...)``) in the forward pass, then
 the job restarted by its scheduler.
 """
@@ -54,7 +55,7 @@ def step(rng: Random, sec: int) -> list[str]:
             out.append(f"{t} - DEBUG - data - worker {rng.randrange(12)} prefetched batch {sec * 3 + i} "
                        f"({rng.randint(60, 64)} samples, {rng.uniform(20, 90):.1f} ms)")
         else:
-            out.append(f"{t} - INFO - trainer - epoch {sec // 20000} step {sec} loss {rng.uniform(0.8, 6.9):.4f} "
+            out.append(f"{t} - INFO - trainer - step {sec} loss {rng.uniform(0.8, 6.9):.4f} "
                        f"lr {1e-4 * (1 - sec / 2e6):.3e} grad_norm {rng.uniform(0.2, 3):.3f} "
                        f"throughput {rng.uniform(380, 430):.1f} samples/s")
     out.insert(rng.randrange(10), _memory_line(rng, t, sec))
