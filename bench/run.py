@@ -1,7 +1,7 @@
 """Benchmark oomdoctor against grep and cat on generated logs of several shapes, side by side, in one run.
 
     python bench/run.py                                  # every shape, 1 GiB each, writes bench/RESULTS.md
-    python bench/run.py --size 64MiB --repeat 1          # quicker
+    python bench/run.py --size 64MiB --repeat 1          # quicker (start-up then weighs in the ratios)
     python bench/run.py --shapes vllm-stats,hf-trainer   # some shapes (see bench/genlog.py)
 
 For each log shape (``bench/logshapes/``: vLLM serving, vLLM with a stats line every other line,
