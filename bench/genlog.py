@@ -1,12 +1,14 @@
-"""Generate a realistic, deterministic vLLM serving log of a given size (fast: repeated blocks).
+"""Generate realistic, deterministic logs of a given size, one per log shape (fast: repeated blocks).
 
-The log is what a long-running ``vllm serve`` with request logging writes: a startup banner,
-then request lines (``Received request ...`` with the prompt and sampling parameters, ``Added
-request``, the uvicorn access line) and a throughput line every ten seconds of traffic. A few
-CUDA out-of-memory crashes (an EngineCore traceback ending in ``torch.OutOfMemoryError``) are
-spread through the file, each followed by a restart banner.
+Each shape (``bench/logshapes/``) is what one kind of workload prints: a start-up banner, traffic
+(requests, progress, step lines) built into 1 MiB segments once and repeated, and four
+out-of-memory failures of the kind that tool really prints, at 1/5, 2/5, 3/5 and 4/5 of the file,
+each followed by a restart.
 
-    python bench/genlog.py --size 1GiB            # -> bench/out/vllm-serving-1GiB.log
+    python bench/genlog.py --size 1GiB                  # every shape -> bench/out/SHAPE-1GiB.log
+    python bench/genlog.py --size 64MiB --shapes vllm-stats,hf-trainer
+
+``vllm-serving`` is the log of the first benchmark (byte-identical to it, for continuity).
 """
 
 from __future__ import annotations
@@ -14,161 +16,56 @@ from __future__ import annotations
 import argparse
 import random
 import re
+import sys
 from pathlib import Path
+
+from logshapes import (
+    Shape,
+    deepspeed_ranks,
+    hf_trainer,
+    k8s_json,
+    llamacpp_server,
+    memory_noise,
+    vllm_serving,
+    vllm_stats,
+)
+from logshapes.vllm_serving import oom_block, startup, traffic
+
+__all__ = ["SHAPES", "Shape", "generate", "oom_block", "parse_size", "shape_names", "size_label", "startup", "traffic"]
 
 OUT = Path(__file__).resolve().parent / "out"
 #: bump when the content changes so that cached logs are regenerated
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 SEGMENTS = 12
 SEGMENT_BYTES = 1 << 20
 OOM_BLOCKS = 4
+#: failures are a segment apart from this size on (a wrapped segment is larger than 1 MiB)
+MIN_SIZE = 8 << 20
+SEED = 20240819
 
-_TEXT = (
-    "the of and to in is you that it for was on are as with his they be at one have this from or "
-    "had by word but what some we can out other were all there when up use your how said an each "
-    "she which do their time if will way about many then them write would like so these her long "
-    "make thing see him two has look more day could go come did number sound no most people my over "
-    "know water than call first who may down side been now find any new work part take get place "
-    "made live where after back little only round man year came show every good me give our under "
-    "name very through just form sentence great think say help low line differ turn cause much mean "
-    "before move right boy old too same tell does set three want air well also play small end put "
-    "home read hand port large spell add even land here must big high such follow act why ask men "
-    "change went light kind off need house picture try us again animal point mother world near build "
-    "self earth father head stand own page should country found answer school grow study still learn "
-    "plant cover food sun four between state keep eye never last let thought city tree cross farm "
-    "hard start might story saw far sea draw left late run don't while press close night real life "
-    "few north memory kernel cache token model batch summary translate explain python function error "
-    "gradient tensor matrix vector request response latency throughput server client queue"
-)
-_WORDS = _TEXT.split()
-
-
-def _ts(sec: int) -> str:
-    m, s = divmod(sec, 60)
-    h, m = divmod(m, 60)
-    return f"08-19 {h % 24:02d}:{m:02d}:{s:02d}"
-
-
-def startup(rng: random.Random, sec: int, pid: int) -> list[str]:
-    t = _ts(sec)
-    return [
-        f"INFO {t} [__init__.py:244] Automatically detected platform cuda.",
-        f"INFO {t} [api_server.py:1395] vLLM API server version 0.9.2",
-        f"INFO {t} [cli_args.py:325] non-default args: {{'model': 'Qwen/Qwen2.5-32B-Instruct', "
-        f"'max_model_len': 32768, 'tensor_parallel_size': 2, 'gpu_memory_utilization': 0.92, "
-        f"'max_num_seqs': 256, 'enable_prefix_caching': True}}",
-        f"INFO {t} [config.py:841] This model supports multiple tasks: {{'generate', 'reward', 'embed'}}. Defaulting to 'generate'.",
-        f"INFO {t} [config.py:2226] Chunked prefill is enabled with max_num_batched_tokens=8192.",
-        f"INFO {t} [core.py:526] Waiting for init message from front-end.",
-        f"INFO {t} [core.py:69] Initializing a V1 LLM engine (v0.9.2) with config: model='Qwen/Qwen2.5-32B-Instruct', "
-        f"speculative_config=None, tokenizer='Qwen/Qwen2.5-32B-Instruct', skip_tokenizer_init=False, "
-        f"tokenizer_mode=auto, revision=None, trust_remote_code=False, dtype=torch.bfloat16, max_seq_len=32768, "
-        f"download_dir=None, load_format=LoadFormat.AUTO, tensor_parallel_size=2, pipeline_parallel_size=1, "
-        f"disable_custom_all_reduce=False, quantization=None, enforce_eager=False, kv_cache_dtype=auto, "
-        f"device_config=cuda, seed=0, served_model_name=Qwen/Qwen2.5-32B-Instruct, enable_prefix_caching=True",
-        f"(VllmWorker rank=0 pid={pid + 1}) INFO {t} [gpu_model_runner.py:1770] Starting to load model Qwen/Qwen2.5-32B-Instruct...",
-        f"(VllmWorker rank=1 pid={pid + 2}) INFO {t} [gpu_model_runner.py:1770] Starting to load model Qwen/Qwen2.5-32B-Instruct...",
-        "Loading safetensors checkpoint shards:   0% Completed | 0/17 [00:00<?, ?it/s]",
-        "Loading safetensors checkpoint shards: 100% Completed | 17/17 [00:21<00:00,  1.27s/it]",
-        f"(VllmWorker rank=0 pid={pid + 1}) INFO {_ts(sec + 25)} [default_loader.py:272] Loading weights took 21.48 seconds",
-        f"(VllmWorker rank=0 pid={pid + 1}) INFO {_ts(sec + 25)} [gpu_model_runner.py:1801] Model loading took 30.7097 GiB and 22.113071 seconds",
-        f"(VllmWorker rank=1 pid={pid + 2}) INFO {_ts(sec + 25)} [gpu_model_runner.py:1801] Model loading took 30.7097 GiB and 22.201193 seconds",
-        f"INFO {_ts(sec + 40)} [kv_cache_utils.py:716] GPU KV cache size: 284,832 tokens",
-        f"INFO {_ts(sec + 40)} [kv_cache_utils.py:720] Maximum concurrency for 32,768 tokens per request: 8.69x",
-        f"(VllmWorker rank=0 pid={pid + 1}) INFO {_ts(sec + 41)} [gpu_worker.py:232] Available KV cache memory: 34.76 GiB",
-        "Capturing CUDA graph shapes: 100%|██████████| 67/67 [00:31<00:00,  2.13it/s]",
-        f"(VllmWorker rank=0 pid={pid + 1}) INFO {_ts(sec + 73)} [gpu_model_runner.py:2326] Graph capturing finished in 32 secs, took 1.61 GiB",
-        f"INFO {_ts(sec + 73)} [core.py:172] init engine (profile, create kv cache, warmup model) took 48.56 seconds",
-        f"INFO {_ts(sec + 74)} [api_server.py:1457] Starting vLLM API server 0 on http://0.0.0.0:8000",
-        f"INFO:     Started server process [{pid}]",
-        "INFO:     Waiting for application startup.",
-        "INFO:     Application startup complete.",
-    ]
-
-
-def oom_block(rng: random.Random, sec: int, pid: int, k: int) -> list[str]:
-    t = _ts(sec)
-    p = f"(EngineCore_0 pid={pid}) "
-    site = "/usr/local/lib/python3.12/dist-packages"
-    frames = [
-        ("vllm/v1/engine/core.py", 701, "run_engine_core"),
-        ("vllm/v1/engine/core.py", 728, "run_busy_loop"),
-        ("vllm/v1/engine/core.py", 754, "_process_engine_step"),
-        ("vllm/v1/engine/core.py", 279, "step"),
-        ("vllm/v1/executor/multiproc_executor.py", 185, "execute_model"),
-        ("vllm/v1/worker/gpu_worker.py", 338, "execute_model"),
-        ("vllm/v1/worker/gpu_model_runner.py", 1483, "execute_model"),
-        ("vllm/v1/sample/sampler.py", 52, "forward"),
-        ("vllm/v1/sample/ops/topk_topp_sampler.py", 104, "forward_native"),
-    ]
-    tried = [1.18, 2.37, 4.75, 9.49][k % 4]
-    free = [312.81, 150.06, 600.12, 88.44][k % 4]
-    out = [f"{p}ERROR {t} [core.py:586] EngineCore encountered a fatal error."]
-    out.append(f"{p}ERROR {t} [core.py:586] Traceback (most recent call last):")
-    for path, line, func in frames:
-        out.append(f'{p}ERROR {t} [core.py:586]   File "{site}/{path}", line {line}, in {func}')
-        out.append(f"{p}ERROR {t} [core.py:586]     return self.{func}(*args, **kwargs)")
-    out.append(
-        f"{p}ERROR {t} [core.py:586] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
-        f"{tried:.2f} GiB. GPU 0 has a total capacity of 79.19 GiB of which {free:.2f} MiB is free. "
-        f"Process {pid} has 78.87 GiB memory in use. Of the allocated memory 74.20 GiB is allocated by "
-        f"PyTorch, with 1.61 GiB allocated in private pools (e.g., CUDA Graphs), and 1.90 GiB is reserved "
-        f"by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
-        f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
-        f"Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+SHAPES: dict[str, Shape] = {
+    s.name: s
+    for s in (
+        vllm_serving.SHAPE,
+        vllm_stats.SHAPE,
+        hf_trainer.SHAPE,
+        deepspeed_ranks.SHAPE,
+        k8s_json.SHAPE,
+        llamacpp_server.SHAPE,
+        memory_noise.SHAPE,
     )
-    out.append(f"ERROR {t} [async_llm.py:420] AsyncLLM output_handler failed.")
-    out.append("INFO:     Shutting down")
-    out.append(f"INFO:     Finished server process [{pid - 10}]")
-    return out
+}
 
 
-def _prompt(rng: random.Random) -> str:
-    n = rng.choice((12, 30, 60, 120, 250))
-    return " ".join(rng.choice(_WORDS) for _ in range(n)).capitalize() + "."
-
-
-def traffic(rng: random.Random, sec: int, target: int) -> tuple[bytes, int]:
-    """About ``target`` bytes of request traffic starting at second ``sec``."""
-    lines: list[str] = []
-    size = 0
-    next_stats = sec + 10
-    while size < target:
-        for _ in range(rng.randint(1, 6)):
-            rid = f"chatcmpl-{rng.getrandbits(128):032x}"
-            t = _ts(sec)
-            temp = rng.choice((0.0, 0.2, 0.7, 1.0))
-            mx = rng.choice((128, 256, 512, 1024, 2048))
-            new = [
-                f"INFO {t} [logger.py:43] Received request {rid}: prompt: '<|im_start|>system\\nYou are a "
-                f"helpful assistant.<|im_end|>\\n<|im_start|>user\\n{_prompt(rng)}<|im_end|>\\n<|im_start|>"
-                f"assistant\\n', params: SamplingParams(n=1, presence_penalty=0.0, frequency_penalty=0.0, "
-                f"repetition_penalty=1.05, temperature={temp}, top_p=0.8, top_k=20, min_p=0.0, seed=None, "
-                f"stop=[], stop_token_ids=[], bad_words=[], include_stop_str_in_output=False, ignore_eos=False, "
-                f"max_tokens={mx}, min_tokens=0, logprobs=None, prompt_logprobs=None, skip_special_tokens=True, "
-                f"spaces_between_special_tokens=True, truncate_prompt_tokens=None, guided_decoding=None, "
-                f"extra_args=None), prompt_token_ids: None, prompt_embeds shape: None, lora_request: None.",
-                f"INFO {t} [async_llm.py:270] Added request {rid}.",
-                f'INFO:     10.0.{rng.randint(0, 9)}.{rng.randint(2, 250)}:{rng.randint(30000, 65000)} - '
-                f'"POST /v1/chat/completions HTTP/1.1" 200 OK',
-            ]
-            lines.extend(new)
-            size += sum(len(x) + 1 for x in new)
-        if rng.random() < 0.01:
-            lines.append(
-                f"WARNING {_ts(sec)} [protocol.py:58] The following fields were present in the request "
-                f"but ignored: {{'max_completion_tokens'}}"
-            )
-        sec += 1
-        if sec >= next_stats:
-            next_stats = sec + 10
-            lines.append(
-                f"INFO {_ts(sec)} [loggers.py:118] Engine 000: Avg prompt throughput: "
-                f"{rng.uniform(200, 9000):.1f} tokens/s, Avg generation throughput: {rng.uniform(50, 900):.1f} "
-                f"tokens/s, Running: {rng.randint(1, 60)} reqs, Waiting: {rng.randint(0, 9)} reqs, GPU KV cache "
-                f"usage: {rng.uniform(0, 95):.1f}%, Prefix cache hit rate: {rng.uniform(0, 80):.1f}%"
-            )
-    return ("\n".join(lines) + "\n").encode(), sec
+def shape_names(text: str) -> list[str]:
+    """``a,b`` -> the shapes named (``all``: every shape), checked."""
+    if text.strip() == "all":
+        return list(SHAPES)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SHAPES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown shape(s) {', '.join(unknown)}; known: {', '.join(SHAPES)}")
+    return names
 
 
 def parse_size(text: str) -> int:
@@ -186,34 +83,37 @@ def size_label(n: int) -> str:
     return f"{n}B"
 
 
-def generate(size: int, path: Path | None = None) -> Path:
-    """Write the log (reusing an existing one of the same size and generator version)."""
+def generate(size: int, path: Path | None = None, shape: str = "vllm-serving") -> Path:
+    """Write the log of ``shape`` (reusing an existing one of the same size and generator version)."""
+    sh = SHAPES[shape]
+    if size < MIN_SIZE:
+        print(f"genlog: below {size_label(MIN_SIZE)} failures can be written back to back "
+              "(they are placed between 1 MiB segments) and then read as one", file=sys.stderr)
     OUT.mkdir(parents=True, exist_ok=True)
-    path = path or OUT / f"vllm-serving-{size_label(size)}.log"
+    path = path or OUT / f"{sh.name}-{size_label(size)}.log"
     stamp = path.with_suffix(".stamp")
     want = f"{GENERATOR_VERSION} {size}"
     if path.exists() and stamp.exists() and stamp.read_text() == want:
         return path
-    rng = random.Random(20240819)
+    wrap = sh.wrap() if sh.wrap else (lambda b: b)
+    rng = random.Random(SEED)
     sec = 0
     segments = []
     for _ in range(SEGMENTS):
-        seg, sec = traffic(rng, sec, SEGMENT_BYTES)
-        segments.append(seg)
-    # OOM crashes at fixed fractions of the file, each followed by a restart
+        seg, sec = sh.traffic(rng, sec, SEGMENT_BYTES)
+        segments.append(wrap(seg))
+    # failures at fixed fractions of the file, each followed by a restart
     marks = [int(size * (i + 1) / (OOM_BLOCKS + 1)) for i in range(OOM_BLOCKS)]
     written = 0
     i = 0
     with open(path, "wb") as f:
-        head = ("\n".join(startup(rng, 0, 1000)) + "\n").encode()
+        head = wrap(("\n".join(sh.head(rng, 0)) + "\n").encode())
         f.write(head)
         written += len(head)
         k = 0
         while written < size:
             if k < len(marks) and written >= marks[k]:
-                pid = 2000 + 100 * k
-                block = oom_block(rng, 40000 + k, pid + 7, k) + startup(rng, 40010 + k, pid + 50)
-                data = ("\n".join(block) + "\n").encode()
+                data = wrap(("\n".join(sh.failure(rng, k)) + "\n").encode())
                 k += 1
             else:
                 data = segments[i % SEGMENTS]
@@ -231,10 +131,15 @@ def generate(size: int, path: Path | None = None) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", type=parse_size, default=parse_size("1GiB"))
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--size", type=parse_size, default=parse_size("1GiB"), help="bytes per log (default 1GiB)")
+    ap.add_argument("--shapes", type=shape_names, default=list(SHAPES),
+                    help=f"comma-separated, or 'all' (default): {', '.join(SHAPES)}")
+    ap.add_argument("--out", type=Path, default=None, help="file name (one shape only)")
     args = ap.parse_args()
-    print(generate(args.size, args.out))
+    if args.out and len(args.shapes) != 1:
+        ap.error("--out needs exactly one shape")
+    for name in args.shapes:
+        print(generate(args.size, args.out, name))
 
 
 if __name__ == "__main__":
