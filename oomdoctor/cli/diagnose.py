@@ -190,6 +190,10 @@ def run(
 
 
 def _write_report(report: Report, fmt: str, output: str | None, stream: object) -> None:
+    """Render ``report`` (secrets redacted: the one place every CLI report passes) to ``output`` or ``stream``."""
+    from oomdoctor.redaction import redact_report
+
+    report = redact_report(report)
     if output:
         text = renderer(fmt)(report, color=False)
         Path(output).write_text(text, encoding="utf-8")
@@ -259,9 +263,10 @@ class LiveFindings:
     def __call__(self, found: list[Finding]) -> None:
         self.shown.update(id(f) for f in found)
         if self.live:
+            from oomdoctor.redaction import redact_findings
             from oomdoctor.render.text import render_findings_text
 
-            self._write(render_findings_text(found, color=color_for(self.stream)))
+            self._write(render_findings_text(redact_findings(found), color=color_for(self.stream)))
 
     def _write(self, text: str) -> None:
         try:
@@ -280,10 +285,11 @@ class LiveFindings:
             if not self.live:
                 _write_report(report, fmt, output, self.stream)
                 return
+            from oomdoctor.redaction import redact_findings
             from oomdoctor.render.text import render_findings_text
 
             rest = [f for f in report.findings if id(f) not in self.shown]
-            text = render_findings_text(rest, color=color_for(self.stream)) if rest else ""
+            text = render_findings_text(redact_findings(rest), color=color_for(self.stream)) if rest else ""
             errors = report.summary.errors
             if errors:
                 text += f"oomdoctor: {errors} out-of-memory failure(s) found.\n"
