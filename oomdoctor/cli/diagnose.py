@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
@@ -164,6 +165,10 @@ def run(
         return fail(f"unknown --fail-on {fail_on!r} (choose error or warning)")
     hints = parse_hints(hint or [])
     if model_config:
+        from oomdoctor.cli.checks import model_config_error
+
+        if (problem := model_config_error(model_config)) is not None:
+            return fail(problem)
         hints["model-config"] = model_config
     rule_dirs = [Path(r) for r in (rules or [])]
     env_rules = os.environ.get("OOMDOCTOR_RULES")
@@ -198,6 +203,8 @@ def _write_report(report: Report, fmt: str, output: str | None, stream: object) 
         text = renderer(fmt)(report, color=False)
         Path(output).write_text(text, encoding="utf-8")
         return
+    if stream is None:  # started with the stream closed (``>&-``)
+        raise OSError(errno.EBADF, "the stream is closed")
     text = renderer(fmt)(report, color=color_for(stream))
     stream.write(text)  # type: ignore[attr-defined]
     stream.flush()  # type: ignore[attr-defined]
