@@ -394,7 +394,8 @@ def test_access_log_has_no_log_text(client: httpx.Client) -> None:
         logging.getLogger().removeHandler(grab)
         logger.setLevel(old)
     access = [m for m in records if m.startswith("POST /v1/diagnose")]
-    assert len(access) == 2, records
+    # ours, and perhaps the line of an earlier test's request, written just after its response
+    assert len(access) >= 2 and any(" 400 " in m for m in access), records
     assert not any(marker in m for m in records)
 
 

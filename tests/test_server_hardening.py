@@ -282,3 +282,52 @@ def test_chat_form_bodies_use_the_same_limits(guarded: str) -> None:
         headers={"content-type": "application/x-www-form-urlencoded"},
     )
     assert r.status_code == 200
+
+
+@pytest.mark.parametrize("encoding", ["gzip", ""])
+def test_decoding_a_body_peaks_at_a_small_multiple_of_the_log_limit(encoding: str) -> None:
+    """Raw body, parsed JSON and the log's bytes: never more than a few copies (the chunks are freed as used)."""
+    from oomdoctor.server.app import decode_diagnose
+
+    limit = 4 << 20
+    log = ("INFO handled request id=12345 in 12 ms \u00e9\n" * 120_000)[: int(limit * 0.8)]
+    body = json.dumps({"log": log}, ensure_ascii=False).encode()
+    if encoding:
+        body = gzip.compress(body)
+    chunks = [body[i : i + 65536] for i in range(0, len(body), 65536)]
+    del body
+    tracemalloc.start()
+    try:
+        data, _, fmt = decode_diagnose(chunks, "application/json", encoding, limit, None, {})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert data == log.encode() and fmt == "json" and chunks == []
+    assert peak < 4 * limit, f"{peak / limit:.1f} x the log limit"
+
+
+def test_analysis_redaction_and_rendering_run_off_the_event_loop(
+    guarded: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from oomdoctor.server import app as app_module
+    from oomdoctor.server import limits
+
+    threads: dict[str, str] = {}
+    real_redact, real_render = limits.redact_report, app_module.render
+
+    def redact(report: Any) -> Any:
+        threads["redact"] = threading.current_thread().name
+        return real_redact(report)
+
+    def render(report: Any, fmt: str, **kw: Any) -> Any:
+        threads["render"] = threading.current_thread().name
+        return real_render(report, fmt, **kw)
+
+    monkeypatch.setattr(limits, "redact_report", redact)
+    monkeypatch.setattr(app_module, "render", render)
+    r = httpx.post(guarded + "/v1/diagnose", json={"log": "--api-key abcdefgh1234\n", "format": "text"}, headers=AUTH)
+    assert r.status_code == 200 and "abcdefgh1234" not in r.text
+    assert set(threads) == {"redact", "render"}
+    assert all(name.startswith("asyncio_") for name in threads.values()), threads  # asyncio.to_thread's pool
