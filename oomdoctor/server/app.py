@@ -136,9 +136,18 @@ def decode_diagnose(
         del payload
         data = req.log.encode("utf-8", "surrogatepass")
         return data, {**hints, **req.hints}, fmt or req.format
-    if ctype.startswith("text/") or ctype in ("application/gzip", "application/x-gzip", "application/octet-stream", ""):
-        return body, hints, fmt or "json"
+    check_content_type(ctype)
+    return body, hints, fmt or "json"
+
+
+def check_content_type(ctype: str) -> None:
+    """415 for a body ``/v1/diagnose`` cannot read (checked before the body is read)."""
+    if ctype == "application/json" or ctype.startswith("text/") or ctype in _RAW_TYPES:
+        return
     raise LimitError(415, f"unsupported content type {ctype!r}: send application/json, text/plain or application/gzip")
+
+
+_RAW_TYPES = ("application/gzip", "application/x-gzip", "application/octet-stream", "")
 
 
 def render(report: Report, fmt: str, *, response_type: str | None = None, max_chars: int | None = None) -> Response:
@@ -293,6 +302,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
             if not eq:
                 raise LimitError(422, f"hint must be KEY=VALUE, got {h[:40]!r}")
             query_hints[k] = v
+        check_content_type(ctype)
         chunks, taken = await read_body(request.stream(), budget, cfg.body_timeout)
 
         def work(deadline: Deadline) -> Response:
@@ -399,12 +409,14 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         x_slack_signature: str | None = Header(None),
         x_slack_request_timestamp: str | None = Header(None),
     ) -> JSONResponse:
+        if request.headers.get("x-slack-signature"):
+            _slack_precheck(request)  # a stale or malformed request is refused before its body is read
         body = await body_of(request)
         if len(body) < 1024 and b"ssl_check=1" in body and _form(body).get("ssl_check") == "1":
             # Slack's certificate probe (unsigned, as Bolt treats it): acknowledge and do nothing
             return JSONResponse({"ok": True})
         _slack_headers(request, body)  # on the raw body, before parsing
-        form = _form(body)
+        form = await asyncio.to_thread(_form, body)
         text = form.get("text", "").strip()
         if not text or text.lower() in ("help", "-h", "--help"):
             return JSONResponse({"response_type": "ephemeral", "text": slack.HELP})
@@ -489,7 +501,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         if authorization and not mm.token_ok(cfg.mattermost_token, authorization, None):
             raise LimitError(401, "invalid or missing Mattermost token")  # before reading the body
         body = await body_of(request)
-        form = _form(body)
+        form = await asyncio.to_thread(_form, body)
         if not mm.token_ok(cfg.mattermost_token, authorization, form.get("token")):
             raise LimitError(401, "invalid or missing Mattermost token")
         text = form.get("text", "").strip()
