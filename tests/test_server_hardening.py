@@ -331,3 +331,34 @@ def test_analysis_redaction_and_rendering_run_off_the_event_loop(
     assert r.status_code == 200 and "abcdefgh1234" not in r.text
     assert set(threads) == {"redact", "render"}
     assert all(name.startswith("asyncio_") for name in threads.values()), threads  # asyncio.to_thread's pool
+
+
+def test_healthz_answers_while_a_long_argument_is_analysed(guarded: str) -> None:
+    """Issue 16: a 60 000-character launch argument took 132 s to redact, with /healthz blocked throughout."""
+    import threading
+
+    log = (
+        "INFO non-default args: {'model': 'm', 'served_model_name': '" + "a-" * 30_000 + "'}\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. --hf-token Zx9secretQ --api-key "
+        + "-a" * 30_000 + " " + "token." * 10_000 + "\n"
+    ).encode()
+    result: dict[str, Any] = {}
+
+    def post() -> None:
+        result["r"] = httpx.post(
+            guarded + "/v1/diagnose", content=log, headers={**AUTH, "content-type": "text/plain"}, timeout=60
+        )
+
+    t = threading.Thread(target=post)
+    t.start()
+    worst = 0.0
+    while t.is_alive():
+        t0 = time.monotonic()
+        assert httpx.get(guarded + "/healthz", timeout=10).status_code == 200
+        worst = max(worst, time.monotonic() - t0)
+        time.sleep(0.02)
+    t.join()
+    r = result["r"]
+    assert r.status_code == 200, r.text
+    assert "Zx9secretQ" not in r.text
+    assert worst < 2.0, f"/healthz took {worst:.2f} s"
