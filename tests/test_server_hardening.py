@@ -135,6 +135,27 @@ def test_connections_busy_with_requests_shed_new_ones_with_503(guarded: str) -> 
 
 
 def test_aborted_upload_is_not_an_error(guarded: str, server_log: list[logging.LogRecord]) -> None:
+    access: list[str] = []
+
+    class Grab(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            access.append(record.getMessage())
+
+    grab = Grab(level=logging.INFO)
+    logger = logging.getLogger("oomdoctor.server.access")
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(grab)
+    try:
+        _abort_an_upload(guarded)
+    finally:
+        logger.removeHandler(grab)
+        logger.setLevel(old_level)
+    assert not server_log, [r.getMessage() for r in server_log]
+    assert any(m.startswith("POST /v1/diagnose 499 ") for m in access), access
+
+
+def _abort_an_upload(guarded: str) -> None:
     s = connect(guarded)
     s.sendall(
         b"POST /v1/diagnose HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n"
@@ -145,7 +166,6 @@ def test_aborted_upload_is_not_an_error(guarded: str, server_log: list[logging.L
     s.close()  # the client gives up mid-body
     time.sleep(0.3)
     assert httpx.get(guarded + "/healthz", timeout=5).status_code == 200
-    assert not server_log, [r.getMessage() for r in server_log]
 
 
 def test_bad_token_is_refused_before_the_body_is_read(guarded: str) -> None:

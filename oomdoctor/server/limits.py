@@ -105,7 +105,9 @@ class BodyLimitMiddleware:
 
 
 class AccessLogMiddleware:
-    """One line per request: method, path (never the query string), status, milliseconds. No bodies."""
+    """One line per request: method, path (never the query string), status, milliseconds. No bodies.
+
+    A request the client abandoned before any answer is logged with status 499, not as an error."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -116,7 +118,7 @@ class AccessLogMiddleware:
             await self.app(scope, receive, send)
             return
         t0 = time.perf_counter()
-        status = 500
+        status = 499  # no response: the client closed the connection first (nginx's code for it)
 
         async def tracking_send(msg: Message) -> None:
             nonlocal status
