@@ -293,3 +293,35 @@ def test_a_generated_secret_never_survives_the_server(http_server: object, secre
         r = http_server.post("/v1/diagnose", json={"log": log, "format": fmt})  # type: ignore[attr-defined]
         assert r.status_code == 200, r.text
         assert_absent(value, r.text, f"server {fmt}")
+    from tests.test_server import MM_TOKEN
+
+    r = http_server.post(  # type: ignore[attr-defined]
+        "/mattermost/commands", data={"text": log, "token": MM_TOKEN, "command": "/oomdoctor"}
+    )
+    assert r.status_code == 200, r.text
+    assert_absent(value, r.text, "server mattermost")
+
+
+SECRET_LOG = make_log("--api-key Zx9plainSecret7 hf_a1B2a1B2a1B2a1B2a1B2a1B2")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+@pytest.mark.parametrize("mode", ["pipe", "run"])
+def test_live_modes_never_echo_a_secret(tmp_path: Path, mode: str, fmt: str) -> None:
+    """Pipe and run modes print live findings and the summary on stderr (stdout is the log itself)."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "server.log"
+    log.write_text(SECRET_LOG)
+    if mode == "pipe":
+        args, stdin = [sys.executable, "-m", "oomdoctor", "-f", fmt], log.read_bytes()
+    else:
+        args, stdin = [sys.executable, "-m", "oomdoctor", "run", "-f", fmt, "--", "cat", str(log)], None
+    proc = subprocess.run(args, input=stdin, capture_output=True, timeout=60)
+    assert proc.returncode in (0, 1), proc.stderr  # run: the exit code is issue 15's to decide
+    assert proc.stdout == log.read_bytes()  # passthrough is byte-exact: the log as it was
+    err = proc.stderr.decode()
+    assert "out of memory" in err.lower() or "cuda-oom" in err
+    for secret in ("Zx9plainSecret7", "hf_a1B2a1B2a1B2a1B2a1B2a1B2"):
+        assert_absent(secret, err, f"{mode} {fmt}")

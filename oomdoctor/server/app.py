@@ -498,8 +498,10 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
     async def mattermost_commands(request: Request, authorization: str | None = Header(None)) -> JSONResponse:
         if not cfg.mattermost_token:
             raise LimitError(404, "Mattermost is not configured on this server (set OOMDOCTOR_MATTERMOST_TOKEN)")
-        if authorization and not mm.token_ok(cfg.mattermost_token, authorization, None):
-            raise LimitError(401, "invalid or missing Mattermost token")  # before reading the body
+        if authorization and authorization.strip().lower().startswith("token ") and not mm.token_ok(
+            cfg.mattermost_token, authorization, None
+        ):  # Mattermost's own header, wrong: refused before the body is read
+            raise LimitError(401, "invalid or missing Mattermost token")
         body = await body_of(request)
         form = await asyncio.to_thread(_form, body)
         if not mm.token_ok(cfg.mattermost_token, authorization, form.get("token")):
