@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from oomdoctor.inputs import bom_encoding
+from oomdoctor.redaction import redact_report
 from oomdoctor.report import Report
 from oomdoctor.rulepack import RulePack, default_pack, load_pack
 from oomdoctor.scanner import Scanner
@@ -18,12 +19,18 @@ def diagnose(
     rules: Iterable[Path | str] | None = None,
     pack: RulePack | None = None,
     source: str = "<text>",
+    redact: bool = True,
 ) -> Report:
     """Diagnose a log and return the :class:`~oomdoctor.report.Report`.
 
     ``log`` may be the whole text, raw bytes, or an iterable of lines (with or without newlines).
     ``hints`` are user facts such as ``{"gpus": "2", "gpu": "A10G"}``; ``rules`` adds rule
     directories on top of the built-in pack.
+
+    ``redact`` (default True): secrets in the echoed text (API keys, tokens, JWTs, passwords in
+    URLs; see :mod:`oomdoctor.redaction`) are replaced by ``[REDACTED]``, as in every output of
+    the CLI and the server, so a report can be pasted or posted as it is. Figures and remedy
+    values are never touched; pass ``redact=False`` for the log's own text.
     """
     if pack is None:
         pack = load_pack([Path(r) for r in rules]) if rules else default_pack()
@@ -38,4 +45,5 @@ def diagnose(
             scanner.feed(line.encode("utf-8", "surrogateescape"))
             if not line.endswith("\n"):
                 scanner.feed(b"\n")
-    return scanner.close()
+    report = scanner.close()
+    return redact_report(report) if redact else report

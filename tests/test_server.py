@@ -25,11 +25,12 @@ httpx = pytest.importorskip("httpx")
 
 import uvicorn  # noqa: E402
 
+from oomdoctor.redaction import redact  # noqa: E402
 from oomdoctor.report import Finding, Location, Remedy, Report, Tool  # noqa: E402
 from oomdoctor.server.app import create_app  # noqa: E402
 from oomdoctor.server.config import ConfigError, ServerConfig  # noqa: E402
 from oomdoctor.server.limits import Analyser, AnalysisTimeout, LimitError, analyse  # noqa: E402
-from oomdoctor.server.redaction import redact  # noqa: E402
+from oomdoctor.server.protocol import uvicorn_options  # noqa: E402
 from oomdoctor.server.slack import ReplayCache, SignatureError, sign, slack_text_to_log, verify  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +51,9 @@ def free_port() -> int:
 def running(cfg: ServerConfig) -> Iterator[str]:
     """Run the app on a real uvicorn in a thread; yield its base URL."""
     port = free_port()
-    config = uvicorn.Config(create_app(cfg), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    config = uvicorn.Config(
+        create_app(cfg), host="127.0.0.1", port=port, log_level="warning", access_log=False, **uvicorn_options(cfg)
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -338,7 +341,7 @@ def test_secrets_in_echoed_text_are_redacted(client: httpx.Client) -> None:
         f"but unallocated. token={hf} Authorization: Bearer abcdefghijklmnop {aws}\n"
     )
     secrets = (hf, sk, aws, "abcdefghijklmnop")
-    unredacted = oomdoctor.diagnose(log).model_dump_json()
+    unredacted = oomdoctor.diagnose(log, redact=False).model_dump_json()
     assert all(s in unredacted for s in secrets)  # the report itself would echo them
     for fmt in ("json", "markdown", "text", "slack"):
         r = client.post("/v1/diagnose", json={"log": log, "format": fmt}, headers=AUTH)
@@ -391,7 +394,8 @@ def test_access_log_has_no_log_text(client: httpx.Client) -> None:
         logging.getLogger().removeHandler(grab)
         logger.setLevel(old)
     access = [m for m in records if m.startswith("POST /v1/diagnose")]
-    assert len(access) == 2, records
+    # ours, and perhaps the line of an earlier test's request, written just after its response
+    assert len(access) >= 2 and any(" 400 " in m for m in access), records
     assert not any(marker in m for m in records)
 
 

@@ -7,6 +7,8 @@ text, which the schema-driven fuzzer cannot sign.
 
 from __future__ import annotations
 
+import gzip
+import json
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -107,3 +109,53 @@ def test_signed_chat_commands_never_5xx(http: httpx.Client, text: str, extra: di
     )
     assert r.status_code == 200, r.text
     assert len(r.json()["text"]) <= 16383
+
+
+# -- /v1/diagnose: arbitrary bodies under arbitrary content types, encodings and extra headers ------------
+
+_HEADER_NAME = st.text("abcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=12).filter(
+    lambda n: n.strip("-") and n not in ("content-length", "host", "transfer-encoding", "authorization", "connection",
+                                         "content-type", "content-encoding", "expect", "upgrade")
+)
+_HEADER_VALUE = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40).map(str.strip)
+
+
+def _nested(depth: int, kind: str) -> bytes:
+    if kind == "list":
+        return b"[" * depth + b"]" * depth
+    return b'{"log": "x", "hints": ' + b'{"a": ' * depth + b"1" + b"}" * depth + b"}"
+
+
+BODIES = st.one_of(
+    st.binary(max_size=2000),
+    LOG_TEXT.map(lambda t: t.encode("utf-8", "surrogatepass")),
+    st.builds(lambda t, f: json.dumps({"log": t, "format": f}).encode(), LOG_TEXT,
+              st.sampled_from(["json", "markdown", "slack", "text", "pdf"])),
+    st.builds(_nested, st.integers(1, 20_000), st.sampled_from(["list", "hints"])),
+    LOG_TEXT.map(lambda t: gzip.compress(t.encode("utf-8", "surrogatepass"))),
+    st.builds(lambda t, cut: gzip.compress(t.encode("utf-8", "surrogatepass"))[:cut], LOG_TEXT, st.integers(0, 40)),
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    body=BODIES,
+    ctype=st.one_of(
+        st.sampled_from(["application/json", "text/plain", "application/gzip", "application/octet-stream", "",
+                         "application/json; charset=utf-8", "multipart/form-data", "text/plain; charset=latin-1"]),
+        _HEADER_VALUE,
+    ),
+    encoding=st.sampled_from(["", "gzip", "x-gzip", "deflate", "br", "identity"]),
+    extra=st.dictionaries(_HEADER_NAME, _HEADER_VALUE, max_size=4),
+    fmt=st.sampled_from([None, "json", "markdown", "slack", "text", "pdf"]),
+)
+def test_diagnose_bodies_and_headers_never_5xx(
+    http: httpx.Client, body: bytes, ctype: str, encoding: str, extra: dict[str, str], fmt: str | None
+) -> None:
+    headers = {**extra, **AUTH, "content-type": ctype}
+    if encoding:
+        headers["content-encoding"] = encoding
+    r = http.post("/v1/diagnose", content=body, headers=headers, params={"format": fmt} if fmt else None)
+    assert r.status_code < 500 or r.status_code == 503, r.text
+    if r.status_code >= 400:
+        assert set(r.json()) == {"error"} and "\n" not in r.json()["error"]

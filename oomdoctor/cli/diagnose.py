@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
@@ -164,6 +165,10 @@ def run(
         return fail(f"unknown --fail-on {fail_on!r} (choose error or warning)")
     hints = parse_hints(hint or [])
     if model_config:
+        from oomdoctor.cli.checks import model_config_error
+
+        if (problem := model_config_error(model_config)) is not None:
+            return fail(problem)
         hints["model-config"] = model_config
     rule_dirs = [Path(r) for r in (rules or [])]
     env_rules = os.environ.get("OOMDOCTOR_RULES")
@@ -190,10 +195,16 @@ def run(
 
 
 def _write_report(report: Report, fmt: str, output: str | None, stream: object) -> None:
+    """Render ``report`` (secrets redacted: the one place every CLI report passes) to ``output`` or ``stream``."""
+    from oomdoctor.redaction import redact_report
+
+    report = redact_report(report)
     if output:
         text = renderer(fmt)(report, color=False)
         Path(output).write_text(text, encoding="utf-8")
         return
+    if stream is None:  # started with the stream closed (``>&-``)
+        raise OSError(errno.EBADF, "the stream is closed")
     text = renderer(fmt)(report, color=color_for(stream))
     stream.write(text)  # type: ignore[attr-defined]
     stream.flush()  # type: ignore[attr-defined]
@@ -259,9 +270,10 @@ class LiveFindings:
     def __call__(self, found: list[Finding]) -> None:
         self.shown.update(id(f) for f in found)
         if self.live:
+            from oomdoctor.redaction import redact_findings
             from oomdoctor.render.text import render_findings_text
 
-            self._write(render_findings_text(found, color=color_for(self.stream)))
+            self._write(render_findings_text(redact_findings(found), color=color_for(self.stream)))
 
     def _write(self, text: str) -> None:
         try:
@@ -280,10 +292,11 @@ class LiveFindings:
             if not self.live:
                 _write_report(report, fmt, output, self.stream)
                 return
+            from oomdoctor.redaction import redact_findings
             from oomdoctor.render.text import render_findings_text
 
             rest = [f for f in report.findings if id(f) not in self.shown]
-            text = render_findings_text(rest, color=color_for(self.stream)) if rest else ""
+            text = render_findings_text(redact_findings(rest), color=color_for(self.stream)) if rest else ""
             errors = report.summary.errors
             if errors:
                 text += f"oomdoctor: {errors} out-of-memory failure(s) found.\n"

@@ -30,6 +30,10 @@ class _Stop(BaseException):
     pass
 
 
+class FollowError(Exception):
+    """The followed file cannot be opened; the message is the path and the OS's reason."""
+
+
 def _raise_stop(signum: int, frame: object) -> None:
     raise _Stop()
 
@@ -56,7 +60,7 @@ def follow_file(path: str, pack: object, hints: dict[str, str], fmt: str, output
         follower.loop()
     except (KeyboardInterrupt, _Stop):
         pass
-    except RuleTimeout as exc:
+    except (RuleTimeout, FollowError) as exc:
         error = str(exc)
     except Exception as exc:  # analysis bug: say it in one line, still summarise
         error = f"analysis failed: {type(exc).__name__}: {' '.join(str(exc).split())}"
@@ -98,7 +102,7 @@ class _Follower:
                 self.waiting_said = True
             return False
         except OSError as exc:
-            raise RuntimeError(f"{self.path}: cannot open: {exc.strerror or exc}") from None
+            raise FollowError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
         st = os.fstat(fh.fileno())
         self.fh = fh
         self.ident = (st.st_dev, st.st_ino)

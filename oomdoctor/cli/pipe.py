@@ -9,7 +9,8 @@ Guarantees (tested in tests/test_pipe*.py):
   queued chunks are skipped for analysis, so the latest input (where a dying server prints its
   failure) is always analysed; skipped newlines are still counted, so line numbers stay exact,
   and one line on stderr says how many bytes analysis skipped (never when stdin is a regular file: then
-  there is no upstream to protect and the analyser is waited for). The remaining coupling is the GIL: a regex
+  there is no upstream to protect and the reader waits for the analyser, within the same 16 MiB, so
+  ``oomdoctor < huge.log`` runs in constant memory like ``oomdoctor huge.log``). The remaining coupling is the GIL: a regex
   holds it for at most ``REGEX_TIMEOUT`` (a rule that runs longer stops the analysis, naming the
   rule), pure-Python analysis hands it back every few milliseconds.
 * Under a flood (input is being skipped), analysis steps aside: it takes at most
@@ -136,6 +137,8 @@ class _Analyser(threading.Thread):
         self.max_bytes = QUEUE_BYTES
         self._queued = 0  # bytes in the queue; producer adds, consumer subtracts, under the lock
         self._lock = threading.Lock()
+        #: signalled when the analyser takes bytes off the queue (a lossless producer waits on it)
+        self._room = threading.Condition(self._lock)
         self.active = True
         self.deadline: float | None = None
         self._gap: _Gap | None = None  # owned by the producer thread
@@ -152,6 +155,9 @@ class _Analyser(threading.Thread):
         if not self.active:
             return
         if self.lossless:  # nobody to block: wait for the analyser rather than skip
+            with self._room:  # ... within the same byte cap: constant memory whatever the file's size
+                while self.active and self._queued and self._queued + len(data) > self.max_bytes and self.is_alive():
+                    self._room.wait(0.1)
             while self.active and self.is_alive():
                 try:
                     self.q.put(data, timeout=0.1)
@@ -208,6 +214,8 @@ class _Analyser(threading.Thread):
     def _count(self, nbytes: int) -> None:
         with self._lock:
             self._queued += nbytes
+            if nbytes < 0:
+                self._room.notify_all()
 
     def finish(self, join_timeout: float | None) -> bool:
         """Send end-of-input and wait; False when the analyser did not finish in time."""

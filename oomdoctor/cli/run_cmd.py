@@ -67,6 +67,10 @@ def run(
         return fail(f"unknown --format {fmt!r} (choose {', '.join(FORMATS)})")
     hints = parse_hints(hint or [])
     if model_config:
+        from oomdoctor.cli.checks import model_config_error
+
+        if (problem := model_config_error(model_config)) is not None:
+            return fail(problem)
         hints["model-config"] = model_config
     try:
         pack = load_pack([Path(r) for r in rules]) if rules else default_pack()

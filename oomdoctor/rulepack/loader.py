@@ -359,7 +359,12 @@ def read_rule_file(path: Path) -> RuleFile:
             msg = getattr(exc, "msg", msg)
         loc = f":{line}:{col}" if line is not None else ""
         raise RulePackError(f"{where}{loc}: TOML syntax error: {msg}") from None
-    rf = _validate_schema(data, where)
+    except RecursionError:
+        raise RulePackError(f"{where}: nested too deeply to be a rule file") from None
+    try:
+        rf = _validate_schema(data, where)
+    except RecursionError:
+        raise RulePackError(f"{where}: nested too deeply to be a rule file") from None
     _remember(raw, rf)
     return rf
 

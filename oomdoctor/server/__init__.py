@@ -1,7 +1,8 @@
 """``oomdoctor serve``: the HTTP / chat-ops backend (extra ``oomdoctor[server]``: FastAPI + uvicorn).
 
 Import :func:`create_app` from :mod:`oomdoctor.server.app`; this package's own import pulls in no
-web framework, so ``oomdoctor.server.config`` and ``redaction`` stay usable without the extra.
+web framework, so ``oomdoctor.server.config`` stays usable without the extra (redaction lives in
+the core, :mod:`oomdoctor.redaction`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ def serve(config: ServerConfig, *, log_level: str = "info") -> None:
 
     import uvicorn
 
+    from oomdoctor.server.protocol import fit_to_fd_limit, uvicorn_options
+
     config.check_exposure()
+    config = fit_to_fd_limit(config)
     os.environ["OOMDOCTOR_LOG_LEVEL"] = log_level  # for worker processes
     setup_logging(log_level)
     common: dict[str, object] = {
@@ -41,6 +45,7 @@ def serve(config: ServerConfig, *, log_level: str = "info") -> None:
         "log_level": log_level,
         "proxy_headers": False,
     }
+    common.update(uvicorn_options(config))
     if config.workers > 1:
         # workers re-create the app from the environment (the CLI exported its options there)
         uvicorn.run("oomdoctor.server.app:create_app_from_env", factory=True, workers=config.workers, **common)  # type: ignore[arg-type]

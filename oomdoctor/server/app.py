@@ -31,8 +31,17 @@ from oomdoctor.rulepack import RulePack, default_pack
 from oomdoctor.server import mattermost as mm
 from oomdoctor.server import slack
 from oomdoctor.server.config import ServerConfig
-from oomdoctor.server.limits import AccessLogMiddleware, Analyser, BodyLimitMiddleware, LimitError, gunzip
-from oomdoctor.server.redaction import redact_report
+from oomdoctor.server.limits import (
+    AccessLogMiddleware,
+    Analyser,
+    BodyBudget,
+    BodyLimitMiddleware,
+    Deadline,
+    ErrorShieldMiddleware,
+    LimitError,
+    gunzip,
+    read_body,
+)
 
 log = logging.getLogger("oomdoctor.server")
 
@@ -94,6 +103,53 @@ def _clean_hints(hints: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def _loads(body: bytes | str) -> Any:
+    """``json.loads`` with one-line 400s: malformed, or nested too deeply for the parser."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise LimitError(400, "malformed JSON body: nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise LimitError(400, f"malformed JSON body: {type(exc).__name__} at position {getattr(exc, 'pos', '?')}") from None
+
+
+def decode_diagnose(
+    chunks: list[bytes], ctype: str, encoding: str, max_log: int, fmt: str | None, hints: dict[str, str]
+) -> tuple[bytes, dict[str, str], str]:
+    """The log bytes, hints and format of a ``/v1/diagnose`` body (in a worker thread, under the limits).
+
+    ``chunks`` is consumed (emptied) so that the raw body is freed as soon as it is decoded."""
+    if encoding in ("gzip", "x-gzip") or ctype in ("application/gzip", "application/x-gzip"):
+        body = gunzip(chunks, max_log)
+    else:
+        body = b"".join(chunks)
+        chunks.clear()
+    if ctype == "application/json":
+        payload = _loads(body)
+        del body
+        try:
+            req = DiagnoseRequest.model_validate(payload)
+        except ValidationError as exc:
+            raise RequestValidationError(exc.errors()) from None
+        except RecursionError:
+            raise LimitError(400, "malformed JSON body: nested too deeply") from None
+        del payload
+        data = req.log.encode("utf-8", "surrogatepass")
+        return data, {**hints, **req.hints}, fmt or req.format
+    check_content_type(ctype)
+    return body, hints, fmt or "json"
+
+
+def check_content_type(ctype: str) -> None:
+    """415 for a body ``/v1/diagnose`` cannot read (checked before the body is read)."""
+    if ctype == "application/json" or ctype.startswith("text/") or ctype in _RAW_TYPES:
+        return
+    raise LimitError(415, f"unsupported content type {ctype!r}: send application/json, text/plain or application/gzip")
+
+
+_RAW_TYPES = ("application/gzip", "application/x-gzip", "application/octet-stream", "")
+
+
 def render(report: Report, fmt: str, *, response_type: str | None = None, max_chars: int | None = None) -> Response:
     """The HTTP response for ``report`` in ``fmt`` (secrets already redacted by the caller)."""
     headers = {"x-oomdoctor-errors": str(report.summary.errors), "x-oomdoctor-warnings": str(report.summary.warnings)}
@@ -133,6 +189,13 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
     replay = slack.ReplayCache(cfg.replay_window)
     seen_events = slack.ReplayCache(3600, max_entries=10_000)
     background: set[asyncio.Task[Any]] = set()
+    budget = BodyBudget(cfg.body_budget)
+
+    async def body_of(request: Request) -> bytes:
+        """A small body (chat): read under the same time limit and budget, then given back."""
+        chunks, taken = await read_body(request.stream(), budget, cfg.body_timeout)
+        budget.give(taken)
+        return b"".join(chunks)
 
     app = FastAPI(
         title="oomdoctor",
@@ -168,11 +231,6 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
     @app.exception_handler(LimitError)
     async def _limit_error(_: Request, exc: LimitError) -> JSONResponse:
         return _error(exc.status, exc.message, exc.headers)
-
-    @app.exception_handler(Exception)
-    async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
-        log.error("internal error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
-        return _error(500, "internal error")
 
     # -- auth ---------------------------------------------------------------------------------------
 
@@ -236,38 +294,30 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         format: Format | None = Query(None, description="Output format for text/plain and gzip bodies."),
         hint: list[str] = Query([], description="KEY=VALUE facts for text/plain and gzip bodies."),
     ) -> Response:
-        body = await request.body()
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         encoding = request.headers.get("content-encoding", "").strip().lower()
-        if encoding in ("gzip", "x-gzip") or ctype in ("application/gzip", "application/x-gzip"):
-            body = gunzip(body, cfg.max_log)
-        fmt: str = format or "json"
-        hints: dict[str, str] = {}
+        query_hints: dict[str, str] = {}
         for h in hint:
             k, eq, v = h.partition("=")
             if not eq:
                 raise LimitError(422, f"hint must be KEY=VALUE, got {h[:40]!r}")
-            hints[k] = v
-        if ctype == "application/json":
-            try:
-                payload = json.loads(body)
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise LimitError(400, f"malformed JSON body: {type(exc).__name__} at position {getattr(exc, 'pos', '?')}") from None
-            try:
-                req = DiagnoseRequest.model_validate(payload)
-            except ValidationError as exc:
-                raise RequestValidationError(exc.errors()) from None
-            data = req.log.encode("utf-8", "surrogatepass")
-            hints = {**hints, **req.hints}
-            fmt = format or req.format
-        elif ctype.startswith("text/") or ctype in ("application/gzip", "application/x-gzip", "application/octet-stream", ""):
-            data = body
-        else:
-            raise LimitError(415, f"unsupported content type {ctype!r}: send application/json, text/plain or application/gzip")
-        if len(data) > cfg.max_log:
-            raise LimitError(413, f"log too large: the limit is {cfg.max_log} bytes")
-        report = redact_report(await analyser.run(data, _clean_hints(hints)))
-        return render(report, fmt)
+            query_hints[k] = v
+        check_content_type(ctype)
+        chunks, taken = await read_body(request.stream(), budget, cfg.body_timeout)
+
+        def work(deadline: Deadline) -> Response:
+            data, hints, fmt = decode_diagnose(chunks, ctype, encoding, cfg.max_log, format, query_hints)
+            if len(data) > cfg.max_log:
+                raise LimitError(413, f"log too large: the limit is {cfg.max_log} bytes")
+            report = analyser.report(data, _clean_hints(hints), deadline)
+            del data
+            return render(report, fmt)
+
+        try:
+            return await analyser.call(work)
+        finally:
+            chunks.clear()
+            budget.give(taken)
 
     # -- chat ---------------------------------------------------------------------------------------
 
@@ -283,7 +333,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
 
         async def result() -> dict[str, Any]:
             try:
-                return answer(redact_report(await analyser.run(data, {})))
+                return await analyser.call(lambda deadline: answer(analyser.report(data, {}, deadline)))
             except LimitError as exc:
                 return fail(exc.message)
 
@@ -333,6 +383,15 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         }
     }
 
+    def _slack_precheck(request: Request) -> None:
+        """Before the body is read: Slack configured, signature headers present and fresh."""
+        if not cfg.slack_signing_secret:
+            raise LimitError(404, "Slack is not configured on this server (set OOMDOCTOR_SLACK_SIGNING_SECRET)")
+        try:
+            slack.check_headers(dict(request.headers), window=cfg.replay_window)
+        except slack.SignatureError as exc:
+            raise LimitError(401, str(exc)) from None
+
     def _slack_headers(request: Request, body: bytes) -> None:
         if not cfg.slack_signing_secret:
             raise LimitError(404, "Slack is not configured on this server (set OOMDOCTOR_SLACK_SIGNING_SECRET)")
@@ -350,12 +409,14 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         x_slack_signature: str | None = Header(None),
         x_slack_request_timestamp: str | None = Header(None),
     ) -> JSONResponse:
-        body = await request.body()
+        if request.headers.get("x-slack-signature"):
+            _slack_precheck(request)  # a stale or malformed request is refused before its body is read
+        body = await body_of(request)
         if len(body) < 1024 and b"ssl_check=1" in body and _form(body).get("ssl_check") == "1":
             # Slack's certificate probe (unsigned, as Bolt treats it): acknowledge and do nothing
             return JSONResponse({"ok": True})
         _slack_headers(request, body)  # on the raw body, before parsing
-        form = _form(body)
+        form = await asyncio.to_thread(_form, body)
         text = form.get("text", "").strip()
         if not text or text.lower() in ("help", "-h", "--help"):
             return JSONResponse({"response_type": "ephemeral", "text": slack.HELP})
@@ -382,12 +443,10 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         x_slack_signature: str | None = Header(None),
         x_slack_request_timestamp: str | None = Header(None),
     ) -> JSONResponse:
-        body = await request.body()
+        _slack_precheck(request)
+        body = await body_of(request)
         _slack_headers(request, body)
-        try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise LimitError(400, "malformed JSON body") from None
+        payload = await asyncio.to_thread(_loads, body)
         if not isinstance(payload, dict):
             raise LimitError(400, "event body must be a JSON object")
         if payload.get("type") == "url_verification":
@@ -413,7 +472,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
 
     async def _answer_event(event: dict[str, Any], text: str) -> None:
         try:
-            report = redact_report(await analyser.run(text.encode("utf-8", "replace"), {}))
+            report = await analyser.run(text.encode("utf-8", "replace"), {})
         except LimitError as exc:
             log.warning("event not analysed: %s", exc.message)
             return
@@ -439,8 +498,12 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
     async def mattermost_commands(request: Request, authorization: str | None = Header(None)) -> JSONResponse:
         if not cfg.mattermost_token:
             raise LimitError(404, "Mattermost is not configured on this server (set OOMDOCTOR_MATTERMOST_TOKEN)")
-        body = await request.body()
-        form = _form(body)
+        if authorization and authorization.strip().lower().startswith("token ") and not mm.token_ok(
+            cfg.mattermost_token, authorization, None
+        ):  # Mattermost's own header, wrong: refused before the body is read
+            raise LimitError(401, "invalid or missing Mattermost token")
+        body = await body_of(request)
+        form = await asyncio.to_thread(_form, body)
         if not mm.token_ok(cfg.mattermost_token, authorization, form.get("token")):
             raise LimitError(401, "invalid or missing Mattermost token")
         text = form.get("text", "").strip()
@@ -474,6 +537,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
 
     app.openapi = openapi  # type: ignore[method-assign]
     # the body limit wraps everything, so even a 404 path cannot be sent a huge body
+    app.add_middleware(ErrorShieldMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_body=cfg.max_body)
     app.add_middleware(AccessLogMiddleware)
     return app

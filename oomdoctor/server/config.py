@@ -74,6 +74,17 @@ class ServerConfig:
     replay_window: int = 300
     #: response_type of chat answers: "ephemeral" (only the caller sees it) or "in_channel"
     chat_response_type: str = "ephemeral"
+    #: open connections at most (per worker process); at the limit a new connection displaces the
+    #: oldest one still waiting for its request headers, or is answered 503 busy
+    max_connections: int = 1000
+    #: seconds a connection may take to send its request line and headers (slow clients are closed)
+    header_timeout: float = 10.0
+    #: seconds a request may take to send its body (408 after)
+    body_timeout: float = 30.0
+    #: seconds an idle keep-alive connection stays open
+    keep_alive_timeout: float = 5.0
+    #: request-body bytes buffered at once across requests, waiting for an analysis slot (503 above)
+    body_budget: int = 256 << 20
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> ServerConfig:
@@ -107,6 +118,17 @@ class ServerConfig:
         ):
             if (v := get(name)) is not None:
                 kw[key] = _float(v, "OOMDOCTOR_" + name)
+        if (v := get("BODY_BUDGET")) is not None:
+            kw["body_budget"] = _size(v, "OOMDOCTOR_BODY_BUDGET")
+        for key, name in (
+            ("header_timeout", "HEADER_TIMEOUT"),
+            ("body_timeout", "BODY_TIMEOUT"),
+            ("keep_alive_timeout", "KEEP_ALIVE_TIMEOUT"),
+        ):
+            if (v := get(name)) is not None:
+                kw[key] = _float(v, "OOMDOCTOR_" + name)
+        if (v := get("MAX_CONNECTIONS")) is not None:
+            kw["max_connections"] = max(1, int(_float(v, "OOMDOCTOR_MAX_CONNECTIONS")))
         if (v := get("MAX_CONCURRENCY")) is not None:
             kw["max_concurrency"] = max(1, int(_float(v, "OOMDOCTOR_MAX_CONCURRENCY")))
         if (v := get("PORT")) is not None:
@@ -139,8 +161,12 @@ class ServerConfig:
             raise ConfigError(f"port must be 1..65535, got {self.port}")
         if self.workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {self.workers}")
-        if self.max_body <= 0 or self.max_log <= 0:
+        if self.max_body <= 0 or self.max_log <= 0 or self.body_budget <= 0:
             raise ConfigError("body and log limits must be positive")
+        if self.max_connections < 1:
+            raise ConfigError(f"max connections must be at least 1, got {self.max_connections}")
+        if min(self.header_timeout, self.body_timeout, self.keep_alive_timeout) <= 0:
+            raise ConfigError("header, body and keep-alive timeouts must be positive")
 
     def check_exposure(self) -> None:
         """Refuse a non-loopback address without an API token unless ``insecure``."""

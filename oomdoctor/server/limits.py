@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
+from oomdoctor.redaction import redact_report
 from oomdoctor.report import Report
 from oomdoctor.rulepack import RulePack
 from oomdoctor.scanner import RuleTimeout, Scanner
@@ -103,7 +105,9 @@ class BodyLimitMiddleware:
 
 
 class AccessLogMiddleware:
-    """One line per request: method, path (never the query string), status, milliseconds. No bodies."""
+    """One line per request: method, path (never the query string), status, milliseconds. No bodies.
+
+    A request the client abandoned before any answer is logged with status 499, not as an error."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -114,7 +118,7 @@ class AccessLogMiddleware:
             await self.app(scope, receive, send)
             return
         t0 = time.perf_counter()
-        status = 500
+        status = 499  # no response: the client closed the connection first (nginx's code for it)
 
         async def tracking_send(msg: Message) -> None:
             nonlocal status
@@ -131,39 +135,165 @@ class AccessLogMiddleware:
             )
 
 
-def gunzip(data: bytes, max_out: int) -> bytes:
-    """Decompress gzip (or zlib) ``data``, refusing output over ``max_out`` bytes (gzip bombs)."""
-    d = zlib.decompressobj(wbits=47)  # 32 + 15: gzip or zlib header, detected
+class ClientGone(Exception):
+    """The client closed the connection before its request was read: nothing to answer, no error."""
+
+
+class BodyBudget:
+    """Bytes of request bodies buffered at once across all requests (per process).
+
+    Reading a body happens before an analysis slot is free, so without a budget ``connections x
+    max_body`` bytes could wait in memory; over budget a request is refused with 503 busy."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def take(self, n: int) -> None:
+        if self.used + n > self.limit:
+            raise LimitError(503, "server busy: too many request bodies in flight; retry shortly", {"retry-after": "2"})
+        self.used += n
+
+    def give(self, n: int) -> None:
+        self.used = max(0, self.used - n)
+
+
+async def read_body(receive_stream: AsyncIterator[bytes], budget: BodyBudget, timeout: float) -> tuple[list[bytes], int]:
+    """The request body as its chunks, and the bytes taken from ``budget`` (give them back when done).
+
+    408 when the body does not arrive within ``timeout`` seconds (a client trickling its upload);
+    :class:`ClientGone` when the client disconnects (an aborted upload is not an error)."""
+    from starlette.requests import ClientDisconnect
+
+    chunks: list[bytes] = []
+    taken = 0
+
+    async def pull() -> None:
+        nonlocal taken
+        async for chunk in receive_stream:
+            if chunk:
+                budget.take(len(chunk))
+                taken += len(chunk)
+                chunks.append(chunk)
+
     try:
-        out = d.decompress(data, max_out + 1)
+        await asyncio.wait_for(pull(), timeout)
+    except asyncio.TimeoutError:
+        budget.give(taken)
+        raise LimitError(408, f"request body not received within {timeout:g} s", {"connection": "close"}) from None
+    except ClientDisconnect:
+        budget.give(taken)
+        raise ClientGone() from None
+    except BaseException:
+        budget.give(taken)
+        raise
+    return chunks, taken
+
+
+class ErrorShieldMiddleware:
+    """No exception leaves the application: a client disconnect is logged at debug level and left
+    unanswered; anything else is one log line (the exception's type, never its text, which may hold
+    log content) and a JSON 500. Starlette's own handler would re-raise for uvicorn to print a traceback."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.log = logging.getLogger("oomdoctor.server")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(msg: Message) -> None:
+            nonlocal started
+            if msg["type"] == "http.response.start":
+                started = True
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except ClientGone:
+            self.log.debug("client disconnected during %s %s", scope.get("method"), scope.get("path"))
+        except Exception as exc:
+            if type(exc).__name__ == "ClientDisconnect":
+                self.log.debug("client disconnected during %s %s", scope.get("method"), scope.get("path"))
+                return
+            self.log.error("internal error on %s %s: %s", scope.get("method"), scope.get("path"), type(exc).__name__)
+            if not started:
+                with contextlib.suppress(Exception):  # the connection may be gone too
+                    await send_json_error(send, 500, "internal error")
+
+
+def gunzip(data: bytes | list[bytes], max_out: int) -> bytes:
+    """Decompress gzip (or zlib) ``data`` as a stream, refusing output over ``max_out`` bytes (gzip bombs).
+
+    ``data`` may be the body's chunks as received: each is decompressed and dropped in turn, and the
+    running output is capped, so memory stays within ``max_out`` plus one chunk whatever the ratio."""
+    chunks = data if isinstance(data, list) else [data]
+    d = zlib.decompressobj(wbits=47)  # 32 + 15: gzip or zlib header, detected
+    out = bytearray()
+    too_large = LimitError(413, f"decompressed log too large: the limit is {_mib(max_out)} ({max_out} bytes)")
+    try:
+        while chunks:
+            piece: bytes = chunks.pop(0)
+            while piece:
+                out += d.decompress(piece, max_out + 1 - len(out))
+                if len(out) > max_out:
+                    raise too_large
+                piece = d.unconsumed_tail
+                if d.eof:
+                    break
+        out += d.flush(max_out + 1 - len(out))
     except zlib.error as exc:
         raise LimitError(400, f"body is not valid gzip: {exc}") from None
-    if len(out) > max_out or d.unconsumed_tail:
-        raise LimitError(413, f"decompressed log too large: the limit is {_mib(max_out)} ({max_out} bytes)")
-    return out
+    if not d.eof and len(out) <= max_out:
+        raise LimitError(400, "body is not valid gzip: the stream ends early (truncated upload?)")
+    if len(out) > max_out:
+        raise too_large
+    return bytes(out)
 
 
 class AnalysisTimeout(Exception):
     pass
 
 
-def analyse(data: bytes, pack: RulePack, hints: Mapping[str, str], timeout: float, source: str = "<request>") -> Report:
+class Deadline:
+    """The time limit of one request's work in its worker thread (decoding, analysis, redaction, rendering)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds
+
+    def check(self) -> None:
+        if time.monotonic() > self.at:
+            raise AnalysisTimeout()
+
+
+def analyse(
+    data: bytes, pack: RulePack, hints: Mapping[str, str], timeout: float | Deadline, source: str = "<request>"
+) -> Report:
     """Diagnose ``data``, stopping with :class:`AnalysisTimeout` once ``timeout`` seconds have passed."""
-    deadline = time.monotonic() + timeout
+    deadline = timeout if isinstance(timeout, Deadline) else Deadline(timeout)
     scanner = Scanner(pack, source=source, hints=dict(hints))
     view = memoryview(data)
     for start in range(0, len(data), CHUNK):
         scanner.feed(bytes(view[start : start + CHUNK]))
-        if time.monotonic() > deadline:
-            raise AnalysisTimeout()
+        deadline.check()
     report = scanner.close()
-    if time.monotonic() > deadline:
-        raise AnalysisTimeout()
+    deadline.check()
     return report
 
 
+T = TypeVar("T")
+
+
 class Analyser:
-    """Runs analyses in worker threads, at most ``max_concurrency`` at once, each within ``timeout``."""
+    """Runs each request's work in a worker thread, at most ``max_concurrency`` at once, each within ``timeout``.
+
+    The work is everything that costs CPU or memory in proportion to the body: decompression,
+    JSON parsing and validation, analysis, redaction and rendering. None of it runs on the event
+    loop, and none of it starts before a slot is free."""
 
     def __init__(self, pack: RulePack, max_concurrency: int, timeout: float, queue_timeout: float) -> None:
         self.pack = pack
@@ -178,7 +308,8 @@ class Analyser:
             self._sem = asyncio.Semaphore(self.max_concurrency)
         return self._sem
 
-    async def run(self, data: bytes, hints: Mapping[str, str]) -> Report:
+    async def call(self, work: Callable[[Deadline], T]) -> T:
+        """Run ``work(deadline)`` in a worker thread once a slot is free (503 when none frees in time)."""
         sem = self._semaphore()
         try:
             await asyncio.wait_for(sem.acquire(), self.queue_timeout)
@@ -188,7 +319,7 @@ class Analyser:
             ) from None
         self.running += 1
         try:
-            return await asyncio.to_thread(analyse, data, self.pack, hints, self.timeout)
+            return await asyncio.to_thread(work, Deadline(self.timeout))
         except AnalysisTimeout:
             raise LimitError(
                 503,
@@ -200,3 +331,13 @@ class Analyser:
         finally:
             self.running -= 1
             sem.release()
+
+    def report(self, data: bytes, hints: Mapping[str, str], deadline: Deadline) -> Report:
+        """The redacted report of ``data`` (in the worker thread, within ``deadline``)."""
+        report = redact_report(analyse(data, self.pack, hints, deadline))
+        deadline.check()
+        return report
+
+    async def run(self, data: bytes, hints: Mapping[str, str]) -> Report:
+        """The redacted report of ``data``, analysed and redacted in a worker thread under the limits."""
+        return await self.call(lambda deadline: self.report(data, hints, deadline))

@@ -51,16 +51,8 @@ class ReplayCache:
             return True
 
 
-def verify(
-    secret: str,
-    headers: dict[str, str],
-    body: bytes,
-    replay: ReplayCache,
-    *,
-    window: int = 300,
-    now: float | None = None,
-) -> None:
-    """Raise :class:`SignatureError` unless the request is signed by ``secret`` and fresh."""
+def check_headers(headers: dict[str, str], *, window: int = 300, now: float | None = None) -> tuple[str, str]:
+    """The timestamp and signature headers, when present and fresh (checked before the body is read)."""
     ts = headers.get("x-slack-request-timestamp")
     sig = headers.get("x-slack-signature")
     if not ts or not sig:
@@ -72,6 +64,21 @@ def verify(
     now = time.time() if now is None else now
     if abs(now - ts_int) > window:
         raise SignatureError("request timestamp outside the 5-minute window (replay or clock skew)")
+    return ts, sig
+
+
+def verify(
+    secret: str,
+    headers: dict[str, str],
+    body: bytes,
+    replay: ReplayCache,
+    *,
+    window: int = 300,
+    now: float | None = None,
+) -> None:
+    """Raise :class:`SignatureError` unless the request is signed by ``secret`` and fresh."""
+    ts, sig = check_headers(headers, window=window, now=now)
+    now = time.time() if now is None else now
     expected = sign(secret, ts, body)
     if not hmac.compare_digest(expected.encode(), sig.encode("utf-8", "replace")):
         raise SignatureError("invalid Slack signature")
@@ -80,7 +87,7 @@ def verify(
 
 
 _MENTION = re.compile(r"^\s*<@[A-Z0-9]+(?:\|[^>]*)?>\s*")
-_LINK = re.compile(r"<((?:https?|mailto|tel):[^>|]*)(?:\|([^>]*))?>")
+_LINK = re.compile(r"<((?:https?|mailto|tel):[^<>|]*)(?:\|([^<>]*))?>")  # stops at the next '<': linear
 _FENCE = re.compile(r"^\s*```(?:[A-Za-z0-9_+-]*[ \t]*\n)?|\n?```\s*$")
 
 

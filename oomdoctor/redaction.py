@@ -1,0 +1,160 @@
+"""Redact secrets from the text oomdoctor echoes back: matched log lines, launch args, commands.
+
+Pasted server logs routinely carry Hugging Face tokens, OpenAI-style keys, bearer tokens, JWTs
+and AWS credentials (``HUGGING_FACE_HUB_TOKEN=hf_...`` in an env dump, ``--api-key sk-...`` in
+argv, ``postgres://user:password@host`` in a URL). Every report the CLI prints, the Python API
+returns (unless ``diagnose(..., redact=False)``) and the server answers goes through
+:func:`redact_report` once, before any renderer sees it, so no output format (text, json, jsonl,
+markdown, slack) can echo one.
+
+Linear time: every pattern starts at a fixed literal or at the start of a run of its characters
+(a look-behind refuses starts inside the run), and its repetitions are possessive, so no input
+makes a pattern rescan text it has already passed; a test times 1 MiB adversarial inputs against
+one plain read of the same text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import regex
+from pydantic import BaseModel
+
+MASK = "[REDACTED]"
+
+#: words that make a key (``HF_TOKEN=``, ``"api_key":``) or a flag (``--api-key``) name a secret
+_WORDS = r"(?:token|secret|password|passwd|api[_-]?key|access[_-]?key|secret[_-]?key|private[_-]?key)"
+
+#: values that say a secret is absent rather than carry one
+_ABSENT = frozenset({"", "none", "null", "true", "false", "nil", "<none>", "***", MASK.lower()})
+
+Repl = str | Callable[["regex.Match[str]"], str]
+
+
+def _url_credentials(m: regex.Match[str]) -> str:
+    # the password runs to the last '@' of the authority (a password may itself hold an '@')
+    keep, rest = m.group("keep"), m.group("rest")
+    at = rest.rfind("@")
+    return m.group(0) if at <= 0 else keep + MASK + rest[at:]
+
+
+_PATTERNS: list[tuple[str, regex.Pattern[str], Repl]] = [
+    (
+        # key=value / key: value / "key": "value" where the key names a secret (keep the key)
+        "key-value",
+        regex.compile(
+            r"(?i)(?P<keep>" + _WORDS + r"['\"]?\s*+[:=]\s*+['\"]?)"
+            r"(?!(?:None|null|true|false)\b|[\d.]++(?:[\s'\",}]|$))[^\s'\",}]{4,}+"
+        ),
+        r"\g<keep>" + MASK,
+    ),
+    (
+        # command-line flags naming a secret: --api-key X, --hf-token=X, --token 'X'
+        "flag",
+        regex.compile(
+            r"(?i)(?<![\w-])(?P<keep>--[\w-]*+(?<=[-_]" + _WORDS + r")(?:\s*+=\s*+|\s++)['\"]?)"
+            r"(?!-)[^\s'\"]{4,}+"
+        ),
+        r"\g<keep>" + MASK,
+    ),
+    ("bearer", regex.compile(r"(?i)(?P<keep>\bbearer\s++)[A-Za-z0-9._~+/=-]{8,}+"), r"\g<keep>" + MASK),
+    (
+        "authorization",
+        regex.compile(r"(?i)(?P<keep>\bauthorization\s*+[:=]\s*+(?:token|basic)\s++)\S{4,}+"),
+        r"\g<keep>" + MASK,
+    ),
+    ("jwt", regex.compile(r"(?<![\w-])eyJ[\w-]{8,}+\.eyJ[\w-]{8,}+\.[\w-]*+"), MASK),
+    ("huggingface", regex.compile(r"\bhf_[A-Za-z0-9]{16,}+"), "hf_" + MASK),
+    ("openai", regex.compile(r"\bsk-[A-Za-z0-9_-]{16,}+"), "sk-" + MASK),
+    ("stripe", regex.compile(r"\b(?P<keep>[rs]k_(?:live|test)_)[A-Za-z0-9]{16,}+"), r"\g<keep>" + MASK),
+    ("aws-key-id", regex.compile(r"\b(?:AKIA|ASIA|AIDA|AROA)[A-Z0-9]{16}\b"), "AKIA" + MASK),
+    (
+        "aws-secret",
+        regex.compile(r"(?i)(?P<keep>\baws[\w.-]{0,30}+['\"]?\s*+[:=]\s*+['\"]?)[A-Za-z0-9/+=]{40}\b"),
+        r"\g<keep>" + MASK,
+    ),
+    ("google", regex.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), "AIza" + MASK),
+    ("slack", regex.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}+"), "xox-" + MASK),
+    (
+        "slack-webhook",
+        regex.compile(r"(?P<keep>hooks\.slack\.com/services/)[A-Za-z0-9]++/[A-Za-z0-9]++/[A-Za-z0-9]++"),
+        r"\g<keep>" + MASK,
+    ),
+    ("github", regex.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}+"), "gh_" + MASK),
+    ("gitlab", regex.compile(r"\bglpat-[A-Za-z0-9_-]{20,}+"), "glpat-" + MASK),
+    # credentials in URLs: scheme://user:password@host (starts at "://", so never inside a run)
+    ("url-credentials", regex.compile(r"(?<=[A-Za-z0-9+.-])(?P<keep>://[^\s:/@]++:)(?P<rest>[^\s/]++)"), _url_credentials),
+]
+
+#: the names of the patterns, in the order they apply (tests walk them)
+PATTERN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in _PATTERNS)
+
+#: a dict key or an argv element that names a secret: ``api_key``, ``HF_TOKEN``, ``--api-key``
+_SECRET_NAME = regex.compile(r"(?i)(?:^|[-_.])(?<!per[-_.])" + _WORDS + r"$")
+_SECRET_FLAG = regex.compile(r"(?i)^--[\w-]*+(?<=[-_]" + _WORDS + r")$")
+
+
+def redact(text: str) -> str:
+    """Replace every secret-looking substring of ``text`` with ``[REDACTED]`` (keeping its key or prefix).
+
+    Runs in time linear in ``len(text)``."""
+    if not text:
+        return text
+    for _, pattern, repl in _PATTERNS:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def _absent(value: str) -> bool:
+    """A value that cannot be a secret: empty, None-like, or a number (``bytes_per_token: 131072``)."""
+    v = value.strip().strip("'\"")
+    return v.lower() in _ABSENT or v.replace(".", "", 1).isdigit()
+
+
+def _walk(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        out = [_walk(v) for v in value]
+        # argv as a list: the element after a secret flag is the secret ("--api-key", "abc123")
+        for i in range(len(out) - 1):
+            flag, nxt = value[i], out[i + 1]
+            if (
+                isinstance(flag, str)
+                and isinstance(nxt, str)
+                and _SECRET_FLAG.match(flag)
+                and not nxt.startswith("-")
+                and not _absent(nxt)
+                and MASK not in nxt
+            ):
+                out[i + 1] = MASK
+        return out
+    if isinstance(value, dict):
+        result: dict[Any, Any] = {}
+        for k, v in value.items():
+            w = _walk(v)
+            if isinstance(k, str) and isinstance(w, str) and _SECRET_NAME.search(k) and MASK not in w and not _absent(w):
+                w = MASK
+            result[redact(k) if isinstance(k, str) else k] = w
+        return result
+    return value
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def redact_model(model: M) -> M:
+    """A copy of ``model`` (a report, a finding) with every string redacted, and every value whose
+    key or preceding flag names a secret replaced by ``[REDACTED]``. Numbers are untouched."""
+    return type(model).model_validate(_walk(model.model_dump(mode="json")))
+
+
+def redact_report(report: M) -> M:
+    """A copy of ``report`` with every string (messages, context, commands, remedies) redacted."""
+    return redact_model(report)
+
+
+def redact_findings(findings: list[M]) -> list[M]:
+    """:func:`redact_model` over a list of findings (the live output of pipe and follow modes)."""
+    return [redact_model(f) for f in findings]

@@ -1,0 +1,161 @@
+"""Connection limits under uvicorn: a header deadline and a connection cap that sheds with a 503.
+
+uvicorn times out idle keep-alive connections but not a connection that never finishes its
+request headers, and it accepts connections until the process runs out of file descriptors
+(then asyncio logs a traceback per refused ``accept``). :class:`GuardedH11Protocol` adds:
+
+* a **header deadline**: a connection must send its request line and headers within
+  ``header_timeout`` seconds of connecting (or of its previous response); it is closed otherwise.
+  The deadline is not extended by data, so a client trickling one byte at a time gains nothing;
+* a **connection cap**: at ``max_connections`` open connections, a new one displaces the oldest
+  connection still waiting for its request headers; when every connection is busy with a request
+  the new one is answered ``503`` (JSON, ``Retry-After``) and closed. Slow or half-open clients
+  therefore cannot lock out ``/healthz`` or real requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections import OrderedDict
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from oomdoctor.server.config import ServerConfig
+
+_BUSY_BODY = json.dumps({"error": "server busy: too many open connections; retry shortly"}).encode()
+BUSY_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+    b"retry-after: 2\r\nconnection: close\r\ncontent-length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY
+)
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a header deadline and a connection cap (see the module doc)."""
+
+    #: set by :func:`configure` (or read from the environment in worker processes)
+    limits: ServerConfig | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        limits = _app_config(self.app) or GuardedH11Protocol.limits
+        if limits is None:
+            limits = GuardedH11Protocol.limits = ServerConfig.from_env()
+        self._limits: ServerConfig = limits
+        self._header_timer: asyncio.TimerHandle | None = None
+        # connections waiting for request headers, oldest first; shared by the server's connections
+        waiting = getattr(self.server_state, "oomdoctor_waiting", None)
+        if waiting is None:
+            waiting = OrderedDict()
+            self.server_state.oomdoctor_waiting = waiting  # type: ignore[attr-defined]
+        self._waiting: OrderedDict[GuardedH11Protocol, None] = waiting
+
+    # -- connection cap ---------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self._limits.max_connections:
+            victim = next(iter(self._waiting), None)
+            if victim is None:  # every connection is busy with a request: shed this one
+                self._forget()
+                self.connections.discard(self)
+                transport.write(BUSY_RESPONSE)
+                transport.close()
+                return
+            victim._close()
+        self._await_headers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._forget()
+        super().connection_lost(exc)
+
+    # -- header deadline --------------------------------------------------------------------------
+
+    def _await_headers(self) -> None:
+        self._forget()
+        self._waiting[self] = None
+        self._header_timer = self.loop.call_later(self._limits.header_timeout, self._close)
+
+    def _forget(self) -> None:
+        self._waiting.pop(self, None)
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _close(self) -> None:
+        self._forget()
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self in self._waiting and self.conn.their_state is not h11.IDLE:
+            self._forget()  # the request line and headers are in: the body has its own time limit
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self._await_headers()  # the next request on this keep-alive connection
+
+
+def _app_config(app: object) -> ServerConfig | None:
+    """The :class:`ServerConfig` of our app, found through uvicorn's wrappers (``.app`` chains)."""
+    for _ in range(8):
+        state = getattr(app, "state", None)
+        cfg = getattr(state, "config", None)
+        if isinstance(cfg, ServerConfig):
+            return cfg
+        app = getattr(app, "app", None)
+        if app is None:
+            return None
+    return None
+
+
+def configure(cfg: ServerConfig) -> None:
+    """Use ``cfg``'s limits for connections accepted in this process."""
+    GuardedH11Protocol.limits = cfg
+
+
+def raise_fd_limit(wanted: int) -> int:
+    """Raise the soft open-files limit towards ``wanted`` (best effort); returns the soft limit."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return wanted
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return int(soft) if soft != resource.RLIM_INFINITY else wanted
+
+
+def fit_to_fd_limit(cfg: ServerConfig) -> ServerConfig:
+    """``cfg`` with the connection cap kept below the open-files limit (raised when allowed), so
+    accepting a connection never fails for want of a descriptor."""
+    files = raise_fd_limit(cfg.max_connections + 256)
+    cap = max(8, min(cfg.max_connections, files - 128))
+    if cap == cfg.max_connections:
+        return cfg
+    os.environ["OOMDOCTOR_MAX_CONNECTIONS"] = str(cap)  # for worker processes
+    return cfg.with_(max_connections=cap)
+
+
+def uvicorn_options(cfg: ServerConfig) -> dict[str, object]:
+    """The uvicorn settings that bound connections: protocol, timeouts, concurrency, header size."""
+    configure(cfg)
+    return {
+        "http": "oomdoctor.server.protocol:GuardedH11Protocol",
+        "timeout_keep_alive": max(1, round(cfg.keep_alive_timeout)),
+        # uvicorn's own backstop (it answers a plain 503 once this many connections or tasks exist)
+        "limit_concurrency": cfg.max_connections + 1,
+        "h11_max_incomplete_event_size": 16 << 10,  # request line + headers; larger is a 400
+        "backlog": 2048,
+        "timeout_graceful_shutdown": 5,
+    }
