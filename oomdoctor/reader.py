@@ -309,7 +309,7 @@ def unwrap_envelope(text: str) -> str:
         return text
     try:
         record = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
         return text
     if isinstance(record, dict):
         for key in ENVELOPE_KEYS:

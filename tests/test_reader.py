@@ -142,3 +142,16 @@ def test_a_json_log_record_stands_for_its_message() -> None:
     # not a record, or a record without a message: the line as it is
     for raw in (b'{"step": 12, "loss": 0.5}', b"{not json", b'{"log": 12}'):
         assert [ln.text for ln in normalise(1, raw)] == [raw.decode()]
+
+
+def test_a_record_nested_deeper_than_the_parser_goes_is_read_as_text() -> None:
+    # the server's fuzzer found it: a pasted JSON body with deep "hints" reached json.loads in a
+    # worker thread and came back as a 500; the reader must treat it as plain text, like any
+    # other line that is not a record it understands
+    import sys
+
+    from oomdoctor.reader import unwrap_envelope
+
+    depth = sys.getrecursionlimit() + 10
+    line = '{"log": "x", "hints": ' + "[" * depth + "]" * depth + "}"
+    assert unwrap_envelope(line) == line
