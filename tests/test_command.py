@@ -48,7 +48,10 @@ def test_corrected_command_from_argv_with_env() -> None:
 def test_corrected_command_from_non_default_args() -> None:
     args = {"model_tag": "Qwen/Qwen2.5-7B", "max_model_len": "32768", "enforce_eager": "True", "model": "Qwen/Qwen2.5-7B"}
     assert argv_from_launch_args(args) == ["vllm", "serve", "Qwen/Qwen2.5-7B", "--max-model-len", "32768", "--enforce-eager"]
-    cmd = corrected_command(Context(launch_args=args), rem(flags={"--max-model-len": "7200"}))
+    ctx = Context(launch_args=args)
+    assert corrected_command(ctx, rem(flags={"--max-model-len": "7200"})) is None  # not known to be typed
+    ctx.typed_args.update(args)  # a `non-default args` dump: what the user typed
+    cmd = corrected_command(ctx, rem(flags={"--max-model-len": "7200"}))
     assert cmd == "vllm serve Qwen/Qwen2.5-7B --max-model-len 7200 --enforce-eager"
 
 

@@ -69,16 +69,20 @@ def apply_flags(argv: list[str], flags: dict[str, str]) -> list[str]:
 
 
 def argv_from_launch_args(args: dict[str, str]) -> list[str] | None:
-    """``vllm serve MODEL --flag value ...`` rebuilt from a ``non-default args`` dump."""
+    """``vllm serve MODEL --flag value ...`` rebuilt from a ``non-default args`` dump (what the user
+    typed; never an engine-config dump, whose keys are not flags). Values take their command-line
+    form; a flag of a version that is not known good is checked by :func:`corrected_command`."""
+    from oomdoctor.advisor.engine_args import cli_value
+
     model = args.get("model_tag") or args.get("model")
     if not model or len(args) > 40:  # a full Namespace/config dump is not a command line
         return None
-    argv = ["vllm", "serve", model]
+    argv = ["vllm", "serve", cli_value(model)]
     for key, value in args.items():
         if key in _NOT_FLAGS or value in ("None", "False", "") or value[:1] in "[{(":
             continue
         flag = "--" + key.replace("_", "-")
-        argv.extend([flag] if value == "True" else [flag, value])
+        argv.extend([flag] if value == "True" else [flag, cli_value(value)])
     return argv
 
 
@@ -88,13 +92,52 @@ def is_vllm_cli(argv: list[str]) -> bool:
     return ("vllm" in names and "serve" in argv[:5]) or any(a.startswith("vllm.entrypoints") for a in argv[:4])
 
 
+def is_sglang_cli(argv: list[str]) -> bool:
+    """``python -m sglang.launch_server ...`` (or ``sglang serve``)."""
+    names = [a.rsplit("/", 1)[-1] for a in argv[:4]]
+    return any(a.startswith("sglang.launch_server") for a in argv[:4]) or ("sglang" in names and "serve" in argv[:5])
+
+
+def engine_of(argv: list[str]) -> str | None:
+    """The engine whose server ``argv`` starts (None: a user script or another program)."""
+    if is_vllm_cli(argv):
+        return "vllm"
+    if is_sglang_cli(argv):
+        return "sglang"
+    return None
+
+
+def _engine_flags(argv: list[str]) -> list[str]:
+    """The options of an engine command line: from ``vllm serve MODEL`` / ``-m module`` on."""
+    for i, tok in enumerate(argv):
+        if tok == "-m" and i + 1 < len(argv):
+            return argv[i + 2 :]
+        if tok == "serve":
+            rest = argv[i + 1 :]
+            return rest[1:] if rest and not rest[0].startswith("-") else rest
+    return argv[1:]
+
+
+def _changed(flags: dict[str, str]) -> list[str]:
+    out: list[str] = []
+    for flag, value in flags.items():
+        out.extend([flag] if value == "" else [flag, value])
+    return out
+
+
 def corrected_command(context: Context, remedy: Remedy) -> str | None:
-    """The full command with ``remedy`` applied, or None when the command or the change is unknown."""
+    """The full command with ``remedy`` applied, or None when the command, the change or any of
+    its flags for this engine version is not known good (the renderers then show the flags alone).
+
+    The command is the one the user typed: ``oomdoctor run``'s argv, a logged ``vllm serve`` /
+    ``python -m ...`` line, or vLLM's ``non-default args`` dump.
+    """
     if not remedy.flags and not remedy.env:
         return None
     if remedy.settings:
         return None  # a model or script change: no command line expresses it
-    argv = list(context.command) if context.command else argv_from_launch_args(context.launch_args)
+    typed = bool(context.command)  # the user's own line ran: its flags are accepted by their version
+    argv = list(context.command) if context.command else argv_from_launch_args(context.typed_args)
     if not argv:
         return None
     env_prefix: list[str] = []
@@ -102,11 +145,18 @@ def corrected_command(context: Context, remedy: Remedy) -> str | None:
         if argv[0].split("=", 1)[0] not in remedy.env:
             env_prefix.append(argv[0])
         argv = argv[1:]
-    if not is_vllm_cli(argv):
+    engine = engine_of(argv)
+    if engine is None:
         # a user script: only flags it already takes can be changed safely
         present = {tok.split("=", 1)[0] for tok in argv}
         if any(not (_spellings(flag) & present) for flag in remedy.flags):
             return None
     argv = apply_flags(argv, remedy.flags)
+    if engine is not None:
+        from oomdoctor.advisor.engine_args import check_argv
+
+        check = list(_changed(remedy.flags)) if typed else _engine_flags(argv)
+        if check_argv(engine, check, context.engine_version):
+            return None
     env = [f"{k}={v}" for k, v in remedy.env.items()]
     return shlex.join(env_prefix + env + argv)
