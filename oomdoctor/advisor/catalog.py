@@ -174,6 +174,31 @@ def gpu_names() -> list[str]:
     return sorted({g.name for g in _gpus().values()})
 
 
+def gpus() -> list[GpuSpec]:
+    """Every GPU of the catalog, once each, smallest memory first."""
+    seen = {g.name: g for g in _gpus().values()}
+    return sorted(seen.values(), key=lambda g: (g.memory_bytes, g.name))
+
+
+def repo_name(geo: ModelGeometry, asked: str | None) -> str:
+    """The repository to put in a command for ``geo`` found as ``asked``: ``asked`` when it is a
+    repo id (``org/name``), else the catalog's repo whose basename it is; never an invented name."""
+    if asked and "/" in asked.strip("/"):
+        return asked
+    names = [geo.name, *_aliases().get(geo.name, [])]
+    if asked:
+        for n in names:
+            if n.rsplit("/", 1)[-1].lower() == asked.lower():
+                return n
+    return geo.name
+
+
+@lru_cache(maxsize=1)
+def _aliases() -> dict[str, list[str]]:
+    data = tomllib.loads((DATA / "models.toml").read_text("utf-8"))
+    return {e["name"]: list(e.get("aliases", [])) for e in data["model"]}
+
+
 # -- config.json ---------------------------------------------------------------------------
 
 
@@ -271,6 +296,16 @@ def estimate_params(cfg: dict[str, Any]) -> float | None:
 def load_config(path: str | Path) -> ModelGeometry:
     p = Path(path)
     return geometry_from_config(json.loads(p.read_text("utf-8")), source=f"config.json ({p})")
+
+
+def config_model_name(path: str | Path) -> str | None:
+    """The ``_name_or_path`` a config.json records (the repo it came from), if any."""
+    try:
+        cfg = json.loads(Path(path).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    name = cfg.get("_name_or_path") if isinstance(cfg, dict) else None
+    return name if isinstance(name, str) and name.strip() else None
 
 
 def with_dtype(geo: ModelGeometry, dtype: str | None) -> ModelGeometry:

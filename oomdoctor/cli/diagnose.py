@@ -34,8 +34,8 @@ HINT_KEYS: dict[str, str] = {
 HINT_HELP = "Fact KEY=VALUE (repeatable), KEY one of: " + ", ".join(HINT_KEYS) + ". E.g. gpus=2."
 
 HELP = (
-    "Diagnose GPU out-of-memory failures in logs. With no FILE and stdin a pipe, pass the "
-    "input through to stdout and print the diagnosis on stderr.\n\n"
+    "Diagnose GPU out-of-memory failures in log FILEs (.gz/.bz2/.xz ok; '-' is stdin). With no FILE and "
+    "stdin a pipe, pass the input through to stdout and print the diagnosis on stderr.\n\n"
     "Commands: oomdoctor run -- COMMAND (run and diagnose live), oomdoctor fit (pre-flight), "
     "oomdoctor serve (HTTP service), oomdoctor rules list|show|test. See oomdoctor COMMAND --help.\n\n"
     "Exit status: 0 no out-of-memory failure (with --fail-on warning: no finding), 1 one was found, "
@@ -87,7 +87,7 @@ def _build_app() -> typer.Typer:
     def diagnose(
         files: Annotated[
             list[str] | None,
-            typer.Argument(help="Log files (.gz/.bz2/.xz ok); '-' is stdin.", metavar="[FILE]...", show_default=False),
+            typer.Argument(metavar="FILE", show_default=False, hidden=True),
         ] = None,
         fmt: Annotated[
             str, typer.Option("--format", "-f", help=f"One of: {', '.join(FORMATS)}.", metavar="FORMAT")

@@ -20,13 +20,15 @@ def register(app: typer.Typer) -> None:
         ),
     )
     def serve(
-        host: Annotated[str | None, typer.Option("--host", help="Address to listen on (default 127.0.0.1).")] = None,
-        port: Annotated[int | None, typer.Option("--port", help="Port (default 8080).")] = None,
-        workers: Annotated[int, typer.Option("--workers", help="Worker processes.")] = 1,
+        host: Annotated[
+            str | None, typer.Option("--host", help="Address to listen on (default 127.0.0.1).", metavar="ADDRESS")
+        ] = None,
+        port: Annotated[int | None, typer.Option("--port", help="Port (default 8080).", metavar="PORT")] = None,
+        workers: Annotated[int, typer.Option("--workers", help="Worker processes.", metavar="N")] = 1,
         insecure: Annotated[
             bool, typer.Option("--insecure", help="Allow a non-loopback address without OOMDOCTOR_API_TOKEN.")
         ] = False,
-        log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
+        log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.", metavar="LEVEL")] = "info",
     ) -> int:
         try:
             import fastapi  # noqa: F401
@@ -43,6 +45,9 @@ def register(app: typer.Typer) -> None:
             cfg.check_exposure()
         except (ConfigError, ValueError) as exc:
             return fail(str(exc))
+        busy = port_in_use(cfg.host, cfg.port)
+        if busy:
+            return fail(f"cannot listen on {cfg.host}:{cfg.port}: {busy}")
         if workers > 1:  # worker processes rebuild the configuration from the environment
             os.environ["OOMDOCTOR_HOST"] = cfg.host
             if cfg.insecure:
@@ -52,3 +57,21 @@ def register(app: typer.Typer) -> None:
         except ConfigError as exc:
             return fail(str(exc))
         return 0
+
+
+def port_in_use(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (e.g. "address already in use"), or None when it can."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return str(exc.strerror or exc)
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            return (exc.strerror or str(exc)).lower()
+    return None
