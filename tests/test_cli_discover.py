@@ -65,3 +65,33 @@ def test_serve_on_a_busy_port_is_one_error_line() -> None:
         proc = cli("serve", "--port", str(port))
     assert proc.returncode == 2
     assert proc.stderr.decode() == f"oomdoctor: error: cannot listen on 127.0.0.1:{port}: address already in use\n"
+
+
+def test_each_file_gets_its_own_result(tmp_path: Path) -> None:
+    clean = tmp_path / "clean.log"
+    clean.write_text("INFO starting\nINFO ready\n")
+    out = cli(str(clean), str(KV_LOG)).stdout.decode().splitlines()
+    assert out[-3:] == [
+        f"{clean}: no out-of-memory failure found",
+        f"{KV_LOG}: 1 out-of-memory failure(s), 0 warning(s)",
+        "oomdoctor: 1 out-of-memory failure(s), 0 warning(s).",
+    ]
+    single = cli(str(KV_LOG)).stdout.decode().splitlines()
+    assert not any(line.startswith(str(KV_LOG) + ":") for line in single)
+
+
+def test_a_binary_input_gets_a_warning(tmp_path: Path) -> None:
+    blob = tmp_path / "core.bin"
+    blob.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
+    proc = cli(str(blob))
+    assert proc.returncode == 0
+    assert proc.stderr.decode() == f"oomdoctor: warning: {blob} looks binary (NUL bytes); reading it as text anyway\n"
+    assert "warning" not in cli(str(KV_LOG)).stderr.decode()
+
+
+def test_shell_completion_completes_options() -> None:
+    env = {**ENV, "_OOMDOCTOR_COMPLETE": "complete_bash", "COMP_WORDS": "oomdoctor --fo", "COMP_CWORD": "1"}
+    proc = subprocess.run([sys.executable, "-m", "oomdoctor"], capture_output=True, timeout=60, env=env,
+                          stdin=subprocess.DEVNULL)
+    assert proc.stdout.decode().split() == ["--format", "--follow"]
+    assert "_oomdoctor_completion" in cli("--show-completion", "bash").stdout.decode()

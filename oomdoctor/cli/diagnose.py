@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from oomdoctor import __version__
-from oomdoctor.cli.errors import color_for, fail
+from oomdoctor.cli.errors import color_for, fail, warn
 from oomdoctor.render import FORMATS, renderer
 
 if TYPE_CHECKING:
@@ -235,6 +235,11 @@ def run(
     return _file_mode(paths, pack, hints, fmt, output, fail_on, plain)
 
 
+def looks_binary(block: bytes) -> bool:
+    """NUL bytes near the start: not a text log (logs in UTF-16 included, which read poorly)."""
+    return b"\x00" in block[:8192]
+
+
 def _write_report(report: Report, fmt: str, output: str | None, stream: object, plain: bool = False) -> None:
     if output:
         text = renderer(fmt)(report, color=False)
@@ -264,7 +269,11 @@ def _file_mode(
                 if i:
                     scanner.new_source(path)
                 try:
+                    first = True
                     for block in read_blocks(path, ahead=ahead):
+                        if first and looks_binary(block):
+                            warn(f"{path} looks binary (NUL bytes); reading it as text anyway")
+                        first = False
                         scanner.feed(block)
                         bar.advance(len(block), scanner.findings_so_far())
                 except InputError as exc:

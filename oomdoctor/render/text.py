@@ -145,6 +145,27 @@ def summary_line(report: Report) -> str:
     return "oomdoctor: no out-of-memory failure found."
 
 
+def per_source_lines(report: Report) -> list[str]:
+    """With several sources, one result line for each (``a.log: 1 out-of-memory failure(s), ...``)."""
+    if len(report.sources) < 2:
+        return []
+    out = []
+    for source in report.sources:
+        mine = [f for f in report.findings if f.location.source == source]
+        errors = sum(f.severity == "error" for f in mine)
+        warnings = len(mine) - errors
+        if errors:
+            result = f"{errors} out-of-memory failure(s), {warnings} warning(s)"
+        elif warnings:
+            result = f"no out-of-memory failure; {warnings} memory warning(s)"
+        else:
+            result = "no out-of-memory failure found"
+        out.append(f"{source}: {result}")
+    return out
+
+
 def render_text(report: Report, *, color: bool = False, width: int | None = None, **_: Any) -> str:
-    """The whole report: every finding, then :func:`summary_line`."""
-    return render_findings_text(report.findings, color=color, width=width) + summary_line(report) + "\n"
+    """The whole report: every finding, a result line per source when there are several, then
+    :func:`summary_line`."""
+    per_source = "".join(line + "\n" for line in per_source_lines(report))
+    return render_findings_text(report.findings, color=color, width=width) + per_source + summary_line(report) + "\n"
