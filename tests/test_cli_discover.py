@@ -95,3 +95,18 @@ def test_shell_completion_completes_options() -> None:
                           stdin=subprocess.DEVNULL)
     assert proc.stdout.decode().split() == ["--format", "--follow"]
     assert "_oomdoctor_completion" in cli("--show-completion", "bash").stdout.decode()
+
+
+def test_the_readme_lists_every_environment_variable() -> None:
+    import re
+
+    names: set[str] = set()
+    for path in (ROOT / "oomdoctor").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        names.update(re.findall(r"OOMDOCTOR_[A-Z][A-Z_]*[A-Z]", text))
+    config = (ROOT / "oomdoctor" / "server" / "config.py").read_text(encoding="utf-8")
+    names.update("OOMDOCTOR_" + n for n in re.findall(r'(?:get\(|, )"([A-Z][A-Z_]*[A-Z])"\)', config) if not n.startswith("OOMDOCTOR_"))
+    names.discard("OOMDOCTOR_COMPLETE")  # click's completion protocol (_OOMDOCTOR_COMPLETE)
+    table = (ROOT / "README.md").read_text(encoding="utf-8").split("Environment variables:", 1)[1]
+    missing = sorted(n for n in names if f"`{n}`" not in table)
+    assert missing == []
