@@ -134,6 +134,15 @@ class GpuSpec:
     memory_bytes: int
     compute_capability: tuple[int, int]
     reported: bool  # memory_bytes is PyTorch's total capacity (True) or the nominal size (False)
+    #: where the reported figure was seen ("" when unknown or nominal)
+    source: str = ""
+
+    @property
+    def memory_label(self) -> str:
+        """How the memory figure is known: "reported by PyTorch (SOURCE)" or "nominal"."""
+        if not self.reported:
+            return "nominal (the usable memory is less)"
+        return "as PyTorch reports it" + (f" ({self.source})" if self.source else "")
 
     @property
     def fp8_tensor_cores(self) -> bool:
@@ -153,7 +162,7 @@ def _gpus() -> dict[str, GpuSpec]:
         major, minor = (int(x) for x in entry["compute_capability"].split("."))
         reported = "reported_gib" in entry
         gib = float(entry["reported_gib"] if reported else entry["memory_gib"])
-        spec = GpuSpec(entry["name"], int(gib * 2**30), (major, minor), reported)
+        spec = GpuSpec(entry["name"], int(gib * 2**30), (major, minor), reported, entry.get("reported_source", ""))
         for n in [entry["name"], *entry.get("aliases", [])]:
             out[_gpu_key(n)] = spec
     return out

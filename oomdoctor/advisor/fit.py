@@ -151,7 +151,7 @@ def fit(
     headroom = total - requested - (0 if graphs_in_budget else graphs)
     wsrc = "config.json (parameters estimated from tensor shapes)" if model_config else f"catalog: {geo.source}"
     if gpu and not total_bytes:
-        gpu_src = f"catalog: {gpu.name}, " + ("as PyTorch reports it" if gpu.reported else "nominal (usable is less)")
+        gpu_src = f"catalog: {gpu.name}, {gpu.memory_label}"
     else:
         gpu_src = "given"
     rows = [

@@ -75,7 +75,7 @@ def list_gpus() -> str:
     from oomdoctor.advisor.catalog import gpus
     from oomdoctor.units import format_size
 
-    rows = [(g.name, format_size(g.memory_bytes), "as PyTorch reports it" if g.reported else "nominal") for g in gpus()]
+    rows = [(g.name, format_size(g.memory_bytes), g.memory_label) for g in gpus()]
     width = max(len(r[0]) for r in rows)
     return "".join(f"{n:<{width}}  {m:>10}  {src}\n" for n, m, src in rows)
 
