@@ -9,7 +9,8 @@ config dataclasses (vLLM 0.8+: ``add_argument("--dtype", **model_kwargs["dtype"]
 resolved from the dataclass field's annotation, the way vLLM's ``get_kwargs`` does: ``bool`` is
 a switch with a ``--no-`` form, ``Literal[...]`` gives the choices, anything else takes a value.
 
-Usage (one wheel at a time; wheels are large, only the Python sources are kept)::
+Usage (``tools/fetch_engine_sources.sh DEST`` fetches the sampled releases; by hand: one wheel at
+a time, wheels are large, only the Python sources are kept)::
 
     pip download --no-deps --only-binary :all: --python-version 3.12 \\
         --platform manylinux1_x86_64 --platform manylinux_2_31_x86_64 vllm==0.11.0 -d wheels/
@@ -268,9 +269,9 @@ def _one_call(src: Source, call: ast.Call, func: ast.AST, bindings: dict[str, st
     entry: dict[str, Any] | None = None
     for s in splat:  # **model_kwargs["dtype"]
         if isinstance(s, ast.Subscript) and isinstance(s.value, ast.Name) and s.value.id in bindings:
-            key = s.slice.value if isinstance(s.slice, ast.Constant) else None
-            if isinstance(key, str):
-                entry = _dataclass_entry(src, bindings[s.value.id], key)
+            field_name = s.slice.value if isinstance(s.slice, ast.Constant) else None
+            if isinstance(field_name, str):
+                entry = _dataclass_entry(src, bindings[s.value.id], field_name)
     if entry is None:
         entry = _entry("value")
     action = kw.get("action")

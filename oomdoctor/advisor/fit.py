@@ -150,10 +150,7 @@ def fit(
     cap = capacity_tokens(geo, budget, kvb, BLOCK_SIZE, tp, 1, limit=length, max_num_batched_tokens=batched)
     headroom = total - requested - (0 if graphs_in_budget else graphs)
     wsrc = "config.json (parameters estimated from tensor shapes)" if model_config else f"catalog: {geo.source}"
-    if gpu and not total_bytes:
-        gpu_src = f"catalog: {gpu.name}, {gpu.memory_label}"
-    else:
-        gpu_src = "given"
+    gpu_src = f"catalog: {gpu.name}, {gpu.memory_label}" if gpu and not total_bytes else "given"
     rows = [
         ("GPU memory", total, gpu_src),
         (f"vLLM budget (× {util:.2f})", requested, "given" if utilization else "vLLM default"),

@@ -133,7 +133,14 @@ def register(app: typer.Typer) -> None:
         show_gpus: Annotated[bool, typer.Option("--list-gpus", help="List the GPUs of the catalog.")] = False,
         show_models: Annotated[bool, typer.Option("--list-models", help="List the models of the catalog.")] = False,
     ) -> int:
-        from oomdoctor.advisor.catalog import config_model_name, find_gpu, find_model, gpu_names, load_config, repo_name
+        from oomdoctor.advisor.catalog import (
+            config_model_name,
+            find_gpu,
+            find_model,
+            gpu_names,
+            load_config,
+            repo_name,
+        )
         from oomdoctor.advisor.fit import fit
 
         if show_gpus or show_models:
