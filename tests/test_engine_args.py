@@ -102,3 +102,16 @@ def test_every_fixture_command_parses(name: str, command: str, version: str | No
     problems = check_argv(engine, _engine_flags(argv), version)
     # a flag the user typed may be unknown between samples; nothing may be wrong for sure
     assert [p for p in problems if "unknown for this version" not in p] == []
+
+
+def test_sglang_commands_are_checked_too() -> None:
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen2.5-7B-Instruct", "--mem-fraction-static",
+            "0.9"]
+    ctx = Context(engine="sglang", engine_version="0.4.6", command=argv)
+    cmd = corrected_command(ctx, Remedy(id="x", title="t", flags={"--mem-fraction-static": "0.8"}))
+    assert cmd == "python -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct --mem-fraction-static 0.8"
+    cmd = corrected_command(ctx, Remedy(id="x", title="t", flags={"--context-length": "8192"}))
+    assert cmd is not None and cmd.endswith("--context-length 8192")
+    # a vLLM flag is not an SGLang flag: no command, only the flags to change
+    assert corrected_command(ctx, Remedy(id="x", title="t", flags={"--max-model-len": "8192"})) is None
+    assert check_argv("sglang", ["--kv-cache-dtype", "fp8"], "0.4.6") == ["--kv-cache-dtype fp8: not an accepted value"]

@@ -9,6 +9,8 @@ no rules; the words are the same.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import textwrap
 from typing import Any
@@ -31,9 +33,14 @@ _STYLES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", 
 
 
 def terminal_width(width: int | None = None) -> int:
-    """``width``, else the terminal's (``COLUMNS`` wins), else 100; never under :data:`MIN_WIDTH`."""
+    """``width``, else ``COLUMNS``, else the width of the terminal on stdout or stderr (pipe mode
+    prints on stderr while stdout is a pipe), else 100; never under :data:`MIN_WIDTH`."""
     if width is None:
-        width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+        width = shutil.get_terminal_size((0, 0)).columns  # COLUMNS, then stdout
+        if not width:
+            with contextlib.suppress(OSError, ValueError):
+                width = os.get_terminal_size(2).columns
+        width = width or DEFAULT_WIDTH
     return max(MIN_WIDTH, width)
 
 
