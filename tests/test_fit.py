@@ -210,5 +210,19 @@ def test_catalog_lists(capsys: pytest.CaptureFixture[str]) -> None:
 def test_reported_memory_is_sourced(capsys: pytest.CaptureFixture[str]) -> None:
     spec = find_gpu("NVIDIA A10")
     assert spec is not None and spec.reported and spec.memory_bytes == int(22.09 * 2**30)
-    main(["fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "A10", "--max-model-len", "8192"])
-    assert "catalog: A10, as PyTorch reports it (seen in vLLM issue 10034)" in capsys.readouterr().out
+    main(["fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "A10", "--max-model-len", "8192", "--format", "json"])
+    budget = json.loads(capsys.readouterr().out)["budget"]
+    assert budget[0] == {"term": "GPU memory", "bytes": int(22.09 * 2**30),
+                         "source": "catalog: A10, as PyTorch reports it (seen in vLLM issue 10034)"}
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_fit_text_fits_the_width_and_keeps_commands_whole(width: int) -> None:
+    from oomdoctor.cli.fit_cmd import render_fit_text
+
+    geo, spec = find_model("meta-llama/Llama-3.1-8B"), find_gpu("A10G")
+    assert geo is not None and spec is not None
+    res = fit(geo, spec)
+    lines = render_fit_text(res, width=width).splitlines()
+    assert all(len(line) <= width for line in lines if not line.lstrip().startswith("$ "))
+    assert f"$ {res.remedies[0].command}" in [line.strip() for line in lines]

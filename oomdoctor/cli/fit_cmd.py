@@ -16,41 +16,47 @@ def _size(n: int) -> str:
     return ("−" if n < 0 else "") + format_size(abs(n))
 
 
-def render_fit_text(res: Any) -> str:
+def render_fit_text(res: Any, width: int | None = None) -> str:
+    """The budget table, the verdict and the remedies, laid out like the post-mortem text: prose
+    wrapped to the terminal with hanging indents, flags and commands whole on their own lines."""
     from oomdoctor.render.common import fits_label, remedy_snippet
+    from oomdoctor.render.text import BODY, CODE, REMEDY, TextLayout, terminal_width
 
-    out = [
+    out = TextLayout(terminal_width(width), False)
+    out.prose(
         f"{res.model} on {res.gpus if res.gpus > 1 else 1}× {res.gpu}"
         + (f" (tensor parallel {res.tensor_parallel_size})" if res.tensor_parallel_size > 1 else "")
-        + f", max model len {res.max_model_len}, KV {res.kv_cache_dtype}",
-        "",
-    ]
-    width = max(len(t) for t, _, _ in res.rows)
+        + f", max model len {res.max_model_len}, KV {res.kv_cache_dtype}", "", "  ")
+    out.lines.append("")
+    term_w = max(len(t) for t, _, _ in res.rows)
     for term, value, source in res.rows:
-        out.append(f"  {term:<{width}}  {_size(value):>12}  {source}")
-    out.append("")
+        head = f"{BODY}{term:<{term_w}}  {_size(value):>10}  "
+        out.prose(head + source, "", " " * len(head))
+    out.lines.append("")
     if res.fits:
-        out.append(f"FITS: {res.concurrency} full-length requests at once ({res.max_model_len} tokens each, "
-                   f"{_size(res.kv_needed)} of KV cache each; {_size(res.kv_budget)} of KV cache).")
-        return "\n".join(out) + "\n"
+        out.prose(f"FITS: {res.concurrency} full-length requests at once ({res.max_model_len} tokens each, "
+                  f"{_size(res.kv_needed)} of KV cache each; {_size(res.kv_budget)} of KV cache).", "", "  ")
+        return "".join(line + "\n" for line in out.lines)
     if res.kv_budget <= 0:
-        out.append(f"DOES NOT FIT: nothing is left for the KV cache ({_size(res.kv_budget)}).")
+        out.prose(f"DOES NOT FIT: nothing is left for the KV cache ({_size(res.kv_budget)}).", "", "  ")
     else:
-        out.append(f"DOES NOT FIT: one {res.max_model_len}-token request needs {_size(res.kv_needed)} of KV cache; "
-                   f"only {_size(res.kv_budget)} is left, room for {res.capacity_tokens} tokens.")
+        out.prose(f"DOES NOT FIT: one {res.max_model_len}-token request needs {_size(res.kv_needed)} of KV "
+                  f"cache; only {_size(res.kv_budget)} is left, room for {res.capacity_tokens} tokens.", "", "  ")
     if res.remedies:
-        out.append("")
-        out.append("What makes it fit, best first:")
+        out.lines.append("")
+        out.lines.append("What makes it fit, best first:")
         for r in res.remedies:
+            number = f"{r.rank}. "
+            out.prose(number + r.title, BODY, BODY + " " * len(number))
+            out.prose(f"{fits_label(r)} · {r.confidence} confidence", REMEDY)
             snippet = remedy_snippet(r)
-            out.append(f"{r.rank}. {r.title}  [{fits_label(r)}; {r.confidence} confidence]")
             if snippet:
-                out.append(f"     {snippet}")
+                out.code(snippet, CODE)
             if r.command:
-                out.append(f"     $ {r.command}")
+                out.code("$ " + r.command, CODE)
             if r.why:
-                out.append(f"     why: {r.why}")
-    return "\n".join(out) + "\n"
+                out.labelled("why:", r.why, REMEDY)
+    return "".join(line + "\n" for line in out.lines)
 
 
 #: ``--gpu-memory`` units as written: GB/MB/TB decimal, GiB/MiB/TiB binary; a bare number is GiB

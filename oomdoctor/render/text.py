@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import textwrap
 from typing import Any
@@ -28,6 +29,9 @@ DEFAULT_WIDTH = 100
 BODY = "  "
 REMEDY = "     "
 CODE = "       "
+
+#: a number and its unit stay on one line ("5.08 GiB", not "5.08" / "GiB")
+_KEEP = re.compile(r"(\d) (?=(?:[KMGT]i?B|B|bytes|tokens|GB|MB)\b)")
 
 _STYLES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 
@@ -56,7 +60,9 @@ def cut_message(text: str, limit: int = MESSAGE_CHARS) -> str:
     return head.rstrip(" ,;:") + "…"
 
 
-class _Out:
+class TextLayout:
+    """Lines being laid out at ``width``, with colour or not."""
+
     def __init__(self, width: int, color: bool) -> None:
         self.width = width
         self.color = color
@@ -71,9 +77,10 @@ class _Out:
     def prose(self, text: str, indent: str, hang: str | None = None, *styles: str) -> None:
         """Word-wrapped text; continuation lines indented by ``hang`` (default: ``indent``)."""
         wrapped = textwrap.wrap(
-            text, self.width, initial_indent=indent, subsequent_indent=hang if hang is not None else indent,
+            _KEEP.sub("\\1\x1f", text), self.width, initial_indent=indent, subsequent_indent=hang if hang is not None else indent,
             break_long_words=False, break_on_hyphens=False,
         ) or [indent]
+        wrapped = [line.replace("\x1f", " ") for line in wrapped]
         self.lines.extend(self.style(line, *styles) if styles else line for line in wrapped)
 
     def labelled(self, label: str, text: str, indent: str, *styles: str) -> None:
@@ -85,7 +92,7 @@ class _Out:
         self.lines.append(indent + self.style(text, "green"))
 
 
-def _title(out: _Out, f: Finding) -> None:
+def _title(out: TextLayout, f: Finding) -> None:
     colour = "red" if f.severity == "error" else "yellow"
     if out.color:
         bar = "─" * max(3, out.width - len(f.title) - 4)
@@ -94,7 +101,7 @@ def _title(out: _Out, f: Finding) -> None:
         out.lines.append(f.title)
 
 
-def finding_lines(f: Finding, out: _Out) -> None:
+def finding_lines(f: Finding, out: TextLayout) -> None:
     """The section of one finding."""
     _title(out, f)
     head = f"{f.kind} · phase: {f.phase} · engine: {f.engine} · at {where(f)}"
@@ -135,7 +142,7 @@ def finding_lines(f: Finding, out: _Out) -> None:
 
 def render_findings_text(findings: list[Finding], *, color: bool = False, width: int | None = None) -> str:
     """The sections of ``findings`` (no summary line): what pipe mode prints as they are found."""
-    out = _Out(terminal_width(width), color)
+    out = TextLayout(terminal_width(width), color)
     for f in findings:
         finding_lines(f, out)
     return "".join(line + "\n" for line in out.lines)
