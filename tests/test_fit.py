@@ -177,7 +177,10 @@ def test_fit_names_only_real_repositories(tmp_path: Path, capsys: pytest.Capture
     assert out["model"] == "<model>"
 
 
-def test_fit_reports_concurrency_and_labels_nominal_memory(capsys: pytest.CaptureFixture[str]) -> None:
+def test_fit_reports_concurrency_and_labels_nominal_memory(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
     assert main(["fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100"]) == 0
     out = capsys.readouterr().out
     geo, spec = find_model("meta-llama/Llama-3.1-8B"), find_gpu("H100")
