@@ -7,6 +7,8 @@ missing ones are appended. Environment variables are prefixed as ``VAR=value``.
 
 from __future__ import annotations
 
+import ast
+import json
 import shlex
 
 from oomdoctor.report import Context, Remedy
@@ -68,22 +70,49 @@ def apply_flags(argv: list[str], flags: dict[str, str]) -> list[str]:
     return out
 
 
-def argv_from_launch_args(args: dict[str, str]) -> list[str] | None:
+def argv_from_launch_args(args: dict[str, str], version: str | None = None) -> list[str] | None:
     """``vllm serve MODEL --flag value ...`` rebuilt from a ``non-default args`` dump (what the user
-    typed; never an engine-config dump, whose keys are not flags). Values take their command-line
-    form; a flag of a version that is not known good is checked by :func:`corrected_command`."""
-    from oomdoctor.advisor.engine_args import cli_value
+    typed; never an engine-config dump, whose keys are not flags), or None when some argument has
+    no faithful command-line form. Values take their command-line form (``bfloat16``, not
+    ``torch.bfloat16``; a list as several values, a dict as JSON; False as ``--no-FLAG``); whether
+    each flag exists at ``version`` is checked by :func:`corrected_command`."""
+    from oomdoctor.advisor.engine_args import cli_value, flag_spec
 
     model = args.get("model_tag") or args.get("model")
     if not model or len(args) > 40:  # a full Namespace/config dump is not a command line
         return None
     argv = ["vllm", "serve", cli_value(model)]
     for key, value in args.items():
-        if key in _NOT_FLAGS or value in ("None", "False", "") or value[:1] in "[{(":
+        if key in _NOT_FLAGS:
             continue
         flag = "--" + key.replace("_", "-")
-        argv.extend([flag] if value == "True" else [flag, cli_value(value)])
+        if value == "True":
+            argv.append(flag)
+        elif value == "False":
+            spec = flag_spec("vllm", flag, version)
+            if spec is None or spec.kind == "value":
+                return None
+            argv.extend(["--no-" + flag[2:]] if spec.kind == "switch" else [flag, "False"])
+        elif value in ("None", ""):
+            return None  # set back to "no value": no flag writes that
+        elif value[:1] in "[{(":
+            parsed = _literal(value)
+            if isinstance(parsed, (list, tuple)) and parsed and all(isinstance(v, (str, int, float)) for v in parsed):
+                argv.extend([flag, *(str(v) for v in parsed)])
+            elif isinstance(parsed, dict):
+                argv.extend([flag, json.dumps(parsed, separators=(",", ":"))])
+            else:
+                return None
+        else:
+            argv.extend([flag, cli_value(value)])
     return argv
+
+
+def _literal(text: str) -> object:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
 
 
 def is_vllm_cli(argv: list[str]) -> bool:
@@ -137,7 +166,7 @@ def corrected_command(context: Context, remedy: Remedy) -> str | None:
     if remedy.settings:
         return None  # a model or script change: no command line expresses it
     typed = bool(context.command)  # the user's own line ran: its flags are accepted by their version
-    argv = list(context.command) if context.command else argv_from_launch_args(context.typed_args)
+    argv = list(context.command) if context.command else argv_from_launch_args(context.typed_args, context.engine_version)
     if not argv:
         return None
     env_prefix: list[str] = []
