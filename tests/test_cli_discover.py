@@ -26,7 +26,8 @@ def test_help_lists_the_subcommands_and_reads_as_words() -> None:
     out = cli("--help").stdout.decode()
     for sub in ("oomdoctor run", "oomdoctor fit", "oomdoctor serve", "oomdoctor rules"):
         assert sub in out
-    for args in (("--help",), ("run", "--help"), ("fit", "--help"), ("serve", "--help")):
+    for args in (("--help",), ("run", "--help"), ("fit", "--help"), ("serve", "--help"), ("rules", "list", "--help"),
+                 ("rules", "show", "--help"), ("rules", "test", "--help")):
         text = cli(*args).stdout.decode()
         assert "<list[str]>" not in text and "<str>" not in text and "<int>" not in text, args
     assert "KEY=VALUE" in out and "gpus, gpu, gpu-memory" in " ".join(out.split())
