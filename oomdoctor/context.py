@@ -161,9 +161,12 @@ class ContextCollector:
         pool = specific or list(self._engines)
         return max(pool, key=lambda e: (self._engines[e], -self._engine_first[e]))
 
-    def apply_args(self, args: dict[str, str], argv: list[str] | None = None) -> None:
+    def apply_args(self, args: dict[str, str], argv: list[str] | None = None, *, typed: bool = False) -> None:
+        """``typed``: the user wrote these (``non-default args``), not an engine's config dump."""
         ctx = self.context
         ctx.launch_args.update(args)
+        if typed:
+            ctx.typed_args.update(args)
         if argv:
             ctx.command = argv
         for key, value in args.items():
@@ -181,7 +184,7 @@ class ContextCollector:
                 continue
             if name == "args":
                 if parser == "python-dict":
-                    self.apply_args(parse_python_dict(text))
+                    self.apply_args(parse_python_dict(text), typed=True)
                 elif parser in ("namespace", "config"):
                     self.apply_args(parse_key_values(text))
                 elif parser == "argv":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 SCHEMA_VERSION = 1
 
@@ -107,6 +107,13 @@ class Context(_Model):
     command: list[str] | None = None
     launch_args: dict[str, str] = Field(default_factory=dict)
     extra: dict[str, Any] = Field(default_factory=dict)
+    #: the launch arguments the user typed (a ``non-default args`` dump), as opposed to those of an
+    #: engine-config dump: only these may rebuild a command line (not part of the report)
+    _typed_args: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @property
+    def typed_args(self) -> dict[str, str]:
+        return self._typed_args
 
 
 class Tool(_Model):

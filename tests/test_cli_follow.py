@@ -65,7 +65,7 @@ def test_follow_across_rotation_and_truncation(tmp_path: Path) -> None:
     f.wait_for(TITLE_KV, count=2)
     code, out, err = f.stop(signal.SIGINT)
     assert code == 1  # stopped by the user; OOMs were found
-    assert b"oomdoctor: 3 out-of-memory failure(s) found." in out
+    assert b"oomdoctor: 3 out-of-memory failure(s), 0 warning(s)." in out
     assert b"Traceback" not in err
 
 

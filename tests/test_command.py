@@ -48,7 +48,10 @@ def test_corrected_command_from_argv_with_env() -> None:
 def test_corrected_command_from_non_default_args() -> None:
     args = {"model_tag": "Qwen/Qwen2.5-7B", "max_model_len": "32768", "enforce_eager": "True", "model": "Qwen/Qwen2.5-7B"}
     assert argv_from_launch_args(args) == ["vllm", "serve", "Qwen/Qwen2.5-7B", "--max-model-len", "32768", "--enforce-eager"]
-    cmd = corrected_command(Context(launch_args=args), rem(flags={"--max-model-len": "7200"}))
+    ctx = Context(launch_args=args)
+    assert corrected_command(ctx, rem(flags={"--max-model-len": "7200"})) is None  # not known to be typed
+    ctx.typed_args.update(args)  # a `non-default args` dump: what the user typed
+    cmd = corrected_command(ctx, rem(flags={"--max-model-len": "7200"}))
     assert cmd == "vllm serve Qwen/Qwen2.5-7B --max-model-len 7200 --enforce-eager"
 
 
@@ -87,3 +90,17 @@ def test_user_scripts_only_get_flags_they_already_take() -> None:
     assert corrected_command(ctx, rem(flags={"--enforce-eager": ""})) is None
     ctx2 = Context(command=["/usr/bin/vllm", "serve", "m"])
     assert corrected_command(ctx2, rem(flags={"--enforce-eager": ""})) == "/usr/bin/vllm serve m --enforce-eager"
+
+
+def test_non_default_args_in_their_command_line_forms() -> None:
+    args = {"model_tag": "m", "model": "m", "dtype": "torch.bfloat16", "enable_prefix_caching": "False",
+            "served_model_name": "['a', 'b']", "hf_overrides": "{'rope_theta': 1000000}"}
+    assert argv_from_launch_args(args, "0.11.0") == [
+        "vllm", "serve", "m", "--dtype", "bfloat16", "--no-enable-prefix-caching", "--served-model-name", "a", "b",
+        "--hf-overrides", '{"rope_theta":1000000}',
+    ]
+    # chunked prefill took an optional value in 0.6: False is written out
+    assert argv_from_launch_args({"model": "m", "enable_chunked_prefill": "False"}, "0.6.6") == [
+        "vllm", "serve", "m", "--enable-chunked-prefill", "False"]
+    # an argument reset to None has no command-line form: no command rather than a different one
+    assert argv_from_launch_args({"model": "m", "quantization": "None"}) is None

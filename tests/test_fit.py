@@ -12,6 +12,7 @@ from oomdoctor.advisor.fit import fit, v1_message
 from oomdoctor.advisor.memory_model import GiB, kv_bytes_for_len
 from oomdoctor.api import diagnose
 from oomdoctor.cli import main
+from oomdoctor.cli.fit_cmd import parse_memory
 
 
 def test_fits_with_a_budget_table() -> None:
@@ -130,7 +131,8 @@ def test_smallest_combination_when_nothing_fits_alone() -> None:
     assert top.fits is True
     geo2, gpu2 = find_model("Qwen/Qwen2.5-32B-Instruct"), find_gpu("RTX 4090")
     assert geo2 is not None and gpu2 is not None
-    top2 = fit(geo2, gpu2).remedies[0]
+    # the nominal 24 GiB (the catalog's 4090 is PyTorch's 23.64 GiB, where the plan differs)
+    top2 = fit(geo2, None, total_bytes=24 * GiB).remedies[0]
     assert top2.id == "combined:vllm.quantization-4bit+vllm.kv-cache-dtype-fp8"
     assert top2.flags == {"--kv-cache-dtype": "fp8"}
 
@@ -143,3 +145,87 @@ def test_the_command_keeps_the_model_name_the_user_gave(capsys: pytest.CaptureFi
     out = json.loads(capsys.readouterr().out)
     assert out["model"] == "meta-llama/Llama-3.1-8B-Instruct"
     assert out["remedies"][0]["command"].startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct ")
+
+
+def test_fit_gpus_2_and_hint_gpus_2_give_the_same_tensor_parallel_advice() -> None:
+    """The same shortfall: fit --gpus 2 and a post-mortem with --hint gpus=2 advise the same TP."""
+    model, gpu, length = "meta-llama/Llama-3.1-70B", "A100-80GB", 8192
+    geo, spec = find_model(model), find_gpu(gpu)
+    assert geo is not None and spec is not None
+    res = fit(geo, spec, gpus=2, max_model_len=length)
+    fit_tp = [r.flags for r in res.remedies if "--tensor-parallel-size" in r.flags]
+    assert fit_tp and fit_tp[0]["--tensor-parallel-size"] == "2"
+    args = f"{{'model_tag': '{model}', 'max_model_len': {length}, 'model': '{model}'}}"
+    log = f"INFO 01-01 00:00:00 [api_server.py:1] non-default args: {args}\n"
+    log += (res.finding.message if res.finding else "") + "\n"
+    report = diagnose(log, {"gpu": gpu, "gpus": "2"})
+    post_tp = [r.flags for f in report.findings for r in f.remedies if "--tensor-parallel-size" in r.flags]
+    assert post_tp[:1] == fit_tp[:1]
+
+
+def test_fit_names_only_real_repositories(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", "--model", "Llama-3.1-8B", "--gpu", "A10G", "--format", "json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"] == "meta-llama/Llama-3.1-8B"
+    assert out["remedies"][0]["command"].startswith("vllm serve meta-llama/Llama-3.1-8B ")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                               "hidden_size": 4096, "intermediate_size": 14336, "vocab_size": 128256,
+                               "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}))
+    assert main(["fit", "--model-config", str(cfg), "--gpu", "A10G", "--format", "json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"] == "<model>"
+
+
+def test_fit_reports_concurrency_and_labels_nominal_memory(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100"]) == 0
+    out = capsys.readouterr().out
+    geo, spec = find_model("meta-llama/Llama-3.1-8B"), find_gpu("H100")
+    assert geo is not None and spec is not None
+    res = fit(geo, spec)
+    assert res.concurrency == res.kv_budget // res.kv_needed >= 1
+    assert f"FITS: {res.concurrency} full-length requests at once" in out
+    assert "catalog: H100, nominal" in out
+    assert "in one request" not in out and "in this log" not in out.split("What makes")[0]
+
+
+def test_gpu_memory_units_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_memory("24GB") == 24 * 10**9
+    assert parse_memory("24GiB") == 24 * 2**30
+    assert parse_memory("24") == 24 * 2**30
+    main(["fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu-memory", "24GB", "--format", "json"])
+    assert json.loads(capsys.readouterr().out)["total_bytes"] == 24 * 10**9
+    assert main(["fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu-memory", "24 parsecs"]) == 2
+
+
+def test_catalog_lists(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", "--list-gpus"]) == 0
+    out = capsys.readouterr().out
+    for card in ("B200", "GB200", "H20", "L40S", "RTX 5090", "MI300X", "MI325X", "A10G", "H100"):
+        assert any(line.split("  ")[0].strip() == card for line in out.splitlines()), card
+    assert main(["fit", "--list-models"]) == 0
+    assert "meta-llama/Llama-3.1-8B" in capsys.readouterr().out
+
+
+def test_reported_memory_is_sourced(capsys: pytest.CaptureFixture[str]) -> None:
+    spec = find_gpu("NVIDIA A10")
+    assert spec is not None and spec.reported and spec.memory_bytes == int(22.09 * 2**30)
+    main(["fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "A10", "--max-model-len", "8192", "--format", "json"])
+    budget = json.loads(capsys.readouterr().out)["budget"]
+    assert budget[0] == {"term": "GPU memory", "bytes": int(22.09 * 2**30),
+                         "source": "catalog: A10, as PyTorch reports it (seen in vLLM issue 10034)"}
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_fit_text_fits_the_width_and_keeps_commands_whole(width: int) -> None:
+    from oomdoctor.cli.fit_cmd import render_fit_text
+
+    geo, spec = find_model("meta-llama/Llama-3.1-8B"), find_gpu("A10G")
+    assert geo is not None and spec is not None
+    res = fit(geo, spec)
+    lines = render_fit_text(res, width=width).splitlines()
+    assert all(len(line) <= width for line in lines if not line.lstrip().startswith("$ "))
+    assert f"$ {res.remedies[0].command}" in [line.strip() for line in lines]

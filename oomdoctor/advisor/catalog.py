@@ -134,6 +134,15 @@ class GpuSpec:
     memory_bytes: int
     compute_capability: tuple[int, int]
     reported: bool  # memory_bytes is PyTorch's total capacity (True) or the nominal size (False)
+    #: where the reported figure was seen ("" when unknown or nominal)
+    source: str = ""
+
+    @property
+    def memory_label(self) -> str:
+        """How the memory figure is known: "reported by PyTorch (SOURCE)" or "nominal"."""
+        if not self.reported:
+            return "nominal (the usable memory is less)"
+        return "as PyTorch reports it" + (f" ({self.source})" if self.source else "")
 
     @property
     def fp8_tensor_cores(self) -> bool:
@@ -153,7 +162,7 @@ def _gpus() -> dict[str, GpuSpec]:
         major, minor = (int(x) for x in entry["compute_capability"].split("."))
         reported = "reported_gib" in entry
         gib = float(entry["reported_gib"] if reported else entry["memory_gib"])
-        spec = GpuSpec(entry["name"], int(gib * 2**30), (major, minor), reported)
+        spec = GpuSpec(entry["name"], int(gib * 2**30), (major, minor), reported, entry.get("reported_source", ""))
         for n in [entry["name"], *entry.get("aliases", [])]:
             out[_gpu_key(n)] = spec
     return out
@@ -172,6 +181,31 @@ def find_gpu(name: str | None) -> GpuSpec | None:
 
 def gpu_names() -> list[str]:
     return sorted({g.name for g in _gpus().values()})
+
+
+def gpus() -> list[GpuSpec]:
+    """Every GPU of the catalog, once each, smallest memory first."""
+    seen = {g.name: g for g in _gpus().values()}
+    return sorted(seen.values(), key=lambda g: (g.memory_bytes, g.name))
+
+
+def repo_name(geo: ModelGeometry, asked: str | None) -> str:
+    """The repository to put in a command for ``geo`` found as ``asked``: ``asked`` when it is a
+    repo id (``org/name``), else the catalog's repo whose basename it is; never an invented name."""
+    if asked and "/" in asked.strip("/"):
+        return asked
+    names = [geo.name, *_aliases().get(geo.name, [])]
+    if asked:
+        for n in names:
+            if n.rsplit("/", 1)[-1].lower() == asked.lower():
+                return n
+    return geo.name
+
+
+@lru_cache(maxsize=1)
+def _aliases() -> dict[str, list[str]]:
+    data = tomllib.loads((DATA / "models.toml").read_text("utf-8"))
+    return {e["name"]: list(e.get("aliases", [])) for e in data["model"]}
 
 
 # -- config.json ---------------------------------------------------------------------------
@@ -271,6 +305,16 @@ def estimate_params(cfg: dict[str, Any]) -> float | None:
 def load_config(path: str | Path) -> ModelGeometry:
     p = Path(path)
     return geometry_from_config(json.loads(p.read_text("utf-8")), source=f"config.json ({p})")
+
+
+def config_model_name(path: str | Path) -> str | None:
+    """The ``_name_or_path`` a config.json records (the repo it came from), if any."""
+    try:
+        cfg = json.loads(Path(path).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    name = cfg.get("_name_or_path") if isinstance(cfg, dict) else None
+    return name if isinstance(name, str) and name.strip() else None
 
 
 def with_dtype(geo: ModelGeometry, dtype: str | None) -> ModelGeometry:

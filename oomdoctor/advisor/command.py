@@ -7,6 +7,8 @@ missing ones are appended. Environment variables are prefixed as ``VAR=value``.
 
 from __future__ import annotations
 
+import ast
+import json
 import shlex
 
 from oomdoctor.report import Context, Remedy
@@ -68,18 +70,49 @@ def apply_flags(argv: list[str], flags: dict[str, str]) -> list[str]:
     return out
 
 
-def argv_from_launch_args(args: dict[str, str]) -> list[str] | None:
-    """``vllm serve MODEL --flag value ...`` rebuilt from a ``non-default args`` dump."""
+def argv_from_launch_args(args: dict[str, str], version: str | None = None) -> list[str] | None:
+    """``vllm serve MODEL --flag value ...`` rebuilt from a ``non-default args`` dump (what the user
+    typed; never an engine-config dump, whose keys are not flags), or None when some argument has
+    no faithful command-line form. Values take their command-line form (``bfloat16``, not
+    ``torch.bfloat16``; a list as several values, a dict as JSON; False as ``--no-FLAG``); whether
+    each flag exists at ``version`` is checked by :func:`corrected_command`."""
+    from oomdoctor.advisor.engine_args import cli_value, flag_spec
+
     model = args.get("model_tag") or args.get("model")
     if not model or len(args) > 40:  # a full Namespace/config dump is not a command line
         return None
-    argv = ["vllm", "serve", model]
+    argv = ["vllm", "serve", cli_value(model)]
     for key, value in args.items():
-        if key in _NOT_FLAGS or value in ("None", "False", "") or value[:1] in "[{(":
+        if key in _NOT_FLAGS:
             continue
         flag = "--" + key.replace("_", "-")
-        argv.extend([flag] if value == "True" else [flag, value])
+        if value == "True":
+            argv.append(flag)
+        elif value == "False":
+            spec = flag_spec("vllm", flag, version)
+            if spec is None or spec.kind == "value":
+                return None
+            argv.extend(["--no-" + flag[2:]] if spec.kind == "switch" else [flag, "False"])
+        elif value in ("None", ""):
+            return None  # set back to "no value": no flag writes that
+        elif value[:1] in "[{(":
+            parsed = _literal(value)
+            if isinstance(parsed, (list, tuple)) and parsed and all(isinstance(v, (str, int, float)) for v in parsed):
+                argv.extend([flag, *(str(v) for v in parsed)])
+            elif isinstance(parsed, dict):
+                argv.extend([flag, json.dumps(parsed, separators=(",", ":"))])
+            else:
+                return None
+        else:
+            argv.extend([flag, cli_value(value)])
     return argv
+
+
+def _literal(text: str) -> object:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
 
 
 def is_vllm_cli(argv: list[str]) -> bool:
@@ -88,13 +121,52 @@ def is_vllm_cli(argv: list[str]) -> bool:
     return ("vllm" in names and "serve" in argv[:5]) or any(a.startswith("vllm.entrypoints") for a in argv[:4])
 
 
+def is_sglang_cli(argv: list[str]) -> bool:
+    """``python -m sglang.launch_server ...`` (or ``sglang serve``)."""
+    names = [a.rsplit("/", 1)[-1] for a in argv[:4]]
+    return any(a.startswith("sglang.launch_server") for a in argv[:4]) or ("sglang" in names and "serve" in argv[:5])
+
+
+def engine_of(argv: list[str]) -> str | None:
+    """The engine whose server ``argv`` starts (None: a user script or another program)."""
+    if is_vllm_cli(argv):
+        return "vllm"
+    if is_sglang_cli(argv):
+        return "sglang"
+    return None
+
+
+def _engine_flags(argv: list[str]) -> list[str]:
+    """The options of an engine command line: from ``vllm serve MODEL`` / ``-m module`` on."""
+    for i, tok in enumerate(argv):
+        if tok == "-m" and i + 1 < len(argv):
+            return argv[i + 2 :]
+        if tok == "serve":
+            rest = argv[i + 1 :]
+            return rest[1:] if rest and not rest[0].startswith("-") else rest
+    return argv[1:]
+
+
+def _changed(flags: dict[str, str]) -> list[str]:
+    out: list[str] = []
+    for flag, value in flags.items():
+        out.extend([flag] if value == "" else [flag, value])
+    return out
+
+
 def corrected_command(context: Context, remedy: Remedy) -> str | None:
-    """The full command with ``remedy`` applied, or None when the command or the change is unknown."""
+    """The full command with ``remedy`` applied, or None when the command, the change or any of
+    its flags for this engine version is not known good (the renderers then show the flags alone).
+
+    The command is the one the user typed: ``oomdoctor run``'s argv, a logged ``vllm serve`` /
+    ``python -m ...`` line, or vLLM's ``non-default args`` dump.
+    """
     if not remedy.flags and not remedy.env:
         return None
     if remedy.settings:
         return None  # a model or script change: no command line expresses it
-    argv = list(context.command) if context.command else argv_from_launch_args(context.launch_args)
+    typed = bool(context.command)  # the user's own line ran: its flags are accepted by their version
+    argv = list(context.command) if context.command else argv_from_launch_args(context.typed_args, context.engine_version)
     if not argv:
         return None
     env_prefix: list[str] = []
@@ -102,11 +174,18 @@ def corrected_command(context: Context, remedy: Remedy) -> str | None:
         if argv[0].split("=", 1)[0] not in remedy.env:
             env_prefix.append(argv[0])
         argv = argv[1:]
-    if not is_vllm_cli(argv):
+    engine = engine_of(argv)
+    if engine is None:
         # a user script: only flags it already takes can be changed safely
         present = {tok.split("=", 1)[0] for tok in argv}
         if any(not (_spellings(flag) & present) for flag in remedy.flags):
             return None
     argv = apply_flags(argv, remedy.flags)
+    if engine is not None:
+        from oomdoctor.advisor.engine_args import check_argv
+
+        check = list(_changed(remedy.flags)) if typed else _engine_flags(argv)
+        if check_argv(engine, check, context.engine_version):
+            return None
     env = [f"{k}={v}" for k, v in remedy.env.items()]
     return shlex.join(env_prefix + env + argv)

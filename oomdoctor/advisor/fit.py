@@ -71,6 +71,8 @@ class FitResult:
     kv_needed: int
     capacity_tokens: int
     fits: bool
+    #: how many requests of the full max model len the KV cache holds at once
+    concurrency: int = 0
     finding: Finding | None = None
     remedies: list[Remedy] = field(default_factory=list)
 
@@ -88,6 +90,7 @@ class FitResult:
             "kv_budget_bytes": self.kv_budget,
             "kv_needed_bytes": self.kv_needed,
             "capacity_tokens": self.capacity_tokens,
+            "concurrency": self.concurrency,
             "fits": self.fits,
             "finding": self.finding.model_dump() if self.finding else None,
             "remedies": [r.model_dump() for r in self.remedies],
@@ -111,10 +114,13 @@ def fit(
     model_config: str | None = None,
     model_name: str | None = None,
 ) -> FitResult:
-    """Verdict and budget table for serving ``geo`` on ``gpu`` (per GPU, at TP ``tensor_parallel_size``)."""
+    """Verdict and budget table for serving ``geo`` on ``gpu`` (per GPU, at TP ``tensor_parallel_size``).
+
+    ``model_name``: the repository for the command (see :func:`~oomdoctor.advisor.catalog.repo_name`);
+    by default the catalog's repository, or ``<model>`` for a config.json that names none.
+    """
     ver = parse_version(version)
-    # the name the user gave (e.g. an -Instruct variant of a catalog geometry) goes in the command
-    name = model_name or geo.name
+    name = model_name or (geo.name if not geo.name.startswith("config.json (") else "<model>")
     tp = max(1, tensor_parallel_size)
     total = total_bytes or (gpu.memory_bytes if gpu else None)
     if not total:
@@ -144,8 +150,9 @@ def fit(
     cap = capacity_tokens(geo, budget, kvb, BLOCK_SIZE, tp, 1, limit=length, max_num_batched_tokens=batched)
     headroom = total - requested - (0 if graphs_in_budget else graphs)
     wsrc = "config.json (parameters estimated from tensor shapes)" if model_config else f"catalog: {geo.source}"
+    gpu_src = f"catalog: {gpu.name}, {gpu.memory_label}" if gpu and not total_bytes else "given"
     rows = [
-        ("GPU memory", total, ("catalog: " + gpu.name) if (gpu and not total_bytes) else "given"),
+        ("GPU memory", total, gpu_src),
         (f"vLLM budget (× {util:.2f})", requested, "given" if utilization else "vLLM default"),
         ("weights", weights, wsrc + (f", ÷ TP {tp}" if tp > 1 else "")),
         ("activation peak", activation, f"estimate: {batched} batched tokens × {hidden} × {ACTIVATION_BYTES_PER_TOKEN_HIDDEN} B"),
@@ -160,7 +167,7 @@ def fit(
     res = FitResult(
         model=name, gpu=gpu.name if gpu else "custom", gpus=gpus, tensor_parallel_size=tp, total_bytes=total,
         utilization=util, max_model_len=length, kv_cache_dtype=kv_dtype, rows=rows, kv_budget=budget,
-        kv_needed=needed, capacity_tokens=cap, fits=fits,
+        kv_needed=needed, capacity_tokens=cap, fits=fits, concurrency=max(0, budget) // needed if needed else 0,
     )
     if fits:
         return res
@@ -178,6 +185,7 @@ def fit(
             "kv_cache_dtype": kv_cache_dtype or "", "dtype": dtype or "",
         }.items() if v},
     )
+    ctx.typed_args.update(ctx.launch_args)  # fit's own options: what the user typed
     hints = {"gpus": str(gpus)}
     if model_config:
         hints["model-config"] = model_config

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from oomdoctor import __version__
-from oomdoctor.cli.errors import color_for, fail
+from oomdoctor.cli.errors import color_for, fail, warn
 from oomdoctor.render import FORMATS, renderer
 
 if TYPE_CHECKING:
@@ -22,21 +22,43 @@ if TYPE_CHECKING:
 # Pipe mode starts passing input through before the rule pack, pydantic and the scanner are
 # imported (they load in the analyser thread); the other modes import them where they need them.
 
+#: the facts ``--hint KEY=VALUE`` may give, with what each means
+HINT_KEYS: dict[str, str] = {
+    "gpus": "GPUs available (tensor-parallel advice)",
+    "gpu": "GPU name, e.g. A10G or H100",
+    "gpu-memory": "memory per GPU, e.g. 24GiB",
+    "model": "model name from the catalog",
+    "model-config": "the model's config.json",
+    "vllm-version": "vLLM version (alias: version)",
+    "version": "the engine version",
+}
+HINT_HELP = "Fact KEY=VALUE (repeatable), KEY one of: " + ", ".join(HINT_KEYS) + ". E.g. gpus=2."
+
 HELP = (
-    "Diagnose GPU out-of-memory failures in logs. With no FILE and stdin a pipe, pass the "
-    "input through to stdout and print the diagnosis on stderr."
+    "Diagnose GPU out-of-memory failures in log FILEs (.gz/.bz2/.xz ok; '-' is stdin). With no FILE and "
+    "stdin a pipe, pass the input through to stdout and print the diagnosis on stderr.\n\n"
+    "Commands: oomdoctor run -- COMMAND (run and diagnose live), oomdoctor fit (pre-flight), "
+    "oomdoctor serve (HTTP service), oomdoctor rules list|show|test. See oomdoctor COMMAND --help.\n\n"
+    "Exit status: 0 no out-of-memory failure (with --fail-on warning: no finding), 1 one was found, "
+    "2 usage or input error."
 )
 
 
+class HintError(ValueError):
+    """A ``--hint`` that is not KEY=VALUE with a known KEY."""
+
+
 def parse_hints(items: list[str]) -> dict[str, str]:
+    """``["gpus=2"]`` -> ``{"gpus": "2"}``; raises :class:`HintError` for a malformed or unknown key."""
     hints: dict[str, str] = {}
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
-            import typer
-
-            raise typer.BadParameter(f"--hint expects KEY=VALUE, got {item!r}")
-        hints[key.strip().replace("_", "-")] = value.strip()
+            raise HintError(f"--hint expects KEY=VALUE, got {item!r}")
+        name = key.strip().replace("_", "-")
+        if name not in HINT_KEYS:
+            raise HintError(f"unknown --hint key {key.strip()!r} (known: {', '.join(HINT_KEYS)})")
+        hints[name] = value.strip()
     return hints
 
 
@@ -60,26 +82,43 @@ def _build_app() -> typer.Typer:
     global typer
     import typer
 
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+    app = typer.Typer(add_completion=True, pretty_exceptions_enable=False, rich_markup_mode=None)
 
     @app.command(help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
     def diagnose(
-        files: Annotated[list[str] | None, typer.Argument(help="Log files (.gz/.bz2/.xz ok); '-' is stdin.")] = None,
-        fmt: Annotated[str, typer.Option("--format", "-f", help=f"One of: {', '.join(FORMATS)}.")] = "text",
-        output: Annotated[str | None, typer.Option("--output", "-o", help="Write the report here.")] = None,
-        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Pipe mode: do not pass input through.")] = False,
-        hint: Annotated[list[str] | None, typer.Option("--hint", help="Fact KEY=VALUE, e.g. gpus=2.")] = None,
-        model_config: Annotated[
-            str | None, typer.Option("--model-config", help="The model's config.json (KV geometry).")
+        files: Annotated[
+            list[str] | None,
+            typer.Argument(metavar="FILE", show_default=False, hidden=True),
         ] = None,
-        rules: Annotated[list[str] | None, typer.Option("--rules", help="Extra rule directory (repeatable).")] = None,
-        fail_on: Annotated[str, typer.Option("--fail-on", help="error or warning.")] = "error",
-        follow: Annotated[str | None, typer.Option("--follow", "-F", help="Follow FILE like tail -F.")] = None,
+        fmt: Annotated[
+            str, typer.Option("--format", "-f", help=f"One of: {', '.join(FORMATS)}.", metavar="FORMAT")
+        ] = "text",
+        output: Annotated[
+            str | None, typer.Option("--output", "-o", help="Write the report here.", metavar="PATH")
+        ] = None,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Pipe mode: do not pass input through.")] = False,
+        hint: Annotated[list[str] | None, typer.Option("--hint", help=HINT_HELP, metavar="KEY=VALUE")] = None,
+        model_config: Annotated[
+            str | None,
+            typer.Option("--model-config", help="The model's config.json (KV geometry).", metavar="PATH"),
+        ] = None,
+        rules: Annotated[
+            list[str] | None, typer.Option("--rules", help="Extra rule directory (repeatable).", metavar="DIR")
+        ] = None,
+        fail_on: Annotated[
+            str, typer.Option("--fail-on", help="Exit 1 on: error or warning.", metavar="LEVEL")
+        ] = "error",
+        follow: Annotated[
+            str | None, typer.Option("--follow", "-F", help="Follow FILE like tail -F.", metavar="FILE")
+        ] = None,
+        plain: Annotated[
+            bool, typer.Option("--plain", help="No colour, no rules (also when not a terminal or NO_COLOR is set).")
+        ] = False,
         version: Annotated[
             bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
         ] = False,
     ) -> int:
-        return run(files, fmt, output, quiet, hint, model_config, rules, fail_on, follow)
+        return run(files, fmt, output, quiet, hint, model_config, rules, fail_on, follow, plain)
 
     return app
 
@@ -128,6 +167,9 @@ def plain_options(args: list[str]) -> dict[str, Any] | None:
         if arg in ("-q", "--quiet"):
             opts["quiet"] = True
             continue
+        if arg == "--plain":
+            opts["plain"] = True
+            continue
         name, eq, value = arg.partition("=")
         if name not in _PLAIN_OPTIONS or (eq and not name.startswith("--")):
             return None
@@ -157,13 +199,17 @@ def run(
     rules: list[str] | None = None,
     fail_on: str = "error",
     follow: str | None = None,
+    plain: bool = False,
 ) -> int:
     """``oomdoctor [FILE...]`` once the command line is parsed; returns the exit code."""
     if fmt not in FORMATS:
         return fail(f"unknown --format {fmt!r} (choose {', '.join(FORMATS)})")
     if fail_on not in ("error", "warning"):
         return fail(f"unknown --fail-on {fail_on!r} (choose error or warning)")
-    hints = parse_hints(hint or [])
+    try:
+        hints = parse_hints(hint or [])
+    except HintError as exc:
+        return fail(str(exc))
     if model_config:
         from oomdoctor.cli.checks import model_config_error
 
@@ -190,11 +236,16 @@ def run(
     if not paths:
         if sys.stdin is None or sys.stdin.isatty():
             return fail("no input: give a log FILE, or pipe a log into oomdoctor (see oomdoctor --help)")
-        return _pipe_mode(pack, hints, fmt, output, quiet, fail_on)
-    return _file_mode(paths, pack, hints, fmt, output, fail_on)
+        return _pipe_mode(pack, hints, fmt, output, quiet, fail_on, plain)
+    return _file_mode(paths, pack, hints, fmt, output, fail_on, plain)
 
 
-def _write_report(report: Report, fmt: str, output: str | None, stream: object) -> None:
+def looks_binary(block: bytes) -> bool:
+    """NUL bytes near the start: not a text log (logs in UTF-16 included, which read poorly)."""
+    return b"\x00" in block[:8192]
+
+
+def _write_report(report: Report, fmt: str, output: str | None, stream: object, plain: bool = False) -> None:
     """Render ``report`` (secrets redacted: the one place every CLI report passes) to ``output`` or ``stream``."""
     from oomdoctor.redaction import redact_report
 
@@ -205,13 +256,14 @@ def _write_report(report: Report, fmt: str, output: str | None, stream: object) 
         return
     if stream is None:  # started with the stream closed (``>&-``)
         raise OSError(errno.EBADF, "the stream is closed")
-    text = renderer(fmt)(report, color=color_for(stream))
+    text = renderer(fmt)(report, color=color_for(stream) and not plain)
     stream.write(text)  # type: ignore[attr-defined]
     stream.flush()  # type: ignore[attr-defined]
 
 
 def _file_mode(
-    paths: list[str], pack: object, hints: dict[str, str], fmt: str, output: str | None, fail_on: str
+    paths: list[str], pack: object, hints: dict[str, str], fmt: str, output: str | None, fail_on: str,
+    plain: bool = False,
 ) -> int:
     from oomdoctor.cli.progress import FileProgress
     from oomdoctor.inputs import InputError, read_blocks
@@ -228,7 +280,11 @@ def _file_mode(
                 if i:
                     scanner.new_source(path)
                 try:
+                    first = True
                     for block in read_blocks(path, ahead=ahead):
+                        if first and looks_binary(block):
+                            warn(f"{path} looks binary (NUL bytes); reading it as text anyway")
+                        first = False
                         scanner.feed(block)
                         bar.advance(len(block), scanner.findings_so_far())
                 except InputError as exc:
@@ -242,7 +298,7 @@ def _file_mode(
     if input_error is not None and not input_error.partial and not report.findings:
         return fail(str(input_error))
     try:
-        _write_report(report, fmt, output, sys.stdout)
+        _write_report(report, fmt, output, sys.stdout, plain)
     except BrokenPipeError:
         _quiet_broken_pipe()
         return 0
@@ -262,9 +318,10 @@ def warm_imports() -> None:
 class LiveFindings:
     """Prints findings on stderr as soon as the scanner finishes them (text format only)."""
 
-    def __init__(self, live: bool, stream: Any = None) -> None:
+    def __init__(self, live: bool, stream: Any = None, plain: bool = False) -> None:
         self.live = live
         self.stream = stream or sys.stderr
+        self.plain = plain
         self.shown: set[int] = set()
 
     def __call__(self, found: list[Finding]) -> None:
@@ -273,7 +330,10 @@ class LiveFindings:
             from oomdoctor.redaction import redact_findings
             from oomdoctor.render.text import render_findings_text
 
-            self._write(render_findings_text(redact_findings(found), color=color_for(self.stream)))
+            self._write(render_findings_text(redact_findings(found), color=self._color()))
+
+    def _color(self) -> bool:
+        return color_for(self.stream) and not self.plain
 
     def _write(self, text: str) -> None:
         try:
@@ -290,26 +350,26 @@ class LiveFindings:
         ``partial``: analysis skipped some input, so "none found" covers only the rest."""
         try:
             if not self.live:
-                _write_report(report, fmt, output, self.stream)
+                _write_report(report, fmt, output, self.stream, self.plain)
                 return
             from oomdoctor.redaction import redact_findings
-            from oomdoctor.render.text import render_findings_text
+            from oomdoctor.render.text import render_findings_text, summary_line
 
             rest = [f for f in report.findings if id(f) not in self.shown]
-            text = render_findings_text(redact_findings(rest), color=color_for(self.stream)) if rest else ""
-            errors = report.summary.errors
-            if errors:
-                text += f"oomdoctor: {errors} out-of-memory failure(s) found.\n"
-            elif not quiet:
-                where = " in the part analysed" if partial else ""
-                text += f"oomdoctor: no out-of-memory failure found{where}.\n"
+            text = render_findings_text(redact_findings(rest), color=self._color()) if rest else ""
+            line = summary_line(report)  # the same line as file mode
+            if report.findings or not quiet:
+                if partial and not report.findings:
+                    line = line[:-1] + " in the part analysed."
+                text += line + "\n"
             self._write(text)
         except OSError:
             pass
 
 
 def _pipe_mode(
-    pack: RulePack | None, hints: dict[str, str], fmt: str, output: str | None, quiet: bool, fail_on: str
+    pack: RulePack | None, hints: dict[str, str], fmt: str, output: str | None, quiet: bool, fail_on: str,
+    plain: bool = False,
 ) -> int:
     """``pack`` None: the built-in pack, loaded by the analyser thread while input passes through."""
     from oomdoctor.cli.pipe import run_pipe
@@ -319,7 +379,7 @@ def _pipe_mode(
 
         return Scanner(pack, source="<stdin>", hints=hints)
 
-    live = LiveFindings(fmt == "text" and not output)
+    live = LiveFindings(fmt == "text" and not output, plain=plain)
     try:
         in_fd = sys.stdin.fileno()
         out_fd = None if quiet else sys.stdout.fileno()

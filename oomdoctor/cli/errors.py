@@ -28,3 +28,13 @@ def color_for(stream: object) -> bool:
         return bool(isatty and isatty())
     except (ValueError, OSError):
         return False
+
+
+def warn(message: str) -> None:
+    """Print ``oomdoctor: warning: MESSAGE`` on one line of stderr."""
+    line = " ".join(str(message).split())
+    try:
+        sys.stderr.write(f"oomdoctor: warning: {line}\n")
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):
+        pass

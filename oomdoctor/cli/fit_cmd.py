@@ -16,64 +16,142 @@ def _size(n: int) -> str:
     return ("−" if n < 0 else "") + format_size(abs(n))
 
 
-def render_fit_text(res: Any) -> str:
+def render_fit_text(res: Any, width: int | None = None) -> str:
+    """The budget table, the verdict and the remedies, laid out like the post-mortem text: prose
+    wrapped to the terminal with hanging indents, flags and commands whole on their own lines."""
     from oomdoctor.render.common import fits_label, remedy_snippet
+    from oomdoctor.render.text import BODY, CODE, REMEDY, TextLayout, terminal_width
 
-    out = [
+    out = TextLayout(terminal_width(width), False)
+    out.prose(
         f"{res.model} on {res.gpus if res.gpus > 1 else 1}× {res.gpu}"
         + (f" (tensor parallel {res.tensor_parallel_size})" if res.tensor_parallel_size > 1 else "")
-        + f", max model len {res.max_model_len}, KV {res.kv_cache_dtype}",
-        "",
-    ]
-    width = max(len(t) for t, _, _ in res.rows)
+        + f", max model len {res.max_model_len}, KV {res.kv_cache_dtype}", "", "  ")
+    out.lines.append("")
+    term_w = max(len(t) for t, _, _ in res.rows)
     for term, value, source in res.rows:
-        out.append(f"  {term:<{width}}  {_size(value):>12}  {source}")
-    out.append("")
+        head = f"{BODY}{term:<{term_w}}  {_size(value):>10}  "
+        out.prose(head + source, "", " " * len(head))
+    out.lines.append("")
     if res.fits:
-        out.append(f"FITS: a {res.max_model_len}-token request needs {_size(res.kv_needed)} of KV cache; "
-                   f"{_size(res.kv_budget)} is left (about {res.capacity_tokens} tokens in one request).")
-        return "\n".join(out) + "\n"
+        out.prose(f"FITS: {res.concurrency} full-length requests at once ({res.max_model_len} tokens each, "
+                  f"{_size(res.kv_needed)} of KV cache each; {_size(res.kv_budget)} of KV cache).", "", "  ")
+        return "".join(line + "\n" for line in out.lines)
     if res.kv_budget <= 0:
-        out.append(f"DOES NOT FIT: nothing is left for the KV cache ({_size(res.kv_budget)}).")
+        out.prose(f"DOES NOT FIT: nothing is left for the KV cache ({_size(res.kv_budget)}).", "", "  ")
     else:
-        out.append(f"DOES NOT FIT: a {res.max_model_len}-token request needs {_size(res.kv_needed)} of KV cache, "
-                   f"only {_size(res.kv_budget)} is left (vLLM would estimate {res.capacity_tokens} tokens).")
+        out.prose(f"DOES NOT FIT: one {res.max_model_len}-token request needs {_size(res.kv_needed)} of KV "
+                  f"cache; only {_size(res.kv_budget)} is left, room for {res.capacity_tokens} tokens.", "", "  ")
     if res.remedies:
-        out.append("")
-        out.append("What makes it fit, best first:")
+        out.lines.append("")
+        out.lines.append("What makes it fit, best first:")
         for r in res.remedies:
+            number = f"{r.rank}. "
+            out.prose(number + r.title, BODY, BODY + " " * len(number))
+            out.prose(f"{fits_label(r)} · {r.confidence} confidence", REMEDY)
             snippet = remedy_snippet(r)
-            out.append(f"{r.rank}. {r.title}  [{fits_label(r)}; {r.confidence} confidence]")
             if snippet:
-                out.append(f"     {snippet}")
+                out.code(snippet, CODE)
             if r.command:
-                out.append(f"     $ {r.command}")
+                out.code("$ " + r.command, CODE)
             if r.why:
-                out.append(f"     why: {r.why}")
-    return "\n".join(out) + "\n"
+                out.labelled("why:", r.why, REMEDY)
+    return "".join(line + "\n" for line in out.lines)
+
+
+#: ``--gpu-memory`` units as written: GB/MB/TB decimal, GiB/MiB/TiB binary; a bare number is GiB
+MEMORY_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+                "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_memory(text: str) -> int:
+    """``24GB`` -> 24 000 000 000, ``24GiB`` -> 24 × 2**30, ``24`` -> 24 GiB; ValueError otherwise."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    if not m:
+        raise ValueError(text)
+    unit = (m.group(2) or "GiB").lower()
+    if unit not in MEMORY_UNITS:
+        raise ValueError(text)
+    return round(float(m.group(1)) * MEMORY_UNITS[unit])
+
+
+def list_gpus() -> str:
+    from oomdoctor.advisor.catalog import gpus
+    from oomdoctor.units import format_size
+
+    rows = [(g.name, format_size(g.memory_bytes), g.memory_label) for g in gpus()]
+    width = max(len(r[0]) for r in rows)
+    return "".join(f"{n:<{width}}  {m:>10}  {src}\n" for n, m, src in rows)
+
+
+def list_models() -> str:
+    from oomdoctor.advisor.catalog import models
+
+    rows = [(g.name, f"{g.params}B" if g.params else "?", f"{g.layers} layers", g.source) for g in models()]
+    width = max(len(r[0]) for r in rows)
+    return "".join(f"{n:<{width}}  {p:>7}  {layers:>10}  {src}\n" for n, p, layers, src in rows)
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("fit", help="Pre-flight: will MODEL fit on GPU under vLLM? Budget table and the flags that make it fit.")
+    @app.command(
+        "fit",
+        help="Pre-flight: will a model fit on a GPU under vLLM? Budget table, how many full-length requests "
+        "fit at once, and the flags that make it fit. Exit status: 0 fits, 1 does not fit, 2 usage error.",
+    )
     def fit_command(
-        model_config: Annotated[str | None, typer.Option("--model-config", help="The model's config.json.")] = None,
-        model: Annotated[str | None, typer.Option("--model", help="A model from the built-in catalog.")] = None,
-        gpu: Annotated[str | None, typer.Option("--gpu", help="GPU name, e.g. A10G, L4, A100-80GB, H100.")] = None,
-        gpu_memory: Annotated[str | None, typer.Option("--gpu-memory", help="GPU memory, e.g. 24GiB.")] = None,
-        gpus: Annotated[int, typer.Option("--gpus", help="GPUs available.")] = 1,
-        tensor_parallel_size: Annotated[int, typer.Option("--tensor-parallel-size", "-tp")] = 1,
-        max_model_len: Annotated[int | None, typer.Option("--max-model-len")] = None,
-        dtype: Annotated[str | None, typer.Option("--dtype", help="auto, bfloat16, float16, float32.")] = None,
-        kv_cache_dtype: Annotated[str | None, typer.Option("--kv-cache-dtype", help="auto or fp8.")] = None,
-        gpu_memory_utilization: Annotated[float | None, typer.Option("--gpu-memory-utilization")] = None,
-        vllm_version: Annotated[str | None, typer.Option("--vllm-version", help="vLLM version (flags and defaults).")] = None,
-        enforce_eager: Annotated[bool, typer.Option("--enforce-eager")] = False,
-        fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+        model_config: Annotated[
+            str | None, typer.Option("--model-config", help="The model's config.json.", metavar="PATH")
+        ] = None,
+        model: Annotated[
+            str | None, typer.Option("--model", help="A model from the catalog (see --list-models).", metavar="NAME")
+        ] = None,
+        gpu: Annotated[
+            str | None, typer.Option("--gpu", help="GPU name, e.g. A10G, L4, H100 (see --list-gpus).", metavar="NAME")
+        ] = None,
+        gpu_memory: Annotated[
+            str | None,
+            typer.Option("--gpu-memory", help="Memory per GPU: 24GB is decimal, 24GiB binary (bare: GiB).",
+                         metavar="SIZE"),
+        ] = None,
+        gpus: Annotated[int, typer.Option("--gpus", help="GPUs available.", metavar="N")] = 1,
+        tensor_parallel_size: Annotated[
+            int, typer.Option("--tensor-parallel-size", "-tp", help="Tensor-parallel size.", metavar="N")
+        ] = 1,
+        max_model_len: Annotated[
+            int | None, typer.Option("--max-model-len", help="Context length (default: the model's).", metavar="TOKENS")
+        ] = None,
+        dtype: Annotated[
+            str | None, typer.Option("--dtype", help="auto, bfloat16, float16, float32.", metavar="DTYPE")
+        ] = None,
+        kv_cache_dtype: Annotated[
+            str | None, typer.Option("--kv-cache-dtype", help="auto or fp8.", metavar="DTYPE")
+        ] = None,
+        gpu_memory_utilization: Annotated[
+            float | None, typer.Option("--gpu-memory-utilization", help="vLLM's budget fraction.", metavar="FRACTION")
+        ] = None,
+        vllm_version: Annotated[
+            str | None, typer.Option("--vllm-version", help="vLLM version (flags and defaults).", metavar="VERSION")
+        ] = None,
+        enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs.")] = False,
+        fmt: Annotated[str, typer.Option("--format", help="text or json.", metavar="FORMAT")] = "text",
+        show_gpus: Annotated[bool, typer.Option("--list-gpus", help="List the GPUs of the catalog.")] = False,
+        show_models: Annotated[bool, typer.Option("--list-models", help="List the models of the catalog.")] = False,
     ) -> int:
-        from oomdoctor.advisor.catalog import find_gpu, find_model, gpu_names, load_config
+        from oomdoctor.advisor.catalog import (
+            config_model_name,
+            find_gpu,
+            find_model,
+            gpu_names,
+            load_config,
+            repo_name,
+        )
         from oomdoctor.advisor.fit import fit
-        from oomdoctor.units import SizeError, parse_size
 
+        if show_gpus or show_models:
+            print((list_gpus() if show_gpus else "") + (list_models() if show_models else ""), end="")
+            return 0
         if fmt not in ("text", "json"):
             return fail(f"--format must be text or json, not {fmt!r}")
         if model_config:
@@ -81,11 +159,13 @@ def register(app: typer.Typer) -> None:
                 geo = load_config(model_config)
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 return fail(f"cannot read {model_config}: {exc}")
+            name = model or config_model_name(model_config)
         elif model:
             found = find_model(model)
             if found is None:
-                return fail(f"{model!r} is not in the catalog; pass its config.json with --model-config")
+                return fail(f"{model!r} is not in the catalog (see --list-models); pass its config.json with --model-config")
             geo = found
+            name = repo_name(geo, model)
         else:
             return fail("give --model-config config.json (or --model NAME from the catalog)")
         spec = find_gpu(gpu) if gpu else None
@@ -94,13 +174,13 @@ def register(app: typer.Typer) -> None:
         total = None
         if gpu_memory:
             try:
-                total = parse_size(gpu_memory, "GiB")
-            except SizeError:
-                return fail(f"--gpu-memory: cannot read {gpu_memory!r}")
+                total = parse_memory(gpu_memory)
+            except ValueError:
+                return fail(f"--gpu-memory: cannot read {gpu_memory!r} (e.g. 24GB, 24GiB)")
         if spec is None and total is None:
             return fail("give --gpu NAME or --gpu-memory SIZE")
         try:
-            res = fit(geo, spec, model_name=model, total_bytes=total, gpus=max(gpus, tensor_parallel_size),
+            res = fit(geo, spec, model_name=name, total_bytes=total, gpus=max(gpus, tensor_parallel_size),
                       tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, dtype=dtype,
                       kv_cache_dtype=kv_cache_dtype, utilization=gpu_memory_utilization, version=vllm_version,
                       enforce_eager=enforce_eager, model_config=model_config)

@@ -4,8 +4,10 @@ stdout and stderr of the command share one pipe (or one pty with ``--pty``), so 
 their order; ``PYTHONUNBUFFERED=1`` makes Python children write as they go. The command runs in
 its own session (process group): SIGINT/SIGTERM/SIGHUP that reach oomdoctor are forwarded to the
 whole group, and oomdoctor keeps reading until the output ends, so the shutdown messages are
-diagnosed too. The exit status is the command's (killed by signal N: 128+N); a command that
-cannot be started: 127 (not found) or 126 (not executable), with one line on stderr.
+diagnosed too. The exit status is the command's (killed by signal N: 128+N), so ``oomdoctor run``
+can stand in for the command in scripts; ``--exit-status findings`` exits as ``oomdoctor FILE``
+does instead (1 when an out-of-memory failure was found, else 0). A command that cannot be
+started: 127 (not found) or 126 (not executable), with one line on stderr.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Annotated
 
 import typer
 
+from oomdoctor.cli.diagnose import HINT_HELP
 from oomdoctor.cli.errors import fail
 
 #: after the command exits, wait this long for output still held by its children
@@ -33,7 +36,9 @@ def register(app: typer.Typer) -> None:
     app.command(
         "run",
         help="Run COMMAND (after --), pass its merged stdout/stderr through and diagnose it live. "
-        "Example: oomdoctor run -- vllm serve MODEL --max-model-len 32768",
+        "Example: oomdoctor run -- vllm serve MODEL --max-model-len 32768. Exit status: the command's "
+        "(128+N when killed by signal N), or with --exit-status findings 1 when an out-of-memory failure "
+        "was found and 0 otherwise; 127/126 when the command cannot be started.",
         context_settings={
             "allow_extra_args": True,
             "ignore_unknown_options": True,
@@ -44,19 +49,30 @@ def register(app: typer.Typer) -> None:
 
 
 def run(
-    command: Annotated[list[str] | None, typer.Argument(help="The command and its arguments.")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="Report format at the end.")] = "text",
-    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the report here.")] = None,
-    hint: Annotated[list[str] | None, typer.Option("--hint", help="Fact KEY=VALUE, e.g. gpus=2.")] = None,
-    model_config: Annotated[
-        str | None, typer.Option("--model-config", help="The model's config.json (KV geometry).")
+    command: Annotated[
+        list[str] | None, typer.Argument(metavar="COMMAND", hidden=True)
     ] = None,
-    rules: Annotated[list[str] | None, typer.Option("--rules", help="Extra rule directory (repeatable).")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="Report format at the end.", metavar="FORMAT")] = "text",
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="Write the report here.", metavar="PATH")
+    ] = None,
+    hint: Annotated[list[str] | None, typer.Option("--hint", help=HINT_HELP, metavar="KEY=VALUE")] = None,
+    model_config: Annotated[
+        str | None, typer.Option("--model-config", help="The model's config.json (KV geometry).", metavar="PATH")
+    ] = None,
+    rules: Annotated[
+        list[str] | None, typer.Option("--rules", help="Extra rule directory (repeatable).", metavar="DIR")
+    ] = None,
     use_pty: Annotated[
         bool, typer.Option("--pty", help="Give the command a pseudo-terminal (line-buffered C output).")
     ] = False,
+    exit_status: Annotated[
+        str, typer.Option("--exit-status", help="command (its status) or findings (1 if an OOM was found).",
+                          metavar="FROM")
+    ] = "command",
+    plain: Annotated[bool, typer.Option("--plain", help="No colour, no rules.")] = False,
 ) -> int:
-    from oomdoctor.cli.diagnose import parse_hints
+    from oomdoctor.cli.diagnose import HintError, parse_hints
     from oomdoctor.render import FORMATS
     from oomdoctor.rulepack import RulePackError, default_pack, load_pack
 
@@ -65,7 +81,12 @@ def run(
         return fail("run: no command given (usage: oomdoctor run -- COMMAND [ARGS...])")
     if fmt not in FORMATS:
         return fail(f"unknown --format {fmt!r} (choose {', '.join(FORMATS)})")
-    hints = parse_hints(hint or [])
+    if exit_status not in ("command", "findings"):
+        return fail(f"unknown --exit-status {exit_status!r} (choose command or findings)")
+    try:
+        hints = parse_hints(hint or [])
+    except HintError as exc:
+        return fail(str(exc))
     if model_config:
         from oomdoctor.cli.checks import model_config_error
 
@@ -76,11 +97,12 @@ def run(
         pack = load_pack([Path(r) for r in rules]) if rules else default_pack()
     except RulePackError as exc:
         return fail(str(exc))
-    return run_command(argv, pack, hints, fmt, output, use_pty=use_pty)
+    return run_command(argv, pack, hints, fmt, output, use_pty=use_pty, exit_status=exit_status, plain=plain)
 
 
 def run_command(
-    argv: list[str], pack: object, hints: dict[str, str], fmt: str, output: str | None, *, use_pty: bool = False
+    argv: list[str], pack: object, hints: dict[str, str], fmt: str, output: str | None, *, use_pty: bool = False,
+    exit_status: str = "command", plain: bool = False,
 ) -> int:
     from oomdoctor.cli.diagnose import LiveFindings, warm_imports
     from oomdoctor.cli.pipe import run_pipe
@@ -127,7 +149,7 @@ def run_command(
             exited_at.append(time.monotonic())
         return time.monotonic() - exited_at[0] > DRAIN_SECONDS
 
-    live = LiveFindings(fmt == "text" and not output)
+    live = LiveFindings(fmt == "text" and not output, plain=plain)
     try:
         try:
             out_fd: int | None = sys.stdout.fileno()
@@ -148,6 +170,8 @@ def run_command(
         from oomdoctor.cli import _quiet_stdout
 
         _quiet_stdout()
+    if exit_status == "findings":
+        return 1 if result.report is not None and result.report.has_errors else 0
     if status < 0:
         return 128 - status
     return status

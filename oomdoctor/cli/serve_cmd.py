@@ -16,17 +16,21 @@ def register(app: typer.Typer) -> None:
             "Run the HTTP service: POST /v1/diagnose, /slack/commands, /slack/events, /mattermost/commands, "
             "GET /healthz, /v1/rules, /openapi.json. Secrets come from the environment: OOMDOCTOR_API_TOKEN, "
             "OOMDOCTOR_SLACK_SIGNING_SECRET, OOMDOCTOR_SLACK_BOT_TOKEN, OOMDOCTOR_MATTERMOST_TOKEN; limits from "
-            "OOMDOCTOR_MAX_BODY, OOMDOCTOR_MAX_LOG, OOMDOCTOR_ANALYSIS_TIMEOUT, OOMDOCTOR_MAX_CONCURRENCY."
+            "OOMDOCTOR_MAX_BODY, OOMDOCTOR_MAX_LOG, OOMDOCTOR_ANALYSIS_TIMEOUT, OOMDOCTOR_MAX_CONCURRENCY, "
+            "OOMDOCTOR_QUEUE_TIMEOUT, OOMDOCTOR_MAX_CONNECTIONS, OOMDOCTOR_HEADER_TIMEOUT, OOMDOCTOR_BODY_TIMEOUT, "
+            "OOMDOCTOR_KEEP_ALIVE_TIMEOUT, OOMDOCTOR_BODY_BUDGET (README lists them all)."
         ),
     )
     def serve(
-        host: Annotated[str | None, typer.Option("--host", help="Address to listen on (default 127.0.0.1).")] = None,
-        port: Annotated[int | None, typer.Option("--port", help="Port (default 8080).")] = None,
-        workers: Annotated[int, typer.Option("--workers", help="Worker processes.")] = 1,
+        host: Annotated[
+            str | None, typer.Option("--host", help="Address to listen on (default 127.0.0.1).", metavar="ADDRESS")
+        ] = None,
+        port: Annotated[int | None, typer.Option("--port", help="Port (default 8080).", metavar="PORT")] = None,
+        workers: Annotated[int, typer.Option("--workers", help="Worker processes.", metavar="N")] = 1,
         insecure: Annotated[
             bool, typer.Option("--insecure", help="Allow a non-loopback address without OOMDOCTOR_API_TOKEN.")
         ] = False,
-        log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
+        log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.", metavar="LEVEL")] = "info",
     ) -> int:
         try:
             import fastapi  # noqa: F401
@@ -43,6 +47,9 @@ def register(app: typer.Typer) -> None:
             cfg.check_exposure()
         except (ConfigError, ValueError) as exc:
             return fail(str(exc))
+        busy = port_in_use(cfg.host, cfg.port)
+        if busy:
+            return fail(f"cannot listen on {cfg.host}:{cfg.port}: {busy}")
         if workers > 1:  # worker processes rebuild the configuration from the environment
             os.environ["OOMDOCTOR_HOST"] = cfg.host
             if cfg.insecure:
@@ -52,3 +59,21 @@ def register(app: typer.Typer) -> None:
         except ConfigError as exc:
             return fail(str(exc))
         return 0
+
+
+def port_in_use(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (e.g. "address already in use"), or None when it can."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return str(exc.strerror or exc)
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            return (exc.strerror or str(exc)).lower()
+    return None

@@ -29,7 +29,7 @@ def _pack(dirs: list[str] | None, builtin: bool = True):
 
 @rules_app.command("list", help="List every rule: id, kind, engine, title.")
 def rules_list(
-    rules: Annotated[list[str] | None, typer.Option("--rules", help="Extra rule directory.")] = None,
+    rules: Annotated[list[str] | None, typer.Option("--rules", help="Extra rule directory (repeatable).", metavar="DIR")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> int:
     try:
@@ -52,10 +52,10 @@ def rules_list(
     return 0
 
 
-@rules_app.command("show", help="Show one rule in full (TOML-like).")
+@rules_app.command("show", help="Show the rule RULE_ID in full (see 'oomdoctor rules list').")
 def rules_show(
-    rule_id: Annotated[str, typer.Argument(help="Rule id.")],
-    rules: Annotated[list[str] | None, typer.Option("--rules", help="Extra rule directory.")] = None,
+    rule_id: Annotated[str, typer.Argument(metavar="RULE_ID", hidden=True)],
+    rules: Annotated[list[str] | None, typer.Option("--rules", help="Extra rule directory (repeatable).", metavar="DIR")] = None,
 ) -> int:
     try:
         pack = _pack(rules)
@@ -72,7 +72,7 @@ def rules_show(
 
 @rules_app.command("test", help="Run every example of the built-in pack, or of DIR (with the built-in pack).")
 def rules_test(
-    directory: Annotated[str | None, typer.Argument(help="A rule directory to test.")] = None,
+    directory: Annotated[str | None, typer.Argument(metavar="DIR", hidden=True)] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every example.")] = False,
 ) -> int:
     from oomdoctor.rulepack.examples import check_rule

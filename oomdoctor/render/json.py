@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from oomdoctor.report import Finding, Report
+from oomdoctor.report import Finding, Report, report_json_schema
 
 
 def render_json(report: Report, **_: Any) -> str:
@@ -29,3 +29,45 @@ def render_jsonl(report: Report, **_: Any) -> str:
     }
     lines.append(json.dumps(tail, separators=(",", ":")) + "\n")
     return "".join(lines)
+
+
+def jsonl_json_schema() -> dict[str, Any]:
+    """The JSON Schema every ``-f jsonl`` line validates against (committed as
+    ``oomdoctor/report-jsonl.schema.json``): a ``finding`` record or the closing ``summary``."""
+    defs = report_json_schema()["$defs"]
+    finding = json.loads(json.dumps(defs["Finding"]))
+    finding["title"] = "FindingRecord"
+    finding["properties"] = {"type": {"const": "finding"}, **finding["properties"]}
+    finding["required"] = ["type", *finding.get("required", [])]
+    summary = {
+        "title": "SummaryRecord",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "type": {"const": "summary"},
+            "schema_version": {"type": "integer"},
+            "tool": {"$ref": "#/$defs/Tool"},
+            "sources": {"type": "array", "items": {"type": "string"}},
+            "context": {"$ref": "#/$defs/Context"},
+            "summary": {"$ref": "#/$defs/Summary"},
+        },
+        "required": ["type", "schema_version", "tool", "sources", "context", "summary"],
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "oomdoctor -f jsonl record",
+        "oneOf": [{"$ref": "#/$defs/FindingRecord"}, {"$ref": "#/$defs/SummaryRecord"}],
+        "$defs": {**defs, "FindingRecord": finding, "SummaryRecord": summary},
+    }
+
+
+def main() -> None:
+    """Write ``oomdoctor/report-jsonl.schema.json``."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "report-jsonl.schema.json"
+    path.write_text(json.dumps(jsonl_json_schema(), indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

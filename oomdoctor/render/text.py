@@ -1,200 +1,185 @@
-"""Terminal renderer: a rich panel per finding with the remedies ranked and copy-pasteable."""
+"""Terminal renderer: one section per finding, remedies ranked, commands on lines of their own.
+
+The layout follows the terminal's width. Prose wraps at word boundaries with hanging indents;
+a command or a set of flags is never wrapped, so it can be selected and pasted whole (there is
+no border for a long line to break). Echoed log messages are cut at a word boundary with "…".
+Plain output (``--plain``, a stream that is not a terminal, or ``NO_COLOR``) has no colour and
+no rules; the words are the same.
+"""
 
 from __future__ import annotations
 
-import io
+import contextlib
+import os
 import re
-from itertools import pairwise
+import shutil
+import textwrap
 from typing import Any
 
 from oomdoctor.render.common import figure_items, fits_label, occurrences_note, remedy_snippet, where
 from oomdoctor.report import Finding, Report
 from oomdoctor.units import format_size
 
+#: echoed messages longer than this are cut (at a word boundary, with "…")
+MESSAGE_CHARS = 400
+#: narrowest layout; below it lines just run longer
+MIN_WIDTH = 40
+DEFAULT_WIDTH = 100
+#: indents: the finding's text, a remedy's prose, its flags and command
+BODY = "  "
+REMEDY = "     "
+CODE = "       "
 
-def _console(color: bool, width: int | None) -> Any:
-    from rich.console import Console
+#: a number and its unit stay on one line ("5.08 GiB", not "5.08" / "GiB")
+_KEEP = re.compile(r"(\d) (?=(?:[KMGT]i?B|B|bytes|tokens|GB|MB)\b)")
 
-    return Console(
-        file=io.StringIO(),
-        force_terminal=color,
-        no_color=not color,
-        color_system="standard" if color else None,
-        width=width or 100,
-        highlight=False,
-        soft_wrap=False,
-    )
-
-
-#: a panel row: its base style and its (text, style) pieces; None stands for the figures table
-Row = tuple[str | None, list[tuple[str, str | None]]] | None
+_STYLES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 
 
-def _rows(f: Finding) -> list[Row]:
-    """What a finding's panel says, row by row: the one source of both layouts (rich, plain)."""
-    head: list[tuple[str, str | None]] = [(f.kind, "bold"), (f"  phase: {f.phase}  engine: {f.engine}  at {where(f)}", None)]
+def terminal_width(width: int | None = None) -> int:
+    """``width``, else ``COLUMNS``, else the width of the terminal on stdout or stderr (pipe mode
+    prints on stderr while stdout is a pipe), else 100; never under :data:`MIN_WIDTH`."""
+    if width is None:
+        width = shutil.get_terminal_size((0, 0)).columns  # COLUMNS, then stdout
+        if not width:
+            with contextlib.suppress(OSError, ValueError):
+                width = os.get_terminal_size(2).columns
+        width = width or DEFAULT_WIDTH
+    return max(MIN_WIDTH, width)
+
+
+def cut_message(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """``text`` on one line, cut at the last word boundary before ``limit`` with "…"."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    head = flat[: limit - 1]
+    space = head.rfind(" ")
+    if space > limit // 2:
+        head = head[:space]
+    return head.rstrip(" ,;:") + "…"
+
+
+class TextLayout:
+    """Lines being laid out at ``width``, with colour or not."""
+
+    def __init__(self, width: int, color: bool) -> None:
+        self.width = width
+        self.color = color
+        self.lines: list[str] = []
+
+    def style(self, text: str, *names: str) -> str:
+        if not self.color or not names:
+            return text
+        codes = ";".join(_STYLES[n] for n in names)
+        return f"\x1b[{codes}m{text}\x1b[0m"
+
+    def prose(self, text: str, indent: str, hang: str | None = None, *styles: str) -> None:
+        """Word-wrapped text; continuation lines indented by ``hang`` (default: ``indent``)."""
+        wrapped = textwrap.wrap(
+            _KEEP.sub("\\1\x1f", text), self.width, initial_indent=indent, subsequent_indent=hang if hang is not None else indent,
+            break_long_words=False, break_on_hyphens=False,
+        ) or [indent]
+        wrapped = [line.replace("\x1f", " ") for line in wrapped]
+        self.lines.extend(self.style(line, *styles) if styles else line for line in wrapped)
+
+    def labelled(self, label: str, text: str, indent: str, *styles: str) -> None:
+        """``label: text`` with the text's continuation lines under its first word."""
+        self.prose(f"{label} {text}", indent, indent + " " * (len(label) + 1), *styles)
+
+    def code(self, text: str, indent: str = CODE) -> None:
+        """A command or flags: one line, never wrapped."""
+        self.lines.append(indent + self.style(text, "green"))
+
+
+def _title(out: TextLayout, f: Finding) -> None:
+    colour = "red" if f.severity == "error" else "yellow"
+    if out.color:
+        bar = "─" * max(3, out.width - len(f.title) - 4)
+        out.lines.append(out.style(f"── {f.title} {bar}", colour, "bold"))
+    else:
+        out.lines.append(f.title)
+
+
+def finding_lines(f: Finding, out: TextLayout) -> None:
+    """The section of one finding."""
+    _title(out, f)
+    head = f"{f.kind} · phase: {f.phase} · engine: {f.engine} · at {where(f)}"
     occ = occurrences_note(f)
     if occ:
-        head.append((f"  ({occ})", None))
-    rows: list[Row] = [(None, head), ("dim", [(f.message[:500], None)])]
-    if figure_items(f):
-        rows.append(None)
+        head += f" · {occ}"
+    out.prose(head, BODY, BODY + "  ", "dim")
+    out.prose(cut_message(f.message), BODY, BODY, "dim")
+    items = figure_items(f)
+    if items:
+        out.lines.append("")
+        label = max(len(k) for k, _ in items)
+        for k, v in items:
+            out.prose(f"{k:<{label}}  {v}", BODY, BODY + " " * (label + 2))
+    # issue 13: the finding's one "Why:" line goes here (after the figures, before the remedies),
+    # e.g. ``out.labelled("Why:", why_line(f), BODY)``.
     if f.remedies:
-        rows.append((None, [("Remedies, best first:", "bold")]))
+        out.lines.append("")
+        out.lines.append(out.style(BODY + "Remedies, best first:", "bold"))
         for r in f.remedies:
-            line: list[tuple[str, str | None]] = [
-                (f"{r.rank}. {r.title}", "bold"),
-                (f"  [{fits_label(r)}; {r.confidence} confidence", None),
-            ]
+            number = f"{r.rank}. "
+            out.prose(number + r.title, BODY, BODY + " " * len(number), "bold")
+            facts = f"{fits_label(r)} · {r.confidence} confidence"
             if r.saves_bytes:
-                line.append((f"; saves {format_size(r.saves_bytes)}", None))
-            line.append(("]", None))
-            rows.append((None, line))
+                facts += f" · saves {format_size(r.saves_bytes)}"
+            out.prose(facts, REMEDY)
             snippet = remedy_snippet(r)
             if snippet:
-                rows.append(("green", [("     " + snippet, None)]))
+                out.code(snippet)
             if r.command:
-                rows.append(("green", [("     $ " + r.command, None)]))
+                out.code("$ " + r.command)
             if r.why:
-                rows.append((None, [("     why: " + r.why, None)]))
+                out.labelled("why:", r.why, REMEDY)
             if r.tradeoff:
-                rows.append(("dim", [("     cost: " + r.tradeoff, None)]))
-    return rows
-
-
-def _finding_panel(f: Finding) -> Any:
-    from rich.console import Group
-    from rich.panel import Panel
-    from rich.table import Table
-    from rich.text import Text
-
-    parts: list[Any] = []
-    for row in _rows(f):
-        if row is None:
-            t = Table.grid(padding=(0, 2))
-            t.add_column(style="cyan")
-            t.add_column()
-            for k, v in figure_items(f):
-                t.add_row(k, v)
-            parts.append(t)
-            continue
-        style, pieces = row
-        text = Text(style=style or "")
-        for piece, piece_style in pieces:
-            text.append(piece, style=piece_style)
-        parts.append(text)
-    style = "red" if f.severity == "error" else "yellow"
-    return Panel(Group(*parts), title=f.title, title_align="left", border_style=style)
+                out.labelled("cost:", r.tradeoff, REMEDY, "dim")
+    out.lines.append("")
 
 
 def render_findings_text(findings: list[Finding], *, color: bool = False, width: int | None = None) -> str:
-    if not color:
-        plain = _plain_findings(findings, width or 100)
-        if plain is not None:
-            return "".join(plain)
-    return _rich_text(findings, None, color, width)
-
-
-def _rich_text(findings: list[Finding], summary: str | None, color: bool, width: int | None) -> str:
-    console = _console(color, width)
+    """The sections of ``findings`` (no summary line): what pipe mode prints as they are found."""
+    out = TextLayout(terminal_width(width), color)
     for f in findings:
-        console.print(_finding_panel(f))
-    if summary is not None:
-        console.print(summary)
-    return str(console.file.getvalue())
+        finding_lines(f, out)
+    return "".join(line + "\n" for line in out.lines)
 
 
-def _summary_line(report: Report) -> str:
+def summary_line(report: Report) -> str:
+    """The last line of every text report, in file, pipe and run modes alike."""
     errors = report.summary.errors
+    warnings = report.summary.warnings
     if errors:
-        return f"oomdoctor: {errors} out-of-memory failure(s), {report.summary.warnings} warning(s)."
-    if report.summary.warnings:
-        return f"oomdoctor: no out-of-memory failure; {report.summary.warnings} memory warning(s)."
+        return f"oomdoctor: {errors} out-of-memory failure(s), {warnings} warning(s)."
+    if warnings:
+        return f"oomdoctor: no out-of-memory failure; {warnings} memory warning(s)."
     return "oomdoctor: no out-of-memory failure found."
 
 
+def per_source_lines(report: Report) -> list[str]:
+    """With several sources, one result line for each (``a.log: 1 out-of-memory failure(s), ...``)."""
+    if len(report.sources) < 2:
+        return []
+    out = []
+    for source in report.sources:
+        mine = [f for f in report.findings if f.location.source == source]
+        errors = sum(f.severity == "error" for f in mine)
+        warnings = len(mine) - errors
+        if errors:
+            result = f"{errors} out-of-memory failure(s), {warnings} warning(s)"
+        elif warnings:
+            result = f"no out-of-memory failure; {warnings} memory warning(s)"
+        else:
+            result = "no out-of-memory failure found"
+        out.append(f"{source}: {result}")
+    return out
+
+
 def render_text(report: Report, *, color: bool = False, width: int | None = None, **_: Any) -> str:
-    summary = _summary_line(report)
-    if not color:
-        plain = _plain_findings(report.findings, width or 100)
-        if plain is not None and len(summary) <= (width or 100):
-            return "".join(plain) + summary + "\n"
-    return _rich_text(report.findings, summary, color, width)
-
-
-# Without colour, the panels above are plain text. For findings made only of printable ASCII
-# and the few symbols remedies print (one character = one cell for rich too) and figures that fit beside their labels, the layout is rebuilt
-# here exactly as rich lays it out (tests/test_text_plain.py compares both on every fixture and
-# on random texts), which spares importing rich for the common case: a report piped to a file.
-# Anything else goes through rich.
-
-#: Symbols the remedies print besides ASCII; each is one cell wide (a test asks rich)
-PLAIN_SYMBOLS = "×−§–—→÷≤≥≈∝Σ…·°±µ‘’“”"
-_PLAIN = re.compile(f"[\\x20-\\x7e\\n{PLAIN_SYMBOLS}]*")
-_WORD = re.compile(r"\s*\S+\s*")
-
-
-def _wrap(text: str, width: int) -> list[str]:
-    """rich's ``Text.wrap`` (word wrap, folding words longer than ``width``) for text whose
-    characters are one cell wide each."""
-    out: list[str] = []
-    for line in text.split("\n"):
-        breaks: list[int] = []
-        offset = 0
-        for m in _WORD.finditer(line):
-            start, word = m.start(), m.group(0)
-            length = len(word.rstrip())
-            if width - offset >= length:
-                offset += len(word)
-            elif length > width:
-                chunks = [word[i : i + width] for i in range(0, len(word), width)]
-                for i, chunk in enumerate(chunks):
-                    if start:
-                        breaks.append(start)
-                    if i == len(chunks) - 1:
-                        offset = len(chunk)
-                    else:
-                        start += len(chunk)
-            elif offset and start:
-                breaks.append(start)
-                offset = len(word)
-        edges = [0, *breaks, len(line)]
-        out.extend(line[a:b][:width] for a, b in pairwise(edges))
-    return out
-
-
-def _plain_panel(f: Finding, width: int) -> list[str] | None:
-    inner = width - 4
-    title = f" {f.title} "
-    if width < 8 or not _PLAIN.fullmatch(title) or len(title) > inner:
-        return None
-    texts: list[str] = []
-    body: list[str] = []
-    for row in _rows(f):
-        if row is None:
-            items = figure_items(f)
-            label = max(len(k) for k, _ in items)
-            for k, v in items:
-                if "\n" in k or "\n" in v or label + 2 + len(v) > inner or not v.strip() or v != v.strip():
-                    return None
-                texts.append(k + v)
-                body.append(f"{k:<{label}}  {v}")
-            continue
-        t = "".join(piece for piece, _ in row[1])
-        texts.append(t)
-        body.extend(_wrap(t, inner))
-    if not all(_PLAIN.fullmatch(t) for t in texts):
-        return None
-    top = "╭─" + title + "─" * (width - 3 - len(title)) + "╮"
-    rows = [f"│ {line:<{inner}} │" for line in body]
-    return [top, *rows, "╰" + "─" * (width - 2) + "╯"]
-
-
-def _plain_findings(findings: list[Finding], width: int) -> list[str] | None:
-    out: list[str] = []
-    for f in findings:
-        panel = _plain_panel(f, width)
-        if panel is None:
-            return None
-        out.extend(line + "\n" for line in panel)
-    return out
+    """The whole report: every finding, a result line per source when there are several, then
+    :func:`summary_line`."""
+    per_source = "".join(line + "\n" for line in per_source_lines(report))
+    return render_findings_text(report.findings, color=color, width=width) + per_source + summary_line(report) + "\n"

@@ -1,0 +1,117 @@
+"""The engines' flags as generated from their parsers, and every command the fixtures produce
+checked against them for the version each log reports."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from oomdoctor.advisor.command import _engine_flags, corrected_command, engine_of
+from oomdoctor.advisor.engine_args import check_argv, cli_value, flag_exists, flag_spec, value_ok
+from oomdoctor.api import diagnose
+from oomdoctor.report import Context, Remedy
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def test_flags_by_version() -> None:
+    assert flag_exists("vllm", "--max-model-len", "0.11.0") is True
+    assert flag_exists("vllm", "--max_model_len", None) is True  # vLLM accepts the underscore spelling
+    # the engine-config dump's keys are not flags
+    for bad in ("--max-seq-len", "--device-config", "--chunked-prefill-enabled"):
+        assert flag_exists("vllm", bad, "0.11.0") is False
+    # added in 0.10.x: absent in 0.9.2, present in 0.10.2, unknown between samples that disagree
+    assert flag_exists("vllm", "--kv-cache-memory-bytes", "0.9.2") is False
+    assert flag_exists("vllm", "--kv-cache-memory-bytes", "0.11.0") is True
+    assert flag_exists("vllm", "--kv-cache-memory-bytes", "0.10.0") is None
+    assert flag_exists("vllm", "--kv-cache-memory-bytes", None) is None
+    # removed after 0.14: --swap-space
+    assert flag_exists("vllm", "--swap-space", "0.8.5") is True
+    assert flag_exists("vllm", "--swap-space", "0.34.0") is False
+    assert flag_exists("vllm", "--no-enable-prefix-caching", "0.11.0") is True
+    assert flag_exists("sglang", "--mem-fraction-static", "0.4.6") is True
+    assert flag_exists("tgi", "--max-input-tokens", "3.0.0") is None  # no generated data
+
+
+def test_switches_values_and_choices() -> None:
+    assert flag_spec("vllm", "--enforce-eager", "0.11.0").kind == "switch"  # type: ignore[union-attr]
+    assert value_ok("vllm", "--dtype", "bfloat16", "0.11.0") is True
+    assert value_ok("vllm", "--dtype", "torch.bfloat16", "0.11.0") is False
+    assert value_ok("vllm", "--kv-cache-dtype", "fp8", "0.8.5") is True
+    assert value_ok("vllm", "--kv-cache-dtype", "fp8_ds_mla", "0.8.5") is False
+    assert cli_value("torch.bfloat16") == "bfloat16"
+    assert cli_value("LoadFormat.AUTO") == "auto"
+    assert check_argv("vllm", ["--dtype", "torch.bfloat16", "--max-seq-len", "4096"], "0.11.0") == [
+        "--dtype torch.bfloat16: not an accepted value",
+        "--max-seq-len: not a flag of vllm",
+    ]
+
+
+def test_never_from_the_engine_config_dump() -> None:
+    log = (
+        "INFO 10-05 12:00:15 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: model='Qwen/Qwen3-8B', "
+        "dtype=torch.bfloat16, max_seq_len=40960, load_format=auto, device_config=cuda, tensor_parallel_size=1\n"
+        "ValueError: To serve at least one request with the models's max seq len (40960), (5.62 GiB KV cache is "
+        "needed, which is larger than the available KV cache memory (2.10 GiB). Based on the available memory, the "
+        "estimated maximum model length is 15296. Try increasing `gpu_memory_utilization` or decreasing "
+        "`max_model_len` when initializing the engine.\n"
+    )
+    report = diagnose(log)
+    top = report.findings[0].remedies[0]
+    assert top.flags == {"--max-model-len": "15296"}
+    assert top.command is None  # nothing the user typed: the flags alone are shown
+
+
+def test_a_flag_unknown_for_the_version_gives_no_full_command() -> None:
+    ctx = Context(engine_version="0.9.2", command=["vllm", "serve", "m"])
+    assert corrected_command(ctx, Remedy(id="x", title="t", flags={"--kv-cache-memory-bytes": "8G"})) is None
+    ctx = Context(engine_version="0.11.0", command=["vllm", "serve", "m"])
+    assert corrected_command(ctx, Remedy(id="x", title="t", flags={"--kv-cache-memory-bytes": "8G"})) == (
+        "vllm serve m --kv-cache-memory-bytes 8G"
+    )
+
+
+def _commands() -> list[tuple[str, str, str | None]]:
+    out = []
+    for path in sorted(FIXTURES.glob("*/*.log")):
+        report = diagnose(path.read_text(encoding="utf-8", errors="replace"), source=str(path))
+        for f in report.findings:
+            for r in f.remedies:
+                if r.command:
+                    out.append((path.name, r.command, report.context.engine_version))
+    return out
+
+
+COMMANDS = _commands()
+
+
+def test_the_fixtures_produce_commands() -> None:
+    assert len(COMMANDS) >= 3
+
+
+@pytest.mark.parametrize(("name", "command", "version"), COMMANDS, ids=[c[0] for c in COMMANDS])
+def test_every_fixture_command_parses(name: str, command: str, version: str | None) -> None:
+    argv = shlex.split(command)
+    while argv and "=" in argv[0] and not argv[0].startswith("-"):
+        argv = argv[1:]
+    engine = engine_of(argv)
+    if engine is None:
+        return  # a user's script: only flags it already had were changed
+    problems = check_argv(engine, _engine_flags(argv), version)
+    # a flag the user typed may be unknown between samples; nothing may be wrong for sure
+    assert [p for p in problems if "unknown for this version" not in p] == []
+
+
+def test_sglang_commands_are_checked_too() -> None:
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen2.5-7B-Instruct", "--mem-fraction-static",
+            "0.9"]
+    ctx = Context(engine="sglang", engine_version="0.4.6", command=argv)
+    cmd = corrected_command(ctx, Remedy(id="x", title="t", flags={"--mem-fraction-static": "0.8"}))
+    assert cmd == "python -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct --mem-fraction-static 0.8"
+    cmd = corrected_command(ctx, Remedy(id="x", title="t", flags={"--context-length": "8192"}))
+    assert cmd is not None and cmd.endswith("--context-length 8192")
+    # a vLLM flag is not an SGLang flag: no command, only the flags to change
+    assert corrected_command(ctx, Remedy(id="x", title="t", flags={"--max-model-len": "8192"})) is None
+    assert check_argv("sglang", ["--kv-cache-dtype", "fp8"], "0.4.6") == ["--kv-cache-dtype fp8: not an accepted value"]
