@@ -1,5 +1,12 @@
 """The advisor: turns findings + context into ranked remedies with concrete values.
 
+It works as an expert does, in three steps: the *account* of the failing device
+(:mod:`~oomdoctor.advisor.account`), the *cause* it shows (:mod:`~oomdoctor.advisor.cause`), and the
+*prescription*: the remedies the cause calls for in this engine and phase
+(``rules/advice/causes.toml``, :mod:`~oomdoctor.advisor.prescription`), then the rule's own list,
+less the remedies the cause withholds and any flag the detected version lacks
+(:func:`~oomdoctor.advisor.versions.flag_exists`).
+
 Each remedy id named by a rule maps to a calculator (``registry.remedy``) that returns a
 :class:`~oomdoctor.report.Remedy` or ``None`` when its inputs are missing or it cannot help.
 
@@ -15,8 +22,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import combinations
 
+from oomdoctor.advisor.account import account_for
+from oomdoctor.advisor.cause import engine_for, name_cause
+from oomdoctor.advisor.prescription import prescribed, withheld
 from oomdoctor.advisor.registry import AdviceInput, calculator
-from oomdoctor.report import Context, Finding, Remedy, Report
+from oomdoctor.advisor.versions import flag_exists
+from oomdoctor.report import Cause, Context, Finding, Remedy, Report
 from oomdoctor.units import format_size
 
 #: relative cost of each remedy's trade-off (lower = cheaper); unknown ids cost 5
@@ -25,6 +36,11 @@ TRADEOFF_COST: dict[str, int] = {
     "gpu.free-other-processes": 1,
     "vllm.gpu-memory-utilization.fit-free": 1,
     "vllm.gpu-memory-utilization.raise-for-kv": 2,
+    "vllm.gpu-memory-utilization.raise": 2,
+    "vllm.cudagraph-estimate-off": 3,
+    "torch.memory-fraction": 0,
+    "torch.max-split-size": 1,
+    "host.add-swap": 2,
     "vllm.gpu-memory-utilization.lower": 2,
     "vllm.max-num-batched-tokens": 3,
     "vllm.max-num-seqs": 3,
@@ -48,6 +64,8 @@ LEVER: dict[str, str] = {
     "vllm.gpu-memory-utilization.raise-for-kv": "utilization",
     "vllm.gpu-memory-utilization.lower": "utilization",
     "vllm.gpu-memory-utilization.fit-free": "utilization",
+    "vllm.gpu-memory-utilization.raise": "utilization",
+    "vllm.cudagraph-estimate-off": "graphs",
     "vllm.enforce-eager": "graphs",
     "vllm.cudagraph-capture-size": "graphs",
     "vllm.max-num-batched-tokens": "activation",
@@ -79,6 +97,8 @@ def _combine(rems: Sequence[Remedy], missing: int) -> Remedy | None:
     """The smallest set (then cheapest) of compatible remedies whose savings cover ``missing`` bytes."""
     pool = [r for r in rems if r.fits is not False and r.saves_bytes and r.saves_bytes > 0 and _changes(r)
             and r.id not in NOT_ADDITIVE]
+    if any((r.saves_bytes or 0) >= missing for r in pool):
+        return None  # one change alone covers it: a combination would say otherwise
     for size in (2, 3):
         best: tuple[int, tuple[Remedy, ...]] | None = None
         for combo in combinations(pool, size):
@@ -137,13 +157,27 @@ def _already_in_use(rem: Remedy, context: Context) -> bool:
     return True
 
 
+def _missing_flag(rem: Remedy, inp: AdviceInput) -> str | None:
+    """The first flag or variable of ``rem`` that the detected engine version lacks, or None."""
+    engine = engine_for(inp.finding, inp.context)
+    version = inp.context.engine_version if inp.context.engine in (None, engine) else None
+    for key, value in [*rem.flags.items(), *rem.env.items()]:
+        probe = f"{key}={value}" if value else key
+        if flag_exists(engine, probe, version) is False:
+            return probe
+    return None
+
+
 def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
-    """Compute the remedies ``ids`` for one input, drop duplicates and no-ops, rank and number them."""
+    """Compute the remedies ``ids`` for one input, drop duplicates, no-ops and flags the version lacks,
+    rank and number them."""
     out: list[Remedy] = []
     seen: set[tuple[tuple[str, str], ...]] = set()
     for order, rid in enumerate(ids):
         rem = calculator(rid)(inp)
         if rem is None:
+            continue
+        if _missing_flag(rem, inp) is not None:
             continue
         key = tuple(sorted(_changes(rem).items()))
         if key and key in seen:
@@ -174,15 +208,33 @@ def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
     return out
 
 
+def diagnose_finding(finding: Finding, context: Context) -> Cause:
+    """Fill ``finding.account`` and ``finding.cause`` (in place) and return the cause."""
+    finding.account = account_for(finding, context)
+    finding.cause = name_cause(finding, context, finding.account)
+    return finding.cause
+
+
+def prescription_ids(finding: Finding, context: Context, rule_ids: Iterable[str]) -> list[str]:
+    """The remedies to compute: the cause's first, then the rule's, less those the cause withholds."""
+    cause = finding.cause or diagnose_finding(finding, context)
+    first = prescribed(cause.id, engine_for(finding, context), finding.phase)
+    drop = withheld(cause.id)
+    ids = [*first, *(r for r in rule_ids if r not in first)]
+    return [r for r in ids if r not in drop]
+
+
 def remedies_for(finding: Finding, context: Context, hints: Mapping[str, str] | None = None) -> list[Remedy]:
-    """Compute, rank and number the remedies of one finding."""
+    """Account, cause, then compute, rank and number the remedies of one finding."""
     from oomdoctor.rulepack import default_pack
 
     try:
         rule = default_pack().rule(finding.rule)
-        ids = list(rule.rule.remedies)
+        rule_ids = list(rule.rule.remedies)
     except KeyError:
-        ids = []
+        rule_ids = []
+    diagnose_finding(finding, context)
+    ids = prescription_ids(finding, context, rule_ids)
     return rank_remedies(ids, AdviceInput(finding, context, dict(hints or {})))
 
 
