@@ -23,9 +23,42 @@ RAY_MAX_THRESHOLD = 0.98
 _SERVING = ("vllm", "sglang", "tgi", "tensorrt-llm")
 
 
+def resident_bytes(inp: AdviceInput) -> int | None:
+    """What the killed process held in RAM: anon + file + shmem rss (the kernel's three figures)."""
+    parts = [as_int(inp.fig(k)) for k in ("anon_rss_bytes", "file_rss_bytes", "shmem_rss_bytes")]
+    if parts[0] is None:
+        return None
+    return sum(p or 0 for p in parts)
+
+
+@remedy("host.add-swap")
+def add_swap(inp: AdviceInput) -> Remedy | None:
+    """A global (not container) OOM: swap lets a short peak spill to disk instead of killing the job.
+
+    Value: at least the resident size of the killed process, in whole GiB (other ranks add to the peak).
+    """
+    rss = resident_bytes(inp)
+    if not rss:
+        return None
+    return Remedy(
+        id="host.add-swap",
+        title="Add swap space to the host",
+        settings={"swap size": f"at least {math.ceil(rss / 2**30)} GiB"},
+        fits=None,
+        confidence="medium",
+        why=(
+            f"The killed process alone held {format_size(rss)} (anon + file + shmem rss); "
+            "the whole host ran out, so swap catches a short peak (such as a checkpoint gathered to CPU "
+            "memory) that a container limit would not."
+        ),
+        tradeoff="Slow while the peak is swapped out; does not help a steady demand above the host's RAM.",
+        sources={"rss": "message"},
+    )
+
+
 @remedy("host.container-memory-limit")
 def container_limit(inp: AdviceInput) -> Remedy | None:
-    rss = as_int(inp.fig("anon_rss_bytes"))
+    rss = resident_bytes(inp)
     if rss:
         gib = math.ceil(rss * HOST_LIMIT_HEADROOM / 2**30)
         return Remedy(
@@ -36,8 +69,9 @@ def container_limit(inp: AdviceInput) -> Remedy | None:
             fits=None,
             confidence="medium",
             why=(
-                f"The process had {format_size(rss)} resident (anon-rss) when it was killed; "
-                f"× {HOST_LIMIT_HEADROOM} headroom = {gib} GiB (docker --memory, or the pod's memory limit)."
+                f"The process had {format_size(rss)} resident (anon + file + shmem rss) when it was killed; "
+                f"× {HOST_LIMIT_HEADROOM} headroom = {gib} GiB (docker --memory, or the pod's memory limit). "
+                "A lower bound: other processes in the same container count against the limit too."
             ),
             tradeoff="Needs a host (node) with that much free memory.",
         )

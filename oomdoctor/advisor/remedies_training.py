@@ -48,16 +48,24 @@ def batch_accumulation(inp: AdviceInput) -> Remedy | None:
     )
 
 
+def _maybe_training(inp: AdviceInput) -> bool:
+    """A bare PyTorch failure with no phase: it may be training (a remedy says "if training")."""
+    cause = inp.finding.cause
+    return (inp.finding.phase == "unknown" and engine_of(inp) in (None, "pytorch", "python")
+            and cause is not None and cause.id in ("activation-peak", "fragmentation"))
+
+
 @remedy("training.gradient-checkpointing")
 def gradient_checkpointing(inp: AdviceInput) -> Remedy | None:
-    if not _training(inp) or is_true(setting(inp, "gradient_checkpointing")):
+    sure = _training(inp)
+    if not (sure or _maybe_training(inp)) or is_true(setting(inp, "gradient_checkpointing")):
         return None
     return Remedy(
         id="training.gradient-checkpointing",
-        title="Recompute activations in the backward pass",
+        title="Recompute activations in the backward pass" + ("" if sure else " (if this is training)"),
         settings={"gradient_checkpointing": "true"},
         fits=None,
-        confidence="medium",
+        confidence="medium" if sure else "low",
         why="Only layer inputs are kept during the forward pass, cutting activation memory by roughly the number of layers.",
         tradeoff="About 20-30% slower steps.",
     )

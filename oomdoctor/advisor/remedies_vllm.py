@@ -231,6 +231,73 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
     )
 
 
+#: step added to the current utilization when the log does not show how much is missing
+UTILIZATION_STEP = 0.05
+
+
+@remedy("vllm.gpu-memory-utilization.raise")
+def raise_utilization(inp: AdviceInput) -> Remedy | None:
+    """vLLM's own advice ("Try increasing gpu_memory_utilization") when the log shows no shortfall.
+
+    Value: the current utilization (message, context, or the version's default) + :data:`UTILIZATION_STEP`,
+    never above oomdoctor's ceiling or free/total.
+    """
+    if not is_vllm(inp) or raise_utilization_for_kv(inp) is not None:
+        return None
+    f = get_facts(inp)
+    if not f.utilization:
+        return None
+    util = f.utilization.value
+    cap, cap_why = _util_cap(f)
+    target = min(cap, round(util + UTILIZATION_STEP, 2))
+    if target <= util:
+        return None
+    told = "gpu_memory_utilization" in inp.finding.message
+    src = f.utilization.source
+    base = "the version's default" if src == "default" else ("the log's value" if src in ("message", "context") else src)
+    return Remedy(
+        id="vllm.gpu-memory-utilization.raise",
+        title=f"Give vLLM a larger share of the GPU ({fmt_fraction(target)})",
+        flags={"--gpu-memory-utilization": fmt_fraction(target)},
+        saves_bytes=None,
+        fits=None,
+        confidence="medium" if told else "low",
+        why=(
+            ("vLLM's own message advises raising gpu_memory_utilization. " if told else "")
+            + f"The log does not show how much is missing: {fmt_fraction(util)} ({base}) + {UTILIZATION_STEP:.2f}"
+            + (f", capped at {fmt_fraction(cap)} ({cap_why})" if target == cap else "")
+            + f" = {fmt_fraction(target)}; raise further in steps if it still fails."
+        ),
+        tradeoff="Less memory left for other processes on this GPU and for CUDA graphs.",
+        sources=f.sources("utilization", "free", "total"),
+    )
+
+
+@remedy("vllm.cudagraph-estimate-off")
+def cudagraph_estimate_off(inp: AdviceInput) -> Remedy | None:
+    """The profiler reserved its CUDA-graph estimate inside the budget (0.18+; default on from 0.20)."""
+    if not is_vllm(inp) or inp.context.enforce_eager:
+        return None
+    f = get_facts(inp)
+    if not f.cudagraph or (f.version is not None and f.version < (0, 18, 0)):
+        return None
+    graph = f.cudagraph.value
+    return Remedy(
+        id="vllm.cudagraph-estimate-off",
+        title="Do not reserve the CUDA-graph estimate in the memory budget",
+        env={"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"},
+        saves_bytes=graph,
+        fits=None,
+        confidence="medium",
+        why=(
+            f"The profiler reserved an estimated {format_size(graph)} for CUDA graphs before sizing the KV cache; "
+            "with the estimate off, that memory goes to the KV cache."
+        ),
+        tradeoff="If the graphs really need that memory, capture may fail later: pair with a smaller capture size.",
+        sources=f.sources("cudagraph"),
+    )
+
+
 def fp8_kv_support(inp: AdviceInput) -> tuple[str | None, str]:
     """(flag value or None, reason). None: this GPU/version cannot store the KV cache in fp8."""
     f = get_facts(inp)
