@@ -7,7 +7,7 @@ import re
 from itertools import pairwise
 from typing import Any
 
-from oomdoctor.render.common import figure_items, fits_label, occurrences_note, remedy_snippet, where
+from oomdoctor.render.common import figure_items, fits_label, occurrences_note, remedy_snippet, where, why_line
 from oomdoctor.report import Finding, Report
 from oomdoctor.units import format_size
 
@@ -39,6 +39,9 @@ def _rows(f: Finding) -> list[Row]:
     rows: list[Row] = [(None, head), ("dim", [(f.message[:500], None)])]
     if figure_items(f):
         rows.append(None)
+    why = why_line(f)
+    if why:
+        rows.append((None, [(why, None)]))
     if f.remedies:
         rows.append((None, [("Remedies, best first:", "bold")]))
         for r in f.remedies:
