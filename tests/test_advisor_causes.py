@@ -166,6 +166,13 @@ def test_8_a_binding_cap_is_the_remedy() -> None:
     assert f.remedies[0].fits is True
 
 
+def test_8_tgi_cap_from_allowed() -> None:
+    """other-078 (LoRAX): '23.77 GiB allowed' is --cuda-memory-fraction's cap; lifting it is the fix."""
+    f = only_error(diagnose("tgi/other-078.log"))
+    assert f.cause is not None and f.cause.id == "memory-cap"
+    assert f.remedies[0].flags == {"--cuda-memory-fraction": "1.00"}
+
+
 def test_9_bare_pytorch_oom_may_be_training() -> None:
     """other-071 (sd-scripts LoRA): gradient checkpointing is offered, marked 'if this is training'."""
     f = only_error(diagnose("pytorch/other-071.log"))
@@ -216,6 +223,7 @@ FIXED = {
     "pytorch/other-071.log": ["gradient-checkpointing", "gradient-accumulation", "bf16", "cache-latents"],
     "deepspeed/other-079.log": ["swap"],
     "trtllm/other-024.log": ["max-batch-size"],
+    "tgi/other-078.log": ["cuda-memory-fraction"],
 }
 
 #: fixture -> (the label's fix tokens, why the fix cannot be in the top three). Checked strictly: when
@@ -237,7 +245,6 @@ CANNOT = {
     "vllm/new-035.log": (["gpu-memory-utilization"], "not detected: the 'KV cache is needed' message is wrapped "
                          "beyond the rule's reach (detection, issue 14)"),
     "other/other-065.log": (["cuda-visible-devices"], "not detected: Torch7's THCudaCheck line (detection)"),
-    "tgi/other-078.log": (["cuda-memory-fraction"], "not detected as an error with figures (detection)"),
     "llamacpp/other-087.log": (["b", "batch-size", "ubatch"], "not detected: old llama.cpp's 'not enough space in "
                                "the context's memory pool' (detection)"),
     "vllm/vllm-029.log": (["enforce-eager"], "not detected: the worker's OOM line is outside the excerpt's rules "

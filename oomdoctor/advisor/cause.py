@@ -58,7 +58,8 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         return "host-ram", []
     # -- caps ----------------------------------------------------------------------------------
     cap, free, req = a("cap"), a("free"), a("request")
-    if fig.get("allowed_bytes") is not None and free is not None and req is not None and free >= req:
+    if fig.get("allowed_bytes") is not None and (free is None or req is None or free >= req):
+        # PyTorch prints "allowed" only when a per-process fraction is set
         return "memory-cap", ["cap", "this-process", "request", "free"]
     if kind == "torch.mps-oom" or fig.get("max_allowed_bytes") is not None:
         return "memory-cap", ["cap", "request"]

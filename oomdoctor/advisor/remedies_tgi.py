@@ -56,10 +56,38 @@ def max_batch_prefill_tokens(inp: AdviceInput) -> Remedy | None:
     )
 
 
+def _lift_cap(inp: AdviceInput, allowed: int) -> Remedy:
+    """PyTorch's "N allowed" in a TGI log: --cuda-memory-fraction below 1 capped the process.
+
+    Value: (allowed + free) / total rounded down when both are known, else 1.0 (no cap).
+    """
+    total = inp.fig("total_bytes") or inp.context.gpu_total_bytes
+    free = inp.fig("free_bytes")
+    value = min(1.0, floor_to((allowed + free) / total, 2)) if (total and free is not None) else 1.0
+    return Remedy(
+        id="tgi.cuda-memory-fraction",
+        title=f"Lift TGI's per-process memory cap ({fmt_fraction(value)})",
+        flags={"--cuda-memory-fraction": fmt_fraction(value)},
+        fits=True if (total and free is not None and value * total > allowed) else None,
+        confidence="medium",
+        why=(
+            f"The process may use only {format_size(allowed)} ('allowed': the cap --cuda-memory-fraction sets)"
+            + (f" while {format_size(free)} of the GPU is free: ({format_size(allowed)} + {format_size(free)}) / "
+               f"{format_size(total)} = {fmt_fraction(value)}." if (total and free is not None)
+               else "; the log does not show how much of the GPU is free, so 1.0 lifts the cap.")
+        ),
+        tradeoff="Other processes sharing this GPU get less of it.",
+        sources={"allowed": "message"},
+    )
+
+
 @remedy("tgi.cuda-memory-fraction")
 def cuda_memory_fraction(inp: AdviceInput) -> Remedy | None:
     if not _mine(inp):
         return None
+    allowed = inp.fig("allowed_bytes")
+    if allowed:
+        return _lift_cap(inp, int(allowed))
     req, total = inp.fig("requested_bytes"), inp.fig("total_bytes") or inp.context.gpu_total_bytes
     if not (req and total):
         return None
