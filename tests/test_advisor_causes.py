@@ -121,6 +121,24 @@ def test_3_graph_estimate_is_the_cause_when_it_dwarfs_the_card() -> None:
     assert "vllm.quantization" not in remedy_ids(f)
 
 
+def test_2_startup_with_the_card_taken_frees_the_gpu_first() -> None:
+    """vllm-018: 7.34 GiB free of 139.72 GiB; utilization 0.04 'fits' only a tiny model."""
+    f = only_error(diagnose("vllm/vllm-018.log"))
+    assert f.cause is not None and f.cause.id == "other-processes" and "132.38 GiB" in f.cause.summary
+    assert f.remedies[0].id == "gpu.free-other-processes" and f.remedies[0].fits is True
+    low = remedy(f, "vllm.gpu-memory-utilization.fit-free")
+    assert low.flags == {"--gpu-memory-utilization": "0.04"} and low.fits is None and low.confidence == "low"
+
+
+def test_4_tensor_parallel_without_a_gpu_count() -> None:
+    """seed-001, the guide's own example: shard over the smallest N, 'if you have N'."""
+    f = only_error(diagnose("vllm/seed-001.log"))
+    r = remedy(f, "vllm.tensor-parallel-size")
+    assert r.flags == {"--tensor-parallel-size": "2"} and "if you have 2" in r.title and r.confidence == "low"
+    assert r.rank <= 3
+    assert "vllm.max-num-seqs" not in remedy_ids(f)  # cannot change the weights' budget
+
+
 def test_5_no_combination_when_one_change_covers_it() -> None:
     for path in ("vllm/vllm-001.log", "vllm/vllm-002.log", "vllm/vllm-008.log"):
         for f in errors(diagnose(path)):
@@ -134,6 +152,20 @@ def test_6_trtllm_triton_load_gets_max_batch_size() -> None:
     """other-024: the engine's runtime buffers did not fit at model load; rebuild with a smaller batch."""
     f = only_error(diagnose("trtllm/other-024.log"))
     assert remedy(f, "trtllm.max-batch-size").rank <= 3
+
+
+def test_6_sglang_decode_oom_gets_no_prefill_knob() -> None:
+    """new-025: 'Decode out of memory': 167 requests running (the last batch line), not a prefill chunk."""
+    f = only_error(diagnose("sglang/new-025.log"))
+    assert "sglang.chunked-prefill-size" not in remedy_ids(f)
+    assert f.remedies[0].flags == {"--max-running-requests": "83"}
+
+
+def test_6_llamacpp_cpu_buffer_is_host_memory() -> None:
+    """other-004 (ollama on Windows): 'failed to allocate CPU buffer': host RAM, no transformers setting."""
+    f = only_error(diagnose("ollama/other-004.log"))
+    assert f.cause is not None and f.cause.id == "host-ram"
+    assert "host.low-cpu-mem-usage" not in remedy_ids(f)
 
 
 def test_7_version_gate() -> None:
@@ -186,6 +218,19 @@ def test_10_global_host_oom_gets_swap_not_a_container_limit() -> None:
     assert f.cause is not None and f.cause.id == "host-ram" and "36.40 GiB" in f.cause.summary
     assert f.remedies[0].settings == {"swap size": "at least 37 GiB"}
     assert "host.container-memory-limit" not in remedy_ids(f)
+
+
+def test_11_high_only_when_every_number_is_stated() -> None:
+    from oomdoctor.advisor import rank_remedies
+    from oomdoctor.advisor.registry import AdviceInput
+    from oomdoctor.report import Context, Location
+
+    f = Finding(rule="t", kind="vllm.startup.free-memory-below-target", engine="vllm", severity="error",
+                phase="startup-check", title="t", message="m", location=Location(line=1, end_line=1),
+                figures={"free_bytes": 40 * 2**30, "desired_bytes": 72 * 2**30})
+    # the capacity comes from the user's --gpu hint (a catalog size), not from the log
+    (r,) = rank_remedies(["vllm.gpu-memory-utilization.fit-free"], AdviceInput(f, Context(engine="vllm"), {"gpu": "A100-80GB"}))
+    assert r.fits is True and r.confidence == "medium"
 
 
 def test_why_line_in_every_human_renderer() -> None:

@@ -157,6 +157,15 @@ def _already_in_use(rem: Remedy, context: Context) -> bool:
     return True
 
 
+#: inputs that only round a value (a block size), not numbers the value is computed from
+_ROUNDING = {"block_size"}
+
+
+def _stated(source: str) -> bool:
+    """A number the log states (the message, a context line) or derives from stated numbers."""
+    return source.startswith(("message", "context", "derived from the message"))
+
+
 def _missing_flag(rem: Remedy, inp: AdviceInput) -> str | None:
     """The first flag or variable of ``rem`` that the detected engine version lacks, or None."""
     engine = engine_for(inp.finding, inp.context)
@@ -179,6 +188,8 @@ def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
             continue
         if _missing_flag(rem, inp) is not None:
             continue
+        if rem.confidence == "high" and not all(_stated(v) for k, v in rem.sources.items() if k not in _ROUNDING):
+            rem.confidence = "medium"  # "high" only when every number used is stated by the log
         key = tuple(sorted(_changes(rem).items()))
         if key and key in seen:
             continue
@@ -218,8 +229,9 @@ def diagnose_finding(finding: Finding, context: Context) -> Cause:
 def prescription_ids(finding: Finding, context: Context, rule_ids: Iterable[str]) -> list[str]:
     """The remedies to compute: the cause's first, then the rule's, less those the cause withholds."""
     cause = finding.cause or diagnose_finding(finding, context)
-    first = prescribed(cause.id, engine_for(finding, context), finding.phase)
-    drop = withheld(cause.id)
+    engine = engine_for(finding, context)
+    first = prescribed(cause.id, engine, finding.phase)
+    drop = withheld(cause.id, engine, finding.phase)
     ids = [*first, *(r for r in rule_ids if r not in first)]
     return [r for r in ids if r not in drop]
 

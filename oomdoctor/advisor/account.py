@@ -87,7 +87,10 @@ def _gpu(led: _Ledger, fig: dict[str, Any], ctx: Context, engine: str) -> None:
         led.add("other-processes", sum(_int(p.get("in_use_bytes")) or 0 for p in others), "stated",
                 note="pid " + ", ".join(str(p.get("pid")) for p in others[:8]))
     if capacity is not None and free is not None and led.get("other-processes") is None:
-        if own is not None:
+        if fig.get("desired_bytes") is not None and capacity > free:
+            # vLLM's start-up check runs before the engine allocates: what is not free is held by others
+            led.add("other-processes", capacity - free, "derived", note="capacity − free at start-up")
+        elif own is not None:
             rest = capacity - free - own
             if rest > 0:
                 led.add("other-processes", rest, "derived", note="capacity − free − this process")

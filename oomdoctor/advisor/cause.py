@@ -54,8 +54,8 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         if kind == "host.exit-137" or fig.get("exit_code") == 137 or fig.get("reason") or fig.get("status"):
             return "container-limit", ["rss", "limit"]
         return "host-ram", ["rss"]
-    if "pinned" in rule:
-        return "host-ram", []
+    if "pinned" in rule or fig.get("buffer_type") == "CPU":
+        return "host-ram", []  # a host buffer (pinned memory, llama.cpp's CPU buffer)
     # -- caps ----------------------------------------------------------------------------------
     cap, free, req = a("cap"), a("free"), a("request")
     if fig.get("allowed_bytes") is not None and (free is None or req is None or free >= req):
@@ -131,6 +131,7 @@ def _values(finding: Finding, account: Account) -> dict[str, Any]:
         "needed": a("kv-needed"), "available": a("kv-available"), "max_len": fig.get("max_seq_len"),
         "tokens": tokens, "graphs": a("cudagraphs"), "seqs": fig.get("num_dummy_requests"),
         "rss": a("rss"), "limit": a("limit"),
+        "want_tokens": fig.get("requested_tokens"), "left_tokens": fig.get("available_tokens"),
     }  # fmt: skip
 
 

@@ -61,7 +61,9 @@ class CauseEntry(_Strict):
     id: str
     summary: list[str] = Field(min_length=1, description="Templates; the first whose values are known is used.")
     prescribe: list[Prescribe] = Field(default_factory=list)
-    withhold: list[str] = Field(default_factory=list, description="Remedies that cannot change this budget.")
+    withhold: list[str | Prescribe] = Field(
+        default_factory=list, description="Remedies that cannot change this budget (optionally per engine/phase)."
+    )
     examples: list[CauseExample] = Field(default_factory=list)
 
 
@@ -94,7 +96,7 @@ def load_table(path: Path | None = None, known_remedies: set[str] | None = None)
                 if name is not None and spec not in ("", "size", "frac"):
                     raise ValueError(f'{path.name}: cause "{entry.id}": summary: unknown spec "{name}:{spec}"')
         if known_remedies is not None:
-            for rid in [p.remedy for p in entry.prescribe] + entry.withhold:
+            for rid in [p.remedy for p in entry.prescribe] + [_rid(w) for w in entry.withhold]:
                 if rid not in known_remedies:
                     raise ValueError(f'{path.name}: cause "{entry.id}": unknown remedy "{rid}"')
         out[entry.id] = entry
@@ -145,6 +147,10 @@ def prescribed(cause_id: str, engine: str | None, phase: str) -> list[str]:
     return [p.remedy for p in cause_table()[cause_id].prescribe if p.applies(engine, phase)]
 
 
-def withheld(cause_id: str) -> set[str]:
-    """Remedy ids that cannot change the budget this cause exhausts."""
-    return set(cause_table()[cause_id].withhold)
+def _rid(item: str | Prescribe) -> str:
+    return item if isinstance(item, str) else item.remedy
+
+
+def withheld(cause_id: str, engine: str | None = None, phase: str = "unknown") -> set[str]:
+    """Remedy ids that cannot change the budget this cause exhausts (in this engine and phase)."""
+    return {_rid(w) for w in cause_table()[cause_id].withhold if isinstance(w, str) or w.applies(engine, phase)}

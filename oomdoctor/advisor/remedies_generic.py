@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from oomdoctor.advisor.account import other_processes
+from oomdoctor.advisor.cause import OTHERS_SHARE
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import ceil_to, floor_to, fmt_fraction
 from oomdoctor.report import Remedy
@@ -160,10 +161,11 @@ def _free_unlisted(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="gpu.free-other-processes",
         title=f"Free GPU {gpu if gpu is not None else ''} from the processes holding {format_size(held)}".replace("GPU  ", "GPU "),
-        settings={"find them": "nvidia-smi --query-compute-apps=pid,used_memory --format=csv"},
+        settings={"list GPU processes": "nvidia-smi --query-compute-apps=pid,used_memory --format=csv"},
         saves_bytes=held,
         fits=(free or 0) + held >= req if req else None,
-        confidence="high" if req else "medium",
+        # a small share held elsewhere: sizing this process to the free memory is the cheaper change
+        confidence="high" if (req and held >= OTHERS_SHARE * total) else "medium",
         why=(
             f"{format_size(held)} of the {format_size(total)} GPU is held outside this process"
             + (f"; {format_size(free)} was free" if free is not None else "")
@@ -174,10 +176,15 @@ def _free_unlisted(inp: AdviceInput) -> Remedy | None:
     )
 
 
+#: engines that batch by themselves (their own knobs say how) or have their own batch remedy
+_OWN_BATCHING = ("vllm", "sglang", "tgi", "tensorrt-llm", "llama.cpp", "ollama", "ggml", "jax", "tensorflow", "xla")
+
+
 @remedy("torch.reduce-batch")
 def reduce_batch(inp: AdviceInput) -> Remedy | None:
-    if inp.context.engine == "vllm" or inp.finding.engine == "vllm":
-        return None  # vLLM batches itself: vllm.max-num-seqs / vllm.max-num-batched-tokens say how
+    engines = {inp.context.engine, inp.finding.engine}
+    if engines & set(_OWN_BATCHING):
+        return None  # a server batches by itself (max-num-seqs, max-running-requests, ...); XLA has xla.reduce-batch
     req = inp.fig("requested_bytes")
     return Remedy(
         id="torch.reduce-batch",

@@ -21,6 +21,8 @@ RAY_DEFAULT_THRESHOLD = 0.95
 RAY_MAX_THRESHOLD = 0.98
 
 _SERVING = ("vllm", "sglang", "tgi", "tensorrt-llm")
+#: llama.cpp and ollama load GGUF files: transformers' loading options do not apply
+_GGML = ("llama.cpp", "ollama", "ggml")
 
 
 def resident_bytes(inp: AdviceInput) -> int | None:
@@ -88,7 +90,7 @@ def container_limit(inp: AdviceInput) -> Remedy | None:
 
 @remedy("host.low-cpu-mem-usage")
 def low_cpu_mem_usage(inp: AdviceInput) -> Remedy | None:
-    if engine_of(inp) in _SERVING or inp.finding.phase not in ("weights-load", "unknown"):
+    if engine_of(inp) in (*_SERVING, *_GGML) or inp.finding.phase not in ("weights-load", "unknown"):
         return None
     return Remedy(
         id="host.low-cpu-mem-usage",

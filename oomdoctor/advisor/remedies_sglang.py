@@ -162,8 +162,8 @@ def disable_cuda_graph(inp: AdviceInput) -> Remedy | None:
 
 @remedy("sglang.chunked-prefill-size")
 def chunked_prefill(inp: AdviceInput) -> Remedy | None:
-    if not _mine(inp):
-        return None
+    if not _mine(inp) or inp.fig("step") == "Decode":
+        return None  # a decode-time OOM: smaller prefill chunks do not shrink what running requests hold
     cur = as_int(setting(inp, "sglang_chunked_prefill_size", "chunked_prefill_size"))
     avail = as_int(inp.fig("available_tokens"))
     candidates = [v for v in ((cur // 2) if cur and cur > 0 else None, avail) if v]
@@ -193,6 +193,10 @@ def max_running_requests(inp: AdviceInput) -> Remedy | None:
     if not _mine(inp):
         return None
     cur = as_int(setting(inp, "max_running_requests")) or inp.context.max_num_seqs
+    running = as_int(setting(inp, "sglang_running_requests"))
+    what = f"{cur} concurrent requests (the limit)"
+    if running and (not cur or running < cur):
+        cur, what = running, f"{running} requests running when it failed (the log's last batch line)"
     if not cur or cur < 2:
         return None
     value = cur // 2
@@ -202,7 +206,7 @@ def max_running_requests(inp: AdviceInput) -> Remedy | None:
         flags={"--max-running-requests": str(value)},
         fits=None,
         confidence="medium",
-        why=f"{cur} concurrent requests exhausted the KV/request pools; half as many need half the slots.",
+        why=f"{what} exhausted the KV/request pools; half as many need half the slots.",
         tradeoff="Lower peak throughput; excess requests wait in the queue.",
     )
 

@@ -231,6 +231,10 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
     )
 
 
+#: GPUs assumed at most when the log does not say how many there are (one node)
+ASSUMED_MAX_GPUS = 8
+#: below this share of the GPU, a utilization that fits the free memory is no answer by itself
+TAKEN_SHARE = 0.2
 #: step added to the current utilization when the log does not show how much is missing
 UTILIZATION_STEP = 0.05
 
@@ -395,6 +399,11 @@ def utilization_fit_free(inp: AdviceInput) -> Remedy | None:
         budget = value * total - f.weights.value - (f.activation.value if f.activation else 0)
         if budget <= 0:
             fits, note = False, f" The weights ({format_size(f.weights.value)}) do not fit in that budget."
+    elif value < TAKEN_SHARE:
+        # most of the card is taken: a budget this small serves only a tiny model, and the log does not say
+        fits = None
+        note = (f" Only {format_size(int(value * total))} would be left to vLLM, and the log does not show the "
+                "weights: free the GPU first unless the model is tiny.")
     return Remedy(
         id="vllm.gpu-memory-utilization.fit-free",
         title=f"Ask for no more than the free memory ({fmt_fraction(value)})",
@@ -632,6 +641,10 @@ def tensor_parallel(inp: AdviceInput) -> Remedy | None:
         return None
     g = _gpus(inp)
     f = get_facts(inp)
+    cause = inp.finding.cause.id if inp.finding.cause else None
+    assumed = g is None and cause == "weights-exceed-device"
+    if assumed:
+        g = (ASSUMED_MAX_GPUS, "not in the log: the smallest count that fits, if you have that many")
     if g is None or g[0] < 2:
         return None
     n = g[0]
@@ -652,18 +665,19 @@ def tensor_parallel(inp: AdviceInput) -> Remedy | None:
             need = _per_gpu_need(f, candidates[-1], f.pp)
             if need is not None:
                 chosen, fits = candidates[-1], False
-    why = f"{n} GPUs are available ({g[1]}); weights and KV cache per GPU shrink by about {chosen // f.tp}×"
+    why = (f"{n} GPUs are available ({g[1]})" if not assumed else f"The GPU count is {g[1]}") + (
+        f"; weights and KV cache per GPU shrink by about {chosen // f.tp}×")
     if heads:
         why += f"; {chosen} divides the {heads} attention heads"
     if need is not None and budget:
         why += f"; per GPU about {format_size(need)} is needed against a {format_size(budget)} budget"
     return Remedy(
         id="vllm.tensor-parallel-size",
-        title=f"Shard the model over {chosen} GPUs",
+        title=f"Shard the model over {chosen} GPUs" + (f" (if you have {chosen})" if assumed else ""),
         flags={"--tensor-parallel-size": str(chosen)},
         saves_bytes=(f.weights.value - f.weights.value * f.tp // chosen) if f.weights else None,
         fits=fits,
-        confidence="medium",
+        confidence="low" if assumed else "medium",
         why=why + ".",
         tradeoff="Uses more GPUs; inter-GPU communication costs some latency.",
         sources=f.sources("gpus", "geometry", "weights", "total", "utilization"),
