@@ -59,8 +59,9 @@ Provenance = Literal["stated", "derived", "assumed"]
 class AccountEntry(_Model):
     """One line of the memory ledger of the failing device."""
 
-    name: str = Field(description="What holds or lacks the bytes (capacity, cap, other-processes, weights, request, ...).")
-    bytes: int
+    name: str = Field(description="What holds or lacks the memory (capacity, cap, other-processes, weights, request, ...).")
+    bytes: int | None = Field(default=None, description="Size in bytes (None for an entry counted in tokens).")
+    tokens: int | None = Field(default=None, description="Size in tokens, for a KV cache counted that way.")
     source: Provenance = Field(description="stated by the log, derived from stated figures, or assumed (a default).")
     line: int | None = Field(default=None, description="The log line the figure came from, when known.")
     note: str = ""
@@ -74,8 +75,15 @@ class Account(_Model):
     def get(self, name: str) -> int | None:
         """Bytes of the entry ``name``, or None when the account has no such entry."""
         for e in self.entries:
-            if e.name == name:
+            if e.name == name and e.bytes is not None:
                 return e.bytes
+        return None
+
+    def tokens(self, name: str) -> int | None:
+        """Tokens of the entry ``name``, or None when the account has no such entry in tokens."""
+        for e in self.entries:
+            if e.name == name and e.tokens is not None:
+                return e.tokens
         return None
 
 

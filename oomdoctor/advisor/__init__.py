@@ -188,6 +188,8 @@ def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
             continue
         if _missing_flag(rem, inp) is not None:
             continue
+        if rem.fits is True and inp.finding.account is not None and not inp.finding.account.entries:
+            rem.fits = None  # "fits" only when the account shows it
         if rem.confidence == "high" and not all(_stated(v) for k, v in rem.sources.items() if k not in _ROUNDING):
             rem.confidence = "medium"  # "high" only when every number used is stated by the log
         key = tuple(sorted(_changes(rem).items()))

@@ -44,15 +44,16 @@ class _Ledger:
         self.line = line
 
     def add(self, name: str, value: int | None, source: Provenance, *, stated_here: bool = True,
-            note: str = "") -> None:
+            note: str = "", tokens: bool = False) -> None:
         if value is None or any(e.name == name for e in self.entries):
             return
         line = self.line if (source == "stated" and stated_here) else None
-        self.entries.append(AccountEntry(name=name, bytes=int(value), source=source, line=line, note=note))
+        size = {"tokens": int(value)} if tokens else {"bytes": int(value)}
+        self.entries.append(AccountEntry(name=name, source=source, line=line, note=note, **size))
 
     def get(self, name: str) -> int | None:
         for e in self.entries:
-            if e.name == name:
+            if e.name == name and e.bytes is not None:
                 return e.bytes
         return None
 
@@ -74,6 +75,7 @@ def _gpu(led: _Ledger, fig: dict[str, Any], ctx: Context, engine: str) -> None:
     led.add("this-process", own, "stated")
     allocated = _int(fig.get("allocated_bytes"))
     led.add("allocated", allocated, "stated")
+    led.add("allocated", _int(fig.get("mps_allocated_bytes")), "stated", note="MPS allocated")
     spare = _int(fig.get("reserved_unallocated_bytes"))
     reserved = _int(fig.get("reserved_bytes"))
     led.add("reserved", reserved, "stated")
@@ -110,13 +112,24 @@ def _gpu(led: _Ledger, fig: dict[str, Any], ctx: Context, engine: str) -> None:
     led.add("cudagraphs", ctx.cudagraph_bytes, "stated", stated_here=False)
     led.add("activations", _int(fig.get("activation_peak_bytes")), "stated")
     led.add("activations", ctx.activation_peak_bytes, "stated", stated_here=False)
-    request = _int(fig.get("requested_bytes")) or _int(fig.get("desired_bytes")) or _int(fig.get("buffer_bytes"))
+    request = (_int(fig.get("requested_bytes")) or _int(fig.get("desired_bytes")) or _int(fig.get("buffer_bytes"))
+               or _int(fig.get("segment_bytes")))
     led.add("request", request, "stated")
+    _tokens(led, fig, ctx)
     needed, avail = led.get("kv-needed"), led.get("kv-available")
     if needed is not None and avail is not None and needed > avail:
         led.add("shortfall", needed - avail, "derived", note="KV needed − KV available")
     if request is not None and free is not None and request > free:
         led.add("shortfall", request - free, "derived", note="request − free")
+
+
+def _tokens(led: _Ledger, fig: dict[str, Any], ctx: Context) -> None:
+    """KV caches counted in tokens: what it holds, what one sequence may need, what was asked."""
+    held = _int(fig.get("kv_cache_tokens")) or _int(fig.get("estimated_max_model_len")) or _int(fig.get("available_tokens"))
+    led.add("kv-tokens", held, "stated", tokens=True)
+    led.add("kv-tokens", ctx.kv_cache_tokens, "stated", stated_here=False, tokens=True)
+    led.add("max-len-tokens", _int(fig.get("max_seq_len")) or _int(fig.get("max_total_tokens")), "stated", tokens=True)
+    led.add("request-tokens", _int(fig.get("requested_tokens")) or _int(fig.get("prefill_tokens")), "stated", tokens=True)
 
 
 def _host(led: _Ledger, fig: dict[str, Any]) -> None:

@@ -34,7 +34,8 @@ def _evidence(account: Account, *names: str) -> list[str]:
     for e in account.entries:
         if e.name in names:
             where = f", line {e.line}" if e.line is not None else ""
-            out.append(f"{e.name} {format_size(e.bytes)} ({e.source}{where})")
+            size = format_size(e.bytes) if e.bytes is not None else f"{e.tokens} tokens"
+            out.append(f"{e.name} {size} ({e.source}{where})")
     return out
 
 
@@ -61,8 +62,8 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     if fig.get("allowed_bytes") is not None and (free is None or req is None or free >= req):
         # PyTorch prints "allowed" only when a per-process fraction is set
         return "memory-cap", ["cap", "this-process", "request", "free"]
-    if kind == "torch.mps-oom" or fig.get("max_allowed_bytes") is not None:
-        return "memory-cap", ["cap", "request"]
+    if fig.get("max_allowed_bytes") is not None:
+        return "memory-cap", ["cap", "request"]  # MPS's high watermark
     if rule == "tgi.cuda-oom.memory-fraction":
         return "memory-cap", ["cap", "request", "free"]
     # -- other processes -----------------------------------------------------------------------
@@ -83,7 +84,7 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     ):
         return "weights-exceed-device", ["capacity", "weights", "cap"]
     if kind in ("vllm.kv-cache.max-len-exceeds",) or rule == "llama.kv-cache-failed":
-        return "kv-cache-too-small", ["kv-needed", "kv-available"]
+        return "kv-cache-too-small", ["kv-needed", "kv-available", "kv-tokens", "max-len-tokens"]
     if kind == "vllm.kv-cache.no-blocks" or rule in ("sglang.not-enough-memory",):
         graphs = a("cudagraphs")
         if graphs is not None and capacity is None and graphs >= 16 * GiB or (
