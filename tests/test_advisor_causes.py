@@ -42,6 +42,23 @@ def test_table_rejects_unknown_remedy_and_cause(tmp_path: object) -> None:
         load_table(bad)
 
 
+def test_remedy_table_is_checked(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from oomdoctor.advisor.prescription import load_remedy_table, remedy_info
+
+    assert remedy_info("vllm.cpu-offload-gb").cost == 10 and remedy_info("vllm.cpu-offload-gb").lever == "weights"
+    assert remedy_info("vllm.tensor-parallel-size").additive is False
+    assert remedy_info("no.such-remedy").cost == 5
+    bad = Path(str(tmp_path)) / "remedies.toml"
+    bad.write_text('[remedy."vllm.max-model-len"]\ncost = 4\ncolour = "red"\n')
+    with pytest.raises(ValueError, match="colour"):
+        load_remedy_table(bad)
+    bad.write_text('[remedy."vllm.no-such-knob"]\ncost = 4\n')
+    with pytest.raises(ValueError, match="no calculator"):
+        load_remedy_table(bad, known_remedies={"vllm.max-model-len"})
+
+
 def top3_keys(f: Finding) -> set[str]:
     """The way the project is judged (shared/tools/evaluate.py): flag/env/setting names and name=value."""
     keys: set[str] = set()

@@ -11,7 +11,7 @@ Each remedy id named by a rule maps to a calculator (``registry.remedy``) that r
 :class:`~oomdoctor.report.Remedy` or ``None`` when its inputs are missing or it cannot help.
 
 Ranking: remedies that fit alone first; among those, surer ones first, then the cheapest
-trade-off (:data:`TRADEOFF_COST`). When none fits alone, the smallest set of compatible remedies
+trade-off (``cost`` in ``rules/advice/remedies.toml``). When none fits alone, the smallest set of compatible remedies
 whose savings cover the shortage is offered as one combined remedy, first. Remedies that cannot
 help (``fits`` False) go last with the reason in ``why``. The top remedy gets the corrected
 command when the launch command is known.
@@ -24,65 +24,22 @@ from itertools import combinations
 
 from oomdoctor.advisor.account import account_for
 from oomdoctor.advisor.cause import engine_for, name_cause
-from oomdoctor.advisor.prescription import prescribed, withheld
+from oomdoctor.advisor.prescription import prescribed, remedy_info, withheld
 from oomdoctor.advisor.registry import AdviceInput, calculator
 from oomdoctor.advisor.versions import flag_exists
 from oomdoctor.report import Cause, Context, Finding, Remedy, Report
 from oomdoctor.units import format_size
 
-#: relative cost of each remedy's trade-off (lower = cheaper); unknown ids cost 5
-TRADEOFF_COST: dict[str, int] = {
-    "torch.expandable-segments": 0,
-    "gpu.free-other-processes": 1,
-    "vllm.gpu-memory-utilization.fit-free": 1,
-    "vllm.gpu-memory-utilization.raise-for-kv": 2,
-    "vllm.gpu-memory-utilization.raise": 2,
-    "vllm.cudagraph-estimate-off": 3,
-    "torch.memory-fraction": 0,
-    "torch.max-split-size": 1,
-    "host.add-swap": 2,
-    "vllm.gpu-memory-utilization.lower": 2,
-    "vllm.max-num-batched-tokens": 3,
-    "vllm.max-num-seqs": 3,
-    "vllm.cudagraph-capture-size": 3,
-    "torch.reduce-batch": 3,
-    "vllm.max-model-len": 4,
-    "vllm.kv-cache-dtype-fp8": 4,
-    "vllm.enforce-eager": 5,
-    "vllm.quantization": 6,
-    "vllm.tensor-parallel-size": 7,
-    "vllm.pipeline-parallel-size": 8,
-    "vllm.quantization-4bit": 9,
-    "vllm.cpu-offload-gb": 10,
-    "vllm.swap-space": 5,
-}
-#: remedies that pull the same lever: never combined with each other
-LEVER: dict[str, str] = {
-    "vllm.quantization": "weights",
-    "vllm.quantization-4bit": "weights",
-    "vllm.cpu-offload-gb": "weights",
-    "vllm.gpu-memory-utilization.raise-for-kv": "utilization",
-    "vllm.gpu-memory-utilization.lower": "utilization",
-    "vllm.gpu-memory-utilization.fit-free": "utilization",
-    "vllm.gpu-memory-utilization.raise": "utilization",
-    "vllm.cudagraph-estimate-off": "graphs",
-    "vllm.enforce-eager": "graphs",
-    "vllm.cudagraph-capture-size": "graphs",
-    "vllm.max-num-batched-tokens": "activation",
-    "torch.reduce-batch": "activation",
-}
-#: savings that are not additive with others (they scale every term): never combined
-NOT_ADDITIVE = {"vllm.tensor-parallel-size", "vllm.pipeline-parallel-size"}
 _CONFIDENCE = {"high": 0, "medium": 1, "low": 2}
 _FITS = {True: 0, None: 1, False: 2}
 
 
 def _cost(r: Remedy) -> int:
     if r.id.startswith("combined:"):
-        return sum(TRADEOFF_COST.get(x, 5) for x in r.id[len("combined:") :].split("+"))
+        return sum(remedy_info(x).cost for x in r.id[len("combined:") :].split("+"))
     if r.id == "vllm.cpu-offload-gb" and r.confidence == "low":
         return 20  # most of the weights over PCIe: worse than any model change
-    return TRADEOFF_COST.get(r.id, 5)
+    return remedy_info(r.id).cost
 
 
 def _rank_key(r: Remedy) -> tuple[int, int, int, int]:
@@ -96,7 +53,7 @@ def _changes(r: Remedy) -> dict[str, str]:
 def _combine(rems: Sequence[Remedy], missing: int) -> Remedy | None:
     """The smallest set (then cheapest) of compatible remedies whose savings cover ``missing`` bytes."""
     pool = [r for r in rems if r.fits is not False and r.saves_bytes and r.saves_bytes > 0 and _changes(r)
-            and r.id not in NOT_ADDITIVE]
+            and remedy_info(r.id).additive]
     if any((r.saves_bytes or 0) >= missing for r in pool):
         return None  # one change alone covers it: a combination would say otherwise
     for size in (2, 3):
@@ -105,12 +62,12 @@ def _combine(rems: Sequence[Remedy], missing: int) -> Remedy | None:
             keys = [k for r in combo for k in _changes(r)]
             if len(keys) != len(set(keys)):
                 continue  # two values for one flag
-            levers = [LEVER.get(r.id, r.id) for r in combo]
+            levers = [remedy_info(r.id).lever or r.id for r in combo]
             if len(levers) != len(set(levers)):
                 continue  # alternatives, not complements
             if sum(r.saves_bytes or 0 for r in combo) < missing:
                 continue
-            cost = sum(TRADEOFF_COST.get(r.id, 5) for r in combo)
+            cost = sum(remedy_info(r.id).cost for r in combo)
             if best is None or cost < best[0]:
                 best = (cost, combo)
         if best is not None:
@@ -188,7 +145,8 @@ def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
             continue
         if _missing_flag(rem, inp) is not None:
             continue
-        if rem.fits is True and inp.finding.account is not None and not inp.finding.account.entries:
+        if rem.fits is True and inp.finding.account is not None and not inp.finding.account.entries \
+                and not remedy_info(rid).eliminates:
             rem.fits = None  # "fits" only when the account shows it
         if rem.confidence == "high" and not all(_stated(v) for k, v in rem.sources.items() if k not in _ROUNDING):
             rem.confidence = "medium"  # "high" only when every number used is stated by the log

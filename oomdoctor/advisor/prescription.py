@@ -1,6 +1,8 @@
-"""The cause -> remedy table (``rules/advice/causes.toml``): loaded, checked, and asked.
+"""The advice tables, loaded, checked, and asked: the cause -> remedy table
+(``rules/advice/causes.toml``) and what ranking needs to know of each remedy
+(``rules/advice/remedies.toml``: cost, lever, additive, eliminates).
 
-The table is data: per cause, the summary templates, the remedies to compute first (narrowed by
+The tables are data: per cause, the summary templates, the remedies to compute first (narrowed by
 engine and phase) and the remedies withheld because they cannot change the failing budget. The
 calculators that give each remedy its values stay in code (``remedies_*`` modules).
 """
@@ -154,3 +156,46 @@ def _rid(item: str | Prescribe) -> str:
 def withheld(cause_id: str, engine: str | None = None, phase: str = "unknown") -> set[str]:
     """Remedy ids that cannot change the budget this cause exhausts (in this engine and phase)."""
     return {_rid(w) for w in cause_table()[cause_id].withhold if isinstance(w, str) or w.applies(engine, phase)}
+
+
+class RemedyEntry(_Strict):
+    """What ranking and combining need to know about one remedy."""
+
+    cost: int = Field(default=5, ge=0, description="Relative cost of the trade-off (lower = cheaper).")
+    lever: str | None = Field(default=None, description="Remedies pulling one lever are never combined.")
+    additive: bool = Field(default=True, description="False: the saving scales every term; never added.")
+    eliminates: bool = Field(default=False, description="Removes the failing allocation itself.")
+
+
+class RemedyTable(_Strict):
+    remedy: dict[str, RemedyEntry]
+
+
+def load_remedy_table(path: Path | None = None, known_remedies: set[str] | None = None) -> dict[str, RemedyEntry]:
+    """Read and check ``remedies.toml``: known keys only, every remedy id registered."""
+    path = path or table_path().with_name("remedies.toml")
+    try:
+        table = RemedyTable.model_validate(tomllib.loads(path.read_text("utf-8")))
+    except (ValidationError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{path.name}: {exc}") from exc
+    if known_remedies is not None:
+        for rid in table.remedy:
+            if rid not in known_remedies:
+                raise ValueError(f'{path.name}: remedy "{rid}": no calculator has this id')
+    return table.remedy
+
+
+@lru_cache(maxsize=1)
+def remedy_table() -> dict[str, RemedyEntry]:
+    """The shipped remedy table (checked on first use)."""
+    from oomdoctor.advisor.registry import remedy_ids
+
+    return load_remedy_table(known_remedies=set(remedy_ids()))
+
+
+_DEFAULT = RemedyEntry()
+
+
+def remedy_info(remedy_id: str) -> RemedyEntry:
+    """The table's entry for ``remedy_id`` (defaults for a remedy it does not list)."""
+    return remedy_table().get(remedy_id, _DEFAULT)

@@ -958,9 +958,9 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
                         ids.append("vllm.max-model-len")
                     if len(ids) < 2:
                         continue  # single levers are the calculators' business
-                    from oomdoctor.advisor import TRADEOFF_COST
+                    from oomdoctor.advisor.prescription import remedy_info
 
-                    key = (len(ids), sum(TRADEOFF_COST.get(i, 5) for i in ids), -new_len)
+                    key = (len(ids), sum(remedy_info(i).cost for i in ids), -new_len)
                     if best is None or key < best[0]:
                         best = (key, flags, settings, "+".join(ids))
     if best is None:
