@@ -125,10 +125,12 @@ def _values(finding: Finding, account: Account) -> dict[str, Any]:
     if held is None:
         held = a("reserved") if a("reserved") is not None else a("allocated")
     tokens = fig.get("kv_cache_tokens") or fig.get("estimated_max_model_len")
+    spare, req = a("fragmentation"), a("request")
     return {
         "capacity": a("capacity"), "free": a("free"), "request": a("request"), "cap": a("cap"),
         "others": a("other-processes") if a("other-processes") is not None else a("outside-pytorch"),
-        "held": held, "spare": a("fragmentation"), "weights": a("weights"),
+        "held": held, "spare": spare if (spare is not None and req is not None and spare >= req) else None,
+        "weights": a("weights"),
         "needed": a("kv-needed"), "available": a("kv-available"), "max_len": fig.get("max_seq_len"),
         "tokens": tokens, "graphs": a("cudagraphs"), "seqs": fig.get("num_dummy_requests"),
         "rss": a("rss"), "limit": a("limit"),
