@@ -58,7 +58,7 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     if "pinned" in rule or fig.get("buffer_type") == "CPU":
         return "host-ram", []  # a host buffer (pinned memory, llama.cpp's CPU buffer)
     # -- caps ----------------------------------------------------------------------------------
-    cap, free, req = a("cap"), a("free"), a("request")
+    free, req = a("free"), a("request")
     if fig.get("allowed_bytes") is not None and (free is None or req is None or free >= req):
         # PyTorch prints "allowed" only when a per-process fraction is set
         return "memory-cap", ["cap", "this-process", "request", "free"]
@@ -73,21 +73,19 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     outside = a("outside-pytorch")
     if outside is not None and capacity and outside >= OTHERS_SHARE * capacity and outside >= 2 * GiB:
         return "other-processes", ["capacity", "outside-pytorch", "free", "request"]
-    if kind == "vllm.startup.free-memory-below-target":
-        if fig.get("external_weights_bytes") is None:
-            return "other-processes", ["capacity", "free", "request"]
+    startup = kind == "vllm.startup.free-memory-below-target"
+    if startup and fig.get("external_weights_bytes") is None:
+        return "other-processes", ["capacity", "other-processes", "free", "request"]
     if rule in ("sglang.memory-unbalanced", "vllm.startup.memory-profiling-error", "vllm.v1.profiling.free-memory-grew"):
         return "other-processes", []
     # -- engine budgets ------------------------------------------------------------------------
-    if kind == "vllm.weights.not-enough-memory" or rule == "sglang.weights-leave-no-kv" or (
-        kind == "vllm.startup.free-memory-below-target"
-    ):
+    if kind == "vllm.weights.not-enough-memory" or rule == "sglang.weights-leave-no-kv" or startup:
         return "weights-exceed-device", ["capacity", "weights", "cap"]
-    if kind in ("vllm.kv-cache.max-len-exceeds",) or rule == "llama.kv-cache-failed":
+    if kind == "vllm.kv-cache.max-len-exceeds" or rule == "llama.kv-cache-failed":
         return "kv-cache-too-small", ["kv-needed", "kv-available", "kv-tokens", "max-len-tokens"]
     if kind == "vllm.kv-cache.no-blocks" or rule in ("sglang.not-enough-memory",):
         graphs = a("cudagraphs")
-        if graphs is not None and capacity is None and graphs >= 16 * GiB or (
+        if (graphs is not None and capacity is None and graphs >= 16 * GiB) or (
             graphs is not None and capacity and graphs >= GRAPHS_SHARE * capacity
         ):
             return "cudagraph-capture", ["cudagraphs", "capacity"]

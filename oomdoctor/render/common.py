@@ -61,13 +61,6 @@ def remedy_headline(r: Remedy, code: Callable[[str], str], esc: Callable[[str], 
     return f"{r.rank}. {esc(r.title)}" + (f": {code(snippet)}" if snippet else "") + f" _({fits_label(r)}{saves})_"
 
 
-def why_line(f: Finding) -> str | None:
-    """``Why: <the cause in words, with its numbers>``, printed before the remedies (None: no cause)."""
-    if f.cause is None or f.cause.id == "unknown" and not f.remedies:
-        return None
-    return f"Why: {f.cause.summary}"
-
-
 def fits_label(r: Remedy) -> str:
     return {True: "fits", False: "not enough alone", None: "may help"}[r.fits]
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from oomdoctor.render.common import figure_items, occurrences_note, remedy_headline, where, why_line
+from oomdoctor.render.common import figure_items, occurrences_note, remedy_headline, where
+from oomdoctor.render.why import why_line
 from oomdoctor.report import Finding, Report
 from oomdoctor.units import format_size
 

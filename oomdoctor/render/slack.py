@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from oomdoctor.render.common import figure_items, occurrences_note, remedy_headline, remedy_snippet, why_line
+from oomdoctor.render.common import figure_items, occurrences_note, remedy_headline, remedy_snippet
 from oomdoctor.render.markdown import context_facts, location_text, summary_line
+from oomdoctor.render.why import why_line
 from oomdoctor.report import Finding, Report
 
 MAX_TEXT = 3000

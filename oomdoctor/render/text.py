@@ -7,7 +7,8 @@ import re
 from itertools import pairwise
 from typing import Any
 
-from oomdoctor.render.common import figure_items, fits_label, occurrences_note, remedy_snippet, where, why_line
+from oomdoctor.render.common import figure_items, fits_label, occurrences_note, remedy_snippet, where
+from oomdoctor.render.why import why_line
 from oomdoctor.report import Finding, Report
 from oomdoctor.units import format_size
 
