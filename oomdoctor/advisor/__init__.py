@@ -134,6 +134,15 @@ def _missing_flag(rem: Remedy, inp: AdviceInput) -> str | None:
     return None
 
 
+def _withholds(inp: AdviceInput, ids: Iterable[str]) -> bool:
+    """True when the finding's cause withholds any of ``ids``."""
+    cause = inp.finding.cause
+    if cause is None:
+        return False
+    drop = withheld(cause.id, engine_for(inp.finding, inp.context), inp.finding.phase)
+    return any(i in drop for i in ids)
+
+
 def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
     """Compute the remedies ``ids`` for one input, drop duplicates, no-ops and flags the version lacks,
     rank and number them."""
@@ -163,6 +172,8 @@ def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
         from oomdoctor.advisor.remedies_vllm import plan_remedy, shortage, shortage_is_lower_bound
 
         combo = plan_remedy(inp)
+        if combo is not None and _withholds(inp, combo.id[len("combined:"):].split("+")):
+            combo = None  # the plan pulls a lever the cause says cannot change this budget
         short = shortage(inp)
         if combo is None and short and short[0] > 0 and not shortage_is_lower_bound(inp):
             combo = _combine(out, short[0])

@@ -11,7 +11,13 @@ from oomdoctor.report import Remedy
 _TRAINING_TOOLS = ("transformers", "deepspeed", "accelerate", "lightning")
 
 
+#: frameworks whose training loops are not configured with these settings (they have their own)
+_OTHER_FRAMEWORKS = ("jax", "tensorflow", "xla")
+
+
 def _training(inp: AdviceInput) -> bool:
+    if engine_of(inp) in _OTHER_FRAMEWORKS or inp.finding.kind.startswith("xla."):
+        return False
     return inp.finding.phase == "training" or engine_of(inp) in _TRAINING_TOOLS
 
 
