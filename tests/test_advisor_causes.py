@@ -197,6 +197,20 @@ def test_7_version_gate() -> None:
     assert flag_exists("llama.cpp", "-c", "b1234") is None
 
 
+def test_7_no_vllm_serve_before_the_cli_existed() -> None:
+    from oomdoctor.advisor import rank_remedies
+    from oomdoctor.advisor.registry import AdviceInput
+    from oomdoctor.report import Context, Location
+
+    f = Finding(rule="t", kind="vllm.kv-cache.max-len-exceeds", engine="vllm", severity="error",
+                phase="kv-cache-alloc", title="t", message="m", location=Location(line=1, end_line=1),
+                figures={"max_seq_len": 8192, "kv_cache_tokens": 4512})
+    for version, has in (("0.2.7", False), ("0.6.3", True)):
+        ctx = Context(engine="vllm", engine_version=version, model="m", launch_args={"model": "m"})
+        top = rank_remedies(["vllm.max-model-len"], AdviceInput(f, ctx))[0]
+        assert (top.command is not None and top.command.startswith("vllm serve")) is has, (version, top.command)
+
+
 def test_7_old_vllm_never_gets_fp8_weights() -> None:
     """vllm-001 runs 0.2.7: --quantization fp8 came in 0.5.0."""
     for f in errors(diagnose("vllm/vllm-001.log")):

@@ -134,6 +134,15 @@ def _missing_flag(rem: Remedy, inp: AdviceInput) -> str | None:
     return None
 
 
+def _command_exists(command: str, inp: AdviceInput) -> bool:
+    """False when the command's program (``vllm serve``) is newer than the detected version."""
+    words = [w for w in command.split() if "=" not in w or w.startswith("-")]
+    if words[:2] != ["vllm", "serve"]:
+        return True
+    version = inp.context.engine_version if inp.context.engine in (None, "vllm") else None
+    return flag_exists("vllm", "vllm serve", version) is not False
+
+
 def _withholds(inp: AdviceInput, ids: Iterable[str]) -> bool:
     """True when the finding's cause withholds any of ``ids``."""
     cause = inp.finding.cause
@@ -186,7 +195,8 @@ def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
     if out and out[0].fits is not False:
         from oomdoctor.advisor.command import corrected_command
 
-        out[0].command = corrected_command(inp.context, out[0])
+        command = corrected_command(inp.context, out[0])
+        out[0].command = command if command is None or _command_exists(command, inp) else None
     return out
 
 
