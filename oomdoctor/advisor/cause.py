@@ -16,6 +16,8 @@ from oomdoctor.units import format_size
 GiB = 2**30
 #: memory held outside the process counts as the cause when it is at least this share of the GPU
 OTHERS_SHARE = 0.25
+#: "the GPU is full" when this process holds at least this share of it
+FULL_SHARE = 0.8
 #: CUDA graphs count as the cause of a KV-budget failure when their estimate is at least this share
 GRAPHS_SHARE = 0.25
 _TRAINING_TOOLS = ("transformers", "deepspeed", "accelerate", "lightning")
@@ -123,11 +125,13 @@ def _values(finding: Finding, account: Account) -> dict[str, Any]:
     if held is None:
         held = a("reserved") if a("reserved") is not None else a("allocated")
     tokens = fig.get("kv_cache_tokens") or fig.get("estimated_max_model_len")
-    spare, req = a("fragmentation"), a("request")
+    spare, req, capacity = a("fragmentation"), a("request"), a("capacity")
     return {
         "capacity": a("capacity"), "free": a("free"), "request": a("request"), "cap": a("cap"),
         "others": a("other-processes") if a("other-processes") is not None else a("outside-pytorch"),
-        "held": held, "spare": spare if (spare is not None and req is not None and spare >= req) else None,
+        "held": held, "full_held": held if (held and capacity and held >= FULL_SHARE * capacity) else None,
+        "oversize": req if (req and capacity and req > capacity) else None,
+        "spare": spare if (spare is not None and req is not None and spare >= req) else None,
         "weights": a("weights"),
         "needed": a("kv-needed"), "available": a("kv-available"), "max_len": fig.get("max_seq_len"),
         "tokens": tokens, "graphs": a("cudagraphs"), "seqs": fig.get("num_dummy_requests"),
