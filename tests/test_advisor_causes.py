@@ -229,6 +229,13 @@ def test_8_a_binding_cap_is_the_remedy() -> None:
     assert f.remedies[0].fits is True
 
 
+def test_8_a_cap_that_does_not_bind_is_not_the_cause() -> None:
+    """new-011 (XPU): 8.11 GiB requested, nothing held, 8.27 GiB allowed: the cap is not what refused it."""
+    f = only_error(diagnose("pytorch/new-011.log"))
+    assert f.cause is not None and f.cause.id != "memory-cap"
+    assert "torch.memory-fraction" not in remedy_ids(f)
+
+
 def test_8_tgi_cap_from_allowed() -> None:
     """other-078 (LoRAX): '23.77 GiB allowed' is --cuda-memory-fraction's cap; lifting it is the fix."""
     f = only_error(diagnose("tgi/other-078.log"))

@@ -61,13 +61,14 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         return "host-ram", []  # a host buffer (pinned memory, llama.cpp's CPU buffer)
     # -- caps ----------------------------------------------------------------------------------
     free, req = a("free"), a("request")
-    if fig.get("allowed_bytes") is not None and (free is None or req is None or free >= req):
+    allowed = fig.get("allowed_bytes")
+    held = a("this-process") if a("this-process") is not None else a("reserved")
+    binds = held is None or req is None or held + req > allowed if allowed is not None else False
+    if allowed is not None and binds and (free is None or req is None or free >= req):
         # PyTorch prints "allowed" only when a per-process fraction is set
         return "memory-cap", ["cap", "this-process", "request", "free"]
     if fig.get("max_allowed_bytes") is not None:
         return "memory-cap", ["cap", "request"]  # MPS's high watermark
-    if rule == "tgi.cuda-oom.memory-fraction":
-        return "memory-cap", ["cap", "request", "free"]
     # -- other processes -----------------------------------------------------------------------
     capacity, others = a("capacity"), a("other-processes")
     if others is not None and capacity and others >= OTHERS_SHARE * capacity:

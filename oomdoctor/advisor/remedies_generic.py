@@ -99,6 +99,8 @@ def memory_fraction(inp: AdviceInput) -> Remedy | None:
     free = inp.fig("free_bytes")
     if None in (allowed, total, req, held, free) or not total:
         return None
+    if held + req <= allowed:
+        return None  # the cap does not bind: held + requested is within it
     value = ceil_to((held + req) / total + 0.01, 2)
     ceiling = floor_to((held + free) / total, 2)
     fits: bool | None = value <= ceiling
