@@ -50,6 +50,9 @@ def test_remedy_table_is_checked(tmp_path: object) -> None:
     assert remedy_info("vllm.cpu-offload-gb").cost == 10 and remedy_info("vllm.cpu-offload-gb").lever == "weights"
     assert remedy_info("vllm.tensor-parallel-size").additive is False
     assert remedy_info("no.such-remedy").cost == 5
+    # trade-offs in words are data too: the ranked remedy carries the table's text
+    f = only_error(diagnose("deepspeed/other-079.log"))
+    assert remedy(f, "host.add-swap").tradeoff == remedy_info("host.add-swap").tradeoff != ""
     bad = Path(str(tmp_path)) / "remedies.toml"
     bad.write_text('[remedy."vllm.max-model-len"]\ncost = 4\ncolour = "red"\n')
     with pytest.raises(ValueError, match="colour"):

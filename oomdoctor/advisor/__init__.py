@@ -163,6 +163,7 @@ def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
             continue
         if _missing_flag(rem, inp) is not None:
             continue
+        rem.tradeoff = rem.tradeoff or remedy_info(rid).tradeoff
         if rem.fits is True and inp.finding.account is not None and not inp.finding.account.entries \
                 and not remedy_info(rid).eliminates:
             rem.fits = None  # "fits" only when the account shows it

@@ -165,6 +165,7 @@ class RemedyEntry(_Strict):
     lever: str | None = Field(default=None, description="Remedies pulling one lever are never combined.")
     additive: bool = Field(default=True, description="False: the saving scales every term; never added.")
     eliminates: bool = Field(default=False, description="Removes the failing allocation itself.")
+    tradeoff: str = Field(default="", description="What the remedy costs, when its calculator does not say.")
 
 
 class RemedyTable(_Strict):

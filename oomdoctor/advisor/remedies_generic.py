@@ -83,7 +83,6 @@ def max_split_size(inp: AdviceInput) -> Remedy | None:
             f"this PyTorch's own message advises max_split_size_mb (expandable_segments came in 2.1). "
             f"{mib} MiB: the request rounded up to a power of two, at least {MAX_SPLIT_FLOOR_MB}."
         ),
-        tradeoff="Large blocks are no longer shared by smaller tensors: more cudaMalloc calls, sometimes slower.",
         sources={"fragmentation": "message", "requested": "message"},
     )
 
@@ -117,7 +116,6 @@ def memory_fraction(inp: AdviceInput) -> Remedy | None:
             f"The cap of {format_size(allowed)} binds while {format_size(free)} of the GPU is free: "
             f"({format_size(held)} held + {format_size(req)} requested) / {format_size(total)} + 0.01 = {fmt_fraction(value)}."
         ),
-        tradeoff="Less of the GPU left for the other processes the cap was protecting.",
         sources={"cap": "message", "held": "message", "requested": "message", "free": "message"},
     )
 
@@ -144,7 +142,6 @@ def free_other_processes(inp: AdviceInput) -> Remedy | None:
         fits=(free + held >= req) if req else None,
         confidence="high",
         why=f"{len(others)} other process(es) hold {format_size(held)} on this GPU (pid {pids}).",
-        tradeoff="Stops or moves the other work.",
         sources={"other processes": "message"},
     )
 
@@ -173,7 +170,6 @@ def _free_unlisted(inp: AdviceInput) -> Remedy | None:
             + (f"; {format_size(free)} was free" if free is not None else "")
             + ". Stop those processes, or pick an idle GPU with CUDA_VISIBLE_DEVICES."
         ),
-        tradeoff="Stops or moves the other work.",
         sources={"held": "derived from the message (capacity − free − this process)"},
     )
 
@@ -196,7 +192,6 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why="Activations grow with the batch" + (f"; the failing request was {format_size(req)}." if req else "."),
-        tradeoff="Fewer samples per step; keep the effective batch with gradient accumulation when training.",
     )
 
 
@@ -223,6 +218,5 @@ def mps_high_watermark(inp: AdviceInput) -> Remedy | None:
             f"{format_size(allocated)} allocated + {format_size(other)} other + {format_size(req)} requested "
             f"is {format_size(over)} over the {format_size(limit)} limit; the value is the one PyTorch's message gives."
         ),
-        tradeoff="No upper limit: macOS may swap heavily or the system may become unresponsive (PyTorch's warning).",
         sources={"figures": "message", "value": "message"},
     )

@@ -53,7 +53,6 @@ def add_swap(inp: AdviceInput) -> Remedy | None:
             "the whole host ran out, so swap catches a short peak (such as a checkpoint gathered to CPU "
             "memory) that a container limit would not."
         ),
-        tradeoff="Slow while the peak is swapped out; does not help a steady demand above the host's RAM.",
         sources={"rss": "message"},
     )
 
@@ -99,7 +98,6 @@ def low_cpu_mem_usage(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why="A plain load materialises the model in fp32 on the CPU before moving it; safetensors are memory-mapped and loaded shard by shard.",
-        tradeoff="device_map='auto' needs accelerate and may offload layers to CPU when the GPUs are full.",
     )
 
 
@@ -115,7 +113,6 @@ def shm_size(inp: AdviceInput) -> Remedy | None:
         confidence="high",
         why="Docker gives containers 64 MiB of /dev/shm; DataLoader workers and NCCL put their buffers there"
         + (f" (NCCL wanted a {format_size(seg)} segment)." if seg else "."),
-        tradeoff="/dev/shm counts against the container's memory limit.",
     )
 
 
@@ -128,7 +125,6 @@ def nccl_shm_disable(inp: AdviceInput) -> Remedy | None:
         fits=True,
         confidence="medium",
         why="NCCL's shared-memory transport could not create its segment; without it NCCL uses P2P or sockets.",
-        tradeoff="Slower intra-node communication when GPUs lack P2P (traffic goes through the network stack).",
     )
 
 
@@ -144,7 +140,6 @@ def smaller_model(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why=f"The model needs {format_size(req)} and {format_size(avail)} is available: {avail / req:.0%} of it.",
-        tradeoff="Lower quality with smaller quantizations or models.",
     )
 
 
@@ -160,7 +155,6 @@ def ray_threshold(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why=f"Ray kills workers when the node's memory use passes {cur}; set the variable when starting Ray.",
-        tradeoff="Above this the kernel OOM killer may strike first and take the raylet with it; reducing task parallelism (more CPUs per task) is safer.",
     )
 
 
@@ -181,7 +175,6 @@ def vllm_swap_space(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why=f"vLLM (V0) pins --swap-space GiB of host RAM per GPU ({per:g} × {gpus} here) for preempted sequences.",
-        tradeoff="Preempted sequences are recomputed instead of swapped; the flag exists up to vLLM 0.17.1 (V0 only).",
     )
 
 
@@ -202,5 +195,4 @@ def vllm_cpu_offload(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why=f"--cpu-offload-gb {cur:g} pins that much host RAM per GPU ({gpus} GPUs).",
-        tradeoff="More weights stay on the GPU: less room for the KV cache.",
     )

@@ -125,7 +125,6 @@ def max_batch_total_tokens(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why=f"The batch could hold {cur} tokens; {TGI_TOTAL_TOKENS_SHRINK:.0%} of that frees KV memory for activations.",
-        tradeoff="Fewer concurrent tokens: lower throughput under load.",
     )
 
 
@@ -164,7 +163,6 @@ def quantize(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why="8-bit weights take half of the fp16 weights' memory, leaving it to prefill and the KV cache.",
-        tradeoff="Small quality loss; EETQ needs an Ampere or newer GPU.",
     )
 
 
@@ -179,5 +177,4 @@ def cuda_graphs(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why="Decode graph capture ran out of memory; TGI's default sizes go up to 32, half of the sizes keep up to 8.",
-        tradeoff="Larger decode batches run without graphs; '--cuda-graphs 0' disables them entirely.",
     )

@@ -50,7 +50,6 @@ def batch_accumulation(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why=f"Activations grow with the per-device batch ({per}); same effective batch: {keep}.",
-        tradeoff="Each optimizer step takes about twice as many forward/backward passes.",
     )
 
 
@@ -73,7 +72,6 @@ def gradient_checkpointing(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium" if sure else "low",
         why="Only layer inputs are kept during the forward pass, cutting activation memory by roughly the number of layers.",
-        tradeoff="About 20-30% slower steps.",
     )
 
 
@@ -88,7 +86,6 @@ def bf16(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why="fp32 activations take twice the memory of bf16 ones.",
-        tradeoff="Needs an Ampere or newer GPU (else fp16 with loss scaling).",
     )
 
 
@@ -104,7 +101,6 @@ def optim_8bit(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why="AdamW keeps two fp32 states per parameter (8 bytes); 8-bit states take 2 bytes.",
-        tradeoff="Needs bitsandbytes; rarely a visible quality change.",
     )
 
 
@@ -151,5 +147,4 @@ def dataloader_workers(inp: AdviceInput) -> Remedy | None:
         confidence="low",
         why="Each worker is a process with its own copy of the dataset state and prefetched batches in shared memory"
         + (f" ({cur} now)." if cur else "."),
-        tradeoff="Slower data loading; the GPU may wait for batches.",
     )

@@ -96,7 +96,6 @@ def max_batch_size(inp: AdviceInput) -> Remedy | None:
         confidence="low",
         why="The runtime buffers are sized when the engine is built, for max_batch_size × max_input_len tokens; "
             "the log does not print the built value. " + _BUILD_NOTE,
-        tradeoff="Lower peak throughput; needs an engine rebuild.",
     )
 
 

@@ -226,7 +226,6 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
             + "."
             + weights_note
         ),
-        tradeoff="Less memory left for other processes on this GPU and for CUDA graphs.",
         sources=f.sources("total", "utilization", "free", "weights"),
     )
 
@@ -272,7 +271,6 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
             + (f", capped at {fmt_fraction(cap)} ({cap_why})" if target == cap else "")
             + f" = {fmt_fraction(target)}; raise further in steps if it still fails."
         ),
-        tradeoff="Less memory left for other processes on this GPU and for CUDA graphs.",
         sources=f.sources("utilization", "free", "total"),
     )
 
@@ -297,7 +295,6 @@ def cudagraph_estimate_off(inp: AdviceInput) -> Remedy | None:
             f"The profiler reserved an estimated {format_size(graph)} for CUDA graphs before sizing the KV cache; "
             "with the estimate off, that memory goes to the KV cache."
         ),
-        tradeoff="If the graphs really need that memory, capture may fail later: pair with a smaller capture size.",
         sources=f.sources("cudagraph"),
     )
 
@@ -373,7 +370,6 @@ def kv_cache_fp8(inp: AdviceInput) -> Remedy | None:
         fits=fits,
         confidence="medium",
         why=why + gpu_note,
-        tradeoff="Slight accuracy loss; the attention backend must support fp8 KV (vLLM picks one that does).",
         sources={**sources, **(({"capacity": cap[2]}) if cap else {})},
     )
 
@@ -415,7 +411,6 @@ def utilization_fit_free(inp: AdviceInput) -> Remedy | None:
             f"{format_size(free)} of {format_size(total)} is free: {format_size(free)} / {format_size(total)} = "
             f"{free / total:.4f}, minus a {UTILIZATION_MARGIN:.2f} margin, rounded down." + note
         ),
-        tradeoff="A smaller budget means a smaller KV cache: fewer concurrent sequences, maybe a shorter max length.",
         sources=f.sources("free", "total", "utilization"),
     )
 
@@ -445,7 +440,6 @@ def enforce_eager(inp: AdviceInput) -> Remedy | None:
             + (" and this failure happened while capturing them" if phase == "cudagraph-capture" else "")
             + (f" ({format_size(graph)} in this log)." if graph else ".")
         ),
-        tradeoff="Slower decoding, most of all at small batch sizes (often 10-30%).",
         sources=f.sources("cudagraph"),
     )
 
@@ -525,7 +519,6 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why=why,
-        tradeoff="Lower peak throughput under heavy concurrency.",
         sources={"dummy requests": src, **f.sources("geometry")},
     )
 
@@ -567,7 +560,6 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
         fits=fits,
         confidence="medium",
         why=why,
-        tradeoff="Long prompts are prefilled in more, smaller chunks (slightly higher time to first token).",
         sources={"max_num_batched_tokens": "context", **f.sources("activation")},
     )
 
@@ -601,7 +593,6 @@ def lower_utilization(inp: AdviceInput) -> Remedy | None:
             f"{fmt_fraction(util)} − {format_size(req)} / {format_size(total)} = {fmt_fraction(exact)}"
             + (f", capped at {fmt_fraction(MAX_UTILIZATION)}." if value < exact else ".")
         ),
-        tradeoff="A smaller KV cache: fewer concurrent sequences.",
         sources=f.sources("utilization", "total"),
     )
 
@@ -679,7 +670,6 @@ def tensor_parallel(inp: AdviceInput) -> Remedy | None:
         fits=fits,
         confidence="low" if assumed else "medium",
         why=why + ".",
-        tradeoff="Uses more GPUs; inter-GPU communication costs some latency.",
         sources=f.sources("gpus", "geometry", "weights", "total", "utilization"),
     )
 
@@ -715,7 +705,6 @@ def pipeline_parallel(inp: AdviceInput) -> Remedy | None:
         fits=fits,
         confidence="medium",
         why=f"{n} GPUs are available ({g[1]}); each stage holds about 1/{chosen} of the layers (weights and KV).",
-        tradeoff="Pipeline bubbles: higher latency per request than tensor parallelism on a single node.",
         sources=f.sources("gpus", "weights", "total", "utilization"),
     )
 
@@ -742,7 +731,6 @@ def cpu_offload(inp: AdviceInput) -> Remedy | None:
         # offloading more than half the weights makes every forward pass PCIe-bound
         confidence="medium" if (f.weights is not None and gib * GiB <= f.weights.value // 2) else "low",
         why=f"{format_size(short[0])} is missing ({short[1]}); rounded up to whole GiB.",
-        tradeoff="Much slower: offloaded weights cross PCIe on every forward pass; needs as much pinned host RAM.",
         sources=f.sources("weights"),
     )
 
@@ -787,7 +775,6 @@ def quantization(inp: AdviceInput) -> Remedy | None:
         + (f"; {format_size(short[0])} is missing" if short and short[0] > 0 else "")
         + "."
         + gpu_note,
-        tradeoff="Small quality loss; KV cache unchanged.",
         sources=f.sources("weights", "gpu"),
     )
 
@@ -827,7 +814,6 @@ def quantization_4bit(inp: AdviceInput) -> Remedy | None:
             f"4-bit weights take about {FOUR_BIT_BYTES_PER_PARAM} bytes per parameter: "
             f"{params / 1e9:.2f}B parameters → {format_size(after)} instead of {format_size(now)}."
         ),
-        tradeoff="A different checkpoint: some quality loss, and it must exist (or be made) for this model.",
         sources={"parameters": src, **f.sources("weights")},
     )
 
@@ -867,7 +853,6 @@ def swap_space(inp: AdviceInput) -> Remedy | None:
             f"Each of {gpus} worker(s) pins --swap-space GiB of host memory ({current:g} "
             f"{'in this run' if current_txt else 'by default'}); {value} GiB saves {format_size(int((current - value) * GiB * gpus))}."
         ),
-        tradeoff="Preempted sequences are recomputed instead of swapped (V0 engine).",
         sources={"swap_space": "context" if current_txt else "default (4 GiB)"},
     )
 
