@@ -326,15 +326,15 @@ CANNOT = {
                             "bare PyTorch message does not name"),
     "vllm/vllm-001.log": (["context-len"], "CONTEXT_LEN is a wrapper's variable; vLLM's own --max-model-len 4512 "
                           "is offered"),
-    "sglang/new-027.log": (["mem-fraction-static"], "not detected: no rule matches 'Loaded weights leave no GPU "
-                           "memory for the KV cache' in this SGLang version (detection, issue 14)"),
-    "vllm/new-035.log": (["gpu-memory-utilization"], "not detected: the 'KV cache is needed' message is wrapped "
-                         "beyond the rule's reach (detection, issue 14)"),
+    "sglang/new-027.log": (["mem-fraction-static"], "not detected: no rule matches this SGLang's 'Loaded weights "
+                           "leave no GPU memory for the KV cache under --mem-fraction-static=0.88' (detection, issue 14)"),
+    "vllm/new-035.log": (["gpu-memory-utilization"], "not detected: the 'KV cache is needed' message is split over "
+                         "three lines, which the rule does not join (detection, issue 14)"),
     "other/other-065.log": (["cuda-visible-devices"], "not detected: Torch7's THCudaCheck line (detection)"),
     "llamacpp/other-087.log": (["b", "batch-size", "ubatch"], "not detected: old llama.cpp's 'not enough space in "
                                "the context's memory pool' (detection)"),
-    "vllm/vllm-029.log": (["enforce-eager"], "not detected: the worker's OOM line is outside the excerpt's rules "
-                          "(detection)"),
+    "vllm/vllm-029.log": (["enforce-eager"], "not detected: the excerpt ends mid-line ('Error executing metho'), "
+                          "before any out-of-memory text"),
 }
 
 
