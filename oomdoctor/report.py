@@ -1,6 +1,6 @@
 """The report contract (DESIGN §3): the one structure every renderer and the HTTP server read.
 
-``schema_version`` 1. The JSON Schema generated from these models is committed as
+``schema_version`` 2 (2 added ``finding.cause`` and ``finding.account``). The JSON Schema generated from these models is committed as
 ``oomdoctor/report.schema.json`` and a test checks it does not drift.
 """
 
@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 Severity = Literal["error", "warning"]
 Confidence = Literal["high", "medium", "low"]
@@ -53,6 +53,48 @@ class Remedy(_Model):
     )
 
 
+Provenance = Literal["stated", "derived", "assumed"]
+
+
+class AccountEntry(_Model):
+    """One line of the memory ledger of the failing device."""
+
+    name: str = Field(description="What holds or lacks the memory (capacity, cap, other-processes, weights, request, ...).")
+    bytes: int | None = Field(default=None, description="Size in bytes (None for an entry counted in tokens).")
+    tokens: int | None = Field(default=None, description="Size in tokens, for a KV cache counted that way.")
+    source: Provenance = Field(description="stated by the log, derived from stated figures, or assumed (a default).")
+    line: int | None = Field(default=None, description="The log line the figure came from, when known.")
+    note: str = ""
+
+
+class Account(_Model):
+    """Where the memory went: the ledger the cause and the remedies are read from."""
+
+    entries: list[AccountEntry] = Field(default_factory=list)
+
+    def get(self, name: str) -> int | None:
+        """Bytes of the entry ``name``, or None when the account has no such entry."""
+        for e in self.entries:
+            if e.name == name and e.bytes is not None:
+                return e.bytes
+        return None
+
+    def tokens(self, name: str) -> int | None:
+        """Tokens of the entry ``name``, or None when the account has no such entry in tokens."""
+        for e in self.entries:
+            if e.name == name and e.tokens is not None:
+                return e.tokens
+        return None
+
+
+class Cause(_Model):
+    """Why the memory ran out, in one word of a small vocabulary, with its evidence."""
+
+    id: str
+    summary: str
+    evidence: list[str] = Field(default_factory=list)
+
+
 class Location(_Model):
     source: str = "<stdin>"
     line: int
@@ -73,6 +115,8 @@ class Finding(_Model):
     occurrences: int = 1
     ranks: list[str] = Field(default_factory=list)
     figures: dict[str, Any] = Field(default_factory=dict)
+    cause: Cause | None = None
+    account: Account | None = None
     remedies: list[Remedy] = Field(default_factory=list)
 
 

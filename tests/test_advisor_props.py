@@ -108,3 +108,61 @@ def test_gpu_catalog_fp8_flags() -> None:
     t4, l4 = find_gpu("T4"), find_gpu("L4")
     assert t4 is not None and l4 is not None
     assert not t4.fp8_tensor_cores and l4.fp8_tensor_cores
+
+
+# -- no remedy contradicts the account (issue 13), over every fixture ----------------------------------
+
+def _fixture_findings() -> list[tuple[str, object, object]]:
+    from oomdoctor.api import diagnose
+    from tests.corpus import FIXTURES
+
+    out = []
+    for path in sorted(FIXTURES.glob("*/*.log")):
+        report = diagnose(path.read_bytes(), source=path.name)
+        out += [(f"{path.parent.name}/{path.name}", f, report.context) for f in report.findings if f.cause]
+    return out
+
+
+FIXTURE_FINDINGS = _fixture_findings()
+
+
+def test_every_fixture_finding_has_a_cause_and_an_account() -> None:
+    assert len(FIXTURE_FINDINGS) > 50
+    from oomdoctor.advisor.prescription import CAUSES
+
+    assert all(f.cause.id in CAUSES and f.account is not None for _, f, _ in FIXTURE_FINDINGS)  # type: ignore[attr-defined]
+
+
+def test_no_remedy_contradicts_the_account() -> None:
+    from oomdoctor.advisor.cause import engine_for
+    from oomdoctor.advisor.prescription import remedy_info, withheld
+    from oomdoctor.advisor.versions import flag_exists
+
+    problems = []
+    for name, f, ctx in FIXTURE_FINDINGS:
+        acc, engine = f.account, engine_for(f, ctx)  # type: ignore[attr-defined,arg-type]
+        drop = withheld(f.cause.id, engine, f.phase)  # type: ignore[attr-defined]
+        version = ctx.engine_version if ctx.engine in (None, engine) else None  # type: ignore[attr-defined]
+        for r in f.remedies:  # type: ignore[attr-defined]
+            where = f"{name}: {f.cause.id}: {r.id}"  # type: ignore[attr-defined]
+            # a knob that does not govern the failing budget
+            parts = r.id[len("combined:"):].split("+") if r.id.startswith("combined:") else [r.id]
+            if any(p in drop for p in parts):
+                problems.append(f"{where}: withheld by the cause")
+            # a flag the detected (or current) version lacks
+            for k, v in [*r.flags.items(), *r.env.items()]:
+                if flag_exists(engine, f"{k}={v}" if v else k, version) is False:
+                    problems.append(f"{where}: {k} {v} not in {engine} {version or '(current)'}")
+            # a utilization whose budget cannot even hold the weights this process loads
+            util = r.flags.get("--gpu-memory-utilization")
+            cap, weights = acc.get("capacity"), acc.get("weights")
+            if util and cap and weights and r.fits is not False and float(util) * cap < weights:
+                problems.append(f"{where}: {util} × {cap} < weights {weights}")
+            # "fits" with nothing in the account to show it (unless the failing allocation goes away)
+            if r.fits is True and not acc.entries and not remedy_info(r.id).eliminates:
+                problems.append(f"{where}: fits with an empty account")
+            short = acc.get("shortfall")
+            if r.fits is True and short and r.saves_bytes is not None and 0 < r.saves_bytes < short \
+                    and not r.id.startswith("combined:") and not r.flags.get("--max-model-len"):
+                problems.append(f"{where}: fits, yet saves {r.saves_bytes} < shortfall {short}")
+    assert not problems, "\n".join(problems)

@@ -7,12 +7,27 @@ from oomdoctor.report import Context, Finding, Location
 from tests.engines_util import diagnose, only_error, remedy, remedy_ids
 
 
-def test_limit_from_anon_rss() -> None:
+def test_global_oom_is_not_a_container_limit() -> None:
+    """constraint=CONSTRAINT_NONE: the host ran out, no limit to raise; swap sized from anon + file + shmem."""
     f = only_error(diagnose("transformers/other-081.log"))
-    # 54398260 kB × 1.25 = 64.85 GiB -> 65 GiB
-    r = remedy(f, "host.container-memory-limit")
-    assert r.flags == {"--memory": "65g"} and r.settings == {"resources.limits.memory": "65Gi"}
+    assert f.cause is not None and f.cause.id == "host-ram"
+    assert "host.container-memory-limit" not in remedy_ids(f)
+    # (54398260 + 2628 + 0) kB = 51.88 GiB -> at least 52 GiB
+    assert remedy(f, "host.add-swap").settings == {"swap size": "at least 52 GiB"}
     assert "host.low-cpu-mem-usage" in remedy_ids(f)
+
+
+def test_limit_from_resident_size() -> None:
+    """A cgroup OOM: the limit is the remedy, sized from anon + file + shmem rss."""
+    import oomdoctor
+
+    log = ("Dec 02 10:00:00 gpu-node kernel: Memory cgroup out of memory: Killed process 4242 (python3) "
+           "total-vm:33554432kB, anon-rss:16777216kB, file-rss:1048576kB, shmem-rss:1048576kB, UID:0\n")
+    f = oomdoctor.diagnose(log).findings[0]
+    assert f.cause is not None and f.cause.id == "container-limit"
+    # (16777216 + 1048576 + 1048576) kB = 18 GiB × 1.25 = 22.5 -> 23 GiB
+    r = remedy(f, "host.container-memory-limit")
+    assert r.flags == {"--memory": "23g"} and r.settings == {"resources.limits.memory": "23Gi"}
 
 
 def test_shm_remedies() -> None:

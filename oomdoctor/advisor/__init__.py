@@ -1,10 +1,17 @@
 """The advisor: turns findings + context into ranked remedies with concrete values.
 
+It works as an expert does, in three steps: the *account* of the failing device
+(:mod:`~oomdoctor.advisor.account`), the *cause* it shows (:mod:`~oomdoctor.advisor.cause`), and the
+*prescription*: the remedies the cause calls for in this engine and phase
+(``rules/advice/causes.toml``, :mod:`~oomdoctor.advisor.prescription`), then the rule's own list,
+less the remedies the cause withholds and any flag the detected version lacks
+(:func:`~oomdoctor.advisor.versions.flag_exists`).
+
 Each remedy id named by a rule maps to a calculator (``registry.remedy``) that returns a
 :class:`~oomdoctor.report.Remedy` or ``None`` when its inputs are missing or it cannot help.
 
 Ranking: remedies that fit alone first; among those, surer ones first, then the cheapest
-trade-off (:data:`TRADEOFF_COST`). When none fits alone, the smallest set of compatible remedies
+trade-off (``cost`` in ``rules/advice/remedies.toml``). When none fits alone, the smallest set of compatible remedies
 whose savings cover the shortage is offered as one combined remedy, first. Remedies that cannot
 help (``fits`` False) go last with the reason in ``why``. The top remedy gets the corrected
 command when the launch command is known.
@@ -15,56 +22,24 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import combinations
 
+from oomdoctor.advisor.account import account_for
+from oomdoctor.advisor.cause import engine_for, name_cause
+from oomdoctor.advisor.prescription import prescribed, remedy_info, withheld
 from oomdoctor.advisor.registry import AdviceInput, calculator
-from oomdoctor.report import Context, Finding, Remedy, Report
+from oomdoctor.advisor.versions import flag_exists
+from oomdoctor.report import Cause, Context, Finding, Remedy, Report
 from oomdoctor.units import format_size
 
-#: relative cost of each remedy's trade-off (lower = cheaper); unknown ids cost 5
-TRADEOFF_COST: dict[str, int] = {
-    "torch.expandable-segments": 0,
-    "gpu.free-other-processes": 1,
-    "vllm.gpu-memory-utilization.fit-free": 1,
-    "vllm.gpu-memory-utilization.raise-for-kv": 2,
-    "vllm.gpu-memory-utilization.lower": 2,
-    "vllm.max-num-batched-tokens": 3,
-    "vllm.max-num-seqs": 3,
-    "vllm.cudagraph-capture-size": 3,
-    "torch.reduce-batch": 3,
-    "vllm.max-model-len": 4,
-    "vllm.kv-cache-dtype-fp8": 4,
-    "vllm.enforce-eager": 5,
-    "vllm.quantization": 6,
-    "vllm.tensor-parallel-size": 7,
-    "vllm.pipeline-parallel-size": 8,
-    "vllm.quantization-4bit": 9,
-    "vllm.cpu-offload-gb": 10,
-    "vllm.swap-space": 5,
-}
-#: remedies that pull the same lever: never combined with each other
-LEVER: dict[str, str] = {
-    "vllm.quantization": "weights",
-    "vllm.quantization-4bit": "weights",
-    "vllm.cpu-offload-gb": "weights",
-    "vllm.gpu-memory-utilization.raise-for-kv": "utilization",
-    "vllm.gpu-memory-utilization.lower": "utilization",
-    "vllm.gpu-memory-utilization.fit-free": "utilization",
-    "vllm.enforce-eager": "graphs",
-    "vllm.cudagraph-capture-size": "graphs",
-    "vllm.max-num-batched-tokens": "activation",
-    "torch.reduce-batch": "activation",
-}
-#: savings that are not additive with others (they scale every term): never combined
-NOT_ADDITIVE = {"vllm.tensor-parallel-size", "vllm.pipeline-parallel-size"}
 _CONFIDENCE = {"high": 0, "medium": 1, "low": 2}
 _FITS = {True: 0, None: 1, False: 2}
 
 
 def _cost(r: Remedy) -> int:
     if r.id.startswith("combined:"):
-        return sum(TRADEOFF_COST.get(x, 5) for x in r.id[len("combined:") :].split("+"))
+        return sum(remedy_info(x).cost for x in r.id[len("combined:") :].split("+"))
     if r.id == "vllm.cpu-offload-gb" and r.confidence == "low":
         return 20  # most of the weights over PCIe: worse than any model change
-    return TRADEOFF_COST.get(r.id, 5)
+    return remedy_info(r.id).cost
 
 
 def _rank_key(r: Remedy) -> tuple[int, int, int, int]:
@@ -78,19 +53,21 @@ def _changes(r: Remedy) -> dict[str, str]:
 def _combine(rems: Sequence[Remedy], missing: int) -> Remedy | None:
     """The smallest set (then cheapest) of compatible remedies whose savings cover ``missing`` bytes."""
     pool = [r for r in rems if r.fits is not False and r.saves_bytes and r.saves_bytes > 0 and _changes(r)
-            and r.id not in NOT_ADDITIVE]
+            and remedy_info(r.id).additive]
+    if any((r.saves_bytes or 0) >= missing for r in pool):
+        return None  # one change alone covers it: a combination would say otherwise
     for size in (2, 3):
         best: tuple[int, tuple[Remedy, ...]] | None = None
         for combo in combinations(pool, size):
             keys = [k for r in combo for k in _changes(r)]
             if len(keys) != len(set(keys)):
                 continue  # two values for one flag
-            levers = [LEVER.get(r.id, r.id) for r in combo]
+            levers = [remedy_info(r.id).lever or r.id for r in combo]
             if len(levers) != len(set(levers)):
                 continue  # alternatives, not complements
             if sum(r.saves_bytes or 0 for r in combo) < missing:
                 continue
-            cost = sum(TRADEOFF_COST.get(r.id, 5) for r in combo)
+            cost = sum(remedy_info(r.id).cost for r in combo)
             if best is None or cost < best[0]:
                 best = (cost, combo)
         if best is not None:
@@ -137,14 +114,61 @@ def _already_in_use(rem: Remedy, context: Context) -> bool:
     return True
 
 
+#: inputs that only round a value (a block size), not numbers the value is computed from
+_ROUNDING = {"block_size"}
+
+
+def _stated(source: str) -> bool:
+    """A number the log states (the message, a context line) or derives from stated numbers."""
+    return source.startswith(("message", "context", "derived from the message"))
+
+
+def _missing_flag(rem: Remedy, inp: AdviceInput) -> str | None:
+    """The first flag or variable of ``rem`` that the detected engine version lacks, or None."""
+    engine = engine_for(inp.finding, inp.context)
+    version = inp.context.engine_version if inp.context.engine in (None, engine) else None
+    for key, value in [*rem.flags.items(), *rem.env.items()]:
+        probe = f"{key}={value}" if value else key
+        if flag_exists(engine, probe, version) is False:
+            return probe
+    return None
+
+
+def _command_exists(command: str, inp: AdviceInput) -> bool:
+    """False when the command's program (``vllm serve``) is newer than the detected version."""
+    words = [w for w in command.split() if "=" not in w or w.startswith("-")]
+    if words[:2] != ["vllm", "serve"]:
+        return True
+    version = inp.context.engine_version if inp.context.engine in (None, "vllm") else None
+    return flag_exists("vllm", "vllm serve", version) is not False
+
+
+def _withholds(inp: AdviceInput, ids: Iterable[str]) -> bool:
+    """True when the finding's cause withholds any of ``ids``."""
+    cause = inp.finding.cause
+    if cause is None:
+        return False
+    drop = withheld(cause.id, engine_for(inp.finding, inp.context), inp.finding.phase)
+    return any(i in drop for i in ids)
+
+
 def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
-    """Compute the remedies ``ids`` for one input, drop duplicates and no-ops, rank and number them."""
+    """Compute the remedies ``ids`` for one input, drop duplicates, no-ops and flags the version lacks,
+    rank and number them."""
     out: list[Remedy] = []
     seen: set[tuple[tuple[str, str], ...]] = set()
     for order, rid in enumerate(ids):
         rem = calculator(rid)(inp)
         if rem is None:
             continue
+        if _missing_flag(rem, inp) is not None:
+            continue
+        rem.tradeoff = rem.tradeoff or remedy_info(rid).tradeoff
+        if rem.fits is True and inp.finding.account is not None and not inp.finding.account.entries \
+                and not remedy_info(rid).eliminates:
+            rem.fits = None  # "fits" only when the account shows it
+        if rem.confidence == "high" and not all(_stated(v) for k, v in rem.sources.items() if k not in _ROUNDING):
+            rem.confidence = "medium"  # "high" only when every number used is stated by the log
         key = tuple(sorted(_changes(rem).items()))
         if key and key in seen:
             continue
@@ -158,6 +182,8 @@ def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
         from oomdoctor.advisor.remedies_vllm import plan_remedy, shortage, shortage_is_lower_bound
 
         combo = plan_remedy(inp)
+        if combo is not None and _withholds(inp, combo.id[len("combined:"):].split("+")):
+            combo = None  # the plan pulls a lever the cause says cannot change this budget
         short = shortage(inp)
         if combo is None and short and short[0] > 0 and not shortage_is_lower_bound(inp):
             combo = _combine(out, short[0])
@@ -170,19 +196,39 @@ def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
     if out and out[0].fits is not False:
         from oomdoctor.advisor.command import corrected_command
 
-        out[0].command = corrected_command(inp.context, out[0])
+        command = corrected_command(inp.context, out[0])
+        out[0].command = command if command is None or _command_exists(command, inp) else None
     return out
 
 
+def diagnose_finding(finding: Finding, context: Context) -> Cause:
+    """Fill ``finding.account`` and ``finding.cause`` (in place) and return the cause."""
+    finding.account = account_for(finding, context)
+    finding.cause = name_cause(finding, context, finding.account)
+    return finding.cause
+
+
+def prescription_ids(finding: Finding, context: Context, rule_ids: Iterable[str]) -> list[str]:
+    """The remedies to compute: the cause's first, then the rule's, less those the cause withholds."""
+    cause = finding.cause or diagnose_finding(finding, context)
+    engine = engine_for(finding, context)
+    first = prescribed(cause.id, engine, finding.phase)
+    drop = withheld(cause.id, engine, finding.phase)
+    ids = [*first, *(r for r in rule_ids if r not in first)]
+    return [r for r in ids if r not in drop]
+
+
 def remedies_for(finding: Finding, context: Context, hints: Mapping[str, str] | None = None) -> list[Remedy]:
-    """Compute, rank and number the remedies of one finding."""
+    """Account, cause, then compute, rank and number the remedies of one finding."""
     from oomdoctor.rulepack import default_pack
 
     try:
         rule = default_pack().rule(finding.rule)
-        ids = list(rule.rule.remedies)
+        rule_ids = list(rule.rule.remedies)
     except KeyError:
-        ids = []
+        rule_ids = []
+    diagnose_finding(finding, context)
+    ids = prescription_ids(finding, context, rule_ids)
     return rank_remedies(ids, AdviceInput(finding, context, dict(hints or {})))
 
 

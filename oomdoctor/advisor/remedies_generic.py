@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+from oomdoctor.advisor.account import other_processes
+from oomdoctor.advisor.cause import OTHERS_SHARE
 from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.advisor.values import ceil_to, floor_to, fmt_fraction
 from oomdoctor.report import Remedy
 from oomdoctor.units import format_size
 
+#: max_split_size_mb never below this (MiB): smaller values split almost every block
+MAX_SPLIT_FLOOR_MB = 128
 
-@remedy("torch.expandable-segments")
-def expandable_segments(inp: AdviceInput) -> Remedy | None:
-    if inp.context.expandable_segments:
-        return None
-    spare, req = inp.fig("reserved_unallocated_bytes"), inp.fig("requested_bytes")
+
+def legacy_allocator(inp: AdviceInput) -> bool:
+    """PyTorch before 2.1: its message advises max_split_size_mb; expandable_segments does not exist."""
+    msg = inp.finding.message
+    return inp.finding.rule.endswith(".legacy") or ("max_split_size_mb" in msg and "expandable_segments" not in msg)
+
+
+def _spare(inp: AdviceInput) -> int | None:
+    spare = inp.fig("reserved_unallocated_bytes")
     if spare is None:
         reserved, allocated = inp.fig("reserved_bytes"), inp.fig("allocated_bytes")
         if reserved is not None and allocated is not None:
             spare = reserved - allocated
+    return spare
+
+
+@remedy("torch.expandable-segments")
+def expandable_segments(inp: AdviceInput) -> Remedy | None:
+    if inp.context.expandable_segments or legacy_allocator(inp):
+        return None
+    spare, req = _spare(inp), inp.fig("requested_bytes")
     if spare is None or req is None:
         return None
     # fragmentation matters when the cached-but-free memory is a sizeable share of the request
@@ -42,24 +59,77 @@ def expandable_segments(inp: AdviceInput) -> Remedy | None:
     )
 
 
+@remedy("torch.max-split-size")
+def max_split_size(inp: AdviceInput) -> Remedy | None:
+    """PyTorch before 2.1 (the message advises ``max_split_size_mb``): stop splitting large cached blocks.
+
+    Value: the request in MiB rounded up to a power of two, at least :data:`MAX_SPLIT_FLOOR_MB`.
+    """
+    if not legacy_allocator(inp):
+        return None
+    spare, req = _spare(inp), inp.fig("requested_bytes")
+    if spare is None or req is None or spare < req / 4:
+        return None
+    mib = max(MAX_SPLIT_FLOOR_MB, 1 << max(0, (int(req) - 1).bit_length() - 20))
+    return Remedy(
+        id="torch.max-split-size",
+        title=f"Stop the allocator splitting blocks larger than {mib} MiB",
+        env={"PYTORCH_CUDA_ALLOC_CONF": f"max_split_size_mb:{mib}"},
+        saves_bytes=None,
+        fits=None,
+        confidence="medium",
+        why=(
+            f"{format_size(spare)} is reserved by PyTorch but unallocated against a request of {format_size(req)}; "
+            f"this PyTorch's own message advises max_split_size_mb (expandable_segments came in 2.1). "
+            f"{mib} MiB: the request rounded up to a power of two, at least {MAX_SPLIT_FLOOR_MB}."
+        ),
+        sources={"fragmentation": "message", "requested": "message"},
+    )
+
+
+@remedy("torch.memory-fraction")
+def memory_fraction(inp: AdviceInput) -> Remedy | None:
+    """PyTorch's "N allowed": the process capped itself with ``set_per_process_memory_fraction``.
+
+    Value: (this process + request) / capacity, rounded up, plus 0.01; never above (this process + free) / capacity.
+    """
+    allowed, total, req = inp.fig("allowed_bytes"), inp.fig("total_bytes"), inp.fig("requested_bytes")
+    held = inp.fig("in_use_bytes") or inp.fig("reserved_bytes") or inp.fig("allocated_bytes")
+    free = inp.fig("free_bytes")
+    if None in (allowed, total, req, held, free) or not total:
+        return None
+    if held + req <= allowed:
+        return None  # the cap does not bind: held + requested is within it
+    value = ceil_to((held + req) / total + 0.01, 2)
+    ceiling = floor_to((held + free) / total, 2)
+    fits: bool | None = value <= ceiling
+    if value > 1 or value <= allowed / total:
+        return None
+    return Remedy(
+        id="torch.memory-fraction",
+        title=f"Raise the per-process memory fraction to {fmt_fraction(value)}",
+        settings={"torch.cuda.set_per_process_memory_fraction": fmt_fraction(value)},
+        saves_bytes=int(value * total) - int(allowed),
+        fits=fits,
+        confidence="high" if fits else "low",
+        why=(
+            f"The cap of {format_size(allowed)} binds while {format_size(free)} of the GPU is free: "
+            f"({format_size(held)} held + {format_size(req)} requested) / {format_size(total)} + 0.01 = {fmt_fraction(value)}."
+        ),
+        sources={"cap": "message", "held": "message", "requested": "message", "free": "message"},
+    )
+
+
 @remedy("gpu.free-other-processes")
 def free_other_processes(inp: AdviceInput) -> Remedy | None:
-    others = list(inp.fig("other_processes") or [])
-    own = inp.fig("in_use_bytes")
-    if own is not None:
-        # recent PyTorch lists every process, the failing one included
-        others = [p for p in others if int(p.get("in_use_bytes", 0)) != own]
-    else:
-        allocated = inp.fig("allocated_bytes")
-        if len(others) == 1 and allocated and int(others[0].get("in_use_bytes", 0)) >= allocated:
-            return None  # the one process listed holds at least what PyTorch allocated: it is this one
-    if not others:
-        return None
-    held = sum(int(p.get("in_use_bytes", 0)) for p in others)
-    pids = ", ".join(str(p.get("pid")) for p in others[:8]) + (" ..." if len(others) > 8 else "")
+    others = other_processes(inp.figures)
     req = inp.fig("requested_bytes")
     free = inp.fig("free_bytes") or 0
     gpu = inp.fig("gpu_index")
+    if not others:
+        return _free_unlisted(inp)
+    held = sum(int(p.get("in_use_bytes", 0)) for p in others)
+    pids = ", ".join(str(p.get("pid")) for p in others[:8]) + (" ..." if len(others) > 8 else "")
     return Remedy(
         id="gpu.free-other-processes",
         title=(
@@ -72,15 +142,47 @@ def free_other_processes(inp: AdviceInput) -> Remedy | None:
         fits=(free + held >= req) if req else None,
         confidence="high",
         why=f"{len(others)} other process(es) hold {format_size(held)} on this GPU (pid {pids}).",
-        tradeoff="Stops or moves the other work.",
         sources={"other processes": "message"},
     )
 
 
+def _free_unlisted(inp: AdviceInput) -> Remedy | None:
+    """The account shows memory held outside this process without naming the processes."""
+    cause = inp.finding.cause
+    if cause is None or cause.id != "other-processes" or inp.finding.account is None:
+        return None
+    acc = inp.finding.account
+    held = acc.get("other-processes") or acc.get("outside-pytorch")
+    total, free, req = acc.get("capacity"), acc.get("free"), acc.get("request")
+    if held is None or total is None:
+        return None
+    gpu = inp.fig("gpu_index")
+    return Remedy(
+        id="gpu.free-other-processes",
+        title=f"Free GPU {gpu if gpu is not None else ''} from the processes holding {format_size(held)}".replace("GPU  ", "GPU "),
+        settings={"list GPU processes": "nvidia-smi --query-compute-apps=pid,used_memory --format=csv"},
+        saves_bytes=held,
+        fits=(free or 0) + held >= req if req else None,
+        # a small share held elsewhere: sizing this process to the free memory is the cheaper change
+        confidence="high" if (req and held >= OTHERS_SHARE * total) else "medium",
+        why=(
+            f"{format_size(held)} of the {format_size(total)} GPU is held outside this process"
+            + (f"; {format_size(free)} was free" if free is not None else "")
+            + ". Stop those processes, or pick an idle GPU with CUDA_VISIBLE_DEVICES."
+        ),
+        sources={"held": "derived from the message (capacity − free − this process)"},
+    )
+
+
+#: engines that batch by themselves (their own knobs say how) or have their own batch remedy
+_OWN_BATCHING = ("vllm", "sglang", "tgi", "tensorrt-llm", "llama.cpp", "ollama", "ggml", "jax", "tensorflow", "xla")
+
+
 @remedy("torch.reduce-batch")
 def reduce_batch(inp: AdviceInput) -> Remedy | None:
-    if inp.context.engine == "vllm" or inp.finding.engine == "vllm":
-        return None  # vLLM batches itself: vllm.max-num-seqs / vllm.max-num-batched-tokens say how
+    engines = {inp.context.engine, inp.finding.engine}
+    if engines & set(_OWN_BATCHING):
+        return None  # a server batches by itself (max-num-seqs, max-running-requests, ...); XLA has xla.reduce-batch
     req = inp.fig("requested_bytes")
     return Remedy(
         id="torch.reduce-batch",
@@ -90,7 +192,6 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why="Activations grow with the batch" + (f"; the failing request was {format_size(req)}." if req else "."),
-        tradeoff="Fewer samples per step; keep the effective batch with gradient accumulation when training.",
     )
 
 
@@ -117,6 +218,5 @@ def mps_high_watermark(inp: AdviceInput) -> Remedy | None:
             f"{format_size(allocated)} allocated + {format_size(other)} other + {format_size(req)} requested "
             f"is {format_size(over)} over the {format_size(limit)} limit; the value is the one PyTorch's message gives."
         ),
-        tradeoff="No upper limit: macOS may swap heavily or the system may become unresponsive (PyTorch's warning).",
         sources={"figures": "message", "value": "message"},
     )

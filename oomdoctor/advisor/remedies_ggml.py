@@ -86,7 +86,6 @@ def n_gpu_layers(inp: AdviceInput) -> Remedy | None:
         fits=True if computed and not assumed else None,
         confidence="medium" if computed else "low",
         why=why + assumed + ".",
-        tradeoff="Layers left on the CPU run much slower.",
     )
 
 
@@ -122,7 +121,6 @@ def num_gpu(inp: AdviceInput) -> Remedy | None:
         fits=True if computed else None,
         confidence="medium" if computed else "low",
         why=why + ". Set it with PARAMETER num_gpu in a Modelfile or options.num_gpu in the API request.",
-        tradeoff="Layers left on the CPU run much slower.",
     )
 
 
@@ -198,7 +196,6 @@ def num_parallel(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium" if cur else "low",
         why="ollama allocates num_ctx × OLLAMA_NUM_PARALLEL tokens of KV cache" + (f" (now {cur} slots)." if cur else "."),
-        tradeoff="Concurrent requests queue instead of running together.",
     )
 
 
@@ -220,7 +217,6 @@ def kv_cache_type(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why="q8_0 takes 8.5 bits per value instead of 16" + (f": {format_size(kv)} → {format_size(kv * Q8_0_RATIO)}." if kv else "."),
-        tradeoff="Tiny quality loss; a quantized V cache needs flash attention (newer builds spell it '-fa on').",
     )
 
 
@@ -238,7 +234,6 @@ def ollama_kv_cache_type(inp: AdviceInput) -> Remedy | None:
         confidence="medium",
         why="q8_0 takes 8.5 bits per value instead of 16" + (f": {format_size(kv)} → {format_size(kv * Q8_0_RATIO)}." if kv else ".")
         + " ollama only quantizes the cache with flash attention on.",
-        tradeoff="Tiny quality loss.",
     )
 
 
@@ -257,7 +252,6 @@ def flash_attn(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why="Without flash attention the compute buffer holds the whole n_ctx × n_ubatch attention matrix.",
-        tradeoff="Needs a backend that supports it (CUDA, Metal, recent Vulkan); newer builds spell it '-fa on'.",
     )
 
 
@@ -272,7 +266,6 @@ def ollama_flash_attention(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why="Without flash attention the compute buffer holds the whole context × batch attention matrix.",
-        tradeoff="Only on GPUs/models ollama supports it for; it falls back silently otherwise.",
     )
 
 
@@ -294,5 +287,4 @@ def ubatch_size(inp: AdviceInput) -> Remedy | None:
         confidence="medium",
         why=f"The compute buffer grows with n_ubatch ({cur}); half of it roughly halves the buffer"
         + (f" of {format_size(req)}." if req else "."),
-        tradeoff="Slower prompt processing.",
     )

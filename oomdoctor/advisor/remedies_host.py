@@ -21,11 +21,45 @@ RAY_DEFAULT_THRESHOLD = 0.95
 RAY_MAX_THRESHOLD = 0.98
 
 _SERVING = ("vllm", "sglang", "tgi", "tensorrt-llm")
+#: llama.cpp and ollama load GGUF files: transformers' loading options do not apply
+_GGML = ("llama.cpp", "ollama", "ggml")
+
+
+def resident_bytes(inp: AdviceInput) -> int | None:
+    """What the killed process held in RAM: anon + file + shmem rss (the kernel's three figures)."""
+    parts = [as_int(inp.fig(k)) for k in ("anon_rss_bytes", "file_rss_bytes", "shmem_rss_bytes")]
+    if parts[0] is None:
+        return None
+    return sum(p or 0 for p in parts)
+
+
+@remedy("host.add-swap")
+def add_swap(inp: AdviceInput) -> Remedy | None:
+    """A global (not container) OOM: swap lets a short peak spill to disk instead of killing the job.
+
+    Value: at least the resident size of the killed process, in whole GiB (other ranks add to the peak).
+    """
+    rss = resident_bytes(inp)
+    if not rss:
+        return None
+    return Remedy(
+        id="host.add-swap",
+        title="Add swap space to the host",
+        settings={"swap size": f"at least {math.ceil(rss / 2**30)} GiB"},
+        fits=None,
+        confidence="medium",
+        why=(
+            f"The killed process alone held {format_size(rss)} (anon + file + shmem rss); "
+            "the whole host ran out, so swap catches a short peak (such as a checkpoint gathered to CPU "
+            "memory) that a container limit would not."
+        ),
+        sources={"rss": "message"},
+    )
 
 
 @remedy("host.container-memory-limit")
 def container_limit(inp: AdviceInput) -> Remedy | None:
-    rss = as_int(inp.fig("anon_rss_bytes"))
+    rss = resident_bytes(inp)
     if rss:
         gib = math.ceil(rss * HOST_LIMIT_HEADROOM / 2**30)
         return Remedy(
@@ -36,8 +70,9 @@ def container_limit(inp: AdviceInput) -> Remedy | None:
             fits=None,
             confidence="medium",
             why=(
-                f"The process had {format_size(rss)} resident (anon-rss) when it was killed; "
-                f"× {HOST_LIMIT_HEADROOM} headroom = {gib} GiB (docker --memory, or the pod's memory limit)."
+                f"The process had {format_size(rss)} resident (anon + file + shmem rss) when it was killed; "
+                f"× {HOST_LIMIT_HEADROOM} headroom = {gib} GiB (docker --memory, or the pod's memory limit). "
+                "A lower bound: other processes in the same container count against the limit too."
             ),
             tradeoff="Needs a host (node) with that much free memory.",
         )
@@ -54,7 +89,7 @@ def container_limit(inp: AdviceInput) -> Remedy | None:
 
 @remedy("host.low-cpu-mem-usage")
 def low_cpu_mem_usage(inp: AdviceInput) -> Remedy | None:
-    if engine_of(inp) in _SERVING or inp.finding.phase not in ("weights-load", "unknown"):
+    if engine_of(inp) in (*_SERVING, *_GGML) or inp.finding.phase not in ("weights-load", "unknown"):
         return None
     return Remedy(
         id="host.low-cpu-mem-usage",
@@ -63,7 +98,6 @@ def low_cpu_mem_usage(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why="A plain load materialises the model in fp32 on the CPU before moving it; safetensors are memory-mapped and loaded shard by shard.",
-        tradeoff="device_map='auto' needs accelerate and may offload layers to CPU when the GPUs are full.",
     )
 
 
@@ -79,7 +113,6 @@ def shm_size(inp: AdviceInput) -> Remedy | None:
         confidence="high",
         why="Docker gives containers 64 MiB of /dev/shm; DataLoader workers and NCCL put their buffers there"
         + (f" (NCCL wanted a {format_size(seg)} segment)." if seg else "."),
-        tradeoff="/dev/shm counts against the container's memory limit.",
     )
 
 
@@ -92,7 +125,6 @@ def nccl_shm_disable(inp: AdviceInput) -> Remedy | None:
         fits=True,
         confidence="medium",
         why="NCCL's shared-memory transport could not create its segment; without it NCCL uses P2P or sockets.",
-        tradeoff="Slower intra-node communication when GPUs lack P2P (traffic goes through the network stack).",
     )
 
 
@@ -108,7 +140,6 @@ def smaller_model(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why=f"The model needs {format_size(req)} and {format_size(avail)} is available: {avail / req:.0%} of it.",
-        tradeoff="Lower quality with smaller quantizations or models.",
     )
 
 
@@ -124,7 +155,6 @@ def ray_threshold(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why=f"Ray kills workers when the node's memory use passes {cur}; set the variable when starting Ray.",
-        tradeoff="Above this the kernel OOM killer may strike first and take the raylet with it; reducing task parallelism (more CPUs per task) is safer.",
     )
 
 
@@ -145,7 +175,6 @@ def vllm_swap_space(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why=f"vLLM (V0) pins --swap-space GiB of host RAM per GPU ({per:g} × {gpus} here) for preempted sequences.",
-        tradeoff="Preempted sequences are recomputed instead of swapped; the flag exists up to vLLM 0.17.1 (V0 only).",
     )
 
 
@@ -166,5 +195,4 @@ def vllm_cpu_offload(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why=f"--cpu-offload-gb {cur:g} pins that much host RAM per GPU ({gpus} GPUs).",
-        tradeoff="More weights stay on the GPU: less room for the KV cache.",
     )

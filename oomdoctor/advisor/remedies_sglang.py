@@ -83,7 +83,6 @@ def raise_fraction(inp: AdviceInput) -> Remedy | None:
         fits=True if conf != "low" else None,
         confidence=conf,  # type: ignore[arg-type]
         why=why,
-        tradeoff="Less memory outside the pool for CUDA graphs and activations; lower --cuda-graph-max-bs if capture then fails.",
     )
 
 
@@ -109,7 +108,6 @@ def lower_fraction(inp: AdviceInput) -> Remedy | None:
         fits=True if (req and total and (cur - value) * total >= req) else None,
         confidence="medium",
         why=f"Graph capture needs memory outside the static pool; {cur} − {step:.2f} = {fmt_fraction(value)}.",
-        tradeoff="A smaller KV pool: fewer tokens cached, fewer concurrent requests.",
     )
 
 
@@ -156,14 +154,13 @@ def disable_cuda_graph(inp: AdviceInput) -> Remedy | None:
         fits=True if inp.finding.phase == "cudagraph-capture" else None,
         confidence="medium",
         why="The failure happened while capturing CUDA graphs; without them nothing is captured.",
-        tradeoff="Much slower decoding (SGLang calls it a huge performance loss); try --cuda-graph-max-bs first.",
     )
 
 
 @remedy("sglang.chunked-prefill-size")
 def chunked_prefill(inp: AdviceInput) -> Remedy | None:
-    if not _mine(inp):
-        return None
+    if not _mine(inp) or inp.fig("step") == "Decode":
+        return None  # a decode-time OOM: smaller prefill chunks do not shrink what running requests hold
     cur = as_int(setting(inp, "sglang_chunked_prefill_size", "chunked_prefill_size"))
     avail = as_int(inp.fig("available_tokens"))
     candidates = [v for v in ((cur // 2) if cur and cur > 0 else None, avail) if v]
@@ -184,7 +181,6 @@ def chunked_prefill(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why="Smaller prefill chunks need fewer free KV slots at once: " + " and ".join(src) + ", rounded down to 64.",
-        tradeoff="Long prompts take more steps to prefill (slightly higher time to first token).",
     )
 
 
@@ -193,6 +189,10 @@ def max_running_requests(inp: AdviceInput) -> Remedy | None:
     if not _mine(inp):
         return None
     cur = as_int(setting(inp, "max_running_requests")) or inp.context.max_num_seqs
+    running = as_int(setting(inp, "sglang_running_requests"))
+    what = f"{cur} concurrent requests (the limit)"
+    if running and (not cur or running < cur):
+        cur, what = running, f"{running} requests running when it failed (the log's last batch line)"
     if not cur or cur < 2:
         return None
     value = cur // 2
@@ -202,8 +202,7 @@ def max_running_requests(inp: AdviceInput) -> Remedy | None:
         flags={"--max-running-requests": str(value)},
         fits=None,
         confidence="medium",
-        why=f"{cur} concurrent requests exhausted the KV/request pools; half as many need half the slots.",
-        tradeoff="Lower peak throughput; excess requests wait in the queue.",
+        why=f"{what} exhausted the KV/request pools; half as many need half the slots.",
     )
 
 
@@ -222,7 +221,6 @@ def tp_size(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why=f"{gpus} GPUs are available; each holds about 1/{tp * 2} of the weights instead of 1/{tp}.",
-        tradeoff="Uses more GPUs; all-reduce traffic adds some latency.",
     )
 
 
@@ -239,5 +237,4 @@ def quantization(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why="fp8 weights take half the memory of bf16" + (f" ({format_size(w)} → {format_size(w // 2)})." if w else "."),
-        tradeoff="Needs an fp8-capable GPU (Ada/Hopper or newer) for speed; small quality loss.",
     )

@@ -56,10 +56,38 @@ def max_batch_prefill_tokens(inp: AdviceInput) -> Remedy | None:
     )
 
 
+def _lift_cap(inp: AdviceInput, allowed: int) -> Remedy:
+    """PyTorch's "N allowed" in a TGI log: --cuda-memory-fraction below 1 capped the process.
+
+    Value: (allowed + free) / total rounded down when both are known, else 1.0 (no cap).
+    """
+    total = inp.fig("total_bytes") or inp.context.gpu_total_bytes
+    free = inp.fig("free_bytes")
+    value = min(1.0, floor_to((allowed + free) / total, 2)) if (total and free is not None) else 1.0
+    return Remedy(
+        id="tgi.cuda-memory-fraction",
+        title=f"Lift TGI's per-process memory cap ({fmt_fraction(value)})",
+        flags={"--cuda-memory-fraction": fmt_fraction(value)},
+        fits=True if (total and free is not None and value * total > allowed) else None,
+        confidence="medium",
+        why=(
+            f"The process may use only {format_size(allowed)} ('allowed': the cap --cuda-memory-fraction sets)"
+            + (f" while {format_size(free)} of the GPU is free: ({format_size(allowed)} + {format_size(free)}) / "
+               f"{format_size(total)} = {fmt_fraction(value)}." if (total and free is not None)
+               else "; the log does not show how much of the GPU is free, so 1.0 lifts the cap.")
+        ),
+        tradeoff="Other processes sharing this GPU get less of it.",
+        sources={"allowed": "message"},
+    )
+
+
 @remedy("tgi.cuda-memory-fraction")
 def cuda_memory_fraction(inp: AdviceInput) -> Remedy | None:
     if not _mine(inp):
         return None
+    allowed = inp.fig("allowed_bytes")
+    if allowed:
+        return _lift_cap(inp, int(allowed))
     req, total = inp.fig("requested_bytes"), inp.fig("total_bytes") or inp.context.gpu_total_bytes
     if not (req and total):
         return None
@@ -97,7 +125,6 @@ def max_batch_total_tokens(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why=f"The batch could hold {cur} tokens; {TGI_TOTAL_TOKENS_SHRINK:.0%} of that frees KV memory for activations.",
-        tradeoff="Fewer concurrent tokens: lower throughput under load.",
     )
 
 
@@ -136,7 +163,6 @@ def quantize(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why="8-bit weights take half of the fp16 weights' memory, leaving it to prefill and the KV cache.",
-        tradeoff="Small quality loss; EETQ needs an Ampere or newer GPU.",
     )
 
 
@@ -151,5 +177,4 @@ def cuda_graphs(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why="Decode graph capture ran out of memory; TGI's default sizes go up to 32, half of the sizes keep up to 8.",
-        tradeoff="Larger decode batches run without graphs; '--cuda-graphs 0' disables them entirely.",
     )

@@ -11,7 +11,13 @@ from oomdoctor.report import Remedy
 _TRAINING_TOOLS = ("transformers", "deepspeed", "accelerate", "lightning")
 
 
+#: frameworks whose training loops are not configured with these settings (they have their own)
+_OTHER_FRAMEWORKS = ("jax", "tensorflow", "xla")
+
+
 def _training(inp: AdviceInput) -> bool:
+    if engine_of(inp) in _OTHER_FRAMEWORKS or inp.finding.kind.startswith("xla."):
+        return False
     return inp.finding.phase == "training" or engine_of(inp) in _TRAINING_TOOLS
 
 
@@ -44,22 +50,28 @@ def batch_accumulation(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why=f"Activations grow with the per-device batch ({per}); same effective batch: {keep}.",
-        tradeoff="Each optimizer step takes about twice as many forward/backward passes.",
     )
+
+
+def _maybe_training(inp: AdviceInput) -> bool:
+    """A bare PyTorch failure with no phase: it may be training (a remedy says "if training")."""
+    cause = inp.finding.cause
+    return (inp.finding.phase == "unknown" and engine_of(inp) in (None, "pytorch", "python")
+            and cause is not None and cause.id in ("activation-peak", "fragmentation"))
 
 
 @remedy("training.gradient-checkpointing")
 def gradient_checkpointing(inp: AdviceInput) -> Remedy | None:
-    if not _training(inp) or is_true(setting(inp, "gradient_checkpointing")):
+    sure = _training(inp)
+    if not (sure or _maybe_training(inp)) or is_true(setting(inp, "gradient_checkpointing")):
         return None
     return Remedy(
         id="training.gradient-checkpointing",
-        title="Recompute activations in the backward pass",
+        title="Recompute activations in the backward pass" + ("" if sure else " (if this is training)"),
         settings={"gradient_checkpointing": "true"},
         fits=None,
-        confidence="medium",
+        confidence="medium" if sure else "low",
         why="Only layer inputs are kept during the forward pass, cutting activation memory by roughly the number of layers.",
-        tradeoff="About 20-30% slower steps.",
     )
 
 
@@ -74,7 +86,6 @@ def bf16(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why="fp32 activations take twice the memory of bf16 ones.",
-        tradeoff="Needs an Ampere or newer GPU (else fp16 with loss scaling).",
     )
 
 
@@ -90,7 +101,6 @@ def optim_8bit(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why="AdamW keeps two fp32 states per parameter (8 bytes); 8-bit states take 2 bytes.",
-        tradeoff="Needs bitsandbytes; rarely a visible quality change.",
     )
 
 
@@ -137,5 +147,4 @@ def dataloader_workers(inp: AdviceInput) -> Remedy | None:
         confidence="low",
         why="Each worker is a process with its own copy of the dataset state and prefetched batches in shared memory"
         + (f" ({cur} now)." if cur else "."),
-        tradeoff="Slower data loading; the GPU may wait for batches.",
     )

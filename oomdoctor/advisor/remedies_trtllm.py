@@ -84,7 +84,19 @@ def _halve(inp: AdviceInput, rid: str, name: str, default: int | None, what: str
 
 @remedy("trtllm.max-batch-size")
 def max_batch_size(inp: AdviceInput) -> Remedy | None:
-    return _halve(inp, "trtllm.max-batch-size", "max_batch_size", None, "Activation and KV buffers are sized for a batch of")
+    rem = _halve(inp, "trtllm.max-batch-size", "max_batch_size", None, "Activation and KV buffers are sized for a batch of")
+    if rem is not None or not _mine(inp):
+        return rem
+    # the engine's build value is not in the log: rebuilding smaller is the remedy, without a number
+    return Remedy(
+        id="trtllm.max-batch-size",
+        title="Rebuild the engine with a smaller max_batch_size",
+        settings={"max_batch_size (trtllm-build)": "half of the built value"},
+        fits=None,
+        confidence="low",
+        why="The runtime buffers are sized when the engine is built, for max_batch_size × max_input_len tokens; "
+            "the log does not print the built value. " + _BUILD_NOTE,
+    )
 
 
 @remedy("trtllm.max-num-tokens")

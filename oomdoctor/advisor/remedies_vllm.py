@@ -226,8 +226,76 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
             + "."
             + weights_note
         ),
-        tradeoff="Less memory left for other processes on this GPU and for CUDA graphs.",
         sources=f.sources("total", "utilization", "free", "weights"),
+    )
+
+
+#: GPUs assumed at most when the log does not say how many there are (one node)
+ASSUMED_MAX_GPUS = 8
+#: below this share of the GPU, a utilization that fits the free memory is no answer by itself
+TAKEN_SHARE = 0.2
+#: step added to the current utilization when the log does not show how much is missing
+UTILIZATION_STEP = 0.05
+
+
+@remedy("vllm.gpu-memory-utilization.raise")
+def raise_utilization(inp: AdviceInput) -> Remedy | None:
+    """vLLM's own advice ("Try increasing gpu_memory_utilization") when the log shows no shortfall.
+
+    Value: the current utilization (message, context, or the version's default) + :data:`UTILIZATION_STEP`,
+    never above oomdoctor's ceiling or free/total.
+    """
+    if not is_vllm(inp) or raise_utilization_for_kv(inp) is not None:
+        return None
+    f = get_facts(inp)
+    if not f.utilization:
+        return None
+    util = f.utilization.value
+    cap, cap_why = _util_cap(f)
+    target = min(cap, round(util + UTILIZATION_STEP, 2))
+    if target <= util:
+        return None
+    told = "gpu_memory_utilization" in inp.finding.message
+    src = f.utilization.source
+    base = "the version's default" if src == "default" else ("the log's value" if src in ("message", "context") else src)
+    return Remedy(
+        id="vllm.gpu-memory-utilization.raise",
+        title=f"Give vLLM a larger share of the GPU ({fmt_fraction(target)})",
+        flags={"--gpu-memory-utilization": fmt_fraction(target)},
+        saves_bytes=None,
+        fits=None,
+        confidence="medium" if told else "low",
+        why=(
+            ("vLLM's own message advises raising gpu_memory_utilization. " if told else "")
+            + f"The log does not show how much is missing: {fmt_fraction(util)} ({base}) + {UTILIZATION_STEP:.2f}"
+            + (f", capped at {fmt_fraction(cap)} ({cap_why})" if target == cap else "")
+            + f" = {fmt_fraction(target)}; raise further in steps if it still fails."
+        ),
+        sources=f.sources("utilization", "free", "total"),
+    )
+
+
+@remedy("vllm.cudagraph-estimate-off")
+def cudagraph_estimate_off(inp: AdviceInput) -> Remedy | None:
+    """The profiler reserved its CUDA-graph estimate inside the budget (0.18+; default on from 0.20)."""
+    if not is_vllm(inp) or inp.context.enforce_eager:
+        return None
+    f = get_facts(inp)
+    if not f.cudagraph or (f.version is not None and f.version < (0, 18, 0)):
+        return None
+    graph = f.cudagraph.value
+    return Remedy(
+        id="vllm.cudagraph-estimate-off",
+        title="Do not reserve the CUDA-graph estimate in the memory budget",
+        env={"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"},
+        saves_bytes=graph,
+        fits=None,
+        confidence="medium",
+        why=(
+            f"The profiler reserved an estimated {format_size(graph)} for CUDA graphs before sizing the KV cache; "
+            "with the estimate off, that memory goes to the KV cache."
+        ),
+        sources=f.sources("cudagraph"),
     )
 
 
@@ -302,7 +370,6 @@ def kv_cache_fp8(inp: AdviceInput) -> Remedy | None:
         fits=fits,
         confidence="medium",
         why=why + gpu_note,
-        tradeoff="Slight accuracy loss; the attention backend must support fp8 KV (vLLM picks one that does).",
         sources={**sources, **(({"capacity": cap[2]}) if cap else {})},
     )
 
@@ -328,6 +395,11 @@ def utilization_fit_free(inp: AdviceInput) -> Remedy | None:
         budget = value * total - f.weights.value - (f.activation.value if f.activation else 0)
         if budget <= 0:
             fits, note = False, f" The weights ({format_size(f.weights.value)}) do not fit in that budget."
+    elif value < TAKEN_SHARE:
+        # most of the card is taken: a budget this small serves only a tiny model, and the log does not say
+        fits = None
+        note = (f" Only {format_size(int(value * total))} would be left to vLLM, and the log does not show the "
+                "weights: free the GPU first unless the model is tiny.")
     return Remedy(
         id="vllm.gpu-memory-utilization.fit-free",
         title=f"Ask for no more than the free memory ({fmt_fraction(value)})",
@@ -339,7 +411,6 @@ def utilization_fit_free(inp: AdviceInput) -> Remedy | None:
             f"{format_size(free)} of {format_size(total)} is free: {format_size(free)} / {format_size(total)} = "
             f"{free / total:.4f}, minus a {UTILIZATION_MARGIN:.2f} margin, rounded down." + note
         ),
-        tradeoff="A smaller budget means a smaller KV cache: fewer concurrent sequences, maybe a shorter max length.",
         sources=f.sources("free", "total", "utilization"),
     )
 
@@ -369,7 +440,6 @@ def enforce_eager(inp: AdviceInput) -> Remedy | None:
             + (" and this failure happened while capturing them" if phase == "cudagraph-capture" else "")
             + (f" ({format_size(graph)} in this log)." if graph else ".")
         ),
-        tradeoff="Slower decoding, most of all at small batch sizes (often 10-30%).",
         sources=f.sources("cudagraph"),
     )
 
@@ -449,7 +519,6 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why=why,
-        tradeoff="Lower peak throughput under heavy concurrency.",
         sources={"dummy requests": src, **f.sources("geometry")},
     )
 
@@ -491,7 +560,6 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
         fits=fits,
         confidence="medium",
         why=why,
-        tradeoff="Long prompts are prefilled in more, smaller chunks (slightly higher time to first token).",
         sources={"max_num_batched_tokens": "context", **f.sources("activation")},
     )
 
@@ -525,7 +593,6 @@ def lower_utilization(inp: AdviceInput) -> Remedy | None:
             f"{fmt_fraction(util)} − {format_size(req)} / {format_size(total)} = {fmt_fraction(exact)}"
             + (f", capped at {fmt_fraction(MAX_UTILIZATION)}." if value < exact else ".")
         ),
-        tradeoff="A smaller KV cache: fewer concurrent sequences.",
         sources=f.sources("utilization", "total"),
     )
 
@@ -565,6 +632,10 @@ def tensor_parallel(inp: AdviceInput) -> Remedy | None:
         return None
     g = _gpus(inp)
     f = get_facts(inp)
+    cause = inp.finding.cause.id if inp.finding.cause else None
+    assumed = g is None and cause == "weights-exceed-device"
+    if assumed:
+        g = (ASSUMED_MAX_GPUS, "not in the log: the smallest count that fits, if you have that many")
     if g is None or g[0] < 2:
         return None
     n = g[0]
@@ -585,20 +656,20 @@ def tensor_parallel(inp: AdviceInput) -> Remedy | None:
             need = _per_gpu_need(f, candidates[-1], f.pp)
             if need is not None:
                 chosen, fits = candidates[-1], False
-    why = f"{n} GPUs are available ({g[1]}); weights and KV cache per GPU shrink by about {chosen // f.tp}×"
+    why = (f"{n} GPUs are available ({g[1]})" if not assumed else f"The GPU count is {g[1]}") + (
+        f"; weights and KV cache per GPU shrink by about {chosen // f.tp}×")
     if heads:
         why += f"; {chosen} divides the {heads} attention heads"
     if need is not None and budget:
         why += f"; per GPU about {format_size(need)} is needed against a {format_size(budget)} budget"
     return Remedy(
         id="vllm.tensor-parallel-size",
-        title=f"Shard the model over {chosen} GPUs",
+        title=f"Shard the model over {chosen} GPUs" + (f" (if you have {chosen})" if assumed else ""),
         flags={"--tensor-parallel-size": str(chosen)},
         saves_bytes=(f.weights.value - f.weights.value * f.tp // chosen) if f.weights else None,
         fits=fits,
-        confidence="medium",
+        confidence="low" if assumed else "medium",
         why=why + ".",
-        tradeoff="Uses more GPUs; inter-GPU communication costs some latency.",
         sources=f.sources("gpus", "geometry", "weights", "total", "utilization"),
     )
 
@@ -634,7 +705,6 @@ def pipeline_parallel(inp: AdviceInput) -> Remedy | None:
         fits=fits,
         confidence="medium",
         why=f"{n} GPUs are available ({g[1]}); each stage holds about 1/{chosen} of the layers (weights and KV).",
-        tradeoff="Pipeline bubbles: higher latency per request than tensor parallelism on a single node.",
         sources=f.sources("gpus", "weights", "total", "utilization"),
     )
 
@@ -661,7 +731,6 @@ def cpu_offload(inp: AdviceInput) -> Remedy | None:
         # offloading more than half the weights makes every forward pass PCIe-bound
         confidence="medium" if (f.weights is not None and gib * GiB <= f.weights.value // 2) else "low",
         why=f"{format_size(short[0])} is missing ({short[1]}); rounded up to whole GiB.",
-        tradeoff="Much slower: offloaded weights cross PCIe on every forward pass; needs as much pinned host RAM.",
         sources=f.sources("weights"),
     )
 
@@ -706,7 +775,6 @@ def quantization(inp: AdviceInput) -> Remedy | None:
         + (f"; {format_size(short[0])} is missing" if short and short[0] > 0 else "")
         + "."
         + gpu_note,
-        tradeoff="Small quality loss; KV cache unchanged.",
         sources=f.sources("weights", "gpu"),
     )
 
@@ -746,7 +814,6 @@ def quantization_4bit(inp: AdviceInput) -> Remedy | None:
             f"4-bit weights take about {FOUR_BIT_BYTES_PER_PARAM} bytes per parameter: "
             f"{params / 1e9:.2f}B parameters → {format_size(after)} instead of {format_size(now)}."
         ),
-        tradeoff="A different checkpoint: some quality loss, and it must exist (or be made) for this model.",
         sources={"parameters": src, **f.sources("weights")},
     )
 
@@ -786,7 +853,6 @@ def swap_space(inp: AdviceInput) -> Remedy | None:
             f"Each of {gpus} worker(s) pins --swap-space GiB of host memory ({current:g} "
             f"{'in this run' if current_txt else 'by default'}); {value} GiB saves {format_size(int((current - value) * GiB * gpus))}."
         ),
-        tradeoff="Preempted sequences are recomputed instead of swapped (V0 engine).",
         sources={"swap_space": "context" if current_txt else "default (4 GiB)"},
     )
 
@@ -877,9 +943,9 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
                         ids.append("vllm.max-model-len")
                     if len(ids) < 2:
                         continue  # single levers are the calculators' business
-                    from oomdoctor.advisor import TRADEOFF_COST
+                    from oomdoctor.advisor.prescription import remedy_info
 
-                    key = (len(ids), sum(TRADEOFF_COST.get(i, 5) for i in ids), -new_len)
+                    key = (len(ids), sum(remedy_info(i).cost for i in ids), -new_len)
                     if best is None or key < best[0]:
                         best = (key, flags, settings, "+".join(ids))
     if best is None:

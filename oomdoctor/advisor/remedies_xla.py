@@ -37,7 +37,6 @@ def mem_fraction(inp: AdviceInput) -> Remedy | None:
         confidence="medium",
         why=f"JAX preallocates {cur} of the GPU; the rest stays unused"
         + (f". The program needs {format_size(need)} in total." if need else "."),
-        tradeoff="Less room for other processes on the GPU.",
     )
 
 
@@ -52,7 +51,6 @@ def preallocate_false(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why="With preallocation JAX grabs its whole share up front; another process on the GPU can then make it fail.",
-        tradeoff="More fragmentation: a program close to the limit can still fail.",
     )
 
 
@@ -67,7 +65,6 @@ def allocator_platform(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why="The platform allocator has no BFC pool and no fragmentation (useful for debugging the peak).",
-        tradeoff="Much slower: every allocation goes to cudaMalloc.",
     )
 
 
@@ -83,7 +80,6 @@ def memory_growth(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why="Helps when another process or TF session shares this GPU; it does not raise the allocator's limit.",
-        tradeoff="Slightly more fragmentation.",
     )
 
 
@@ -103,7 +99,6 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="low",
         why=f"The failing tensor has shape {shape} ({elems:,} elements); its leading dimension ({shape[0]}) is usually the batch.",
-        tradeoff="Fewer samples per step; keep the effective batch with gradient accumulation when training.",
     )
 
 
@@ -125,7 +120,6 @@ def mem_fraction_lower(inp: AdviceInput) -> Remedy | None:
         confidence="medium",
         why=f"CUDA graphs are instantiated by the driver outside JAX's preallocated {cur} of the GPU; "
         f"{cur} − {JAX_LOWER_STEP} = {value:.2f} (XLA's own advice).",
-        tradeoff="Less memory for JAX's arrays.",
     )
 
 
@@ -138,5 +132,4 @@ def disable_command_buffer(inp: AdviceInput) -> Remedy | None:
         fits=True,
         confidence="medium",
         why="The failure is the driver instantiating CUDA graphs (XLA command buffers); with an empty set none are built.",
-        tradeoff="More kernel-launch overhead per step; append to any XLA_FLAGS already set.",
     )

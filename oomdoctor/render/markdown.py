@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from oomdoctor.render.common import figure_items, occurrences_note, remedy_headline, where
+from oomdoctor.render.why import why_line
 from oomdoctor.report import Finding, Report
 from oomdoctor.units import format_size
 
@@ -80,6 +81,10 @@ def finding_markdown(f: Finding) -> str:
     if items:
         out.append("")
         out.append(" · ".join(f"{k}: **{v}**" for k, v in items))
+    why = why_line(f)
+    if why:
+        out.append("")
+        out.append(why)
     if f.remedies:
         out.append("")
         out.append("**Try, in this order:**")

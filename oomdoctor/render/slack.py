@@ -15,6 +15,7 @@ from typing import Any
 
 from oomdoctor.render.common import figure_items, occurrences_note, remedy_headline, remedy_snippet
 from oomdoctor.render.markdown import context_facts, location_text, summary_line
+from oomdoctor.render.why import why_line
 from oomdoctor.report import Finding, Report
 
 MAX_TEXT = 3000
@@ -81,6 +82,9 @@ def finding_blocks(f: Finding, max_remedies: int = 6) -> list[dict[str, Any]]:
         ]
         blocks.append({"type": "section", "fields": fields})
     lines: list[str] = []
+    why = why_line(f)
+    if why:
+        lines.append(esc(why))
     if f.remedies:
         lines.append("*Try, in this order:*")
     for r in f.remedies[:max_remedies]:

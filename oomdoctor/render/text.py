@@ -17,6 +17,7 @@ import textwrap
 from typing import Any
 
 from oomdoctor.render.common import figure_items, fits_label, occurrences_note, remedy_snippet, where
+from oomdoctor.render.why import why_line
 from oomdoctor.report import Finding, Report
 from oomdoctor.units import format_size
 
@@ -116,8 +117,10 @@ def finding_lines(f: Finding, out: TextLayout) -> None:
         label = max(len(k) for k, _ in items)
         for k, v in items:
             out.prose(f"{k:<{label}}  {v}", BODY, BODY + " " * (label + 2))
-    # issue 13: the finding's one "Why:" line goes here (after the figures, before the remedies),
-    # e.g. ``out.labelled("Why:", why_line(f), BODY)``.
+    why = why_line(f)  # "Why: ...": the cause in words, after the figures and before the remedies
+    if why:
+        out.lines.append("")
+        out.prose(why, BODY, BODY + " " * len("Why: "))
     if f.remedies:
         out.lines.append("")
         out.lines.append(out.style(BODY + "Remedies, best first:", "bold"))

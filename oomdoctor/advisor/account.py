@@ -1,0 +1,155 @@
+"""The memory account: the ledger of the failing device, read from the finding's figures and the context.
+
+Each entry has its bytes, its provenance (``stated`` by the log, ``derived`` from stated figures by a
+named formula, ``assumed`` from a default) and the log line it came from when the figure is the
+finding's own. The cause (:mod:`oomdoctor.advisor.cause`) and the property tests read this ledger; the
+remedies must not contradict it.
+
+Entry names: ``capacity``, ``cap``, ``free``, ``other-processes``, ``outside-pytorch``, ``this-process``,
+``allocated``, ``reserved``, ``fragmentation``, ``weights``, ``kv-cache``, ``kv-needed``, ``kv-available``,
+``cudagraphs``, ``activations``, ``request``, ``shortfall``; host: ``rss``, ``anon-rss``, ``file-rss``,
+``shmem-rss``, ``limit``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oomdoctor.report import Account, AccountEntry, Context, Finding, Provenance
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return int(value)
+    return None
+
+
+def other_processes(fig: dict[str, Any]) -> list[dict[str, Any]]:
+    """The processes a message lists, without the failing one (recent PyTorch lists it too)."""
+    procs = [p for p in fig.get("other_processes") or [] if isinstance(p, dict)]
+    own = _int(fig.get("in_use_bytes"))
+    if own is not None:
+        return [p for p in procs if _int(p.get("in_use_bytes")) != own]
+    allocated = _int(fig.get("allocated_bytes"))
+    if len(procs) == 1 and allocated and (_int(procs[0].get("in_use_bytes")) or 0) >= allocated:
+        return []  # the one process listed holds at least what PyTorch allocated: it is this one
+    return procs
+
+
+class _Ledger:
+    def __init__(self, line: int) -> None:
+        self.entries: list[AccountEntry] = []
+        self.line = line
+
+    def add(self, name: str, value: int | None, source: Provenance, *, stated_here: bool = True,
+            note: str = "", tokens: bool = False) -> None:
+        if value is None or any(e.name == name for e in self.entries):
+            return
+        line = self.line if (source == "stated" and stated_here) else None
+        size = {"tokens": int(value)} if tokens else {"bytes": int(value)}
+        self.entries.append(AccountEntry(name=name, source=source, line=line, note=note, **size))
+
+    def get(self, name: str) -> int | None:
+        for e in self.entries:
+            if e.name == name and e.bytes is not None:
+                return e.bytes
+        return None
+
+
+def _gpu(led: _Ledger, fig: dict[str, Any], ctx: Context, engine: str) -> None:
+    total = _int(fig.get("total_bytes"))
+    led.add("capacity", total, "stated")
+    if total is None:
+        led.add("capacity", ctx.gpu_total_bytes, "stated", stated_here=False, note="from the log's context")
+    cap = _int(fig.get("allowed_bytes")) or _int(fig.get("max_allowed_bytes"))
+    led.add("cap", cap, "stated", note="per-process limit")
+    capacity = led.get("capacity")
+    util = fig.get("gpu_memory_utilization") or ctx.gpu_memory_utilization
+    if cap is None and capacity and engine == "vllm" and isinstance(util, (int, float)):
+        led.add("cap", int(capacity * float(util)), "derived", note=f"capacity × gpu_memory_utilization {util}")
+    free = _int(fig.get("free_bytes"))
+    led.add("free", free, "stated")
+    own = _int(fig.get("in_use_bytes"))
+    led.add("this-process", own, "stated")
+    allocated = _int(fig.get("allocated_bytes"))
+    led.add("allocated", allocated, "stated")
+    led.add("allocated", _int(fig.get("mps_allocated_bytes")), "stated", note="MPS allocated")
+    spare = _int(fig.get("reserved_unallocated_bytes"))
+    reserved = _int(fig.get("reserved_bytes"))
+    led.add("reserved", reserved, "stated")
+    if reserved is None and allocated is not None and spare is not None:
+        led.add("reserved", allocated + spare, "derived", note="allocated + reserved-but-unallocated")
+    led.add("fragmentation", spare, "stated", note="reserved by PyTorch but unallocated")
+    if spare is None and reserved is not None and allocated is not None and reserved >= allocated:
+        led.add("fragmentation", reserved - allocated, "derived", note="reserved − allocated")
+    others = other_processes(fig)
+    if others:
+        led.add("other-processes", sum(_int(p.get("in_use_bytes")) or 0 for p in others), "stated",
+                note="pid " + ", ".join(str(p.get("pid")) for p in others[:8]))
+    if capacity is not None and free is not None and led.get("other-processes") is None:
+        if fig.get("desired_bytes") is not None and capacity > free:
+            # vLLM's start-up check runs before the engine allocates: what is not free is held by others
+            led.add("other-processes", capacity - free, "derived", note="capacity − free at start-up")
+        elif own is not None:
+            rest = capacity - free - own
+            if rest > 0:
+                led.add("other-processes", rest, "derived", note="capacity − free − this process")
+        else:
+            held = led.get("reserved")
+            if held is not None and capacity - free - held > 0:
+                led.add("outside-pytorch", capacity - free - held, "derived",
+                        note="capacity − free − reserved by PyTorch: other processes and this process's CUDA context")
+    weights = _int(fig.get("weights_bytes"))
+    led.add("weights", weights, "stated")
+    led.add("weights", ctx.weights_bytes, "stated", stated_here=False)
+    led.add("kv-cache", _int(fig.get("kv_cache_bytes")), "stated")
+    led.add("kv-cache", ctx.kv_cache_bytes, "stated", stated_here=False)
+    led.add("kv-needed", _int(fig.get("kv_cache_needed_bytes")), "stated")
+    led.add("kv-available", _int(fig.get("kv_cache_available_bytes")), "stated")
+    led.add("cudagraphs", _int(fig.get("cudagraph_bytes")), "stated")
+    led.add("cudagraphs", ctx.cudagraph_bytes, "stated", stated_here=False)
+    led.add("activations", _int(fig.get("activation_peak_bytes")), "stated")
+    led.add("activations", ctx.activation_peak_bytes, "stated", stated_here=False)
+    request = (_int(fig.get("requested_bytes")) or _int(fig.get("desired_bytes")) or _int(fig.get("buffer_bytes"))
+               or _int(fig.get("segment_bytes")))
+    led.add("request", request, "stated")
+    _tokens(led, fig, ctx)
+    needed, avail = led.get("kv-needed"), led.get("kv-available")
+    if needed is not None and avail is not None and needed > avail:
+        led.add("shortfall", needed - avail, "derived", note="KV needed − KV available")
+    if request is not None and free is not None and request > free:
+        led.add("shortfall", request - free, "derived", note="request − free")
+
+
+def _tokens(led: _Ledger, fig: dict[str, Any], ctx: Context) -> None:
+    """KV caches counted in tokens: what it holds, what one sequence may need, what was asked."""
+    held = _int(fig.get("kv_cache_tokens")) or _int(fig.get("estimated_max_model_len")) or _int(fig.get("available_tokens"))
+    led.add("kv-tokens", held, "stated", tokens=True)
+    led.add("kv-tokens", ctx.kv_cache_tokens, "stated", stated_here=False, tokens=True)
+    led.add("max-len-tokens", _int(fig.get("max_seq_len")) or _int(fig.get("max_total_tokens")), "stated", tokens=True)
+    led.add("request-tokens", _int(fig.get("requested_tokens")) or _int(fig.get("prefill_tokens")), "stated", tokens=True)
+
+
+def _host(led: _Ledger, fig: dict[str, Any]) -> None:
+    parts = [_int(fig.get(k)) for k in ("anon_rss_bytes", "file_rss_bytes", "shmem_rss_bytes")]
+    if any(p is not None for p in parts):
+        led.add("rss", sum(p or 0 for p in parts), "derived", note="anon + file + shmem of the killed process")
+    led.add("anon-rss", parts[0], "stated")
+    led.add("file-rss", parts[1], "stated")
+    led.add("shmem-rss", parts[2], "stated")
+    led.add("limit", _int(fig.get("limit_bytes")), "stated")
+    led.add("capacity", _int(fig.get("host_total_bytes")), "stated")
+
+
+def account_for(finding: Finding, context: Context) -> Account:
+    """The memory ledger of ``finding``'s device (GPU or host), from what the log states."""
+    led = _Ledger(finding.location.line)
+    fig = finding.figures
+    engine = finding.engine if finding.engine not in ("", "pytorch") else (context.engine or finding.engine)
+    if finding.kind.startswith(("host.", "ray.")) or any(k in fig for k in ("anon_rss_bytes", "host_total_bytes")):
+        _host(led, fig)
+    else:
+        _gpu(led, fig, context, engine)
+    return Account(entries=led.entries)

@@ -1,0 +1,148 @@
+"""Name the cause of a failure from its memory account, kind, phase and engine.
+
+The vocabulary is :data:`oomdoctor.advisor.prescription.CAUSES`; the words of each cause and the
+remedies it calls for are data (``rules/advice/causes.toml``). This module only decides which cause
+the account shows, and collects the evidence: the account entries the decision read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oomdoctor.advisor.prescription import summary
+from oomdoctor.report import Account, Cause, Context, Finding
+from oomdoctor.units import format_size
+
+GiB = 2**30
+#: memory held outside the process counts as the cause when it is at least this share of the GPU
+OTHERS_SHARE = 0.25
+#: "the GPU is full" when this process holds at least this share of it
+FULL_SHARE = 0.8
+#: CUDA graphs count as the cause of a KV-budget failure when their estimate is at least this share
+GRAPHS_SHARE = 0.25
+_TRAINING_TOOLS = ("transformers", "deepspeed", "accelerate", "lightning")
+
+
+def engine_for(finding: Finding, context: Context) -> str | None:
+    """The tool that printed the log: the finding's engine when specific, else the context's."""
+    eng = finding.engine
+    if eng and eng not in ("pytorch", "python", "ggml", "xla", "host", "nccl"):
+        return eng
+    return context.engine or eng
+
+
+def _evidence(account: Account, *names: str) -> list[str]:
+    out = []
+    for e in account.entries:
+        if e.name in names:
+            where = f", line {e.line}" if e.line is not None else ""
+            size = format_size(e.bytes) if e.bytes is not None else f"{e.tokens} tokens"
+            out.append(f"{e.name} {size} ({e.source}{where})")
+    return out
+
+
+def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, list[str]]:
+    """(cause id, names of the account entries that decided it)."""
+    kind, phase, fig = finding.kind, finding.phase, finding.figures
+    rule = finding.rule
+    engine = engine_for(finding, context)
+    a = account.get
+    # -- host memory -------------------------------------------------------------------------
+    if kind.startswith("host.shm") or "shm" in rule or "bus-error" in rule:
+        return "shared-memory", []
+    if kind.startswith(("host.", "ray.")) or kind == "ollama.system-memory-insufficient":
+        text = f"{fig.get('constraint', '')} {fig.get('scope', '')} {fig.get('memcg', '')} {finding.message}"
+        if "CONSTRAINT_MEMCG" in text or "cgroup" in text.lower() or kind == "host.exit-137" or "OOMKilled" in text:
+            return "container-limit", ["rss", "limit"]
+        if kind == "host.exit-137" or fig.get("exit_code") == 137 or fig.get("reason") or fig.get("status"):
+            return "container-limit", ["rss", "limit"]
+        return "host-ram", ["rss"]
+    if "pinned" in rule or fig.get("buffer_type") == "CPU":
+        return "host-ram", []  # a host buffer (pinned memory, llama.cpp's CPU buffer)
+    # -- caps ----------------------------------------------------------------------------------
+    free, req = a("free"), a("request")
+    allowed = fig.get("allowed_bytes")
+    held = a("this-process") if a("this-process") is not None else a("reserved")
+    binds = held is None or req is None or held + req > allowed if allowed is not None else False
+    if allowed is not None and binds and (free is None or req is None or free >= req):
+        # PyTorch prints "allowed" only when a per-process fraction is set
+        return "memory-cap", ["cap", "this-process", "request", "free"]
+    if fig.get("max_allowed_bytes") is not None:
+        return "memory-cap", ["cap", "request"]  # MPS's high watermark
+    # -- other processes -----------------------------------------------------------------------
+    capacity, others = a("capacity"), a("other-processes")
+    if others is not None and capacity and others >= OTHERS_SHARE * capacity:
+        return "other-processes", ["capacity", "other-processes", "free", "request"]
+    outside = a("outside-pytorch")
+    if outside is not None and capacity and outside >= OTHERS_SHARE * capacity and outside >= 2 * GiB:
+        return "other-processes", ["capacity", "outside-pytorch", "free", "request"]
+    startup = kind == "vllm.startup.free-memory-below-target"
+    if startup and fig.get("external_weights_bytes") is None:
+        return "other-processes", ["capacity", "other-processes", "free", "request"]
+    if rule in ("sglang.memory-unbalanced", "vllm.startup.memory-profiling-error", "vllm.v1.profiling.free-memory-grew"):
+        return "other-processes", []
+    # -- engine budgets ------------------------------------------------------------------------
+    if kind == "vllm.weights.not-enough-memory" or rule == "sglang.weights-leave-no-kv" or startup:
+        return "weights-exceed-device", ["capacity", "weights", "cap"]
+    if kind == "vllm.kv-cache.max-len-exceeds" or rule == "llama.kv-cache-failed":
+        return "kv-cache-too-small", ["kv-needed", "kv-available", "kv-tokens", "max-len-tokens"]
+    if kind == "vllm.kv-cache.no-blocks" or rule in ("sglang.not-enough-memory",):
+        graphs = a("cudagraphs")
+        if (graphs is not None and capacity is None and graphs >= 16 * GiB) or (
+            graphs is not None and capacity and graphs >= GRAPHS_SHARE * capacity
+        ):
+            return "cudagraph-capture", ["cudagraphs", "capacity"]
+        return "kv-budget-exhausted", ["cap", "weights", "kv-cache", "cudagraphs", "activations"]
+    if rule in ("sglang.kv-pool-exhausted", "sglang.req-slots-exhausted", "sglang.kv-pool-retract"):
+        return "kv-budget-exhausted", ["kv-cache"]
+    if phase == "cudagraph-capture" or "cuda-graph" in rule or "cudagraph" in rule:
+        return "cudagraph-capture", ["cudagraphs", "free", "request"]
+    if "sampler" in rule:
+        return "sampler-warmup", ["free", "request"]
+    # -- allocator -----------------------------------------------------------------------------
+    spare = a("fragmentation")
+    if spare is not None and req is not None and spare >= req:
+        return "fragmentation", ["fragmentation", "request"]
+    if free is not None and req is not None and free >= req and kind.startswith("torch."):
+        return "fragmentation", ["free", "request"]
+    # -- what was running ----------------------------------------------------------------------
+    if phase == "weights-load":
+        if engine in ("vllm", "sglang", "llama.cpp", "ollama") or kind.startswith(("ggml.", "vllm.", "sglang.")):
+            return "weights-exceed-device", ["capacity", "weights", "request", "free"]
+        return "placement", ["capacity", "request", "free"]
+    if phase == "training" or engine in _TRAINING_TOOLS:
+        if fig.get("zero_stage") is not None or context.extra.get("zero_stage") is not None:
+            return "training-state", []
+        return "activation-peak", ["this-process", "capacity", "request"]
+    if req is not None or phase in ("inference", "warmup", "profiling"):
+        return "activation-peak", ["this-process", "allocated", "capacity", "request", "free"]
+    return "unknown", []
+
+
+def _values(finding: Finding, account: Account) -> dict[str, Any]:
+    a = account.get
+    fig = finding.figures
+    held = a("this-process")
+    if held is None:
+        held = a("reserved") if a("reserved") is not None else a("allocated")
+    tokens = fig.get("kv_cache_tokens") or fig.get("estimated_max_model_len")
+    spare, req, capacity = a("fragmentation"), a("request"), a("capacity")
+    return {
+        "capacity": a("capacity"), "free": a("free"), "request": a("request"), "cap": a("cap"),
+        "others": a("other-processes") if a("other-processes") is not None else a("outside-pytorch"),
+        "held": held, "full_held": held if (held and capacity and held >= FULL_SHARE * capacity) else None,
+        "oversize": req if (req and capacity and req > capacity) else None,
+        "spare": spare if (spare is not None and req is not None and spare >= req) else None,
+        "weights": a("weights"),
+        "needed": a("kv-needed"), "available": a("kv-available"), "max_len": fig.get("max_seq_len"),
+        "tokens": tokens, "graphs": a("cudagraphs"), "seqs": fig.get("num_dummy_requests"),
+        "rss": a("rss"), "limit": a("limit"),
+        "want_tokens": fig.get("requested_tokens"), "left_tokens": fig.get("available_tokens"),
+    }  # fmt: skip
+
+
+def name_cause(finding: Finding, context: Context, account: Account) -> Cause:
+    """The cause of ``finding``, its summary in words (with the account's numbers) and its evidence."""
+    cause_id, names = _pick(finding, context, account)
+    return Cause(id=cause_id, summary=summary(cause_id, _values(finding, account)),
+                 evidence=_evidence(account, *names))

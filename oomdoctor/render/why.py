@@ -1,0 +1,12 @@
+"""The "Why:" line every human-readable renderer prints before the remedies."""
+
+from __future__ import annotations
+
+from oomdoctor.report import Finding
+
+
+def why_line(f: Finding) -> str | None:
+    """``Why: <the cause in words, with its numbers>`` (None when the finding has no cause to tell)."""
+    if f.cause is None or (f.cause.id == "unknown" and not f.remedies):
+        return None
+    return f"Why: {f.cause.summary}"

@@ -1,0 +1,356 @@
+"""Diagnose before prescribing: the cause table's examples, real corpus logs per wrong pattern of
+issue 13, the version gate, and every labelled fix of the tuning corpus that is not in the top three.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import oomdoctor
+from oomdoctor.advisor.prescription import CAUSES, cause_table, load_table, table_path
+from oomdoctor.advisor.versions import flag_exists
+from oomdoctor.report import Finding
+from tests.engines_util import diagnose, errors, only_error, remedy, remedy_ids
+
+EXAMPLES = [(cid, i, ex) for cid, entry in cause_table().items() for i, ex in enumerate(entry.examples)]
+
+
+@pytest.mark.parametrize("cause_id,i,example", EXAMPLES, ids=[f"{c}:example[{i}]" for c, i, _ in EXAMPLES])
+def test_cause_examples(cause_id: str, i: int, example: object) -> None:
+    report = oomdoctor.diagnose(example.log.encode(), source="<example>")  # type: ignore[attr-defined]
+    errs = [f for f in report.findings if f.severity == "error"]
+    assert errs, "no finding"
+    assert errs[0].cause is not None and errs[0].cause.id == cause_id, errs[0].cause
+
+
+def test_every_cause_has_an_entry_and_a_summary() -> None:
+    table = cause_table()
+    assert set(table) == set(CAUSES)
+    assert all(e.summary for e in table.values())
+
+
+def test_table_rejects_unknown_remedy_and_cause(tmp_path: object) -> None:
+    from pathlib import Path
+
+    text = table_path().read_text("utf-8")
+    bad = Path(str(tmp_path)) / "causes.toml"
+    bad.write_text(text.replace('remedy = "gpu.free-other-processes"', 'remedy = "gpu.no-such-remedy"', 1))
+    with pytest.raises(ValueError, match="unknown remedy"):
+        load_table(bad, known_remedies={"x"})
+    bad.write_text(text.replace('id = "unknown"', 'id = "gremlins"'))
+    with pytest.raises(ValueError, match="vocabulary"):
+        load_table(bad)
+
+
+def test_remedy_table_is_checked(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from oomdoctor.advisor.prescription import load_remedy_table, remedy_info
+
+    assert remedy_info("vllm.cpu-offload-gb").cost == 10 and remedy_info("vllm.cpu-offload-gb").lever == "weights"
+    assert remedy_info("vllm.tensor-parallel-size").additive is False
+    assert remedy_info("no.such-remedy").cost == 5
+    # trade-offs in words are data too: the ranked remedy carries the table's text
+    f = only_error(diagnose("deepspeed/other-079.log"))
+    assert remedy(f, "host.add-swap").tradeoff == remedy_info("host.add-swap").tradeoff != ""
+    bad = Path(str(tmp_path)) / "remedies.toml"
+    bad.write_text('[remedy."vllm.max-model-len"]\ncost = 4\ncolour = "red"\n')
+    with pytest.raises(ValueError, match="colour"):
+        load_remedy_table(bad)
+    bad.write_text('[remedy."vllm.no-such-knob"]\ncost = 4\n')
+    with pytest.raises(ValueError, match="no calculator"):
+        load_remedy_table(bad, known_remedies={"vllm.max-model-len"})
+
+
+def top3_keys(f: Finding) -> set[str]:
+    """The way the project is judged (shared/tools/evaluate.py): flag/env/setting names and name=value."""
+    keys: set[str] = set()
+    for r in f.remedies[:3]:
+        for k, v in {**r.flags, **r.env, **r.settings}.items():
+            keys.add(k.lstrip("-").replace("_", "-").lower())
+            if v:
+                keys.add(f"{k}={v}".lstrip("-").replace("_", "-").lower())
+    return keys
+
+
+def hit(f: Finding | None, tokens: list[str]) -> bool:
+    if f is None:
+        return False
+    keys = top3_keys(f)
+    return any(any((k == t) if len(t) <= 2 else (t in k) for k in keys) for t in tokens)
+
+
+# -- the wrong patterns, each on a real log ----------------------------------------------------------
+
+def test_1_pytorch_hint_is_not_the_users_setting() -> None:
+    """other-070: the message's own 'try setting ...expandable_segments:True' set nothing."""
+    report = diagnose("transformers/other-070.log")
+    assert report.context.expandable_segments is None
+    f = only_error(report)
+    assert f.cause is not None and f.cause.id == "fragmentation"
+    assert f.remedies[0].env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
+def test_1_pre_2_1_pytorch_gets_max_split_size_not_expandable_segments() -> None:
+    """other-011: 'try setting max_split_size_mb': 76.80 − 73.95 GiB reserved-unallocated vs 172 MiB."""
+    f = only_error(diagnose("deepspeed/other-011.log"))
+    assert "torch.expandable-segments" not in remedy_ids(f)
+    # 172 MiB rounded up to a power of two = 256
+    assert f.remedies[0].env == {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:256"}
+
+
+def test_2_memory_outside_the_process_comes_first() -> None:
+    """20 GiB requested on 23.69 GiB with 1.34 GiB reserved and 0 free: ~22 GiB is held elsewhere."""
+    log = ("RuntimeError: CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 23.69 GiB total capacity; "
+           "1.34 GiB already allocated; 0 bytes free; 1.34 GiB reserved in total by PyTorch)")
+    f = oomdoctor.diagnose(log.encode()).findings[0]
+    assert f.cause is not None and f.cause.id == "other-processes"
+    fig = f.figures
+    assert f.account is not None
+    assert f.account.get("outside-pytorch") == fig["total_bytes"] - fig["free_bytes"] - fig["reserved_bytes"]
+    top = f.remedies[0]
+    assert top.id == "gpu.free-other-processes" and "nvidia-smi" in " ".join(top.settings.values())
+    assert "torch.reduce-batch" not in remedy_ids(f)
+
+
+def test_2_the_failing_process_is_not_another_process() -> None:
+    log = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 232.00 MiB. GPU 0 has a total capacity "
+           "of 23.57 GiB of which 154.25 MiB is free. Process 4242 has 23.40 GiB memory in use. Including "
+           "non-PyTorch memory, this process has 23.40 GiB memory in use. Of the allocated memory 22.88 GiB is "
+           "allocated by PyTorch, and 188.29 MiB is reserved by PyTorch but unallocated.")
+    f = oomdoctor.diagnose(log.encode()).findings[0]
+    assert f.cause is not None and f.cause.id != "other-processes"
+    assert "gpu.free-other-processes" not in remedy_ids(f)
+
+
+@pytest.mark.parametrize("fixture", ["vllm/new-008.log", "vllm/vllm-013.log"])
+def test_3_vllms_own_advice_is_given(fixture: str) -> None:
+    """'No available memory for the cache blocks. Try increasing gpu_memory_utilization'."""
+    f = only_error(diagnose(fixture))
+    r = remedy(f, "vllm.gpu-memory-utilization.raise")
+    # no figures: the version's default 0.90 + 0.05
+    assert r.flags == {"--gpu-memory-utilization": "0.95"} and r.rank <= 3
+    assert "default" in r.why
+
+
+def test_3_graph_estimate_is_the_cause_when_it_dwarfs_the_card() -> None:
+    """new-008: 'Estimated CUDA graph memory: 118.65 GiB total' before the KV sizing failure."""
+    f = only_error(diagnose("vllm/new-008.log"))
+    assert f.cause is not None and f.cause.id == "cudagraph-capture" and "118.65 GiB" in f.cause.summary
+    assert remedy(f, "vllm.cudagraph-estimate-off").env == {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"}
+    assert "vllm.quantization" not in remedy_ids(f)
+
+
+def test_2_startup_with_the_card_taken_frees_the_gpu_first() -> None:
+    """vllm-018: 7.34 GiB free of 139.72 GiB; utilization 0.04 'fits' only a tiny model."""
+    f = only_error(diagnose("vllm/vllm-018.log"))
+    assert f.cause is not None and f.cause.id == "other-processes" and "132.38 GiB" in f.cause.summary
+    assert f.remedies[0].id == "gpu.free-other-processes" and f.remedies[0].fits is True
+    low = remedy(f, "vllm.gpu-memory-utilization.fit-free")
+    assert low.flags == {"--gpu-memory-utilization": "0.04"} and low.fits is None and low.confidence == "low"
+
+
+def test_4_tensor_parallel_without_a_gpu_count() -> None:
+    """seed-001, the guide's own example: shard over the smallest N, 'if you have N'."""
+    f = only_error(diagnose("vllm/seed-001.log"))
+    r = remedy(f, "vllm.tensor-parallel-size")
+    assert r.flags == {"--tensor-parallel-size": "2"} and "if you have 2" in r.title and r.confidence == "low"
+    assert r.rank <= 3
+    assert "vllm.max-num-seqs" not in remedy_ids(f)  # cannot change the weights' budget
+
+
+def test_5_no_combination_when_one_change_covers_it() -> None:
+    for path in ("vllm/vllm-001.log", "vllm/vllm-002.log", "vllm/vllm-008.log"):
+        for f in errors(diagnose(path)):
+            combos = [r for r in f.remedies if r.id.startswith("combined:")]
+            singles = [r for r in f.remedies if not r.id.startswith("combined:")]
+            for c in combos:
+                assert not any((r.saves_bytes or 0) >= (c.saves_bytes or 0) and r.fits for r in singles)
+
+
+def test_6_trtllm_triton_load_gets_max_batch_size() -> None:
+    """other-024: the engine's runtime buffers did not fit at model load; rebuild with a smaller batch."""
+    f = only_error(diagnose("trtllm/other-024.log"))
+    assert remedy(f, "trtllm.max-batch-size").rank <= 3
+
+
+def test_6_sglang_decode_oom_gets_no_prefill_knob() -> None:
+    """new-025: 'Decode out of memory': 167 requests running (the last batch line), not a prefill chunk."""
+    f = only_error(diagnose("sglang/new-025.log"))
+    assert "sglang.chunked-prefill-size" not in remedy_ids(f)
+    assert f.remedies[0].flags == {"--max-running-requests": "83"}
+
+
+def test_6_llamacpp_cpu_buffer_is_host_memory() -> None:
+    """other-004 (ollama on Windows): 'failed to allocate CPU buffer': host RAM, no transformers setting."""
+    f = only_error(diagnose("ollama/other-004.log"))
+    assert f.cause is not None and f.cause.id == "host-ram"
+    assert "host.low-cpu-mem-usage" not in remedy_ids(f)
+
+
+def test_7_version_gate() -> None:
+    assert flag_exists("vllm", "--quantization=fp8", "0.2.7") is False
+    assert flag_exists("vllm", "--quantization=fp8", "0.6.3") is True
+    assert flag_exists("vllm", "--kv-cache-dtype=fp8", "0.3.3") is False
+    assert flag_exists("vllm", "--swap-space", "0.17.1") is True
+    assert flag_exists("vllm", "--swap-space", "0.18.0") is False
+    assert flag_exists("vllm", "--swap-space", None) is False  # unknown version: the current one
+    assert flag_exists("vllm", "--max-model-len", None) is True
+    assert flag_exists("vllm", "--no-such-flag", "0.6.0") is None
+    assert flag_exists("llama.cpp", "-c", "b1234") is None
+
+
+def test_7_no_vllm_serve_before_the_cli_existed() -> None:
+    from oomdoctor.advisor import rank_remedies
+    from oomdoctor.advisor.registry import AdviceInput
+    from oomdoctor.report import Context, Location
+
+    f = Finding(rule="t", kind="vllm.kv-cache.max-len-exceeds", engine="vllm", severity="error",
+                phase="kv-cache-alloc", title="t", message="m", location=Location(line=1, end_line=1),
+                figures={"max_seq_len": 8192, "kv_cache_tokens": 4512})
+    for version, has in (("0.2.7", False), ("0.6.3", True)):
+        ctx = Context(engine="vllm", engine_version=version, model="m", launch_args={"model": "m"})
+        ctx.typed_args.update({"model": "m"})  # as a logged ``non-default args`` dump sets them
+        top = rank_remedies(["vllm.max-model-len"], AdviceInput(f, ctx))[0]
+        assert (top.command is not None and top.command.startswith("vllm serve")) is has, (version, top.command)
+
+
+def test_7_old_vllm_never_gets_fp8_weights() -> None:
+    """vllm-001 runs 0.2.7: --quantization fp8 came in 0.5.0."""
+    for f in errors(diagnose("vllm/vllm-001.log")):
+        assert all(r.flags.get("--quantization") != "fp8" for r in f.remedies)
+
+
+def test_8_a_binding_cap_is_the_remedy() -> None:
+    log = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 320.00 MiB. GPU 0 has a total capacity "
+           "of 31.37 GiB of which 10.69 GiB is free. Including non-PyTorch memory, this process has 20.59 GiB "
+           "memory in use. 20.00 GiB allowed; Of the allocated memory 19.76 GiB is allocated by PyTorch, and "
+           "33.46 MiB is reserved by PyTorch but unallocated.")
+    f = oomdoctor.diagnose(log.encode()).findings[0]
+    assert f.cause is not None and f.cause.id == "memory-cap"
+    # (20.59 GiB + 320 MiB) / 31.37 GiB + 0.01 = 0.6763 -> 0.68, below (20.59 + 10.69) / 31.37 = 0.99
+    assert f.remedies[0].settings == {"torch.cuda.set_per_process_memory_fraction": "0.68"}
+    assert f.remedies[0].fits is True
+
+
+def test_8_a_cap_that_does_not_bind_is_not_the_cause() -> None:
+    """new-011 (XPU): 8.11 GiB requested, nothing held, 8.27 GiB allowed: the cap is not what refused it."""
+    f = only_error(diagnose("pytorch/new-011.log"))
+    assert f.cause is not None and f.cause.id != "memory-cap"
+    assert "torch.memory-fraction" not in remedy_ids(f)
+
+
+def test_8_tgi_cap_from_allowed() -> None:
+    """other-078 (LoRAX): '23.77 GiB allowed' is --cuda-memory-fraction's cap; lifting it is the fix."""
+    f = only_error(diagnose("tgi/other-078.log"))
+    assert f.cause is not None and f.cause.id == "memory-cap"
+    assert f.remedies[0].flags == {"--cuda-memory-fraction": "1.00"}
+
+
+def test_9_bare_pytorch_oom_may_be_training() -> None:
+    """other-071 (sd-scripts LoRA): gradient checkpointing is offered, marked 'if this is training'."""
+    f = only_error(diagnose("pytorch/other-071.log"))
+    r = remedy(f, "training.gradient-checkpointing")
+    assert r.rank <= 3 and r.confidence == "low" and "if this is training" in r.title
+
+
+def test_10_global_host_oom_gets_swap_not_a_container_limit() -> None:
+    """other-079: dmesg 'Out of memory: Killed process' (no cgroup): anon + file + shmem = 36.40 GiB."""
+    f = only_error(diagnose("deepspeed/other-079.log"))
+    assert f.cause is not None and f.cause.id == "host-ram" and "36.40 GiB" in f.cause.summary
+    assert f.remedies[0].settings == {"swap size": "at least 37 GiB"}
+    assert "host.container-memory-limit" not in remedy_ids(f)
+
+
+def test_11_high_only_when_every_number_is_stated() -> None:
+    from oomdoctor.advisor import rank_remedies
+    from oomdoctor.advisor.registry import AdviceInput
+    from oomdoctor.report import Context, Location
+
+    f = Finding(rule="t", kind="vllm.startup.free-memory-below-target", engine="vllm", severity="error",
+                phase="startup-check", title="t", message="m", location=Location(line=1, end_line=1),
+                figures={"free_bytes": 40 * 2**30, "desired_bytes": 72 * 2**30})
+    # the capacity comes from the user's --gpu hint (a catalog size), not from the log
+    (r,) = rank_remedies(["vllm.gpu-memory-utilization.fit-free"], AdviceInput(f, Context(engine="vllm"), {"gpu": "A100-80GB"}))
+    assert r.fits is True and r.confidence == "medium"
+
+
+def test_why_line_in_every_human_renderer() -> None:
+    from oomdoctor.render import renderer
+
+    report = diagnose("deepspeed/other-079.log")
+    for fmt in ("text", "markdown", "slack"):
+        out = renderer(fmt)(report)
+        assert "Why: The host ran out of RAM" in out, fmt
+        assert out.index("Why:") < out.index("Add swap space"), fmt
+
+
+def test_cause_and_account_in_the_json_report() -> None:
+    import json
+
+    from oomdoctor.render import renderer
+
+    data = json.loads(renderer("json")(diagnose("deepspeed/other-079.log")))
+    assert data["schema_version"] == 2
+    f = data["findings"][0]
+    assert f["cause"]["id"] == "host-ram"
+    rss = next(e for e in f["account"]["entries"] if e["name"] == "rss")
+    assert rss["bytes"] == (22957108 + 72036 + 15143164) * 1024 and rss["source"] == "derived"
+    anon = next(e for e in f["account"]["entries"] if e["name"] == "anon-rss")
+    assert anon["source"] == "stated" and anon["line"] == f["location"]["line"]
+
+
+# -- labelled fixes of the tuning corpus ---------------------------------------------------------------
+
+#: fixture -> the label's fix tokens (fix_match, else the fix_flags' names): now in the top three
+FIXED = {
+    "vllm/new-008.log": ["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "gpu-memory-utilization"],
+    "vllm/vllm-013.log": ["gpu-memory-utilization"],
+    "transformers/other-070.log": ["expandable-segments", "pytorch-cuda-alloc-conf", "pytorch-alloc-conf"],
+    "pytorch/other-071.log": ["gradient-checkpointing", "gradient-accumulation", "bf16", "cache-latents"],
+    "deepspeed/other-079.log": ["swap"],
+    "trtllm/other-024.log": ["max-batch-size"],
+    "tgi/other-078.log": ["cuda-memory-fraction"],
+}
+
+#: fixture -> (the label's fix tokens, why the fix cannot be in the top three). Checked strictly: when
+#: the tool starts to give the fix, the entry must move to FIXED.
+CANNOT = {
+    "vllm/new-044.log": (["version"], "the fix was staying on vLLM 0.12.0 (a 0.13.0 regression): an upgrade or "
+                         "downgrade is no flag"),
+    "vllm/new-051.log": (["VLLM_USE_V1"], "VLLM_USE_V1=0 (fall back to the V0 engine) exists only in 0.6-0.10; the "
+                         "log has no version, so the current release is assumed, which has no V0"),
+    "deepspeed/other-011.log": (["num-gpus"], "the fix spreads ZeRO-3 over 4 GPUs; the 2-line excerpt shows neither "
+                                "DeepSpeed nor the GPU count"),
+    "pytorch/other-014.log": (["zero"], "the fix is DeepSpeed ZeRO-3; the bare message holds no training evidence"),
+    "other/other-027.log": (["memory-ratio"], "--memory-ratio is a flag of an unnamed server ('ft serve') that the "
+                            "bare PyTorch message does not name"),
+    "vllm/vllm-001.log": (["context-len"], "CONTEXT_LEN is a wrapper's variable; vLLM's own --max-model-len 4512 "
+                          "is offered"),
+    "sglang/new-027.log": (["mem-fraction-static"], "not detected: no rule matches this SGLang's 'Loaded weights "
+                           "leave no GPU memory for the KV cache under --mem-fraction-static=0.88' (detection, issue 14)"),
+    "vllm/new-035.log": (["gpu-memory-utilization"], "not detected: the 'KV cache is needed' message is split over "
+                         "three lines, which the rule does not join (detection, issue 14)"),
+    "other/other-065.log": (["cuda-visible-devices"], "not detected: Torch7's THCudaCheck line (detection)"),
+    "llamacpp/other-087.log": (["b", "batch-size", "ubatch"], "not detected: old llama.cpp's 'not enough space in "
+                               "the context's memory pool' (detection)"),
+    "vllm/vllm-029.log": (["enforce-eager"], "not detected: the excerpt ends mid-line ('Error executing metho'), "
+                          "before any out-of-memory text"),
+}
+
+
+def _best(path: str) -> Finding | None:
+    errs = errors(diagnose(path))
+    return errs[0] if errs else None
+
+
+@pytest.mark.parametrize("path", sorted(FIXED))
+def test_labelled_fix_in_top_three(path: str) -> None:
+    assert hit(_best(path), FIXED[path]), top3_keys(_best(path)) if _best(path) else "no finding"
+
+
+@pytest.mark.parametrize("path", sorted(CANNOT))
+def test_labelled_fix_that_cannot_be_given(path: str) -> None:
+    tokens, reason = CANNOT[path]
+    assert reason
+    assert not any(hit(f, tokens) for f in errors(diagnose(path))), "now given: move it to FIXED"
