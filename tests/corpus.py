@@ -8,7 +8,9 @@ A labelled case (``fixtures/<engine>/<id>.log`` + ``<id>.label.json``, copied fr
 - ``spurious``: kinds of error findings other than the labelled one, expected ``[]``;
 - ``phase``: the phase of that finding;
 - ``figure.<label key>``: each labelled number, looked up in the finding's figures, then the context;
-- ``fix``: the flag/env/setting names of the top three remedies, which must name the fix that worked.
+- ``fix``: the flag/env/setting names of the top three remedies, which must name the fix that worked;
+- ``value.<remedy id>``: hand-checked values a synthetic fixture's label lists under ``key_values``,
+  each with its arithmetic (``{"remedy": id, "values": {flag: value}, "arithmetic": "..."}``).
 
 Where the tool knowingly differs from a label, the difference is recorded in
 :data:`DIVERGENCES_FILE` with the tool's current value, so the test asserts that value instead of
@@ -92,6 +94,15 @@ ASPECT_WORDS = {
 }
 
 
+def describe(aspect: str) -> str:
+    """An aspect in words, for messages."""
+    if aspect.startswith("value."):
+        return f"hand-checked value of {aspect.removeprefix('value.')}"
+    if aspect.startswith("figure."):
+        return f"figure {aspect.removeprefix('figure.')}"
+    return ASPECT_WORDS.get(aspect, aspect)
+
+
 def label_value(v: Any) -> Any:
     if isinstance(v, dict) and "bytes" in v:
         return v["bytes"]
@@ -164,6 +175,7 @@ def aspects(label: Mapping[str, Any]) -> list[str]:
     out += [f"figure.{k}" for k in label.get("numbers", {})]
     if fix_is_labelled(label):
         out.append("fix")
+    out += [f"value.{kv['remedy']}" for kv in label.get("key_values", [])]
     return out
 
 
@@ -264,7 +276,19 @@ def observe(label: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, An
         for r in _top3(same or errors):
             names |= remedy_keys(r, values=False)
         out["fix"] = {"hit": fix_found(label, report), "top3": sorted(names)}
+    for kv in label.get("key_values", []):
+        out[f"value.{kv['remedy']}"] = _remedy_values(same or errors, kv["remedy"], kv["values"])
     return out
+
+
+def _remedy_values(pool: list[dict], remedy_id: str, keys: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The values the remedy ``remedy_id`` gives to ``keys`` (None when no finding offers it)."""
+    for f in pool:
+        for r in f.get("remedies") or []:
+            if r.get("id") == remedy_id:
+                changes = {**(r.get("flags") or {}), **(r.get("env") or {}), **(r.get("settings") or {})}
+                return {k: changes.get(k) for k in keys}
+    return None
 
 
 def wanted(label: Mapping[str, Any], aspect: str) -> Any:
@@ -278,6 +302,8 @@ def wanted(label: Mapping[str, Any], aspect: str) -> Any:
         return want if label.get("phase_evidence", True) is not False else f"{want} or unknown"
     if aspect == "fix":
         return f"one of {_fix_tokens(label)} in the top three"
+    if aspect.startswith("value."):
+        return next(kv["values"] for kv in label["key_values"] if f"value.{kv['remedy']}" == aspect)
     return label_value(label["numbers"][aspect.removeprefix("figure.")])
 
 

@@ -16,8 +16,8 @@ import pytest
 
 import oomdoctor
 from tests.corpus import (
-    ASPECT_WORDS,
     FIXTURES,
+    describe,
     label_for,
     load_divergences,
     load_label,
@@ -41,8 +41,7 @@ def contradictions(log: Path, report: dict) -> list[str]:
     label = load_label(label_path)
     out = []
     for aspect, got in unrecorded(log.stem, label, report, load_divergences()).items():
-        what = ASPECT_WORDS.get(aspect) or f"figure {aspect.removeprefix('figure.')}"
-        out.append(f"{what}: the label says {wanted(label, aspect)!r}, the report says {got!r}")
+        out.append(f"{describe(aspect)}: the label says {wanted(label, aspect)!r}, the report says {got!r}")
     return out
 
 
