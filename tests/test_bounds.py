@@ -121,6 +121,7 @@ def check_bounds(report: dict[str, Any]) -> None:
                 if "quantiz" in remedy["id"] and weights:
                     assert saves <= weights, f"{where}: saves {saves} > the weights {weights} it acts on"
             _check_max_model_len(where, fig, context, values)
+            _check_lowered_limits(where, fig, context, values)
             _check_utilization(where, finding, context, remedy, values)
             _check_sglang_fraction(where, finding, context, values)
 
@@ -137,6 +138,18 @@ def _check_max_model_len(where: str, fig: dict[str, Any], context: dict[str, Any
         assert n <= cap, f"{where}: --max-model-len {n} > the KV capacity {cap}"
     if fig.get("max_seq_len"):
         assert n < fig["max_seq_len"], f"{where}: --max-model-len {n} does not lower {fig['max_seq_len']}"
+
+
+def _check_lowered_limits(where: str, fig: dict[str, Any], context: dict[str, Any], values: dict[str, str]) -> None:
+    """A token limit offered to stop a failure is positive and below the value that failed."""
+    prefill = values.get("--max-batch-prefill-tokens")
+    if prefill is not None and fig.get("prefill_tokens"):
+        assert 0 < int(prefill) < fig["prefill_tokens"], f"{where}: prefill {prefill} vs {fig['prefill_tokens']} failing"
+    total = values.get("--max-batch-total-tokens")
+    if total is not None:
+        assert int(total) > 0 and int(total) % BLOCK == 0, f"{where}: --max-batch-total-tokens {total}"
+        if context.get("kv_cache_tokens"):
+            assert int(total) < context["kv_cache_tokens"], f"{where}: {total} does not lower {context['kv_cache_tokens']}"
 
 
 def _check_utilization(
@@ -390,6 +403,57 @@ def test_tgi_eetq_saves_half_of_16bit_weights() -> None:
     assert report["context"]["weights_bytes"] == 16095389942
     q = _remedy(report, "--quantize")
     assert q is not None and q["saves_bytes"] == 8047694971
+
+
+@PROPS
+@given(n=st.integers(2, 200_000))
+@example(n=511)  # half is 255.5: below one 256-token step, the value must still be a whole count
+def test_tgi_prefill_limit_is_a_whole_count_below_the_failing_prefill(n: int) -> None:
+    report = _report(TGI_PREFILL_OOM.format(n=n, weights=""))
+    r = _remedy(report, "--max-batch-prefill-tokens")
+    assert r is not None
+    value = r["flags"]["--max-batch-prefill-tokens"]
+    assert value.isdigit() and 0 < int(value) <= n // 2
+    if n // 2 >= 256:
+        assert int(value) % 256 == 0
+    check_bounds(report)
+
+
+TGI_DECODE_OOM = (
+    '2025-01-01T10:00:00.000000Z  INFO text_generation_launcher: Args {{ model_id: "m", quantize: None }}\n'
+    "2025-01-01T10:00:21.000000Z  INFO text_generation_router_v3: backends/v3/src/lib.rs:125: Setting max batch "
+    "total tokens to {n}\n"
+    "2025-01-01T10:05:00.000000Z ERROR text_generation_launcher: Method Decode encountered an error.\n"
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB. GPU 0 has a total capacity of 23.68 GiB "
+    "of which 412.06 MiB is free. Including non-PyTorch memory, this process has 23.27 GiB memory in use. Of the "
+    "allocated memory 21.50 GiB is allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but unallocated.\n"
+)
+
+
+@PROPS
+@given(n=st.integers(32, 2**22))
+def test_tgi_total_tokens_are_lowered_to_a_block_multiple(n: int) -> None:
+    report = _report(TGI_DECODE_OOM.format(n=n))
+    assert report["context"]["kv_cache_tokens"] == n
+    r = _remedy(report, "--max-batch-total-tokens")
+    assert r is not None, "no --max-batch-total-tokens remedy for a TGI decode OOM"
+    value = int(r["flags"]["--max-batch-total-tokens"])
+    assert 0 < value < n and value % BLOCK == 0
+    check_bounds(report)
+
+
+def test_tgi_total_tokens_keep_nine_tenths() -> None:
+    # 421328 tokens in flight x 0.9 = 379195.2, rounded down to 16: 23699 x 16 = 379184
+    r = _remedy(_report(TGI_DECODE_OOM.format(n=421328)), "--max-batch-total-tokens")
+    assert r is not None and r["flags"] == {"--max-batch-total-tokens": "379184"}
+
+
+def test_tgi_remedies_stay_out_of_other_engines_reports() -> None:
+    # the same PyTorch OOM without TGI's lines: no TGI flag may be offered
+    report = _report(TGI_DECODE_OOM.format(n=421328).split("\n", 3)[3])
+    flags = {k for f in report["findings"] for r in f["remedies"] for k in r["flags"]}
+    assert report["findings"] and not flags & {"--max-batch-total-tokens", "--quantize", "--max-batch-prefill-tokens",
+                                               "--cuda-memory-fraction", "--cuda-graphs"}
 
 
 # --- the checker itself must be able to fail --------------------------------------------------
