@@ -150,6 +150,15 @@ def _check_lowered_limits(where: str, fig: dict[str, Any], context: dict[str, An
         assert int(total) > 0 and int(total) % BLOCK == 0, f"{where}: --max-batch-total-tokens {total}"
         if context.get("kv_cache_tokens"):
             assert int(total) < context["kv_cache_tokens"], f"{where}: {total} does not lower {context['kv_cache_tokens']}"
+    # lowering one limit never raises another: the input limit offered with it only goes down
+    current = (context.get("extra") or {}).get("tgi_max_input_tokens")
+    for flag in ("--max-input-tokens", "--max-input-length"):
+        if flag in values:
+            assert int(values[flag]) > 0, f"{where}: {flag} {values[flag]}"
+            if current is not None:
+                assert int(values[flag]) < current, f"{where}: {flag} {values[flag]} does not lower {current}"
+            if "--max-total-tokens" in values:
+                assert int(values[flag]) < int(values["--max-total-tokens"]), f"{where}: {flag} >= --max-total-tokens"
 
 
 def _check_utilization(
@@ -407,6 +416,7 @@ def test_tgi_eetq_saves_half_of_16bit_weights() -> None:
 
 @PROPS
 @given(n=st.integers(2, 200_000))
+@example(n=2)  # the smallest prefill that can be halved: 1 token
 @example(n=511)  # half is 255.5: below one 256-token step, the value must still be a whole count
 def test_tgi_prefill_limit_is_a_whole_count_below_the_failing_prefill(n: int) -> None:
     report = _report(TGI_PREFILL_OOM.format(n=n, weights=""))
@@ -417,6 +427,59 @@ def test_tgi_prefill_limit_is_a_whole_count_below_the_failing_prefill(n: int) ->
     if n // 2 >= 256:
         assert int(value) % 256 == 0
     check_bounds(report)
+
+
+def test_tgi_prefill_limit_leaves_a_smaller_input_limit_alone() -> None:
+    # 8192 / 2 = 4096 prefill tokens; the input limit 1000 is already below that: it stays unmentioned
+    report = _report(TGI_PREFILL_OOM.format(n=8192, weights="").replace(
+        "max_batch_prefill_tokens", "max_input_tokens: Some(1000), max_batch_prefill_tokens"))
+    assert report["context"]["extra"]["tgi_max_input_tokens"] == 1000
+    r = _remedy(report, "--max-batch-prefill-tokens")
+    assert r is not None and r["flags"] == {"--max-batch-prefill-tokens": "4096"}
+
+
+TGI_MAX_TOTAL = (
+    '2025-01-01T10:00:00.000000Z  INFO text_generation_launcher: Args {{ model_id: "m", max_input_tokens: Some({m}), '
+    "max_total_tokens: Some({w}), max_batch_prefill_tokens: Some({w}), cuda_memory_fraction: 1.0 }}\n"
+    "{capacity}"
+    "Error: Backend(NotEnoughMemory({w}))\n"
+    "2025-01-01T10:00:21.000000Z ERROR text_generation_launcher: Not enough memory to handle `max_total_tokens={w}`\n"
+)
+_CAPACITY = ("2025-01-01T10:00:21.000000Z  INFO text_generation_router_v3: backends/v3/src/lib.rs:125: "
+             "Setting max batch total tokens to {c}\n")
+
+
+@PROPS
+@given(c=st.integers(64, 2**20), more=st.integers(1, 2**16), m=st.integers(16, 2**21))
+@example(c=21504, more=10496, m=1000)  # the input limit 1000 is below the 21504-token capacity: left alone
+@example(c=21504, more=10496, m=31999)  # 31999 >= 21504: the input must drop to 21503
+def test_tgi_max_total_tokens_is_the_capacity_and_the_input_stays_below(c: int, more: int, m: int) -> None:
+    w = c + more
+    m = min(m, w - 1)
+    report = _report(TGI_MAX_TOTAL.format(m=m, w=w, capacity=_CAPACITY.format(c=c)))
+    r = _remedy(report, "--max-total-tokens")
+    assert r is not None
+    want = {"--max-total-tokens": str(c)}
+    if m >= c:
+        want["--max-input-tokens"] = str(c - 1)
+    assert r["flags"] == want
+    check_bounds(report)
+
+
+def test_tgi_max_total_tokens_without_a_capacity_offers_no_guess() -> None:
+    report = _report(TGI_MAX_TOTAL.format(m=31999, w=32000, capacity=""))
+    assert report["findings"] and _remedy(report, "--max-total-tokens") is None
+
+
+def test_tgi_offers_no_memory_fraction_that_leaves_nothing() -> None:
+    # 896 MiB of 23.68 GiB: 1.0 - 0.037 - 0.01 = 0.953 -> 0.95 is offered;
+    # 22.00 GiB of 23.68 GiB: 1.0 - 0.929 - 0.01 = 0.061, below 0.1 -> no --cuda-memory-fraction at all
+    small = _report(TGI_DECODE_OOM.format(n=4096))
+    assert _remedy(small, "--cuda-memory-fraction") is not None
+    assert _remedy(small, "--cuda-memory-fraction")["flags"] == {"--cuda-memory-fraction": "0.95"}  # type: ignore[index]
+    large = _report(TGI_DECODE_OOM.format(n=4096).replace("896.00 MiB", "22.00 GiB"))
+    assert large["context"]["engine"] == "tgi" and large["findings"]
+    assert _remedy(large, "--cuda-memory-fraction") is None
 
 
 TGI_DECODE_OOM = (
