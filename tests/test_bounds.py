@@ -482,6 +482,20 @@ def test_tgi_offers_no_memory_fraction_that_leaves_nothing() -> None:
     assert _remedy(large, "--cuda-memory-fraction") is None
 
 
+def test_tgi_graph_warmup_failure_keeps_the_small_graphs() -> None:
+    # TGI's default sizes go up to 32; the warning's remedy keeps 1, 2, 4 and 8
+    report = _report("2025-01-01T10:00:00.000000Z ERROR text_generation_launcher: Decode cuda graph warmup failed\n")
+    r = _remedy(report, "--cuda-graphs")
+    assert r is not None and r["flags"] == {"--cuda-graphs": "1,2,4,8"}
+
+
+def test_tgi_offers_no_quantization_to_a_quantized_model() -> None:
+    report = _report(TGI_PREFILL_OOM.format(n=4096, weights="").replace("quantize: None", "quantize: Some(Eetq)"))
+    assert report["context"]["quantization"] == "Eetq"
+    assert _remedy(report, "--quantize") is None
+    assert _remedy(_report(TGI_PREFILL_OOM.format(n=4096, weights="")), "--quantize") is not None
+
+
 TGI_DECODE_OOM = (
     '2025-01-01T10:00:00.000000Z  INFO text_generation_launcher: Args {{ model_id: "m", quantize: None }}\n'
     "2025-01-01T10:00:21.000000Z  INFO text_generation_router_v3: backends/v3/src/lib.rs:125: Setting max batch "
