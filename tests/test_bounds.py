@@ -417,6 +417,7 @@ def test_tgi_eetq_saves_half_of_16bit_weights() -> None:
 @PROPS
 @given(n=st.integers(2, 200_000))
 @example(n=2)  # the smallest prefill that can be halved: 1 token
+@example(n=1000)  # half is 500: rounded down to one 256-token step
 @example(n=511)  # half is 255.5: below one 256-token step, the value must still be a whole count
 def test_tgi_prefill_limit_is_a_whole_count_below_the_failing_prefill(n: int) -> None:
     report = _report(TGI_PREFILL_OOM.format(n=n, weights=""))
@@ -464,6 +465,14 @@ def test_tgi_max_total_tokens_is_the_capacity_and_the_input_stays_below(c: int, 
         want["--max-input-tokens"] = str(c - 1)
     assert r["flags"] == want
     check_bounds(report)
+
+
+@pytest.mark.parametrize("c", [32000, 40000])
+def test_tgi_max_total_tokens_is_never_raised_to_the_capacity(c: int) -> None:
+    # the KV cache holds c >= 32000 tokens: lowering --max-total-tokens to c would not lower it
+    report = _report(TGI_MAX_TOTAL.format(m=31999, w=32000, capacity=_CAPACITY.format(c=c)))
+    assert report["context"]["kv_cache_tokens"] == c
+    assert _remedy(report, "--max-total-tokens") is None
 
 
 def test_tgi_max_total_tokens_without_a_capacity_offers_no_guess() -> None:
