@@ -430,11 +430,17 @@ def test_tgi_prefill_limit_is_a_whole_count_below_the_failing_prefill(n: int) ->
     check_bounds(report)
 
 
-def test_tgi_prefill_limit_leaves_a_smaller_input_limit_alone() -> None:
-    # 8192 / 2 = 4096 prefill tokens; the input limit 1000 is already below that: it stays unmentioned
+def test_tgi_offers_no_prefill_limit_for_a_single_token() -> None:
+    # half of 1 token is 0: no limit can help
+    assert _remedy(_report(TGI_PREFILL_OOM.format(n=1, weights="")), "--max-batch-prefill-tokens") is None
+
+
+@pytest.mark.parametrize("m", [1000, 4096])
+def test_tgi_prefill_limit_leaves_a_smaller_input_limit_alone(m: int) -> None:
+    # 8192 / 2 = 4096 prefill tokens; an input limit of at most 4096 already satisfies prefill >= input
     report = _report(TGI_PREFILL_OOM.format(n=8192, weights="").replace(
-        "max_batch_prefill_tokens", "max_input_tokens: Some(1000), max_batch_prefill_tokens"))
-    assert report["context"]["extra"]["tgi_max_input_tokens"] == 1000
+        "max_batch_prefill_tokens", f"max_input_tokens: Some({m}), max_batch_prefill_tokens"))
+    assert report["context"]["extra"]["tgi_max_input_tokens"] == m
     r = _remedy(report, "--max-batch-prefill-tokens")
     assert r is not None and r["flags"] == {"--max-batch-prefill-tokens": "4096"}
 
@@ -489,6 +495,9 @@ def test_tgi_offers_no_memory_fraction_that_leaves_nothing() -> None:
     large = _report(TGI_DECODE_OOM.format(n=4096).replace("896.00 MiB", "22.00 GiB"))
     assert large["context"]["engine"] == "tgi" and large["findings"]
     assert _remedy(large, "--cuda-memory-fraction") is None
+    # 21.00 GiB of 23.68 GiB: 1.0 - 0.8868 - 0.01 = 0.1032 -> 0.10, still too little to size a KV cache from
+    edge = _report(TGI_DECODE_OOM.format(n=4096).replace("896.00 MiB", "21.00 GiB"))
+    assert edge["findings"] and _remedy(edge, "--cuda-memory-fraction") is None
 
 
 def test_tgi_graph_warmup_failure_keeps_the_small_graphs() -> None:
