@@ -1,3 +1,17 @@
+"""Shared test options.
+
+``--update-goldens`` rewrites ``fixtures/**/*.expected.json`` from the current output, but refuses a
+golden that contradicts its label (kind, phase, a figure, the named fix) unless that divergence is
+recorded, as it is now, in ``tests/corpus_divergences.json``.
+
+``--update-divergences`` rewrites ``tests/corpus_divergences.json`` (the tool's current value for
+every aspect where it differs from a label) before the tests run, and lists what moved at the end.
+After a merge that changes detection or advice, run both and review the diffs:
+
+    python -m pytest tests/test_corpus.py --update-divergences
+    python -m pytest tests/test_goldens.py --update-goldens
+"""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,14 +21,38 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 
+_MOVED: list[str] = []
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-goldens",
         action="store_true",
         default=False,
-        help="Rewrite fixtures/**/*.expected.json from the current output (review the diff!).",
+        help="Rewrite fixtures/**/*.expected.json from the current output (review the diff!). "
+        "Refuses a golden that contradicts its label unless the divergence is recorded.",
     )
+    parser.addoption(
+        "--update-divergences",
+        action="store_true",
+        default=False,
+        help="Rewrite tests/corpus_divergences.json (the tool's value wherever it differs from a "
+        "corpus label) before running; review the diff!",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--update-divergences", default=False):
+        from tests.corpus import rewrite_divergences
+
+        _MOVED[:] = rewrite_divergences()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if terminalreporter.config.getoption("--update-divergences", default=False):
+        terminalreporter.section("corpus divergences rewritten")
+        for line in _MOVED or ["nothing moved"]:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture

@@ -242,14 +242,14 @@ def test_8_a_cap_that_does_not_bind_is_not_the_cause() -> None:
 
 def test_8_tgi_cap_from_allowed() -> None:
     """other-078 (LoRAX): '23.77 GiB allowed' is --cuda-memory-fraction's cap; lifting it is the fix."""
-    f = only_error(diagnose("tgi/other-078.log"))
+    f = only_error(diagnose("other/other-078.log"))
     assert f.cause is not None and f.cause.id == "memory-cap"
     assert f.remedies[0].flags == {"--cuda-memory-fraction": "1.00"}
 
 
 def test_9_bare_pytorch_oom_may_be_training() -> None:
     """other-071 (sd-scripts LoRA): gradient checkpointing is offered, marked 'if this is training'."""
-    f = only_error(diagnose("pytorch/other-071.log"))
+    f = only_error(diagnose("other/other-071.log"))
     r = remedy(f, "training.gradient-checkpointing")
     assert r.rank <= 3 and r.confidence == "low" and "if this is training" in r.title
 
@@ -307,10 +307,10 @@ FIXED = {
     "vllm/new-008.log": ["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "gpu-memory-utilization"],
     "vllm/vllm-013.log": ["gpu-memory-utilization"],
     "transformers/other-070.log": ["expandable-segments", "pytorch-cuda-alloc-conf", "pytorch-alloc-conf"],
-    "pytorch/other-071.log": ["gradient-checkpointing", "gradient-accumulation", "bf16", "cache-latents"],
+    "other/other-071.log": ["gradient-checkpointing", "gradient-accumulation", "bf16", "cache-latents"],
     "deepspeed/other-079.log": ["swap"],
     "trtllm/other-024.log": ["max-batch-size"],
-    "tgi/other-078.log": ["cuda-memory-fraction"],
+    "other/other-078.log": ["cuda-memory-fraction"],
 }
 
 #: fixture -> (the label's fix tokens, why the fix cannot be in the top three). Checked strictly: when
