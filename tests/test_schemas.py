@@ -52,7 +52,6 @@ def test_every_fixture_report_validates_against_the_report_schema(
     log: Path, report_validator: Any, jsonl_validator: Any
 ) -> None:
     import oomdoctor
-
     from oomdoctor.render.json import render_jsonl
 
     diagnosed = oomdoctor.diagnose(log.read_bytes())
