@@ -15,6 +15,7 @@ import regex
 
 from oomdoctor import __version__
 from oomdoctor.context import ContextCollector
+from oomdoctor.fallback import is_fallback, kind_for, role_figures
 from oomdoctor.figures import groups_to_figures
 from oomdoctor.prefilter import Prefilter, make_prefilter, needles
 from oomdoctor.reader import Line, LineSplitter, normalise, only_cut_by_normalise
@@ -61,7 +62,7 @@ MAX_FINDINGS = 500
 
 #: rule engines that name a library, not the tool that printed the log: such findings take the
 #: detected engine's name, do not vote for one, and yield to a more specific rule's message
-_GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda", "ggml", "xla", "host", "nccl"})
+_GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda", "ggml", "xla", "host", "nccl", "generic"})
 
 
 def _agree(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -89,6 +90,28 @@ def _search_any(patterns: list[Any], text: str) -> bool:
                 patterns.insert(0, patterns.pop(i))
             return True
     return False
+
+
+class _ClauseMatch:
+    """Stands for a regex match when a ``by_clause`` rule matched by its triggers: the whole
+    joined text is the message, it has no groups, and the clauses that found a figure record
+    where it ended (:attr:`ends`)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.ends: list[int] = []
+
+    def start(self) -> int:
+        return 0
+
+    def end(self) -> int:
+        return max(self.ends, default=len(self.text.split("\n", 1)[0]))
+
+    def group(self, _n: int = 0) -> str:
+        return self.text
+
+    def groupdict(self) -> dict[str, str | None]:
+        return {}
 
 
 class RuleTimeout(Exception):
@@ -428,6 +451,9 @@ class Scanner:
         margin = anchor.text[: len(anchor.text) - len(anchor.text.lstrip(" \t"))]
         if margin and window:
             readings.append((unwrapped, [t[len(margin) :] if t.startswith(margin) else t for t in texts]))
+        if window and any(not sep for sep in unwrapped):
+            # a line broken at a blank that the paste dropped ("Out" / "of memory")
+            readings.append(([" "] * len(window), texts))
         for seps, pieces in readings:
             text = anchor.text + "".join(sep + piece for sep, piece in zip(seps, pieces, strict=True))
             try:
@@ -446,6 +472,44 @@ class Scanner:
                             end_line = w.number
                         consumed += len(sep) + len(piece)
                     best = (m, text, end_line, figures)
+            if not window:
+                break
+        if best is None and rule.rule.by_clause:
+            best = self._search_clauses(rule, anchor, window, readings)
+        return best
+
+    def _search_clauses(
+        self,
+        rule: CompiledRule,
+        anchor: Line,
+        window: list[Line],
+        readings: list[tuple[list[str], list[str]]],
+    ) -> tuple[Any, str, int, dict[str, Any]] | None:
+        """A ``by_clause`` rule whose pattern did not match: one of its triggers, found in the
+        anchor line and its window joined (blanks and case ignored, so a wrap cannot hide it)
+        and starting on the anchor line, identifies the message; each figure comes from its own
+        ``extract`` clause over the whole joined text. The reading with the most figures wins."""
+        head = "".join(anchor.text.split()).lower()
+        best: tuple[Any, str, int, dict[str, Any]] | None = None
+        for seps, pieces in readings:
+            text = anchor.text + "".join(sep + piece for sep, piece in zip(seps, pieces, strict=True))
+            squeezed = "".join(text.split()).lower()
+            at = min((i for t in rule.triggers if (i := squeezed.find("".join(t.split()))) >= 0), default=-1)
+            if at < 0 or at >= len(head):
+                continue
+            found = _ClauseMatch(text)
+            figures = self._extract(rule, found, text)
+            if best is None or len(figures) > len(best[3]):
+                # the message runs to the last line that gave a figure or holds a trigger
+                end_line = anchor.number
+                consumed = len(anchor.text)
+                last = max(found.ends + [0])
+                for w, sep, piece in zip(window, seps, pieces, strict=True):
+                    low = piece.lower()
+                    if consumed + len(sep) < last or any(t in low for t in rule.triggers):
+                        end_line = w.number
+                    consumed += len(sep) + len(piece)
+                best = (found, text, end_line, figures)
             if not window:
                 break
         return best
@@ -473,7 +537,13 @@ class Scanner:
             value_text = gd.get("value") if "value" in gd else (em.group(1) if em.groups() else em.group(0))
             if value_text is None:
                 continue
-            figures.update(groups_to_figures({name: value_text}, r.types, r.units))
+            got = groups_to_figures({name: value_text}, r.types, r.units)
+            figures.update(got)
+            if got and isinstance(m, _ClauseMatch):
+                m.ends.append(m.start() + em.end())
+        if r.roles:
+            for name, value in role_figures(" ".join(m.group(0).split())).items():
+                figures.setdefault(name, value)
         for name, pat in rule.extract_all.items():
             items = []
             for em in pat.finditer(region, timeout=REGEX_TIMEOUT):
@@ -565,7 +635,11 @@ class Scanner:
                 continue
             last, seen = self._seen.get(id(f), (f.location.end_line, set(f.ranks)))
             near = anchor.number - last <= SAME_FAILURE_LINES
-            if f.rule == rule.id:
+            if is_fallback(rule.id) or is_fallback(f.rule):
+                # the fallback's reading of a line near a failure a specific rule names is that
+                # failure, and so is the fallback's reading of the lines that retell it
+                same = near
+            elif f.rule == rule.id:
                 same = (
                     f.figures == figures
                     or r.severity == "warning"
@@ -576,6 +650,8 @@ class Scanner:
                 same = near and _agree(f.figures, figures) and (f.kind == r.kind or bool(shared))
             if not same:
                 continue
+            if is_fallback(rule.id) and not is_fallback(f.rule):
+                return True  # a line of (or about) a failure a specific rule has read: nothing to add
             retold = any(t in anchor.text.lower() for t in _REPRINTS)
             # another rank's copy of the same message keeps the first rank's figures (its own GPU);
             # a retelling by the same process, or another message about it, adds what it knows
@@ -595,6 +671,10 @@ class Scanner:
                     o.frames.extend(self._evidence(anchor, rank))
                 if f.rule != rule.id and _specificity(rule) > _specificity_of(self.pack, f.rule):
                     # the more specific message names the failure (a vLLM wrapper over PyTorch's OOM)
+                    if is_fallback(f.rule):
+                        # the fallback's figures are guesses from nearby words: the rule's are read
+                        f.figures = dict(figures)
+                        f.location.line = anchor.number
                     f.rule, f.kind, f.engine, f.title, f.message = rule.id, r.kind, r.engine, r.title, message
                     if r.phase:
                         f.phase = r.phase
@@ -673,6 +753,9 @@ class Scanner:
         for f in self._findings + [o.finding for o in self._open]:
             if f.engine in _GENERIC_ENGINES and ctx.engine and ctx.engine not in ("pytorch",):
                 f.engine = ctx.engine
+            if is_fallback(f.rule):
+                # the fallback's finding is named after the log's engine once it is known
+                f.kind = kind_for(ctx.engine, self.pack.rule(f.rule).rule.kind)
         return ctx
 
     def close(self) -> Report:
