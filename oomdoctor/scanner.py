@@ -54,6 +54,9 @@ AFTER_LINES = 80
 BEFORE_LINES = 200
 #: lines before a traceback header in which a marker line still names the failing step
 MARKER_LEAD = 3
+#: lines after a failure in which a progress line still names its step, when none came before
+#: (another stream's line interleaved after the error: "Loading checkpoint shards: 3%")
+PROGRESS_LAG = 3
 #: a failure repeated by another rank within this many lines is the same failure
 SAME_FAILURE_LINES = 400
 #: findings kept at most (a log with endless OOMs still costs bounded memory)
@@ -137,6 +140,9 @@ class _Open:
     last_line: int = 0
     #: ranks of merged occurrences: their frames count as evidence too
     merged_ranks: set[str | None] = field(default_factory=set)
+    #: frames and "@phase" markers of other ranks after the failure: the ranks run the same code,
+    #: so they say where it was when nothing of its own rank does
+    foreign: list[str] = field(default_factory=list)
 
 
 class Scanner:
@@ -337,10 +343,11 @@ class Scanner:
                 func = m["func"]
                 self._frames.append((line.number, func, line.rank))
                 for o in self._open:
-                    if o.line < line.number <= o.line + AFTER_LINES and (
-                        o.rank == line.rank or line.rank in o.merged_ranks
-                    ):
-                        o.frames.append(func)
+                    if o.line < line.number <= o.line + AFTER_LINES:
+                        if o.rank == line.rank or line.rank in o.merged_ranks:
+                            o.frames.append(func)
+                        else:
+                            o.foreign.append(func)
         # which triggers does the line hold? (one pass over the pack's literals, then an index)
         present = [t for t in (self._triggers_for(mask) if mask else self._all_triggers) if t in low]
         phases = self._phases_always
@@ -587,9 +594,13 @@ class Scanner:
         o = _Open(finding, rank, anchor.number, last_line=anchor.number)
         self._seen[id(finding)] = (anchor.number, {rank})
         o.frames.extend(self._evidence(anchor, rank))
+        o.foreign.extend(
+            func for number, func, frank in self._frames if frank != rank and 0 < number - anchor.number <= AFTER_LINES
+        )
         before = [ph for number, ph in self._progress if number <= anchor.number]
-        if before:
-            o.progress_phase = before[-1]
+        after = [ph for number, ph in self._progress if 0 < number - anchor.number <= PROGRESS_LAG]
+        if before or after:
+            o.progress_phase = before[-1] if before else after[0]
         self._open.append(o)
 
     def _evidence(self, anchor: Line, rank: str | None) -> list[str]:
@@ -701,6 +712,11 @@ class Scanner:
                 return ph.rule.phase
         for ph in self.pack.phases:
             if ph.rule.phase in markers:
+                return ph.rule.phase
+        # then what the other ranks' tracebacks and markers show right after it
+        foreign = set(o.foreign)
+        for ph in self.pack.phases:
+            if ph.frames & foreign or "@" + ph.rule.phase in foreign:
                 return ph.rule.phase
         if o.progress_phase:
             return o.progress_phase
