@@ -68,6 +68,16 @@ MAX_FINDINGS = 500
 _GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda", "ggml", "xla", "host", "nccl", "generic"})
 
 
+#: run facts that a vLLM finding carries as its own figures when its message does not print them:
+#: figure name -> Context field, for kinds starting with the key ("" = every vLLM finding). They
+#: are the settings and sizes the failing run had (its launch arguments, its memory profile).
+_VLLM_RUN_FIGURES: dict[str, dict[str, str]] = {
+    "": {"gpu_memory_utilization": "gpu_memory_utilization"},
+    "vllm.": {"total_bytes": "gpu_total_bytes"},
+    "vllm.kv-cache.": {"kv_cache_available_bytes": "kv_cache_bytes"},
+}
+
+
 def _agree(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Figures that do not contradict each other (every shared name has the same value)."""
     return all(a[k] == b[k] for k in a.keys() & b.keys())
@@ -772,6 +782,13 @@ class Scanner:
             if is_fallback(f.rule):
                 # the fallback's finding is named after the log's engine once it is known
                 f.kind = kind_for(ctx.engine, self.pack.rule(f.rule).rule.kind)
+            if f.engine == "vllm" and f.severity == "error":
+                for prefix, names in _VLLM_RUN_FIGURES.items():
+                    if f.kind.startswith(prefix):
+                        for name, fld in names.items():
+                            value = getattr(ctx, fld)
+                            if value is not None and name not in f.figures:
+                                f.figures[name] = value
         return ctx
 
     def close(self) -> Report:
