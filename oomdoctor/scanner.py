@@ -78,6 +78,27 @@ _VLLM_RUN_FIGURES: dict[str, dict[str, str]] = {
 }
 
 
+_FOLDED: dict[str, Any] = {}
+
+
+def _folded(pattern: Any) -> Any:
+    """``pattern`` compiled case-insensitively (once per pattern text)."""
+    found = _FOLDED.get(pattern.pattern)
+    if found is None:
+        found = _FOLDED[pattern.pattern] = regex.compile(pattern.pattern, regex.VERSION0 | regex.IGNORECASE)
+    return found
+
+
+def _cuts_a_word(m: Any, text: str) -> bool:
+    """Whether a group of ``m`` ends at a line break inside a word or number ("15185" / "1674624"):
+    a reading that joins the pieces with nothing between them may read it whole."""
+    for name in m.groupdict():
+        end = m.end(name)
+        if 0 < end < len(text) - 1 and text[end] == "\n" and text[end - 1].isalnum() and text[end + 1].isalnum():
+            return True
+    return False
+
+
 def _agree(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Figures that do not contradict each other (every shared name has the same value)."""
     return all(a[k] == b[k] for k in a.keys() & b.keys())
@@ -186,6 +207,8 @@ class Scanner:
         #: per finding (by id): last line it was seen on, and the ranks (None too) that told it
         self._seen: dict[int, tuple[int, set[str | None]]] = {}
         self._done = False
+        #: the rule being matched is read case-insensitively (see :meth:`_search`)
+        self._fold = False
         self._timing = ""  # the context/phase rule whose regex runs (named by RuleTimeout)
         self._start_source(source)
 
@@ -471,28 +494,42 @@ class Scanner:
         if window and any(not sep for sep in unwrapped):
             # a line broken at a blank that the paste dropped ("Out" / "of memory")
             readings.append(([" "] * len(window), texts))
-        for seps, pieces in readings:
-            text = anchor.text + "".join(sep + piece for sep, piece in zip(seps, pieces, strict=True))
-            try:
-                m = rule.pattern.search(text, timeout=REGEX_TIMEOUT)
-            except TimeoutError:
-                raise RuleTimeout(
-                    f'{rule.source}: rule "{rule.id}": pattern: regex timed out (catastrophic backtracking?)'
-                ) from None
-            if m is not None and m.start() <= len(anchor.text):
-                figures = self._extract(rule, m, text)
-                if best is None or len(figures) > len(best[3]):
-                    end_line = anchor.number
-                    consumed = len(anchor.text)
-                    for w, sep, piece in zip(window, seps, pieces, strict=True):
-                        if m.end() > consumed + len(sep):
-                            end_line = w.number
-                        consumed += len(sep) + len(piece)
-                    best = (m, text, end_line, figures)
-            if not window:
+        # a message whose case was changed ("CUDA OUT OF MEMORY", a lower-cased paste) is read
+        # again case-insensitively when the rule's own spelling does not match it
+        mangled = anchor.text.isupper() or anchor.text.islower()
+        for fold in (False, True) if mangled else (False,):
+            self._fold = fold
+            pattern = _folded(rule.pattern) if fold else rule.pattern
+            best_cut = False
+            for seps, pieces in readings:
+                text = anchor.text + "".join(sep + piece for sep, piece in zip(seps, pieces, strict=True))
+                try:
+                    m = pattern.search(text, timeout=REGEX_TIMEOUT)
+                except TimeoutError:
+                    raise RuleTimeout(
+                        f'{rule.source}: rule "{rule.id}": pattern: regex timed out (catastrophic backtracking?)'
+                    ) from None
+                if m is not None and m.start() <= len(anchor.text):
+                    figures = self._extract(rule, m, text)
+                    cut = _cuts_a_word(m, text)
+                    # on a tie, a reading that reads a figure cut by a line break loses
+                    if best is None or len(figures) > len(best[3]) or (
+                        len(figures) == len(best[3]) and best_cut and not cut
+                    ):
+                        end_line = anchor.number
+                        consumed = len(anchor.text)
+                        for w, sep, piece in zip(window, seps, pieces, strict=True):
+                            if m.end() > consumed + len(sep):
+                                end_line = w.number
+                            consumed += len(sep) + len(piece)
+                        best, best_cut = (m, text, end_line, figures), cut
+                if not window:
+                    break
+            if best is None and rule.rule.by_clause:
+                best = self._search_clauses(rule, anchor, window, readings)
+            if best is not None:
                 break
-        if best is None and rule.rule.by_clause:
-            best = self._search_clauses(rule, anchor, window, readings)
+        self._fold = False
         return best
 
     def _search_clauses(
@@ -547,7 +584,7 @@ class Scanner:
         for name, pat in rule.extract.items():
             if name in figures:
                 continue
-            em = pat.search(region, timeout=REGEX_TIMEOUT)
+            em = (_folded(pat) if self._fold else pat).search(region, timeout=REGEX_TIMEOUT)
             if em is None:
                 continue
             gd = em.groupdict()
@@ -563,7 +600,7 @@ class Scanner:
                 figures.setdefault(name, value)
         for name, pat in rule.extract_all.items():
             items = []
-            for em in pat.finditer(region, timeout=REGEX_TIMEOUT):
+            for em in (_folded(pat) if self._fold else pat).finditer(region, timeout=REGEX_TIMEOUT):
                 item = groups_to_figures(em.groupdict(), r.types, r.units)
                 if item:
                     items.append(item)
