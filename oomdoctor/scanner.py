@@ -68,16 +68,6 @@ MAX_FINDINGS = 500
 _GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda", "ggml", "xla", "host", "nccl", "generic"})
 
 
-#: run facts that a vLLM finding carries as its own figures when its message does not print them:
-#: figure name -> Context field, for kinds starting with the key ("" = every vLLM finding). They
-#: are the settings and sizes the failing run had (its launch arguments, its memory profile).
-_VLLM_RUN_FIGURES: dict[str, dict[str, str]] = {
-    "": {"gpu_memory_utilization": "gpu_memory_utilization"},
-    "vllm.": {"total_bytes": "gpu_total_bytes"},
-    "vllm.kv-cache.": {"kv_cache_available_bytes": "kv_cache_bytes"},
-}
-
-
 _FOLDED: dict[str, Any] = {}
 
 
@@ -90,11 +80,11 @@ def _folded(pattern: Any) -> Any:
 
 
 def _cuts_a_word(m: Any, text: str) -> bool:
-    """Whether a group of ``m`` ends at a line break inside a word or number ("15185" / "1674624"):
-    a reading that joins the pieces with nothing between them may read it whole."""
+    """Whether a group of ``m`` ends at a line break inside a number ("15185" / "1674624"): a
+    reading that joins the pieces with nothing between them may read it whole."""
     for name in m.groupdict():
         end = m.end(name)
-        if 0 < end < len(text) - 1 and text[end] == "\n" and text[end - 1].isalnum() and text[end + 1].isalnum():
+        if 0 < end < len(text) - 1 and text[end] == "\n" and text[end - 1].isdigit() and text[end + 1].isdigit():
             return True
     return False
 
@@ -209,6 +199,8 @@ class Scanner:
         self._done = False
         #: the rule being matched is read case-insensitively (see :meth:`_search`)
         self._fold = False
+        #: length of the anchor line of the match being read (see :meth:`_extract_figures`)
+        self._anchor_len = 0
         self._timing = ""  # the context/phase rule whose regex runs (named by RuleTimeout)
         self._start_source(source)
 
@@ -497,6 +489,7 @@ class Scanner:
         # a message whose case was changed ("CUDA OUT OF MEMORY", a lower-cased paste) is read
         # again case-insensitively when the rule's own spelling does not match it
         mangled = anchor.text.isupper() or anchor.text.islower()
+        self._anchor_len = len(anchor.text)
         for fold in (False, True) if mangled else (False,):
             self._fold = fold
             pattern = _folded(rule.pattern) if fold else rule.pattern
@@ -557,7 +550,7 @@ class Scanner:
                 # the message runs to the last line that gave a figure or holds a trigger
                 end_line = anchor.number
                 consumed = len(anchor.text)
-                last = max(found.ends + [0])
+                last = max(found.ends, default=0)
                 for w, sep, piece in zip(window, seps, pieces, strict=True):
                     low = piece.lower()
                     if consumed + len(sep) < last or any(t in low for t in rule.triggers):
@@ -596,7 +589,13 @@ class Scanner:
             if got and isinstance(m, _ClauseMatch):
                 m.ends.append(m.start() + em.end())
         if r.roles:
-            for name, value in role_figures(" ".join(m.group(0).split())).items():
+            # the anchor line's words, and the next line's only when the match's named group (the
+            # vocabulary) runs into it: a message wrapped there, not a line that merely follows
+            end = m.end()
+            vocab = [k for k, v in m.groupdict().items() if v is not None]
+            if not vocab or max(m.end(k) for k in vocab) <= self._anchor_len:
+                end = min(end, self._anchor_len)
+            for name, value in role_figures(" ".join(text[m.start() : end].split())).items():
                 figures.setdefault(name, value)
         for name, pat in rule.extract_all.items():
             items = []
@@ -819,13 +818,6 @@ class Scanner:
             if is_fallback(f.rule):
                 # the fallback's finding is named after the log's engine once it is known
                 f.kind = kind_for(ctx.engine, self.pack.rule(f.rule).rule.kind)
-            if f.engine == "vllm" and f.severity == "error":
-                for prefix, names in _VLLM_RUN_FIGURES.items():
-                    if f.kind.startswith(prefix):
-                        for name, fld in names.items():
-                            value = getattr(ctx, fld)
-                            if value is not None and name not in f.figures:
-                                f.figures[name] = value
         return ctx
 
     def close(self) -> Report:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -125,6 +124,7 @@ KNOWN_WRAP_MISSES = {
     ("vllm/vllm-008", "wrap60"), ("vllm/vllm-008", "wrap80"), ("vllm/vllm-019", "wrap60"), ("vllm/vllm-019", "wrap80"),
     ("vllm/vllm-019", "wrap100"), ("vllm/vllm-021", "wrap60"), ("vllm/vllm-021", "wrap80"), ("vllm/vllm-021", "wrap100"),
     ("vllm/vllm-040", "wrap100"), ("vllm/vllm-044", "wrap80"), ("vllm/vllm-054", "wrap100"),
+    ("other/other-046", "wrap60"), ("transformers/other-047", "wrap60"), ("sglang/new-027", "wrap60"),
     # a prefix before "Killed" / Ray's raylet lines: those rules read the line's start
     ("other/synthetic-shell-killed-loading", "prefix"), ("other/synthetic-shell-killed-loading", "requote"),
     ("vllm/vllm-044", "prefix"),
