@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import regex
@@ -61,6 +62,9 @@ PROGRESS_LAG = 3
 SAME_FAILURE_LINES = 400
 #: findings kept at most (a log with endless OOMs still costs bounded memory)
 MAX_FINDINGS = 500
+#: a source up to this size is a paste: when nothing was found in it, triggers cut by a line
+#: break (a terminal or an issue tracker wrapped the message) are looked for across each break
+PASTE_BYTES = 256 << 10
 
 
 #: rule engines that name a library, not the tool that printed the log: such findings take the
@@ -258,6 +262,8 @@ class Scanner:
         self._traceback_at: dict[str | None, deque[int]] = {}
         self._progress: deque[tuple[int, str]] = deque(maxlen=64)
         self._last_line = 0
+        #: the source's bytes while it is small enough to be a paste (see PASTE_BYTES)
+        self._paste: bytearray | None = bytearray()
 
     @property
     def prefilter(self) -> Prefilter:
@@ -289,6 +295,11 @@ class Scanner:
 
     def feed(self, data: bytes) -> None:
         """Consume a chunk of bytes (any size, any split)."""
+        if self._paste is not None:
+            if len(self._paste) + len(data) > PASTE_BYTES:
+                self._paste = None
+            else:
+                self._paste += data
         head, lo, hi = self._splitter.feed_spans(data)  # no copy of ``data``
         try:
             if head:
@@ -789,7 +800,36 @@ class Scanner:
                 self._process(line)
             self._last_line = number
         self._evaluate_pending(final=True)
+        if self._paste is not None and not any(
+            f.location.source == self.source for f in self._findings + [o.finding for o in self._open]
+        ):
+            self._match_across_breaks(bytes(self._paste))
         self._age_open(final=True)
+
+    def _match_across_breaks(self, data: bytes) -> None:
+        """Rules whose trigger a line break cut ("... leave no GPU memory for the KV ca" /
+        "che under ..."): the prefilter reads lines one by one and saw neither piece. For a
+        paste in which nothing was found, each break is read across (blanks ignored) and the
+        line where a cut trigger starts is matched against its rules."""
+        lines: list[Line] = []
+        for n, raw in enumerate(data.split(b"\n"), 1):
+            lines.extend(normalise(n, raw))
+        if len(lines) < 2:
+            return
+        squeezed = [(t, "".join(t.split())) for t in self._rule_by_trigger]
+        self._recent = deque(lines, maxlen=len(lines))
+        for a, b in pairwise(lines):
+            la, lb = a.text.lower(), b.text.lower()
+            tail = "".join(la[-100:].split())
+            joined = tail + "".join(lb[:100].split())
+            rules: list[CompiledRule] = []
+            for t, sq in squeezed:
+                at = joined.find(sq)
+                if at < 0 or not at < len(tail) < at + len(sq) or t in la or t in lb:
+                    continue
+                rules.extend(self.pack.rules[i] for i in self._rule_by_trigger[t])
+            if rules:
+                self._match(_Pending(a, list({id(r): r for r in rules}.values()), self.source))
 
     def flush(self) -> None:
         """Decide everything seen so far (after a quiet spell in pipe mode); input may continue."""
