@@ -712,6 +712,8 @@ class Scanner:
                     f.figures == figures
                     or r.severity == "warning"
                     or (near and (rank not in seen or _agree(f.figures, figures)))
+                    # the next line telling it again with other sizes: an allocator retrying smaller
+                    or 0 < anchor.number - last <= 1
                 )
             else:
                 shared = set(f.figures) & set(figures)
