@@ -141,6 +141,10 @@ def _to_field(name: str, value: str) -> Any:
     return convert(name, v, {name: kind}, {})
 
 
+#: engine -> the engines it runs inside itself, whose lines it prints too (it names the log)
+_WRAPS: dict[str, frozenset[str]] = {"ollama": frozenset({"llama.cpp"})}
+
+
 class ContextCollector:
     """Accumulates :class:`Context` from context-rule matches as lines pass."""
 
@@ -159,6 +163,9 @@ class ContextCollector:
         generic = {"pytorch", "python", "cuda", "linux", "host"}
         specific = [e for e in self._engines if e not in generic]
         pool = specific or list(self._engines)
+        # a tool that runs another one prints that one's lines too: ollama runs llama.cpp
+        wrapped = {w for e in pool for w in _WRAPS.get(e, ())}
+        pool = [e for e in pool if e not in wrapped] or pool
         return max(pool, key=lambda e: (self._engines[e], -self._engine_first[e]))
 
     def apply_args(self, args: dict[str, str], argv: list[str] | None = None, *, typed: bool = False) -> None:

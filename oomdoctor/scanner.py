@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import regex
 
 from oomdoctor import __version__
 from oomdoctor.context import ContextCollector
+from oomdoctor.fallback import is_fallback, kind_for, role_figures
 from oomdoctor.figures import groups_to_figures
 from oomdoctor.prefilter import Prefilter, make_prefilter, needles
 from oomdoctor.reader import Line, LineSplitter, normalise, only_cut_by_normalise
@@ -53,15 +55,42 @@ AFTER_LINES = 80
 BEFORE_LINES = 200
 #: lines before a traceback header in which a marker line still names the failing step
 MARKER_LEAD = 3
+#: lines after a failure in which a progress line still names its step, when none came before
+#: (another stream's line interleaved after the error: "Loading checkpoint shards: 3%")
+PROGRESS_LAG = 3
 #: a failure repeated by another rank within this many lines is the same failure
 SAME_FAILURE_LINES = 400
 #: findings kept at most (a log with endless OOMs still costs bounded memory)
 MAX_FINDINGS = 500
+#: a source up to this size is a paste: when nothing was found in it, triggers cut by a line
+#: break (a terminal or an issue tracker wrapped the message) are looked for across each break
+PASTE_BYTES = 256 << 10
 
 
 #: rule engines that name a library, not the tool that printed the log: such findings take the
 #: detected engine's name, do not vote for one, and yield to a more specific rule's message
-_GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda", "ggml", "xla", "host", "nccl"})
+_GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda", "ggml", "xla", "host", "nccl", "generic"})
+
+
+_FOLDED: dict[str, Any] = {}
+
+
+def _folded(pattern: Any) -> Any:
+    """``pattern`` compiled case-insensitively (once per pattern text)."""
+    found = _FOLDED.get(pattern.pattern)
+    if found is None:
+        found = _FOLDED[pattern.pattern] = regex.compile(pattern.pattern, regex.VERSION0 | regex.IGNORECASE)
+    return found
+
+
+def _cuts_a_word(m: Any, text: str) -> bool:
+    """Whether a group of ``m`` ends at a line break inside a number ("15185" / "1674624"): a
+    reading that joins the pieces with nothing between them may read it whole."""
+    for name in m.groupdict():
+        end = m.end(name)
+        if 0 < end < len(text) - 1 and text[end] == "\n" and text[end - 1].isdigit() and text[end + 1].isdigit():
+            return True
+    return False
 
 
 def _agree(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -91,6 +120,28 @@ def _search_any(patterns: list[Any], text: str) -> bool:
     return False
 
 
+class _ClauseMatch:
+    """Stands for a regex match when a ``by_clause`` rule matched by its triggers: the whole
+    joined text is the message, it has no groups, and the clauses that found a figure record
+    where it ended (:attr:`ends`)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.ends: list[int] = []
+
+    def start(self) -> int:
+        return 0
+
+    def end(self) -> int:
+        return max(self.ends, default=len(self.text.split("\n", 1)[0]))
+
+    def group(self, _n: int = 0) -> str:
+        return self.text
+
+    def groupdict(self) -> dict[str, str | None]:
+        return {}
+
+
 class RuleTimeout(Exception):
     """A rule's regex ran past its time limit; the message names the rule."""
 
@@ -114,6 +165,9 @@ class _Open:
     last_line: int = 0
     #: ranks of merged occurrences: their frames count as evidence too
     merged_ranks: set[str | None] = field(default_factory=set)
+    #: frames and "@phase" markers of other ranks after the failure: the ranks run the same code,
+    #: so they say where it was when nothing of its own rank does
+    foreign: list[str] = field(default_factory=list)
 
 
 class Scanner:
@@ -147,6 +201,10 @@ class Scanner:
         #: per finding (by id): last line it was seen on, and the ranks (None too) that told it
         self._seen: dict[int, tuple[int, set[str | None]]] = {}
         self._done = False
+        #: the rule being matched is read case-insensitively (see :meth:`_search`)
+        self._fold = False
+        #: length of the anchor line of the match being read (see :meth:`_extract_figures`)
+        self._anchor_len = 0
         self._timing = ""  # the context/phase rule whose regex runs (named by RuleTimeout)
         self._start_source(source)
 
@@ -204,6 +262,8 @@ class Scanner:
         self._traceback_at: dict[str | None, deque[int]] = {}
         self._progress: deque[tuple[int, str]] = deque(maxlen=64)
         self._last_line = 0
+        #: the source's bytes while it is small enough to be a paste (see PASTE_BYTES)
+        self._paste: bytearray | None = bytearray()
 
     @property
     def prefilter(self) -> Prefilter:
@@ -235,6 +295,11 @@ class Scanner:
 
     def feed(self, data: bytes) -> None:
         """Consume a chunk of bytes (any size, any split)."""
+        if self._paste is not None:
+            if len(self._paste) + len(data) > PASTE_BYTES:
+                self._paste = None
+            else:
+                self._paste += data
         head, lo, hi = self._splitter.feed_spans(data)  # no copy of ``data``
         try:
             if head:
@@ -314,10 +379,11 @@ class Scanner:
                 func = m["func"]
                 self._frames.append((line.number, func, line.rank))
                 for o in self._open:
-                    if o.line < line.number <= o.line + AFTER_LINES and (
-                        o.rank == line.rank or line.rank in o.merged_ranks
-                    ):
-                        o.frames.append(func)
+                    if o.line < line.number <= o.line + AFTER_LINES:
+                        if o.rank == line.rank or line.rank in o.merged_ranks:
+                            o.frames.append(func)
+                        else:
+                            o.foreign.append(func)
         # which triggers does the line hold? (one pass over the pack's literals, then an index)
         present = [t for t in (self._triggers_for(mask) if mask else self._all_triggers) if t in low]
         phases = self._phases_always
@@ -428,24 +494,80 @@ class Scanner:
         margin = anchor.text[: len(anchor.text) - len(anchor.text.lstrip(" \t"))]
         if margin and window:
             readings.append((unwrapped, [t[len(margin) :] if t.startswith(margin) else t for t in texts]))
+        if window and any(not sep for sep in unwrapped):
+            # a line broken at a blank that the paste dropped ("Out" / "of memory")
+            readings.append(([" "] * len(window), texts))
+        # a message whose case was changed ("CUDA OUT OF MEMORY", a lower-cased paste) is read
+        # again case-insensitively when the rule's own spelling does not match it
+        mangled = anchor.text.isupper() or anchor.text.islower()
+        self._anchor_len = len(anchor.text)
+        for fold in (False, True) if mangled else (False,):
+            self._fold = fold
+            pattern = _folded(rule.pattern) if fold else rule.pattern
+            best_cut = False
+            for seps, pieces in readings:
+                text = anchor.text + "".join(sep + piece for sep, piece in zip(seps, pieces, strict=True))
+                try:
+                    m = pattern.search(text, timeout=REGEX_TIMEOUT)
+                except TimeoutError:
+                    raise RuleTimeout(
+                        f'{rule.source}: rule "{rule.id}": pattern: regex timed out (catastrophic backtracking?)'
+                    ) from None
+                if m is not None and m.start() <= len(anchor.text):
+                    figures = self._extract(rule, m, text)
+                    cut = _cuts_a_word(m, text)
+                    # on a tie, a reading that reads a figure cut by a line break loses
+                    if best is None or len(figures) > len(best[3]) or (
+                        len(figures) == len(best[3]) and best_cut and not cut
+                    ):
+                        end_line = anchor.number
+                        consumed = len(anchor.text)
+                        for w, sep, piece in zip(window, seps, pieces, strict=True):
+                            if m.end() > consumed + len(sep):
+                                end_line = w.number
+                            consumed += len(sep) + len(piece)
+                        best, best_cut = (m, text, end_line, figures), cut
+                if not window:
+                    break
+            if best is None and rule.rule.by_clause:
+                best = self._search_clauses(rule, anchor, window, readings)
+            if best is not None:
+                break
+        self._fold = False
+        return best
+
+    def _search_clauses(
+        self,
+        rule: CompiledRule,
+        anchor: Line,
+        window: list[Line],
+        readings: list[tuple[list[str], list[str]]],
+    ) -> tuple[Any, str, int, dict[str, Any]] | None:
+        """A ``by_clause`` rule whose pattern did not match: one of its triggers, found in the
+        anchor line and its window joined (blanks and case ignored, so a wrap cannot hide it)
+        and starting on the anchor line, identifies the message; each figure comes from its own
+        ``extract`` clause over the whole joined text. The reading with the most figures wins."""
+        head = "".join(anchor.text.split()).lower()
+        best: tuple[Any, str, int, dict[str, Any]] | None = None
         for seps, pieces in readings:
             text = anchor.text + "".join(sep + piece for sep, piece in zip(seps, pieces, strict=True))
-            try:
-                m = rule.pattern.search(text, timeout=REGEX_TIMEOUT)
-            except TimeoutError:
-                raise RuleTimeout(
-                    f'{rule.source}: rule "{rule.id}": pattern: regex timed out (catastrophic backtracking?)'
-                ) from None
-            if m is not None and m.start() <= len(anchor.text):
-                figures = self._extract(rule, m, text)
-                if best is None or len(figures) > len(best[3]):
-                    end_line = anchor.number
-                    consumed = len(anchor.text)
-                    for w, sep, piece in zip(window, seps, pieces, strict=True):
-                        if m.end() > consumed + len(sep):
-                            end_line = w.number
-                        consumed += len(sep) + len(piece)
-                    best = (m, text, end_line, figures)
+            squeezed = "".join(text.split()).lower()
+            at = min((i for t in rule.triggers if (i := squeezed.find("".join(t.split()))) >= 0), default=-1)
+            if at < 0 or at >= len(head):
+                continue
+            found = _ClauseMatch(text)
+            figures = self._extract(rule, found, text)
+            if best is None or len(figures) > len(best[3]):
+                # the message runs to the last line that gave a figure or holds a trigger
+                end_line = anchor.number
+                consumed = len(anchor.text)
+                last = max(found.ends, default=0)
+                for w, sep, piece in zip(window, seps, pieces, strict=True):
+                    low = piece.lower()
+                    if consumed + len(sep) < last or any(t in low for t in rule.triggers):
+                        end_line = w.number
+                    consumed += len(sep) + len(piece)
+                best = (found, text, end_line, figures)
             if not window:
                 break
         return best
@@ -466,17 +588,29 @@ class Scanner:
         for name, pat in rule.extract.items():
             if name in figures:
                 continue
-            em = pat.search(region, timeout=REGEX_TIMEOUT)
+            em = (_folded(pat) if self._fold else pat).search(region, timeout=REGEX_TIMEOUT)
             if em is None:
                 continue
             gd = em.groupdict()
             value_text = gd.get("value") if "value" in gd else (em.group(1) if em.groups() else em.group(0))
             if value_text is None:
                 continue
-            figures.update(groups_to_figures({name: value_text}, r.types, r.units))
+            got = groups_to_figures({name: value_text}, r.types, r.units)
+            figures.update(got)
+            if got and isinstance(m, _ClauseMatch):
+                m.ends.append(m.start() + em.end())
+        if r.roles:
+            # the anchor line's words, and the next line's only when the match's named group (the
+            # vocabulary) runs into it: a message wrapped there, not a line that merely follows
+            end = m.end()
+            vocab = [k for k, v in m.groupdict().items() if v is not None]
+            if not vocab or max(m.end(k) for k in vocab) <= self._anchor_len:
+                end = min(end, self._anchor_len)
+            for name, value in role_figures(" ".join(text[m.start() : end].split())).items():
+                figures.setdefault(name, value)
         for name, pat in rule.extract_all.items():
             items = []
-            for em in pat.finditer(region, timeout=REGEX_TIMEOUT):
+            for em in (_folded(pat) if self._fold else pat).finditer(region, timeout=REGEX_TIMEOUT):
                 item = groups_to_figures(em.groupdict(), r.types, r.units)
                 if item:
                     items.append(item)
@@ -517,9 +651,13 @@ class Scanner:
         o = _Open(finding, rank, anchor.number, last_line=anchor.number)
         self._seen[id(finding)] = (anchor.number, {rank})
         o.frames.extend(self._evidence(anchor, rank))
+        o.foreign.extend(
+            func for number, func, frank in self._frames if frank != rank and 0 < number - anchor.number <= AFTER_LINES
+        )
         before = [ph for number, ph in self._progress if number <= anchor.number]
-        if before:
-            o.progress_phase = before[-1]
+        after = [ph for number, ph in self._progress if 0 < number - anchor.number <= PROGRESS_LAG]
+        if before or after:
+            o.progress_phase = before[-1] if before else after[0]
         self._open.append(o)
 
     def _evidence(self, anchor: Line, rank: str | None) -> list[str]:
@@ -565,17 +703,25 @@ class Scanner:
                 continue
             last, seen = self._seen.get(id(f), (f.location.end_line, set(f.ranks)))
             near = anchor.number - last <= SAME_FAILURE_LINES
-            if f.rule == rule.id:
+            if is_fallback(rule.id) or is_fallback(f.rule):
+                # the fallback's reading of a line near a failure a specific rule names is that
+                # failure, and so is the fallback's reading of the lines that retell it
+                same = near
+            elif f.rule == rule.id:
                 same = (
                     f.figures == figures
                     or r.severity == "warning"
                     or (near and (rank not in seen or _agree(f.figures, figures)))
+                    # the next line telling it again with other sizes: an allocator retrying smaller
+                    or 0 < anchor.number - last <= 1
                 )
             else:
                 shared = set(f.figures) & set(figures)
                 same = near and _agree(f.figures, figures) and (f.kind == r.kind or bool(shared))
             if not same:
                 continue
+            if is_fallback(rule.id) and not is_fallback(f.rule):
+                return True  # a line of (or about) a failure a specific rule has read: nothing to add
             retold = any(t in anchor.text.lower() for t in _REPRINTS)
             # another rank's copy of the same message keeps the first rank's figures (its own GPU);
             # a retelling by the same process, or another message about it, adds what it knows
@@ -595,6 +741,10 @@ class Scanner:
                     o.frames.extend(self._evidence(anchor, rank))
                 if f.rule != rule.id and _specificity(rule) > _specificity_of(self.pack, f.rule):
                     # the more specific message names the failure (a vLLM wrapper over PyTorch's OOM)
+                    if is_fallback(f.rule):
+                        # the fallback's figures are guesses from nearby words: the rule's are read
+                        f.figures = dict(figures)
+                        f.location.line = anchor.number
                     f.rule, f.kind, f.engine, f.title, f.message = rule.id, r.kind, r.engine, r.title, message
                     if r.phase:
                         f.phase = r.phase
@@ -622,6 +772,11 @@ class Scanner:
         for ph in self.pack.phases:
             if ph.rule.phase in markers:
                 return ph.rule.phase
+        # then what the other ranks' tracebacks and markers show right after it
+        foreign = set(o.foreign)
+        for ph in self.pack.phases:
+            if ph.frames & foreign or "@" + ph.rule.phase in foreign:
+                return ph.rule.phase
         if o.progress_phase:
             return o.progress_phase
         return "unknown"
@@ -647,7 +802,36 @@ class Scanner:
                 self._process(line)
             self._last_line = number
         self._evaluate_pending(final=True)
+        if self._paste is not None and not any(
+            f.location.source == self.source for f in self._findings + [o.finding for o in self._open]
+        ):
+            self._match_across_breaks(bytes(self._paste))
         self._age_open(final=True)
+
+    def _match_across_breaks(self, data: bytes) -> None:
+        """Rules whose trigger a line break cut ("... leave no GPU memory for the KV ca" /
+        "che under ..."): the prefilter reads lines one by one and saw neither piece. For a
+        paste in which nothing was found, each break is read across (blanks ignored) and the
+        line where a cut trigger starts is matched against its rules."""
+        lines: list[Line] = []
+        for n, raw in enumerate(data.split(b"\n"), 1):
+            lines.extend(normalise(n, raw))
+        if len(lines) < 2:
+            return
+        squeezed = [(t, "".join(t.split())) for t in self._rule_by_trigger]
+        self._recent = deque(lines, maxlen=len(lines))
+        for a, b in pairwise(lines):
+            la, lb = a.text.lower(), b.text.lower()
+            tail = "".join(la[-100:].split())
+            joined = tail + "".join(lb[:100].split())
+            rules: list[CompiledRule] = []
+            for t, sq in squeezed:
+                at = joined.find(sq)
+                if at < 0 or not at < len(tail) < at + len(sq) or t in la or t in lb:
+                    continue
+                rules.extend(self.pack.rules[i] for i in self._rule_by_trigger[t])
+            if rules:
+                self._match(_Pending(a, list({id(r): r for r in rules}.values()), self.source))
 
     def flush(self) -> None:
         """Decide everything seen so far (after a quiet spell in pipe mode); input may continue."""
@@ -673,6 +857,9 @@ class Scanner:
         for f in self._findings + [o.finding for o in self._open]:
             if f.engine in _GENERIC_ENGINES and ctx.engine and ctx.engine not in ("pytorch",):
                 f.engine = ctx.engine
+            if is_fallback(f.rule):
+                # the fallback's finding is named after the log's engine once it is known
+                f.kind = kind_for(ctx.engine, self.pack.rule(f.rule).rule.kind)
         return ctx
 
     def close(self) -> Report:

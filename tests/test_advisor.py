@@ -309,7 +309,11 @@ def test_vllm_calculators_silent_for_other_engines(engine: str) -> None:
 
 
 def test_remedies_for_unknown_rule_is_empty() -> None:
-    assert remedies_for(finding(rule="no.such.rule"), Context()) == []
+    # remedies follow the cause, so a known kind gets its cause's remedies whatever the rule; a rule and
+    # kind oomdoctor does not know, with no figures, get none
+    assert remedies_for(finding(rule="no.such.rule", kind="no.such.kind", engine="other", phase="unknown"), Context()) == []
+    # vLLM's KV message without figures still gets vLLM's own advice, a step above the default utilization
+    assert [r.id for r in remedies_for(finding(rule="no.such.rule"), Context())] == ["vllm.gpu-memory-utilization.raise"]
 
 
 def test_free_other_processes_skips_the_failing_process() -> None:

@@ -47,5 +47,5 @@ def test_cuda_graph_failure_wins_over_the_embedded_torch_oom() -> None:
 def test_prefill_pool_exhaustion_figures() -> None:
     f = only_error(diagnose("sglang/synthetic-prefill-oom.log"))
     assert f.rule == "sglang.kv-pool-exhausted"
-    assert f.figures == {"step": "Prefill", "requested_tokens": 8192, "available_tokens": 3000}
+    assert f.figures == {"step": "Prefill", "requested_tokens": 8192, "prefill_tokens": 8192, "available_tokens": 3000}
     assert f.phase == "inference"

@@ -258,6 +258,11 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
     told = "gpu_memory_utilization" in inp.finding.message
     src = f.utilization.source
     base = "the version's default" if src == "default" else ("the log's value" if src in ("message", "context") else src)
+    short = shortage(inp)
+    unknown = (
+        f"{format_size(short[0])} is missing but the log does not show the GPU's total"
+        if short and short[0] > 0 else "The log does not show how much is missing"
+    )
     return Remedy(
         id="vllm.gpu-memory-utilization.raise",
         title=f"Give vLLM a larger share of the GPU ({fmt_fraction(target)})",
@@ -267,7 +272,7 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
         confidence="medium" if told else "low",
         why=(
             ("vLLM's own message advises raising gpu_memory_utilization. " if told else "")
-            + f"The log does not show how much is missing: {fmt_fraction(util)} ({base}) + {UTILIZATION_STEP:.2f}"
+            + f"{unknown}: {fmt_fraction(util)} ({base}) + {UTILIZATION_STEP:.2f}"
             + (f", capped at {fmt_fraction(cap)} ({cap_why})" if target == cap else "")
             + f" = {fmt_fraction(target)}; raise further in steps if it still fails."
         ),

@@ -63,6 +63,22 @@ class Rule(_Strict):
         default_factory=dict,
         description="Figure name -> regex with named groups; every match becomes one item of a list.",
     )
+    by_clause: bool = Field(
+        default=False,
+        description=(
+            "When the pattern does not match (a message cut at its start, wrapped inside a phrase, a"
+            " variant wording), a trigger found in the anchor line and its window joined (blanks and"
+            " case ignored) starting on the anchor line identifies the message; each figure then comes"
+            " from its own 'extract' clause, searched over the whole joined message."
+        ),
+    )
+    roles: bool = Field(
+        default=False,
+        description=(
+            "Figures also come from the generic extractor: each size in the message takes its role"
+            " (requested, total, free, ...) from the words around it. For the fallback rule."
+        ),
+    )
     types: dict[str, FigureType] = Field(
         default_factory=dict, description="Figure types; '*_bytes' default to size, others to number."
     )

@@ -1,0 +1,180 @@
+"""Every fixture's failure, perturbed the ways real pastes perturb it, is still found.
+
+The failure is the span of lines its golden report names (``location.line`` .. ``end_line``),
+scanned on its own: unperturbed it gives the baseline, then each perturbation must still give a
+finding of the same severity, and no number it reads may contradict the baseline's figure of the
+same name (figures are exact or absent). Perturbations that keep every number and its words
+together (an unknown prefix, re-quoting) must keep every numeric figure of a one-line failure too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import oomdoctor
+from tests.corpus import FIXTURES
+
+LOGS = sorted(FIXTURES.glob("*/*.log"))
+
+
+def _failures() -> list[tuple[str, str, str]]:
+    """(id, failure text, severity) for the first finding of each fixture's golden report."""
+    out = []
+    for log in LOGS:
+        golden = json.loads(log.with_suffix(".expected.json").read_text())
+        findings = [f for f in golden["findings"] if f["severity"] == "error"] or golden["findings"]
+        if not findings:
+            continue
+        f = findings[0]
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        span = lines[f["location"]["line"] - 1 : f["location"]["end_line"]]
+        out.append((f"{log.parent.name}/{log.stem}", "\n".join(span), f["severity"]))
+    return out
+
+
+FAILURES = _failures()
+
+
+def _scan(text: str) -> list[Any]:
+    return list(oomdoctor.diagnose(text.encode("utf-8"), source="<perturbed>").findings)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _wrap(width: int) -> Callable[[str], str]:
+    def wrap(text: str) -> str:
+        flat = _one_line(text)
+        return "\n".join(flat[i : i + width] for i in range(0, len(flat), width))
+
+    wrap.__name__ = f"wrap{width}"
+    return wrap
+
+
+def _drop_first_sentence(text: str) -> str:
+    """The message without its first sentence, when two more follow it (the second alone is
+    often bare advice, "Try increasing ...", which names no failure and must not be found)."""
+    flat = _one_line(text)
+    ends = list(re.finditer(r"[.!?]\s+(?=[A-Z(])", flat))
+    return flat[ends[0].end() :] if len(ends) >= 2 else flat
+
+
+def _prefix(text: str) -> str:
+    return "\n".join(f"web-7f9c-x2 | stderr F [svc/api] {line}" for line in text.splitlines())
+
+
+def _requote(text: str) -> str:
+    flat = _one_line(text).replace("\\", "\\\\").replace('"', '\\"')
+    return f'job failed: error="{flat}"'
+
+
+def _upper(text: str) -> str:
+    return text.upper()
+
+
+def _lower(text: str) -> str:
+    return text.lower()
+
+
+PERTURBATIONS: list[Callable[[str], str]] = [
+    _drop_first_sentence,
+    _wrap(60),
+    _wrap(80),
+    _wrap(100),
+    _prefix,
+    _requote,
+    _upper,
+    _lower,
+]
+#: perturbations that keep every number and its words together
+KEEPS_FIGURES = {"_prefix", "_requote"}
+
+
+def _values(findings: list[Any]) -> dict[str, list[float]]:
+    """Every numeric figure value read, by name."""
+    out: dict[str, list[float]] = {}
+    for f in findings:
+        for k, v in f.figures.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out.setdefault(k, []).append(v)
+    return out
+
+
+def _close(a: float, b: float) -> bool:
+    """The same value, allowing for the precision it was printed with (a size printed in MiB with
+    two decimals by one message and in bytes by the next one about the same failure)."""
+    return abs(a - b) <= max(1e-9, abs(b) * 5e-4)
+
+
+#: failures a perturbation still hides. Strict: a fix shows as a failure here, to be removed.
+KNOWN_MISSES = {
+    # the trigger sits whole on the second line, after the message's start: the anchor must be
+    # where the message starts, and the line before it holds no trigger of the rule
+    ("vllm/vllm-019", "wrap60"), ("vllm/vllm-021", "wrap80"), ("vllm/vllm-021", "wrap100"),
+    # vLLM's preemption warning names no memory: a wrap leaves neither its trigger nor fallback words
+    ("vllm/synthetic-v0-preemption-warnings", "wrap60"), ("vllm/synthetic-v0-preemption-warnings", "wrap80"),
+    ("vllm/synthetic-v0-preemption-warnings", "wrap100"),
+    # a prefix before "Killed" / Ray's raylet lines: those rules read the line's start
+    ("other/synthetic-shell-killed-loading", "prefix"), ("other/synthetic-shell-killed-loading", "requote"),
+    ("vllm/vllm-044", "prefix"),
+    # found when the recall work met the corpus cases the test net copied in (not tuned on): vLLM's
+    # "No available memory for the cache blocks" without its first sentence, the start-up free-memory
+    # check and "max seq len ... KV cache" hard-wrapped mid-word after a prefix, a prefixed "Killed"
+    ("transformers/other-080", "prefix"),
+    ("transformers/other-080", "requote"),
+    ("vllm/new-006", "drop_first_sentence"),
+    ("vllm/new-008", "drop_first_sentence"),
+    ("vllm/new-036", "drop_first_sentence"),
+    ("vllm/new-036", "wrap60"),
+    ("vllm/new-037", "drop_first_sentence"),
+    ("vllm/new-037", "wrap60"),
+    ("vllm/new-038", "drop_first_sentence"),
+    ("vllm/new-038", "wrap60"),
+    ("vllm/new-054", "wrap100"),
+    ("vllm/new-054", "wrap80"),
+    ("vllm/vllm-004", "wrap60"),
+    ("vllm/vllm-005", "wrap100"),
+    ("vllm/vllm-005", "wrap60"),
+    ("vllm/vllm-007", "wrap60"),
+    ("vllm/vllm-007", "wrap80"),
+    ("vllm/vllm-017", "wrap60"),
+    ("vllm/vllm-017", "wrap80"),
+    ("vllm/vllm-018", "wrap100"),
+    ("vllm/vllm-018", "wrap80"),
+    ("vllm/vllm-043", "drop_first_sentence"),
+}
+
+
+@pytest.mark.parametrize("perturb", PERTURBATIONS, ids=lambda p: p.__name__.strip("_"))
+@pytest.mark.parametrize(("case", "text", "severity"), FAILURES, ids=[c for c, _, _ in FAILURES])
+def test_perturbed_failure_is_still_found(
+    case: str, text: str, severity: str, perturb: Callable[[str], str], request: pytest.FixtureRequest
+) -> None:
+    name = perturb.__name__.strip("_")
+    if (case, name) in KNOWN_MISSES:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="a known miss (see KNOWN_MISSES)"))
+    base = [f for f in _scan(text) if f.severity == severity]
+    assert base, f"{case}: the failure span alone is not found"
+    perturbed = perturb(text)
+    got = [f for f in _scan(perturbed) if f.severity == severity]
+    assert got, f"{case}: not found after {name}:\n{perturbed[:600]}"
+    # what the span says, message by message (several ranks may print their own figures)
+    want = _values(base)
+    for line in text.splitlines():
+        for k, vs in _values(_scan(line)).items():
+            want.setdefault(k, []).extend(vs)
+    seen = _values(got)
+    wrong = {
+        k: (v, want[k]) for k, vs in seen.items() if k in want for v in vs if not any(_close(v, w) for w in want[k])
+    }
+    assert not wrong, f"{case}: {name} read figures that contradict the original: {wrong}"
+    if perturb.__name__ in KEEPS_FIGURES and "\n" not in text.strip():
+        # (a message of several lines may be read by its line structure, which these undo)
+        lost = sorted(set(_values(base)) - set(seen))
+        assert not lost, f"{case}: {name} lost figures {lost}"
