@@ -5,7 +5,8 @@ It works as an expert does, in three steps: the *account* of the failing device
 *prescription*: the remedies the cause calls for in this engine and phase
 (``rules/advice/causes.toml``, :mod:`~oomdoctor.advisor.prescription`), then the rule's own list,
 less the remedies the cause withholds and any flag the detected version lacks
-(:func:`~oomdoctor.advisor.versions.flag_exists`).
+(:func:`~oomdoctor.advisor.versions.flag_exists`, the one version gate, which the command
+checker uses too).
 
 Each remedy id named by a rule maps to a calculator (``registry.remedy``) that returns a
 :class:`~oomdoctor.report.Remedy` or ``None`` when its inputs are missing or it cannot help.

@@ -823,9 +823,11 @@ SWAP_SPACE_DEFAULT = 4.0
 
 
 def swap_space_flag_exists(inp: AdviceInput) -> bool:
-    """--swap-space was removed in vLLM 0.18.0; an unknown version may still have it."""
-    version = get_facts(inp).version
-    return not (version and version >= (0, 18, 0))
+    """Whether the detected vLLM still has --swap-space (removed in 0.18.0): asked of the one version
+    gate, :func:`~oomdoctor.advisor.versions.flag_exists`."""
+    from oomdoctor.advisor.versions import flag_exists
+
+    return flag_exists("vllm", "--swap-space", inp.context.engine_version) is not False
 
 
 @remedy("vllm.swap-space")
