@@ -103,7 +103,7 @@ def _already_in_use(rem: Remedy, context: Context) -> bool:
         key = flag[2:].replace("-", "_")
         cur = args.get(key)
         if context.command:
-            if apply_flags(context.command, {flag: value}) != list(context.command):
+            if apply_flags(context.command, {flag: value}, context.engine_version) != list(context.command):
                 return False
             continue
         if cur is None:

@@ -134,14 +134,24 @@ def flag_spec(engine: str, flag: str, version: str | None) -> FlagSpec | None:
         return None
     rec, samples, name = found
     near = [s for s in (_near(samples, version) or samples[:1]) if _present(rec, s)] or samples[:1]
-    kind = rec.get("kind", "value")
-    kinds: dict[str, str] = rec.get("kinds") or {}
-    if kinds and any(kinds.get(s) == "optional" for s in near):
-        kind = "optional"
+    kinds = {(rec.get("kinds") or {}).get(s, rec.get("kind", "value")) for s in near}
+    kind = kinds.pop() if len(kinds) == 1 else "optional"  # a switch in one, a value in the other
     by_version: dict[str, list[str]] = rec.get("choices") or {}
     sets = [set(by_version[s]) for s in near if s in by_version]
     choices = tuple(sorted(set.intersection(*sets))) if sets and len(sets) == len(near) else None
     return FlagSpec(name, kind, choices)
+
+
+def takes_value(engine: str, flag: str, version: str | None) -> bool | None:
+    """Whether ``flag`` is followed by its value at ``version``: False for a switch, True for a
+    value, None when the value is optional or the samples cannot tell (the next token decides)."""
+    spec = flag_spec(engine, flag, version)
+    if spec is not None:
+        return {"switch": False, "value": True}.get(spec.kind)
+    found = _lookup(engine, flag)
+    rec = found[0] if found else {}
+    kinds = set((rec.get("kinds") or {}).values()) or ({rec["kind"]} if "kind" in rec else set())
+    return {"switch": False, "value": True}.get(kinds.pop()) if len(kinds) == 1 else None
 
 
 def value_ok(engine: str, flag: str, value: str, version: str | None) -> bool | None:
