@@ -39,7 +39,13 @@ def test_shm_remedies() -> None:
 
 def test_ray_threshold() -> None:
     f = only_error(diagnose("ray/other-045.log"))
-    assert f.remedies[0].env == {"RAY_memory_usage_threshold": "0.98"}
+    assert f.remedies[0].env == {"RAY_memory_usage_threshold": "0.98"}  # usage 0.950744 < 0.98
+
+
+def test_no_ray_threshold_below_the_usage_reached() -> None:
+    """The node reached 0.984283: a 0.98 threshold would kill the task again."""
+    f = only_error(diagnose("ray/synthetic-task-killed.log"))
+    assert "ray.memory-usage-threshold" not in [r.id for r in f.remedies]
 
 
 def _host_finding(ctx: Context) -> AdviceInput:
@@ -52,8 +58,11 @@ def _host_finding(ctx: Context) -> AdviceInput:
 
 def test_vllm_levers_only_in_vllm_logs() -> None:
     assert calculator("host.vllm-swap-space")(_host_finding(Context(engine="sglang"))) is None
-    r = calculator("host.vllm-swap-space")(_host_finding(Context(engine="vllm", tensor_parallel_size=2)))
+    r = calculator("host.vllm-swap-space")(_host_finding(Context(engine="vllm", engine_version="0.8.5",
+                                                                 tensor_parallel_size=2)))
     assert r is not None and r.flags == {"--swap-space": "0"} and r.saves_bytes == 8 * 2**30
+    # no version: the current release, which has no --swap-space (flag_exists, one gate for all)
+    assert calculator("host.vllm-swap-space")(_host_finding(Context(engine="vllm", tensor_parallel_size=2))) is None
     ctx = Context(engine="vllm", launch_args={"cpu_offload_gb": "16"})
     r2 = calculator("host.vllm-cpu-offload-gb")(_host_finding(ctx))
     assert r2 is not None and r2.flags == {"--cpu-offload-gb": "8"}

@@ -145,8 +145,11 @@ def smaller_model(inp: AdviceInput) -> Remedy | None:
 
 @remedy("ray.memory-usage-threshold")
 def ray_threshold(inp: AdviceInput) -> Remedy | None:
+    """Raise Ray's kill threshold to :data:`RAY_MAX_THRESHOLD`, only when that is above both the
+    current threshold and the usage the node reached (a threshold below it would kill again)."""
     cur = as_float(inp.fig("memory_usage_threshold")) or RAY_DEFAULT_THRESHOLD
-    if cur >= RAY_MAX_THRESHOLD:
+    reached = as_float(inp.fig("memory_usage_fraction"))
+    if cur >= RAY_MAX_THRESHOLD or (reached is not None and reached >= RAY_MAX_THRESHOLD):
         return None
     return Remedy(
         id="ray.memory-usage-threshold",
