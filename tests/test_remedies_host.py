@@ -77,3 +77,23 @@ def test_host_oom_never_suggests_swap_space_to_a_vllm_without_the_flag() -> None
     new = oomdoctor.diagnose("INFO 01-01 00:00:00 [core.py:1] Initializing a V1 LLM engine (v0.19.0) with config: model='m'\n" + kill)
     assert "host.vllm-swap-space" in [r.id for r in old.findings[0].remedies]
     assert "host.vllm-swap-space" not in [r.id for r in new.findings[0].remedies]
+
+
+def test_a_stated_kubernetes_limit_is_raised_from_itself() -> None:
+    """kubectl describe: Limits: memory 16Gi (the 8Gi request is not the limit); 16Gi × 1.25 = 20Gi."""
+    f = only_error(diagnose("other/synthetic-k8s-describe-oomkilled.log"))
+    r = remedy(f, "host.container-memory-limit")
+    assert r.settings == {"resources.limits.memory": "20Gi"} and r.flags == {"--memory": "20g"}
+    g = only_error(diagnose("other/synthetic-k8s-yaml-decimal-limit.log"))
+    # 24G is decimal: 24 × 10^9 × 1.25 = 30G; docker's g is GiB: 30 × 10^9 / 2^30 = 27.94 -> 28g
+    assert remedy(g, "host.container-memory-limit").settings == {"resources.limits.memory": "30G"}
+
+
+def test_a_limit_line_outside_a_limits_block_is_not_the_limit() -> None:
+    import oomdoctor
+
+    log = "    Requests:\n      memory:  8Gi\n    Last State:     Terminated\n      Reason:       OOMKilled\n"
+    report = oomdoctor.diagnose(log)
+    assert "memory_limit_bytes" not in report.context.extra
+    r = remedy(report.findings[0], "host.container-memory-limit")
+    assert r.settings == {"resources.limits.memory": "2 × the current limit"}
