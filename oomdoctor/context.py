@@ -208,6 +208,10 @@ class ContextCollector:
                     setattr(ctx, name, value)
             else:
                 value = convert(name, text, {}, units)
+                if name == "k8s_memory_bytes":  # a `memory:` line is the limit only inside a Limits block
+                    if value is not None and str(ctx.extra.get("k8s_block", "")).lower() == "limits":
+                        ctx.extra["memory_limit_bytes"] = value
+                    continue
                 ctx.extra[name] = value if value is not None else text.strip()
 
     def finish(self) -> Context:

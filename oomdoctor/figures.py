@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from oomdoctor.units import SizeError, parse_size
+from oomdoctor.units import SizeError, parse_quantity, parse_size
 
 
 def infer_type(name: str) -> str:
@@ -20,6 +20,8 @@ def convert(name: str, text: str, types: Mapping[str, str], units: Mapping[str, 
     text = text.strip()
     try:
         if kind == "size":
+            if units.get(name) == "quantity":  # a Kubernetes quantity: 16Gi, 16G, 1500Mi, 129e6
+                return parse_quantity(text)
             return parse_size(text.replace(",", ""), units.get(name, "B"))
         if kind == "int":
             return int(text.replace(",", ""))

@@ -2,14 +2,15 @@
 
 Every size in oomdoctor is an integer number of bytes. The units that GPU tools print are binary
 even when they say "GB" or "MB" (vLLM, PyTorch, MPS, SGLang, TRT-LLM and ggml all divide by 2**30
-or 2**20), so ``GB`` means 2**30 here too. Only the spelled-out SI forms a caller asks for
-explicitly (``si=True``) are decimal.
+or 2**20), so ``GB`` means 2**30 here too. Kubernetes quantities (``16Gi``, ``16G``) say which
+they mean: :func:`parse_quantity` reads them exactly (a figure with ``units = "quantity"``).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 
 _BINARY = {
     "": 1,
@@ -28,6 +29,12 @@ _BINARY = {
     "t": 2**40,
     "tb": 2**40,
     "tib": 2**40,
+    # Kubernetes' binary suffixes (Ki, Mi, Gi, Ti) mean the same here; its decimal ones need
+    # parse_quantity, since a bare G here is binary
+    "ki": 2**10,
+    "mi": 2**20,
+    "gi": 2**30,
+    "ti": 2**40,
 }
 
 _SIZE = re.compile(r"^\s*(?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*(?P<unit>[a-zA-Z]*)\s*$")
@@ -53,6 +60,46 @@ def parse_size(text: str, default_unit: str = "B") -> int:
     if not math.isfinite(value):
         raise SizeError(f"not a finite size: {text!r}")
     return round(value)
+
+
+#: Kubernetes quantity suffixes for memory (k8s.io/apimachinery resource.Quantity): binary Ki..Ei,
+#: decimal k..E; "m" is milli (a thousandth of a byte), never mega
+QUANTITY_SUFFIXES: dict[str, int | Fraction] = {
+    "": 1,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "m": Fraction(1, 1000),
+}
+
+_QUANTITY = re.compile(r"^\s*(?P<num>\+?(?:\d+(?:\.\d*)?|\.\d+))(?:(?P<suffix>[KMGTPE]i|[kMGTPEm])|[eE](?P<exp>[-+]?\d+))?\s*$")
+
+
+def parse_quantity(text: str) -> int:
+    """Bytes in a Kubernetes memory quantity, exactly: ``"16Gi"`` = 16 × 2**30, ``"16G"`` = 16 × 10**9,
+    ``"1.5Gi"``, ``"129e6"``, ``"128974848"``. Case matters (``M`` is mega, ``m`` milli); a
+    fraction of a byte rounds up, as Kubernetes does."""
+    m = _QUANTITY.match(text)
+    if not m:
+        raise SizeError(f"not a Kubernetes quantity: {text!r}")
+    value = Fraction(m.group("num"))
+    if m.group("exp") is not None:
+        exp = int(m.group("exp"))
+        if abs(exp) > 30:
+            raise SizeError(f"not a plausible memory quantity: {text!r}")
+        value *= Fraction(10) ** exp
+    else:
+        value *= QUANTITY_SUFFIXES[m.group("suffix") or ""]
+    return math.ceil(value)
+
+
+def format_quantity(n: int) -> str:
+    """``n`` bytes as a Kubernetes quantity, exactly, in the largest unit that divides it
+    (``34359738368`` -> ``32Gi``, ``32000000000`` -> ``32G``)."""
+    best = ("", 1)
+    for suffix, factor in QUANTITY_SUFFIXES.items():
+        if isinstance(factor, int) and factor > best[1] and n % factor == 0:
+            best = (suffix, factor)
+    return f"{n // best[1]}{best[0]}"
 
 
 def format_size(n: int | float | None) -> str:

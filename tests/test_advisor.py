@@ -231,9 +231,12 @@ def test_cpu_offload_and_quantization() -> None:
 
 def test_swap_space_only_where_the_flag_exists() -> None:
     f = finding(kind="host.oom-killed", phase="unknown")
-    r = calc("vllm.swap-space", f, Context(engine="vllm", launch_args={"swap_space": "16"}), gpus="4")
+    r = calc("vllm.swap-space", f, Context(engine="vllm", engine_version="0.8.5", launch_args={"swap_space": "16"}),
+             gpus="4")
     assert r is not None and r.flags == {"--swap-space": "1"} and r.saves_bytes == 60 * GiB
     assert calc("vllm.swap-space", f, Context(engine="vllm", engine_version="0.18.0")) is None
+    # an unknown version is the current release, whose parser (0.34.0) has no --swap-space
+    assert calc("vllm.swap-space", f, Context(engine="vllm", launch_args={"swap_space": "16"}), gpus="4") is None
 
 
 def test_expandable_segments_reports_fragmentation() -> None:
@@ -397,3 +400,24 @@ def test_mps_over_the_limit_by_exactly_what_the_message_says() -> None:
         "Tried to allocate 72.00 MiB on shared pool.\n"
     )
     assert "torch.mps-high-watermark" not in [r.id for r in no_limit.findings[0].remedies]
+
+
+def test_utilization_ceiling_counts_what_vllm_already_holds() -> None:
+    """Free memory stated by a PyTorch OOM inside vLLM excludes vLLM's own memory: the ceiling is
+    (in use + free) / total; free memory stated alone (the start-up check) caps at free / total."""
+    from oomdoctor.advisor.registry import AdviceInput
+    from oomdoctor.advisor.remedies_vllm import _util_cap, get_facts
+
+    gib = 1 << 30
+    ctx = Context(engine="vllm", engine_version="0.11.0", gpu_memory_utilization=0.8)
+    mid_run = Finding(rule="torch.cuda-oom", kind="torch.cuda-oom", engine="vllm", severity="error", phase="inference",
+                      title="t", message="m", location=Location(line=1, end_line=1),
+                      figures={"total_bytes": 80 * gib, "free_bytes": 2 * gib, "in_use_bytes": 69 * gib,
+                               "requested_bytes": 4 * gib})
+    inp = AdviceInput(mid_run, ctx)
+    # (69 + 2) / 80 = 0.8875 -> 0.88 (rounded down), not 2 / 80
+    assert _util_cap(get_facts(inp), inp)[0] == 0.88
+    start_up = mid_run.model_copy(update={"figures": {"total_bytes": 80 * gib, "free_bytes": 2 * gib,
+                                                      "desired_bytes": 72 * gib}})
+    inp = AdviceInput(start_up, ctx)
+    assert _util_cap(get_facts(inp), inp)[0] == 0.02  # 2 / 80 = 0.025 -> 0.02

@@ -4,6 +4,8 @@ issue 13, the version gate, and every labelled fix of the tuning corpus that is 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import oomdoctor
@@ -196,7 +198,7 @@ def test_7_version_gate() -> None:
     assert flag_exists("vllm", "--swap-space", "0.18.0") is False
     assert flag_exists("vllm", "--swap-space", None) is False  # unknown version: the current one
     assert flag_exists("vllm", "--max-model-len", None) is True
-    assert flag_exists("vllm", "--no-such-flag", "0.6.0") is None
+    assert flag_exists("vllm", "--no-such-flag", "0.6.0") is False  # neither sampled parser (0.5.5, 0.6.6) has it
     assert flag_exists("llama.cpp", "-c", "b1234") is None
 
 
@@ -353,3 +355,21 @@ def test_labelled_fix_that_cannot_be_given(path: str) -> None:
     tokens, reason = CANNOT[path]
     assert reason
     assert not any(hit(f, tokens) for f in errors(diagnose(path))), "now given: move it to FIXED"
+
+
+def test_a_rule_from_a_rules_directory_gets_its_remedies(tmp_path: Path) -> None:
+    """A rule the built-in pack lacks (``--rules DIR``) keeps the remedies it names (a kind of its own,
+    so no cause prescribes them instead)."""
+    (tmp_path / "mine.toml").write_text(
+        '[[rule]]\nid = "mine.kv-short"\ntitle = "KV cache short"\nengine = "vllm"\n'
+        'kind = "mine.kv-short"\nphase = "kv-cache-alloc"\ntriggers = ["my kv cache holds"]\n'
+        "pattern = '''my kv cache holds (?P<kv_cache_tokens>\\d+) tokens, the model wants (?P<max_seq_len>\\d+)'''\n"
+        'remedies = ["vllm.max-model-len"]\n'
+        '[[rule.match]]\nlog = "my kv cache holds 4512 tokens, the model wants 8192"\n'
+        'figures = { kv_cache_tokens = 4512, max_seq_len = 8192 }\n'
+    )
+    log = "my kv cache holds 4512 tokens, the model wants 8192\n"
+    f = oomdoctor.diagnose(log, rules=[tmp_path]).findings[0]
+    assert f.rule == "mine.kv-short"
+    # 4512 tokens, a multiple of vLLM's 16-token block: the largest length that fits
+    assert {"--max-model-len": "4512"} in [r.flags for r in f.remedies]

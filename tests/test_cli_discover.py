@@ -98,6 +98,29 @@ def test_shell_completion_completes_options() -> None:
     assert "_oomdoctor_completion" in cli("--show-completion", "bash").stdout.decode()
 
 
+def _complete(tmp_path: Path, **env: str) -> list[str]:
+    proc = subprocess.run([sys.executable, "-m", "oomdoctor"], capture_output=True, timeout=60, cwd=tmp_path,
+                          env={**ENV, **env}, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.decode().split()
+
+
+def test_shell_completion_completes_subcommands(tmp_path: Path) -> None:
+    (tmp_path / "run.log").write_text("x\n")
+    bash = {"_OOMDOCTOR_COMPLETE": "complete_bash"}
+    # the first word: a subcommand name or a file
+    assert _complete(tmp_path, **bash, COMP_WORDS="oomdoctor ru", COMP_CWORD="1") == ["rules", "run", "run.log"]
+    assert _complete(tmp_path, **bash, COMP_WORDS="oomdoctor zz", COMP_CWORD="1") == []  # the shell's own files
+    # after a subcommand: its own options and subcommands
+    assert _complete(tmp_path, **bash, COMP_WORDS="oomdoctor fit --gpus", COMP_CWORD="2") == ["--gpus"]
+    assert _complete(tmp_path, **bash, COMP_WORDS="oomdoctor rules ", COMP_CWORD="2") == ["list", "show", "test"]
+    # after a file: still the diagnose options
+    assert _complete(tmp_path, **bash, COMP_WORDS="oomdoctor run.log --fo", COMP_CWORD="2") == ["--format", "--follow"]
+    # zsh and fish (typer's scripts pass the line instead)
+    out = _complete(tmp_path, _OOMDOCTOR_COMPLETE="complete_zsh", _TYPER_COMPLETE_ARGS="oomdoctor serve --po")
+    assert any('"--port"' in w for w in out)
+
+
 def test_the_readme_lists_every_environment_variable() -> None:
     import re
 

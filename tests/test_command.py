@@ -33,6 +33,20 @@ def test_equals_form_and_switch_followed_by_flag() -> None:
                    "--gpu-memory-utilization", "0.88"]
 
 
+def test_whether_a_flag_takes_a_value_comes_from_the_parser_data() -> None:
+    # --enable-sleep-mode is a switch in vLLM's parser: the model after it is not its value
+    argv = ["vllm", "serve", "--enable-sleep-mode", "Qwen/Qwen2.5-7B", "--max-model-len", "4096"]
+    assert apply_flags(argv, {"--enable-sleep-mode": ""}, "0.11.0") == argv
+    # --served-model-name takes a value, even one that looks like an option
+    argv = ["vllm", "serve", "m", "--served-model-name", "-chat", "--max-model-len", "4096"]
+    assert apply_flags(argv, {"--served-model-name": "chat"}, "0.11.0") == [
+        "vllm", "serve", "m", "--served-model-name", "chat", "--max-model-len", "4096"]
+    # 0.9.2's parser wants a value after --enable-chunked-prefill; 0.14.0's takes none
+    argv = ["vllm", "serve", "m", "--enable-chunked-prefill", "True"]
+    assert apply_flags(argv, {"--enable-chunked-prefill": "False"}, "0.9.2") == [
+        "vllm", "serve", "m", "--enable-chunked-prefill", "False"]
+
+
 def test_idempotent() -> None:
     argv = ["vllm", "serve", "m", "--max-model-len", "4096"]
     assert apply_flags(argv, {"--max-model-len": "4096"}) == argv

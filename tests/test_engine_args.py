@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from oomdoctor.advisor.command import _engine_flags, corrected_command, engine_of
-from oomdoctor.advisor.engine_args import check_argv, cli_value, flag_exists, flag_spec, value_ok
+from oomdoctor.advisor.engine_args import check_argv, cli_value, flag_spec, value_ok
+from oomdoctor.advisor.versions import flag_exists
 from oomdoctor.api import diagnose
 from oomdoctor.report import Context, Remedy
 
@@ -22,17 +23,50 @@ def test_flags_by_version() -> None:
     # the engine-config dump's keys are not flags
     for bad in ("--max-seq-len", "--device-config", "--chunked-prefill-enabled"):
         assert flag_exists("vllm", bad, "0.11.0") is False
-    # added in 0.10.x: absent in 0.9.2, present in 0.10.2, unknown between samples that disagree
+    # added in 0.10.x: absent in 0.9.2, present in 0.10.2; between samples that disagree the hand
+    # table decides (since 0.10.2), and a flag it does not list is unknown there
     assert flag_exists("vllm", "--kv-cache-memory-bytes", "0.9.2") is False
     assert flag_exists("vllm", "--kv-cache-memory-bytes", "0.11.0") is True
-    assert flag_exists("vllm", "--kv-cache-memory-bytes", "0.10.0") is None
-    assert flag_exists("vllm", "--kv-cache-memory-bytes", None) is None
+    assert flag_exists("vllm", "--kv-cache-memory-bytes", "0.10.0") is False
+    assert flag_exists("vllm", "--async-scheduling", "0.10.0") is None
+    # an unknown version is the current release (the newest sample), for the advisor and the checker alike
+    assert flag_exists("vllm", "--kv-cache-memory-bytes", None) is True
     # removed after 0.14: --swap-space
     assert flag_exists("vllm", "--swap-space", "0.8.5") is True
     assert flag_exists("vllm", "--swap-space", "0.34.0") is False
     assert flag_exists("vllm", "--no-enable-prefix-caching", "0.11.0") is True
     assert flag_exists("sglang", "--mem-fraction-static", "0.4.6") is True
-    assert flag_exists("tgi", "--max-input-tokens", "3.0.0") is None  # no generated data
+    assert flag_exists("tgi", "--max-input-tokens", "3.0.0") is None  # no generated data, not in the hand table
+
+
+def test_one_gate_answers_from_the_generated_data_first() -> None:
+    """The advisor's gate and the command checker are one function: the parsers' data decides every
+    flag it covers, the hand table only what the samples cannot tell."""
+    from oomdoctor.advisor.versions import hand_table_says
+
+    # the hand table does not list --max-seq-len; the parsers prove no release has it
+    assert hand_table_says("vllm", "--max-seq-len", "0.6.0") is None
+    assert flag_exists("vllm", "--max-seq-len", "0.6.0") is False
+    # choices come from the parsers too: fp8_ds_mla is no --kv-cache-dtype value in 0.8.5
+    assert flag_exists("vllm", "--kv-cache-dtype=fp8_ds_mla", "0.8.5") is False
+    # older than the oldest sample (0.5.5): the hand table (fp8 weights since 0.5.0)
+    assert flag_exists("vllm", "--quantization=fp8", "0.4.3") is False
+    assert flag_exists("vllm", "--quantization=fp8", "0.5.1") is True
+    # environment variables and engines without generated data: the hand table
+    assert flag_exists("vllm", "VLLM_USE_V1", "0.11.0") is False
+    assert flag_exists("tgi", "--cuda-memory-fraction", "2.0.0") is True
+
+
+def test_the_hand_table_never_contradicts_the_parsers() -> None:
+    from oomdoctor.advisor.engine_args import _data, sampled
+    from oomdoctor.advisor.versions import _table, hand_table_says
+
+    for engine in ("vllm", "sglang"):
+        samples = _data(engine)["samples"]  # type: ignore[index]
+        for flag in _table()[engine]:
+            for s in samples:
+                gen, hand = sampled(engine, flag, s), hand_table_says(engine, flag, s)
+                assert gen is None or gen == hand, (engine, flag, s, gen, hand)
 
 
 def test_switches_values_and_choices() -> None:
@@ -100,8 +134,16 @@ def test_every_fixture_command_parses(name: str, command: str, version: str | No
     if engine is None:
         return  # a user's script: only flags it already had were changed
     problems = check_argv(engine, _engine_flags(argv), version)
-    # a flag the user typed may be unknown between samples; nothing may be wrong for sure
-    assert [p for p in problems if "unknown for this version" not in p] == []
+    # a flag the user typed may be unknown between samples, and with no version it may be one the
+    # current release dropped (the user's release took it); nothing may be wrong for sure
+    from oomdoctor.advisor.engine_args import _data, sampled
+
+    def some_release_has(problem: str) -> bool:
+        flag = problem.split(":", 1)[0]
+        return any(sampled(engine, flag, s) for s in _data(engine)["samples"])  # type: ignore[index]
+
+    wrong = [p for p in problems if "unknown for this version" not in p and not (version is None and some_release_has(p))]
+    assert wrong == []
 
 
 def test_sglang_commands_are_checked_too() -> None:

@@ -390,7 +390,9 @@ def test_every_needle_has_one_gate_that_it_holds() -> None:
         for i, lit in g.members:
             assert lits[i] == lit and g.gate in lit
         assert g.exact == (len(g.members) == 1 and g.members[0][1] == g.gate)
-    assert len(gates) < len(lits) // 2  # shared gates: fewer passes than needles
+    # shared gates: about half as many passes as needles (52%: the Kubernetes-limit context
+    # triggers "limits", "requests:" and "memory:" share no piece with any other needle)
+    assert len(gates) < len(lits) * 52 // 100
     shared = {g.gate: [lit for _, lit in g.members] for g in gates}
     assert b"kv cache size:" in shared[b"kv cache"]
 

@@ -39,7 +39,13 @@ def test_shm_remedies() -> None:
 
 def test_ray_threshold() -> None:
     f = only_error(diagnose("ray/other-045.log"))
-    assert f.remedies[0].env == {"RAY_memory_usage_threshold": "0.98"}
+    assert f.remedies[0].env == {"RAY_memory_usage_threshold": "0.98"}  # usage 0.950744 < 0.98
+
+
+def test_no_ray_threshold_below_the_usage_reached() -> None:
+    """The node reached 0.984283: a 0.98 threshold would kill the task again."""
+    f = only_error(diagnose("ray/synthetic-task-killed.log"))
+    assert "ray.memory-usage-threshold" not in [r.id for r in f.remedies]
 
 
 def _host_finding(ctx: Context) -> AdviceInput:
@@ -52,8 +58,11 @@ def _host_finding(ctx: Context) -> AdviceInput:
 
 def test_vllm_levers_only_in_vllm_logs() -> None:
     assert calculator("host.vllm-swap-space")(_host_finding(Context(engine="sglang"))) is None
-    r = calculator("host.vllm-swap-space")(_host_finding(Context(engine="vllm", tensor_parallel_size=2)))
+    r = calculator("host.vllm-swap-space")(_host_finding(Context(engine="vllm", engine_version="0.8.5",
+                                                                 tensor_parallel_size=2)))
     assert r is not None and r.flags == {"--swap-space": "0"} and r.saves_bytes == 8 * 2**30
+    # no version: the current release, which has no --swap-space (flag_exists, one gate for all)
+    assert calculator("host.vllm-swap-space")(_host_finding(Context(engine="vllm", tensor_parallel_size=2))) is None
     ctx = Context(engine="vllm", launch_args={"cpu_offload_gb": "16"})
     r2 = calculator("host.vllm-cpu-offload-gb")(_host_finding(ctx))
     assert r2 is not None and r2.flags == {"--cpu-offload-gb": "8"}
@@ -68,3 +77,23 @@ def test_host_oom_never_suggests_swap_space_to_a_vllm_without_the_flag() -> None
     new = oomdoctor.diagnose("INFO 01-01 00:00:00 [core.py:1] Initializing a V1 LLM engine (v0.19.0) with config: model='m'\n" + kill)
     assert "host.vllm-swap-space" in [r.id for r in old.findings[0].remedies]
     assert "host.vllm-swap-space" not in [r.id for r in new.findings[0].remedies]
+
+
+def test_a_stated_kubernetes_limit_is_raised_from_itself() -> None:
+    """kubectl describe: Limits: memory 16Gi (the 8Gi request is not the limit); 16Gi × 1.25 = 20Gi."""
+    f = only_error(diagnose("other/synthetic-k8s-describe-oomkilled.log"))
+    r = remedy(f, "host.container-memory-limit")
+    assert r.settings == {"resources.limits.memory": "20Gi"} and r.flags == {"--memory": "20g"}
+    g = only_error(diagnose("other/synthetic-k8s-yaml-decimal-limit.log"))
+    # 24G is decimal: 24 × 10^9 × 1.25 = 30G; docker's g is GiB: 30 × 10^9 / 2^30 = 27.94 -> 28g
+    assert remedy(g, "host.container-memory-limit").settings == {"resources.limits.memory": "30G"}
+
+
+def test_a_limit_line_outside_a_limits_block_is_not_the_limit() -> None:
+    import oomdoctor
+
+    log = "    Requests:\n      memory:  8Gi\n    Last State:     Terminated\n      Reason:       OOMKilled\n"
+    report = oomdoctor.diagnose(log)
+    assert "memory_limit_bytes" not in report.context.extra
+    r = remedy(report.findings[0], "host.container-memory-limit")
+    assert r.settings == {"resources.limits.memory": "2 × the current limit"}

@@ -21,6 +21,26 @@ def test_prefill_value_also_lowers_the_input_limit_it_must_cover() -> None:
     }
 
 
+def test_tgi_1x_is_told_the_input_flag_it_has() -> None:
+    """TGI 1.x's Args dump has max_input_length (no --max-input-tokens before 2.0)."""
+    import oomdoctor
+
+    log = (
+        '2024-01-10T10:00:00.000000Z  INFO text_generation_launcher: Args { model_id: "bigscience/bloom-560m", '
+        "num_shard: None, quantize: None, max_input_length: 8000, max_total_tokens: 8192, "
+        "max_batch_prefill_tokens: 8192, max_batch_total_tokens: None, cuda_memory_fraction: 1.0 }\n"
+        "2024-01-10T10:01:30.000000Z ERROR warmup{max_input_length=8000 max_prefill_tokens=8192 max_total_tokens=8192}"
+        ":warmup: text_generation_client: router/client/src/lib.rs:33: Server error: Not enough memory to handle 8192 "
+        "prefill tokens. You need to decrease `--max-batch-prefill-tokens`\n"
+    )
+    f = oomdoctor.diagnose(log).findings[0]
+    # 8192 / 2 = 4096 < max_input_length 8000: both drop, under 1.x's spelling
+    assert remedy(f, "tgi.max-batch-prefill-tokens").flags == {
+        "--max-batch-prefill-tokens": "4096",
+        "--max-input-length": "4096",
+    }
+
+
 def test_serving_oom_lowers_cuda_memory_fraction() -> None:
     f = only_error(diagnose("tgi/other-020.log"))
     # 1.0 - 222 MiB / 39.39 GiB - 0.01 = 0.9845 -> 0.98

@@ -107,3 +107,44 @@ def test_formatted_sizes_read_back_within_half_a_printed_step(n: int) -> None:
     else:
         factor = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}[text.split()[1]]
         assert abs(back - n) <= factor * 0.005 + 1
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("16Gi", 16 * 2**30),
+        ("16G", 16 * 10**9),
+        ("1500Mi", 1500 * 2**20),
+        ("1.5Gi", 3 * 2**29),
+        ("512Ki", 512 * 2**10),
+        ("2Ti", 2 * 2**40),
+        ("2k", 2000),
+        ("129M", 129 * 10**6),
+        ("129e6", 129 * 10**6),
+        ("128974848", 128974848),
+        ("1T", 10**12),
+        ("100m", 1),  # milli-bytes: a fraction of a byte rounds up, as Kubernetes does
+    ],
+)
+def test_kubernetes_quantities_exactly(text: str, expected: int) -> None:
+    from oomdoctor.units import parse_quantity
+
+    assert parse_quantity(text) == expected
+
+
+def test_kubernetes_quantities_refuse_what_they_are_not() -> None:
+    from oomdoctor.units import SizeError, parse_quantity
+
+    for bad in ("16GB", "16gi", "Gi", "16 Gi B", "-1Gi"):
+        with pytest.raises(SizeError):
+            parse_quantity(bad)
+
+
+def test_kubernetes_quantity_written_in_the_unit_that_divides_it() -> None:
+    from oomdoctor.units import format_quantity, parse_size
+
+    assert format_quantity(20 * 2**30) == "20Gi"
+    assert format_quantity(30 * 10**9) == "30G"
+    assert format_quantity(1875 * 2**20) == "1875Mi"
+    assert format_quantity(1001) == "1001"
+    assert parse_size("16Gi") == 16 * 2**30  # the binary suffixes read the same in any figure

@@ -5,7 +5,8 @@ It works as an expert does, in three steps: the *account* of the failing device
 *prescription*: the remedies the cause calls for in this engine and phase
 (``rules/advice/causes.toml``, :mod:`~oomdoctor.advisor.prescription`), then the rule's own list,
 less the remedies the cause withholds and any flag the detected version lacks
-(:func:`~oomdoctor.advisor.versions.flag_exists`).
+(:func:`~oomdoctor.advisor.versions.flag_exists`, the one version gate, which the command
+checker uses too).
 
 Each remedy id named by a rule maps to a calculator (``registry.remedy``) that returns a
 :class:`~oomdoctor.report.Remedy` or ``None`` when its inputs are missing or it cannot help.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import combinations
+from typing import TYPE_CHECKING
 
 from oomdoctor.advisor.account import account_for
 from oomdoctor.advisor.cause import engine_for, name_cause
@@ -29,6 +31,9 @@ from oomdoctor.advisor.registry import AdviceInput, calculator
 from oomdoctor.advisor.versions import flag_exists
 from oomdoctor.report import Cause, Context, Finding, Remedy, Report
 from oomdoctor.units import format_size
+
+if TYPE_CHECKING:
+    from oomdoctor.rulepack import RulePack
 
 _CONFIDENCE = {"high": 0, "medium": 1, "low": 2}
 _FITS = {True: 0, None: 1, False: 2}
@@ -102,7 +107,7 @@ def _already_in_use(rem: Remedy, context: Context) -> bool:
         key = flag[2:].replace("-", "_")
         cur = args.get(key)
         if context.command:
-            if apply_flags(context.command, {flag: value}) != list(context.command):
+            if apply_flags(context.command, {flag: value}, context.engine_version) != list(context.command):
                 return False
             continue
         if cur is None:
@@ -218,29 +223,42 @@ def prescription_ids(finding: Finding, context: Context, rule_ids: Iterable[str]
     return [r for r in ids if r not in drop]
 
 
-def remedies_for(finding: Finding, context: Context, hints: Mapping[str, str] | None = None) -> list[Remedy]:
-    """Account, cause, then compute, rank and number the remedies of one finding."""
+def _rule_remedies(rule_id: str, pack: RulePack | None) -> list[str]:
+    """The remedy ids of the rule that produced a finding: from ``pack`` (the one that scanned),
+    else the built-in pack, else the newest pack loaded from rule directories that has the rule
+    (``--rules DIR``: its own rules are not in the built-in pack)."""
     from oomdoctor.rulepack import default_pack
+    from oomdoctor.rulepack.loader import loaded_packs
 
-    try:
-        rule = default_pack().rule(finding.rule)
-        rule_ids = list(rule.rule.remedies)
-    except KeyError:
-        rule_ids = []
+    for candidate in ([pack] if pack is not None else [default_pack(), *loaded_packs()]):
+        try:
+            return list(candidate.rule(rule_id).rule.remedies)
+        except KeyError:
+            continue
+    return []
+
+
+def remedies_for(
+    finding: Finding, context: Context, hints: Mapping[str, str] | None = None, pack: RulePack | None = None
+) -> list[Remedy]:
+    """Account, cause, then compute, rank and number the remedies of one finding (``pack``: the rule
+    pack that produced it; see :func:`_rule_remedies` when it is not given)."""
+    rule_ids = _rule_remedies(finding.rule, pack)
     diagnose_finding(finding, context)
     ids = prescription_ids(finding, context, rule_ids)
     return rank_remedies(ids, AdviceInput(finding, context, dict(hints or {})))
 
 
 def advise_findings(
-    findings: Iterable[Finding], context: Context, hints: Mapping[str, str] | None = None
+    findings: Iterable[Finding], context: Context, hints: Mapping[str, str] | None = None,
+    pack: RulePack | None = None,
 ) -> None:
     """Fill ``remedies`` of each finding in place."""
     for f in findings:
-        f.remedies = remedies_for(f, context, hints)
+        f.remedies = remedies_for(f, context, hints, pack)
 
 
-def advise(report: Report, hints: Mapping[str, str] | None = None) -> Report:
+def advise(report: Report, hints: Mapping[str, str] | None = None, pack: RulePack | None = None) -> Report:
     """Fill the remedies of every finding of ``report`` (in place) and return it."""
-    advise_findings(report.findings, report.context, hints)
+    advise_findings(report.findings, report.context, hints, pack)
     return report

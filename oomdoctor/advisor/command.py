@@ -31,21 +31,27 @@ def _spellings(flag: str) -> set[str]:
     return names
 
 
-#: vLLM switches that never take a value
-SWITCHES = {"--enforce-eager", "--trust-remote-code", "--enable-prefix-caching", "--enable-chunked-prefill",
-            "--disable-log-requests", "--disable-log-stats", "--enable-expert-parallel"}
-
-
-def _takes_value(argv: list[str], i: int) -> bool:
-    if argv[i].replace("_", "-") in SWITCHES or i + 1 >= len(argv):
+def _takes_value(argv: list[str], i: int, engine: str | None, version: str | None) -> bool:
+    """Whether ``argv[i]`` is followed by its value: as the engine's parser says where the generated
+    data knows the flag (:func:`~oomdoctor.advisor.engine_args.takes_value`), else when the next
+    token is not an option (a negative number is a value)."""
+    if i + 1 >= len(argv):
         return False
+    if engine is not None:
+        from oomdoctor.advisor.engine_args import takes_value
+
+        known = takes_value(engine, argv[i].split("=", 1)[0], version)
+        if known is not None:
+            return known
     nxt = argv[i + 1]
     return not nxt.startswith("-") or nxt[1:].replace(".", "", 1).isdigit()
 
 
-def apply_flags(argv: list[str], flags: dict[str, str]) -> list[str]:
-    """``argv`` with every flag set to its value (``""``: a switch with no value)."""
+def apply_flags(argv: list[str], flags: dict[str, str], version: str | None = None) -> list[str]:
+    """``argv`` with every flag set to its value (``""``: a switch with no value). Whether a flag
+    already there takes a value is read from the engine's parser data for ``version`` where it exists."""
     out = list(argv)
+    engine = engine_of([a for a in argv if "=" not in a or a.startswith("-")])
     for flag, value in flags.items():
         names = _spellings(flag)
         new = [flag] if value == "" else [flag, value]
@@ -56,7 +62,7 @@ def apply_flags(argv: list[str], flags: dict[str, str]) -> list[str]:
             tok = out[i]
             name = tok.split("=", 1)[0]
             if name in names:
-                width = 1 if "=" in tok or not _takes_value(out, i) else 2
+                width = 1 if "=" in tok or not _takes_value(out, i, engine, version) else 2
                 if not placed:
                     result.extend(new)
                     placed = True
@@ -180,7 +186,7 @@ def corrected_command(context: Context, remedy: Remedy) -> str | None:
         present = {tok.split("=", 1)[0] for tok in argv}
         if any(not (_spellings(flag) & present) for flag in remedy.flags):
             return None
-    argv = apply_flags(argv, remedy.flags)
+    argv = apply_flags(argv, remedy.flags, context.engine_version)
     if engine is not None:
         from oomdoctor.advisor.engine_args import check_argv
 

@@ -9,7 +9,7 @@ from oomdoctor.advisor._engine_util import as_float, as_int, engine_of
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.remedies_vllm import SWAP_SPACE_DEFAULT, swap_space_flag_exists
 from oomdoctor.report import Remedy
-from oomdoctor.units import format_size
+from oomdoctor.units import format_quantity, format_size
 
 #: headroom on top of the resident size the kernel reported when the process was killed
 HOST_LIMIT_HEADROOM = 1.25
@@ -57,9 +57,47 @@ def add_swap(inp: AdviceInput) -> Remedy | None:
     )
 
 
+def current_limit(inp: AdviceInput) -> int | None:
+    """The container's memory limit the log states (a Kubernetes ``Limits: memory: 16Gi`` or
+    ``--limits=memory=16Gi``, or the kernel's memcg ``limit NkB``), in bytes; None when none or "no limit"."""
+    limit = as_int(inp.context.extra.get("memory_limit_bytes"))
+    return limit if limit and limit < 2**50 else None
+
+
+def _raise_limit(inp: AdviceInput, limit: int, rss: int | None) -> Remedy:
+    """Value: the stated limit × :data:`HOST_LIMIT_HEADROOM` (or the resident size × it, when that is
+    larger), rounded up to whole MiB (MB for a decimal limit) and written in the unit that divides
+    it exactly: 16Gi -> 20Gi, 16G -> 20G, 33554432 kB -> 40Gi."""
+    step = 10**6 if limit % 2**20 and not limit % 10**6 else 2**20
+    by_limit = math.ceil(limit * HOST_LIMIT_HEADROOM / step) * step
+    by_rss = math.ceil(rss * HOST_LIMIT_HEADROOM / 2**30) * 2**30 if rss else 0
+    new = max(by_limit, by_rss)
+    quantity = format_quantity(new)
+    why = (
+        f"The container's memory limit is {format_quantity(limit)} ({format_size(limit)}) and the job was killed at it; "
+        + (f"its {format_size(rss)} resident (anon + file + shmem rss)" if new > by_limit else "the limit")
+        + f" × {HOST_LIMIT_HEADROOM} headroom = {quantity} ({format_size(new)}). "
+        "Other processes in the container count against the limit too."
+    )
+    return Remedy(
+        id="host.container-memory-limit",
+        title=f"Raise the container's memory limit to {quantity}",
+        flags={"--memory": f"{math.ceil(new / 2**30)}g"},
+        settings={"resources.limits.memory": quantity},
+        fits=None,
+        confidence="medium",
+        why=why,
+        tradeoff="Needs a host (node) with that much free memory.",
+        sources={"limit": "context", **({"rss": "message"} if rss else {})},
+    )
+
+
 @remedy("host.container-memory-limit")
 def container_limit(inp: AdviceInput) -> Remedy | None:
     rss = resident_bytes(inp)
+    limit = current_limit(inp)
+    if limit:
+        return _raise_limit(inp, limit, rss)
     if rss:
         gib = math.ceil(rss * HOST_LIMIT_HEADROOM / 2**30)
         return Remedy(
@@ -145,8 +183,11 @@ def smaller_model(inp: AdviceInput) -> Remedy | None:
 
 @remedy("ray.memory-usage-threshold")
 def ray_threshold(inp: AdviceInput) -> Remedy | None:
+    """Raise Ray's kill threshold to :data:`RAY_MAX_THRESHOLD`, only when that is above both the
+    current threshold and the usage the node reached (a threshold below it would kill again)."""
     cur = as_float(inp.fig("memory_usage_threshold")) or RAY_DEFAULT_THRESHOLD
-    if cur >= RAY_MAX_THRESHOLD:
+    reached = as_float(inp.fig("memory_usage_fraction"))
+    if cur >= RAY_MAX_THRESHOLD or (reached is not None and reached >= RAY_MAX_THRESHOLD):
         return None
     return Remedy(
         id="ray.memory-usage-threshold",

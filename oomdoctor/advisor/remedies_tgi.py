@@ -25,7 +25,12 @@ def _mine(inp: AdviceInput) -> bool:
 
 
 def _input_flag(inp: AdviceInput) -> str:
-    return "--max-input-length" if "max_input_length" in inp.context.launch_args else "--max-input-tokens"
+    """The input-limit flag as this run spells it: TGI 1.x has only --max-input-length (its ``Args``
+    dump, read into the context extras, or a logged launcher line says so); 2.x+ takes
+    --max-input-tokens and refuses both at once."""
+    ctx = inp.context
+    legacy = "tgi_max_input_length" in ctx.extra or "max_input_length" in ctx.launch_args
+    return "--max-input-length" if legacy else "--max-input-tokens"
 
 
 @remedy("tgi.max-batch-prefill-tokens")
@@ -40,7 +45,7 @@ def max_batch_prefill_tokens(inp: AdviceInput) -> Remedy | None:
     half = n // 2
     value = round_down(half, TGI_TOKEN_STEP) if half >= TGI_TOKEN_STEP else half
     flags = {"--max-batch-prefill-tokens": str(value)}
-    max_input = as_int(setting(inp, "tgi_max_input_tokens", "max_input_tokens", "max_input_length"))
+    max_input = as_int(setting(inp, "tgi_max_input_tokens", "tgi_max_input_length", "max_input_tokens", "max_input_length"))
     extra = ""
     if max_input and max_input > value:
         flags[_input_flag(inp)] = str(value)
@@ -137,7 +142,7 @@ def max_total_tokens(inp: AdviceInput) -> Remedy | None:
     if not (want and cap) or cap >= want:
         return None
     flags = {"--max-total-tokens": str(cap)}
-    max_input = as_int(setting(inp, "tgi_max_input_tokens", "max_input_tokens", "max_input_length"))
+    max_input = as_int(setting(inp, "tgi_max_input_tokens", "tgi_max_input_length", "max_input_tokens", "max_input_length"))
     if max_input and max_input >= cap:
         flags[_input_flag(inp)] = str(cap - 1)
     return Remedy(

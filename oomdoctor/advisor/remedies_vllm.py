@@ -176,12 +176,25 @@ def max_model_len(inp: AdviceInput) -> Remedy | None:
     )
 
 
-def _util_cap(f: Facts) -> tuple[float, str]:
-    """Highest utilization oomdoctor recommends: 0.95, and never above free/total."""
+def _util_cap(f: Facts, inp: AdviceInput) -> tuple[float, str]:
+    """Highest utilization oomdoctor recommends: 0.95, and never above what the device can give vLLM.
+
+    A message that states free memory and what this process holds (a PyTorch OOM inside vLLM:
+    vLLM's own memory is not free) caps it at (in use + free) / total, the share other processes
+    leave; free memory stated alone (vLLM's start-up check, measured before vLLM allocates) caps it
+    at free / total. No built-in KV-shortage message states free memory.
+    """
     if f.free and f.total:
-        by_free = floor_to(f.free.value / f.total.value, 2)
+        free, total = f.free.value, f.total.value
+        held = inp.fig("in_use_bytes")
+        if held:
+            by_free = floor_to((held + free) / total, 2)
+            why = f"(in use + free)/total = ({format_size(int(held))} + {format_size(free)}) / {format_size(total)}"
+        else:
+            by_free = floor_to(free / total, 2)
+            why = f"free/total = {format_size(free)} / {format_size(total)}"
         if by_free < MAX_UTILIZATION:
-            return by_free, f"free/total = {format_size(f.free.value)} / {format_size(f.total.value)}"
+            return by_free, why
     return MAX_UTILIZATION, "oomdoctor's ceiling"
 
 
@@ -198,7 +211,7 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
     target = ceil_to(util + missing / total, 2)
     if target <= util:
         target = round(util + 0.01, 2)
-    cap, cap_why = _util_cap(f)
+    cap, cap_why = _util_cap(f, inp)
     fits: bool | None = target <= cap
     lower_bound = shortage_is_lower_bound(inp)
     if lower_bound and target < cap:
@@ -251,7 +264,7 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
     if not f.utilization:
         return None
     util = f.utilization.value
-    cap, cap_why = _util_cap(f)
+    cap, cap_why = _util_cap(f, inp)
     target = min(cap, round(util + UTILIZATION_STEP, 2))
     if target <= util:
         return None
@@ -828,9 +841,11 @@ SWAP_SPACE_DEFAULT = 4.0
 
 
 def swap_space_flag_exists(inp: AdviceInput) -> bool:
-    """--swap-space was removed in vLLM 0.18.0; an unknown version may still have it."""
-    version = get_facts(inp).version
-    return not (version and version >= (0, 18, 0))
+    """Whether the detected vLLM still has --swap-space (removed in 0.18.0): asked of the one version
+    gate, :func:`~oomdoctor.advisor.versions.flag_exists`."""
+    from oomdoctor.advisor.versions import flag_exists
+
+    return flag_exists("vllm", "--swap-space", inp.context.engine_version) is not False
 
 
 @remedy("vllm.swap-space")
@@ -890,7 +905,7 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
     fixed = (f.activation.value if f.activation else 0) + (f.non_torch.value if f.non_torch else 0)
     if f.cudagraph and counts_cudagraphs_in_budget(f.version):
         fixed += f.cudagraph.value
-    cap_util, _ = _util_cap(f)
+    cap_util, _ = _util_cap(f, inp)
     gpus = int(f.gpus.value) if f.gpus else f.tp * f.pp
     heads = geo.attention_heads if geo else None
     tps = [t for t in (1, 2, 4, 8, 16) if t >= f.tp and t * f.pp <= max(gpus, f.tp * f.pp)

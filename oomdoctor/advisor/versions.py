@@ -1,7 +1,17 @@
-"""Does a flag exist in the detected version of an engine? (``rules/advice/flags.toml``)
+"""Does a flag exist in the detected version of an engine? One answer for the advisor and the command checker.
 
-One function, :func:`flag_exists`, so that a fuller table (argparse flag lists read from the engines'
-wheels) can replace the data behind it later without touching its callers.
+:func:`flag_exists` is the only version gate: the advisor drops a remedy whose flag the version lacks,
+and :mod:`~oomdoctor.advisor.engine_args` checks rebuilt command lines with it. Two sources feed it:
+
+- the flag lists generated from vLLM's and SGLang's own argument parsers
+  (``oomdoctor/data/engine_args/``, :func:`oomdoctor.advisor.engine_args.sampled`), which answer for
+  every ``--flag`` and ``--flag=value`` of those engines from the oldest sampled release on;
+- the hand table ``rules/advice/flags.toml``, only for what those samples cannot tell: engines without
+  generated data (TGI, llama.cpp, TensorRT-LLM, ...), environment variables and programs
+  (``vllm serve``), versions older than the oldest sample, and versions between two samples that
+  disagree (``--swap-space`` after 0.14.0, gone by 0.19.1: the table says until 0.17.1).
+
+A test checks that the hand table never contradicts the generated data at a sampled release.
 """
 
 from __future__ import annotations
@@ -10,6 +20,7 @@ import sys
 from functools import lru_cache
 from typing import Any
 
+from oomdoctor.advisor.engine_args import sampled
 from oomdoctor.advisor.memory_model import Version, parse_version
 
 if sys.version_info >= (3, 11):
@@ -36,12 +47,9 @@ def _in_span(span: dict[str, Any], version: Version) -> bool:
     return not ((since and version < since) or (until and version > until))
 
 
-def flag_exists(engine: str | None, flag: str, version: str | None) -> bool | None:
-    """True/False when the table knows whether ``flag`` (``--name`` or ``--name=value`` or an env
-    variable) exists in ``engine`` at ``version``; None when the table does not know the flag.
-
-    An unknown version means the current release: a flag removed since then does not exist.
-    """
+def hand_table_says(engine: str | None, flag: str, version: str | None) -> bool | None:
+    """The hand table's answer alone (None: it does not list the flag). An unknown version means the
+    current release: a flag removed since then does not exist."""
     flags = _table().get(engine or "")
     if not flags:
         return None
@@ -60,3 +68,14 @@ def flag_exists(engine: str | None, flag: str, version: str | None) -> bool | No
     if "=" in flag and flag in flags:
         return _in_span(flags[flag], ver)
     return True
+
+
+def flag_exists(engine: str | None, flag: str, version: str | None) -> bool | None:
+    """True/False when it is known whether ``flag`` (``--name``, ``--name=value``, an environment
+    variable or ``vllm serve``) exists in ``engine`` at ``version``; None when nothing tells.
+
+    The generated parser data answers first (see the module docstring); the hand table answers only
+    where that data is silent. An unknown version means the current release.
+    """
+    known = sampled(engine, flag, version)
+    return known if known is not None else hand_table_says(engine, flag, version)

@@ -17,9 +17,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns (and exits with) the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        if args and args[0] in SUBCOMMANDS:
+        if (args and args[0] in SUBCOMMANDS) or _completing_subcommand():
             from oomdoctor.cli.tools import app as tools_app
 
+            if _completing_subcommand():
+                from typer.completion import completion_init
+
+                completion_init()  # the subcommands' app adds no --install-completion of its own
             code = _invoke(tools_app, args)
         else:
             from oomdoctor.cli import diagnose
@@ -41,6 +45,27 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         sys.exit(code)
     return code
+
+
+def _completing_subcommand() -> bool:
+    """Shell completion (``_OOMDOCTOR_COMPLETE`` set) of a word after a subcommand's name: the
+    subcommands' app completes it. The first word (a file or a subcommand name) is the diagnose
+    command's, whose FILE argument also offers the subcommand names."""
+    if "_OOMDOCTOR_COMPLETE" not in os.environ:
+        return False
+    if "COMP_WORDS" in os.environ:  # bash: the words, and the index of the one being completed
+        import shlex
+
+        try:
+            words = shlex.split(os.environ["COMP_WORDS"])
+            done = words[1 : int(os.environ.get("COMP_CWORD", "0"))]
+        except ValueError:
+            return False
+    else:  # zsh, fish, powershell (typer's scripts): the line up to the cursor
+        line = os.environ.get("_TYPER_COMPLETE_ARGS", "")
+        words = line.split()
+        done = words[1:] if line.endswith(" ") else words[1:-1]
+    return bool(done) and done[0] in SUBCOMMANDS
 
 
 def _invoke(app, args: list[str]) -> int:

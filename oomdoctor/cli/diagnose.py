@@ -76,6 +76,22 @@ def exit_code(report: Report, fail_on: str) -> int:
     return 1 if report.has_errors else 0
 
 
+def _complete_first_word(ctx: Any, incomplete: str) -> list[str]:
+    """Shell completion of FILE: the first word may also be a subcommand (``run``, ``fit``, ...).
+    When none matches, nothing is returned and the shell completes file names itself."""
+    import glob
+
+    from oomdoctor.cli import SUBCOMMANDS
+
+    if ctx.params.get("files"):
+        return []
+    names = [s for s in SUBCOMMANDS if s.startswith(incomplete)]
+    if not names:
+        return []
+    paths = sorted(glob.glob(glob.escape(incomplete) + "*"))
+    return names + [p + "/" if os.path.isdir(p) else p for p in paths]
+
+
 def _build_app() -> typer.Typer:
     """The typer command (help, usage errors and every option spelling). Built on first use:
     plain invocations (see :func:`plain_options`) skip typer and click altogether."""
@@ -88,7 +104,7 @@ def _build_app() -> typer.Typer:
     def diagnose(
         files: Annotated[
             list[str] | None,
-            typer.Argument(metavar="FILE", show_default=False, hidden=True),
+            typer.Argument(metavar="FILE", show_default=False, hidden=True, autocompletion=_complete_first_word),
         ] = None,
         fmt: Annotated[
             str, typer.Option("--format", "-f", help=f"One of: {', '.join(FORMATS)}.", metavar="FORMAT")

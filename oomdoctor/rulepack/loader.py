@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 import sys
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -386,6 +387,17 @@ def _compile_rule(
     return CompiledRule(rule, where, pattern, extract, extract_all, triggers)
 
 
+#: packs built with rule directories of their own, newest last (see :func:`loaded_packs`)
+_LOADED: list[weakref.ref[RulePack]] = []
+
+
+def loaded_packs() -> list[RulePack]:
+    """The packs :func:`load_pack` built from rule directories and still in use, newest first: the
+    advisor finds there the remedies of a rule the built-in pack lacks."""
+    _LOADED[:] = [ref for ref in _LOADED if ref() is not None]
+    return [p for p in (ref() for ref in reversed(_LOADED)) if p is not None]
+
+
 def load_pack(
     dirs: Iterable[Path] | None = None, *, include_builtin: bool = True, check_remedies: bool = True
 ) -> RulePack:
@@ -445,6 +457,8 @@ def load_pack(
                         tuple(t.lower() for t in ph.triggers),
                     )
                 )
+    if len(paths) > int(include_builtin):
+        _LOADED.append(weakref.ref(pack))
     return pack
 
 
