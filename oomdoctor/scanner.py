@@ -849,7 +849,7 @@ class Scanner:
             from oomdoctor.advisor import advise_findings
 
             ctx = self.context()
-            advise_findings(ready, ctx, self.hints)
+            advise_findings(ready, ctx, self.hints, self.pack)
         return ready
 
     def context(self) -> Any:
@@ -882,5 +882,5 @@ class Scanner:
         if self._advise:
             from oomdoctor.advisor import advise
 
-            advise(report, self.hints)
+            advise(report, self.hints, self.pack)
         return report
