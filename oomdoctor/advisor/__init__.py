@@ -24,7 +24,7 @@ from itertools import combinations
 
 from oomdoctor.advisor.account import account_for
 from oomdoctor.advisor.cause import engine_for, name_cause
-from oomdoctor.advisor.prescription import prescribed, remedy_info, withheld
+from oomdoctor.advisor.prescription import prescribed, remedy_info, remedy_tradeoff, withheld
 from oomdoctor.advisor.registry import AdviceInput, calculator
 from oomdoctor.advisor.versions import flag_exists
 from oomdoctor.report import Cause, Context, Finding, Remedy, Report
@@ -163,7 +163,7 @@ def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
             continue
         if _missing_flag(rem, inp) is not None:
             continue
-        rem.tradeoff = rem.tradeoff or remedy_info(rid).tradeoff
+        rem.tradeoff = rem.tradeoff or remedy_tradeoff(rid)
         if rem.fits is True and inp.finding.account is not None and not inp.finding.account.entries \
                 and not remedy_info(rid).eliminates:
             rem.fits = None  # "fits" only when the account shows it

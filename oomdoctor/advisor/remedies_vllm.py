@@ -21,6 +21,7 @@ from oomdoctor.advisor.memory_model import (
     fp8_weights_min_cc,
     kv_bytes_for_len,
 )
+from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import (
     MAX_UTILIZATION,
@@ -162,15 +163,16 @@ def max_model_len(inp: AdviceInput) -> Remedy | None:
     saves = int((max_len - value) * bpt) if (bpt and max_len) else None
     return Remedy(
         id="vllm.max-model-len",
-        title=f"Limit the context to {value} tokens",
+        title=remedy_text("vllm.max-model-len", "title", tokens=value),
         flags={"--max-model-len": str(value)},
         saves_bytes=saves,
         fits=True,
         confidence="high",
-        why=f"From {why}, rounded down to a multiple of the {bs}-token block size.",
+        why=remedy_text("vllm.max-model-len", "why", basis=why, block=bs),
         tradeoff=(
-            f"Requests longer than {value} tokens (prompt + output) are rejected"
-            + (f"; the model supports {max_len}." if max_len else ".")
+            remedy_text("vllm.max-model-len", "cost_supported", tokens=value, max_len=max_len)
+            if max_len
+            else remedy_text("vllm.max-model-len", "cost", tokens=value)
         ),
         sources={"capacity": src, **f.sources("max_model_len", "block_size", "bytes_per_token")},
     )
@@ -329,7 +331,7 @@ def kv_cache_fp8(inp: AdviceInput) -> Remedy | None:
     if value is None:
         return Remedy(
             id="vllm.kv-cache-dtype-fp8",
-            title="Store the KV cache in fp8 (not possible here)",
+            title=remedy_text("vllm.kv-cache-dtype-fp8", "title_impossible"),
             flags={},
             fits=False,
             confidence="low",
@@ -342,26 +344,26 @@ def kv_cache_fp8(inp: AdviceInput) -> Remedy | None:
         after = int(needed * ratio)
         fits = avail >= after
         saves = int(needed) - after
-        why = f"fp8 shrinks the {format_size(needed)} needed to {format_size(after)}; {format_size(avail)} is available."
+        why = remedy_text("vllm.kv-cache-dtype-fp8", "why_bytes", needed=needed, after=after, available=avail)
     elif cap and max_len:
         doubled = int(cap[0] / ratio)
         fits = doubled >= max_len
         saves = None
-        why = f"fp8 raises the KV capacity from {cap[0]} to about {doubled} tokens; {max_len} are needed."
+        why = remedy_text("vllm.kv-cache-dtype-fp8", "why_tokens", tokens=cap[0], doubled=doubled, max_len=max_len)
     else:
         return None
-    title = "Store the KV cache in fp8"
+    title = remedy_text("vllm.kv-cache-dtype-fp8", "title")
     if not fits and cap and max_len:
         # fp8 alone is not enough: combine with the longest max-model-len the fp8 cache holds
         longer = round_down(min(cap[0] / ratio, max_len), bs)
         if longer > cap[0]:
             flags["--max-model-len"] = str(longer)
             fits = True
-            title = f"Store the KV cache in fp8 and limit the context to {longer} tokens"
-            why += f" Together with --max-model-len {longer} (capacity × {1 / ratio:g}, rounded to blocks) it fits."
+            title = remedy_text("vllm.kv-cache-dtype-fp8", "title_len", tokens=longer)
+            why += remedy_text("vllm.kv-cache-dtype-fp8", "why_len", tokens=longer, factor=f"{1 / ratio:g}")
     gpu_note = ""
     if f.gpu is not None and not f.gpu.value.fp8_tensor_cores:
-        gpu_note = f" The {f.gpu.value.name} stores fp8 but has no fp8 tensor cores: attention may be slower."
+        gpu_note = remedy_text("vllm.kv-cache-dtype-fp8", "why_gpu", gpu=f.gpu.value.name)
     return Remedy(
         id="vllm.kv-cache-dtype-fp8",
         title=title,
@@ -656,20 +658,21 @@ def tensor_parallel(inp: AdviceInput) -> Remedy | None:
             need = _per_gpu_need(f, candidates[-1], f.pp)
             if need is not None:
                 chosen, fits = candidates[-1], False
-    why = (f"{n} GPUs are available ({g[1]})" if not assumed else f"The GPU count is {g[1]}") + (
-        f"; weights and KV cache per GPU shrink by about {chosen // f.tp}×")
+    T = "vllm.tensor-parallel-size"
+    why = (remedy_text(T, "why_count", count=n, source=g[1]) if not assumed else remedy_text(T, "why_assumed")) + (
+        remedy_text(T, "why_shrink", factor=chosen // f.tp))
     if heads:
-        why += f"; {chosen} divides the {heads} attention heads"
+        why += remedy_text(T, "why_heads", gpus=chosen, heads=heads)
     if need is not None and budget:
-        why += f"; per GPU about {format_size(need)} is needed against a {format_size(budget)} budget"
+        why += remedy_text(T, "why_need", need=need, budget=budget)
     return Remedy(
         id="vllm.tensor-parallel-size",
-        title=f"Shard the model over {chosen} GPUs" + (f" (if you have {chosen})" if assumed else ""),
+        title=remedy_text(T, "title_assumed" if assumed else "title", gpus=chosen),
         flags={"--tensor-parallel-size": str(chosen)},
         saves_bytes=(f.weights.value - f.weights.value * f.tp // chosen) if f.weights else None,
         fits=fits,
         confidence="low" if assumed else "medium",
-        why=why + ".",
+        why=why + remedy_text(T, "why_end"),
         sources=f.sources("gpus", "geometry", "weights", "total", "utilization"),
     )
 
@@ -724,13 +727,13 @@ def cpu_offload(inp: AdviceInput) -> Remedy | None:
         return None  # more than the weights: offloading cannot make it fit
     return Remedy(
         id="vllm.cpu-offload-gb",
-        title=f"Offload {gib} GiB of weights to CPU memory",
+        title=remedy_text("vllm.cpu-offload-gb", "title", gib=gib),
         flags={"--cpu-offload-gb": str(gib)},
         saves_bytes=gib * GiB,
         fits=None if (f.weights is None or shortage_is_lower_bound(inp)) else True,
         # offloading more than half the weights makes every forward pass PCIe-bound
         confidence="medium" if (f.weights is not None and gib * GiB <= f.weights.value // 2) else "low",
-        why=f"{format_size(short[0])} is missing ({short[1]}); rounded up to whole GiB.",
+        why=remedy_text("vllm.cpu-offload-gb", "why", missing=short[0], detail=short[1]),
         sources=f.sources("weights"),
     )
 
@@ -751,29 +754,30 @@ def quantization(inp: AdviceInput) -> Remedy | None:
     if f.gpu is not None and f.gpu.value.cc < min_cc:
         return Remedy(
             id="vllm.quantization",
-            title="Quantize the weights on the fly (fp8) — not possible here",
+            title=remedy_text("vllm.quantization", "title_impossible"),
             flags={},
             fits=False,
             confidence="low",
-            why=f"Cannot help: --quantization fp8 needs compute capability {min_cc / 10:.1f}; the {f.gpu.value.name} has {f.gpu.value.cc / 10:.1f}.",
+            why=remedy_text("vllm.quantization", "why_impossible", need=f"{min_cc / 10:.1f}", gpu=f.gpu.value.name,
+                            has=f"{f.gpu.value.cc / 10:.1f}"),
             sources=f.sources("gpu"),
         )
     saves = w // 2 if w else None
     fits = covers(saves, inp)
     gpu_note = ""
     if f.gpu is not None and not f.gpu.value.fp8_tensor_cores:
-        gpu_note = f" On the {f.gpu.value.name} fp8 runs weight-only (Marlin): memory is saved, speed is not gained."
+        gpu_note = remedy_text("vllm.quantization", "why_gpu", gpu=f.gpu.value.name)
     return Remedy(
         id="vllm.quantization",
-        title="Quantize the weights on the fly (fp8)",
+        title=remedy_text("vllm.quantization", "title"),
         flags={"--quantization": "fp8"},
         saves_bytes=saves,
         fits=fits,
         confidence="medium" if w else "low",
-        why="fp8 weights take half the memory of bf16/fp16 (assuming this checkpoint is 16-bit)"
-        + (f" ({format_size(w)} → {format_size(w // 2)})" if w else "")
-        + (f"; {format_size(short[0])} is missing" if short and short[0] > 0 else "")
-        + "."
+        why=remedy_text("vllm.quantization", "why")
+        + (remedy_text("vllm.quantization", "why_sizes", weights=w, half=w // 2) if w else "")
+        + (remedy_text("vllm.quantization", "why_missing", missing=short[0]) if short and short[0] > 0 else "")
+        + remedy_text("vllm.quantization", "why_end")
         + gpu_note,
         sources=f.sources("weights", "gpu"),
     )
