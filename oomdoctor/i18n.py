@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import gettext as _gettext
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import cache
@@ -86,6 +86,16 @@ def translations(lang: str) -> _gettext.NullTranslations:
 def _(message: str) -> str:
     """``message`` (an English text that is code) in the language in force."""
     return translations(current_lang()).gettext(message)
+
+
+def N_(message: str) -> str:
+    """Marks ``message`` for the catalog where it is defined; :func:`_` translates it where used."""
+    return message
+
+
+def join_sentences(sentences: Iterable[str]) -> str:
+    """Whole sentences one after the other: a space between them in English, none in Japanese."""
+    return ("" if current_lang() == "ja" else " ").join(sentences)
 
 
 def ngettext(singular: str, plural: str, n: int) -> str:

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from oomdoctor import __version__
-from oomdoctor.i18n import use_lang
+from oomdoctor.i18n import N_, _, use_lang
 from oomdoctor.report import Report
 from oomdoctor.rulepack import RulePack, default_pack
 from oomdoctor.server import mattermost as mm
@@ -353,6 +353,11 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
 
     # -- chat ---------------------------------------------------------------------------------------
 
+    def chat_text(message: str, **values: object) -> str:
+        """A fixed chat message (marked with ``N_``) in the deployment's chat language."""
+        with use_lang(cfg.chat_lang):
+            return _(message).format(**values)
+
     def chat_answer(answer: Callable[[Report], dict[str, Any]], data: bytes, deadline: Deadline) -> dict[str, Any]:
         """The chat answer to ``data``, in the deployment's chat language (``OOMDOCTOR_CHAT_LANG``)."""
         with use_lang(cfg.chat_lang):
@@ -456,7 +461,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         form = await asyncio.to_thread(_form, body)
         text = form.get("text", "").strip()
         if not text or text.lower() in ("help", "-h", "--help"):
-            return JSONResponse({"response_type": "ephemeral", "text": slack.HELP})
+            return JSONResponse({"response_type": "ephemeral", "text": chat_text(slack.HELP)})
         data = slack.slack_text_to_log(text).encode("utf-8", "replace")
         lines = data.count(b"\n") + 1
         payload = await analyse_for_chat(
@@ -464,8 +469,9 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
             form.get("response_url", ""),
             cfg.slack_response_prefixes,
             lambda r: _slack_answer(r, cfg.chat_response_type),
-            lambda m: {"response_type": "ephemeral", "text": f"oomdoctor could not finish: {m}"},
-            {"response_type": "ephemeral", "text": f"oomdoctor is analysing {lines} line(s); the answer follows here."},
+            lambda m: {"response_type": "ephemeral", "text": chat_text(N_("oomdoctor could not finish: {reason}"), reason=m)},
+            {"response_type": "ephemeral",
+             "text": chat_text(N_("oomdoctor is analysing {lines} line(s); the answer follows here."), lines=lines)},
         )
         return JSONResponse(payload)
 
@@ -547,7 +553,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
             raise LimitError(401, "invalid or missing Mattermost token")
         text = form.get("text", "").strip()
         if not text or text.lower() in ("help", "-h", "--help"):
-            return JSONResponse(mm.answer(slack.HELP, "ephemeral"))
+            return JSONResponse(mm.answer(chat_text(slack.HELP), "ephemeral"))
         from oomdoctor.render.markdown import render_markdown
 
         payload = await analyse_for_chat(
@@ -555,8 +561,8 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
             form.get("response_url", ""),
             cfg.mattermost_response_prefixes,
             lambda r: mm.answer(render_markdown(r, max_chars=mm.MAX_POST), cfg.chat_response_type),
-            lambda m: mm.answer(f"oomdoctor could not finish: {m}", "ephemeral"),
-            mm.answer("oomdoctor is analysing the log; the answer follows here.", "ephemeral"),
+            lambda m: mm.answer(chat_text(N_("oomdoctor could not finish: {reason}"), reason=m), "ephemeral"),
+            mm.answer(chat_text(N_("oomdoctor is analysing the log; the answer follows here.")), "ephemeral"),
         )
         return JSONResponse(payload)
 
