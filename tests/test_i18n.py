@@ -272,3 +272,49 @@ def test_json_differs_from_english_only_in_human_text(case: str) -> None:
         for re_, rj in zip(fe["remedies"], fj["remedies"], strict=True):
             assert rj["title"] != re_["title"], re_["id"]
             assert rj["flags"] == re_["flags"] and rj["settings"] == re_["settings"] and rj["env"] == re_["env"]
+
+
+# -- the server: lang on /v1/diagnose, a chat language per deployment ---------------------------------
+
+
+def _client(**cfg: Any) -> Any:
+    from fastapi.testclient import TestClient
+
+    from oomdoctor.server.app import create_app
+    from oomdoctor.server.config import ServerConfig
+
+    return TestClient(create_app(ServerConfig(**cfg)))
+
+
+def test_v1_diagnose_speaks_the_requested_language() -> None:
+    log = _log("vllm/vllm-001").read_text("utf-8")
+    c = _client()
+    by_body = c.post("/v1/diagnose", json={"log": log, "lang": "ja"}).json()
+    assert by_body["lang"] == "ja"
+    assert by_body["findings"][0]["cause"]["summary"].startswith("KVキャッシュに入るのは4512トークン")
+    assert by_body["findings"][0]["remedies"][0]["flags"] == {"--max-model-len": "4512"}
+    by_query = c.post("/v1/diagnose?lang=ja", json={"log": log}).json()
+    assert by_query == by_body
+    by_header = c.post("/v1/diagnose", json={"log": log}, headers={"Accept-Language": "fr;q=0.9, ja-JP;q=0.8"}).json()
+    assert by_header == by_body
+    english = c.post("/v1/diagnose?lang=ja", json={"log": log, "lang": "en"}).json()  # the body wins
+    assert english["lang"] == "en"
+    md = c.post("/v1/diagnose?format=markdown&lang=ja", content=log.encode(), headers={"content-type": "text/plain"})
+    assert "**この順に試してください：**" in md.text
+    assert c.post("/v1/diagnose", json={"log": log, "lang": "fr"}).status_code == 422
+
+
+def test_chat_answers_in_the_deployment_language() -> None:
+    from oomdoctor.server.config import ConfigError, ServerConfig
+
+    assert ServerConfig.from_env({"OOMDOCTOR_CHAT_LANG": "ja_JP.UTF-8"}).chat_lang == "ja"
+    with pytest.raises(ConfigError, match="chat language"):
+        ServerConfig.from_env({"OOMDOCTOR_CHAT_LANG": "fr"})
+    c = _client(mattermost_token="mm-token", chat_lang="ja")
+    log = _log("vllm/vllm-001").read_text("utf-8")
+    r = c.post("/mattermost/commands", data={"token": "mm-token", "text": log})
+    assert r.status_code == 200, r.text
+    assert "KVキャッシュに入るのは4512トークン" in r.json()["text"]
+    assert "`--max-model-len 4512`" in r.json()["text"]
+    help_text = c.post("/mattermost/commands", data={"token": "mm-token", "text": "help"}).json()["text"]
+    assert help_text.startswith("コマンドの後に")
