@@ -55,15 +55,19 @@ def _block(f: Facts) -> int:
     return int(f.block_size.value)
 
 
+#: the remedies.toml entry that words the KV capacity's basis
+_LEN = "vllm.max-model-len"
+
+
 def kv_capacity_tokens(inp: AdviceInput) -> tuple[int, str, str] | None:
     """Tokens the KV cache can hold: (tokens, how we know, source)."""
     f = get_facts(inp)
     est = inp.fig("estimated_max_model_len")
     if est:
-        return int(est), f"vLLM's own estimate of the maximum model length ({est})", "message"
+        return int(est), remedy_text(_LEN, "basis_estimate", tokens=est), "message"
     tokens = inp.fig("kv_cache_tokens")
     if tokens:
-        return int(tokens), f"the KV cache capacity the message states ({tokens} tokens)", "message"
+        return int(tokens), remedy_text(_LEN, "basis_stated", tokens=tokens), "message"
     needed, avail, max_len = (
         inp.fig("kv_cache_needed_bytes"),
         inp.fig("kv_cache_available_bytes"),
@@ -76,22 +80,21 @@ def kv_capacity_tokens(inp: AdviceInput) -> tuple[int, str, str] | None:
         if abs(model_need - needed) <= max(PRINT_HALF_STEP, needed // 100):
             cap = capacity_tokens(geo, int(avail) - PRINT_HALF_STEP, f.kv_dtype_bytes, _block(f), f.tp, f.pp,
                                   limit=int(max_len))
-            return cap, (
-                f"{format_size(avail)} available holds {cap} tokens of {geo.name} "
-                f"({geo.sliding_window_layers} of {geo.layers} layers keep only a {geo.sliding_window}-token window)"
+            return cap, remedy_text(
+                _LEN, "basis_window", available=avail, tokens=cap, model=geo.name,
+                window_layers=geo.sliding_window_layers, layers=geo.layers, window=geo.sliding_window,
             ), "message"
     if needed and avail is not None and max_len and avail > 0:
         cap = capacity_from_figures(int(needed), int(avail), int(max_len), _block(f))
-        return cap, (
-            f"{max_len} tokens need {format_size(needed)} and {format_size(avail)} is available "
-            f"(each taken at its unfavourable rounding edge): {cap} tokens fit"
+        return cap, remedy_text(
+            _LEN, "basis_figures", max_len=max_len, needed=needed, available=avail, tokens=cap
         ), "message"
     ctx = inp.context
     if ctx.kv_cache_tokens:
-        return ctx.kv_cache_tokens, f"the log's 'GPU KV cache size: {ctx.kv_cache_tokens} tokens'", "context"
+        return ctx.kv_cache_tokens, remedy_text(_LEN, "basis_log", tokens=ctx.kv_cache_tokens), "context"
     if ctx.num_gpu_blocks:
         t = ctx.num_gpu_blocks * _block(f)
-        return t, f"{ctx.num_gpu_blocks} GPU blocks × {_block(f)} tokens", "context"
+        return t, remedy_text(_LEN, "basis_blocks", blocks=ctx.num_gpu_blocks, block=_block(f)), "context"
     return None
 
 
