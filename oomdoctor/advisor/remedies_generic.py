@@ -70,7 +70,7 @@ def max_split_size(inp: AdviceInput) -> Remedy | None:
     mib = max(MAX_SPLIT_FLOOR_MB, 1 << max(0, (int(req) - 1).bit_length() - 20))
     return Remedy(
         id="torch.max-split-size",
-        title=f"Stop the allocator splitting blocks larger than {mib} MiB",
+        title=remedy_text("torch.max-split-size", "title", mib=mib),
         env={"PYTORCH_CUDA_ALLOC_CONF": f"max_split_size_mb:{mib}"},
         saves_bytes=None,
         fits=None,
@@ -104,7 +104,7 @@ def memory_fraction(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="torch.memory-fraction",
-        title=f"Raise the per-process memory fraction to {fmt_fraction(value)}",
+        title=remedy_text("torch.memory-fraction", "title", fraction=fmt_fraction(value)),
         settings={"torch.cuda.set_per_process_memory_fraction": fmt_fraction(value)},
         saves_bytes=int(value * total) - int(allowed),
         fits=fits,
@@ -211,7 +211,7 @@ def mps_high_watermark(inp: AdviceInput) -> Remedy | None:
     over = allocated + other + req - limit
     return Remedy(
         id="torch.mps-high-watermark",
-        title="Lift the MPS allocator's upper limit",
+        title=remedy_text("torch.mps-high-watermark", "title"),
         env={"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "0.0"},
         fits=None,
         confidence="medium",

@@ -32,6 +32,7 @@ from oomdoctor.advisor.values import (
     fmt_fraction,
     round_down,
 )
+from oomdoctor.i18n import _
 from oomdoctor.report import Remedy
 from oomdoctor.units import format_size
 
@@ -214,9 +215,9 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
     nominal = f.total.source.startswith("catalog (nominal")
     if nominal:
         weights_note += " The GPU size is the catalog's nominal figure; the usable capacity is smaller (ECC, driver)."
-    title = f"Give vLLM a larger share of the GPU ({fmt_fraction(target)})"
+    title = remedy_text("vllm.gpu-memory-utilization.raise-for-kv", "title", fraction=fmt_fraction(target))
     if not fits:
-        title = "Raising --gpu-memory-utilization cannot make this fit"
+        title = remedy_text("vllm.gpu-memory-utilization.raise-for-kv", "title_cannot")
     return Remedy(
         id="vllm.gpu-memory-utilization.raise-for-kv",
         title=title,
@@ -265,7 +266,7 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
     base = "the version's default" if src == "default" else ("the log's value" if src in ("message", "context") else src)
     return Remedy(
         id="vllm.gpu-memory-utilization.raise",
-        title=f"Give vLLM a larger share of the GPU ({fmt_fraction(target)})",
+        title=remedy_text("vllm.gpu-memory-utilization.raise", "title", fraction=fmt_fraction(target)),
         flags={"--gpu-memory-utilization": fmt_fraction(target)},
         saves_bytes=None,
         fits=None,
@@ -291,15 +292,12 @@ def cudagraph_estimate_off(inp: AdviceInput) -> Remedy | None:
     graph = f.cudagraph.value
     return Remedy(
         id="vllm.cudagraph-estimate-off",
-        title="Do not reserve the CUDA-graph estimate in the memory budget",
+        title=remedy_text("vllm.cudagraph-estimate-off", "title"),
         env={"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"},
         saves_bytes=graph,
         fits=None,
         confidence="medium",
-        why=(
-            f"The profiler reserved an estimated {format_size(graph)} for CUDA graphs before sizing the KV cache; "
-            "with the estimate off, that memory goes to the KV cache."
-        ),
+        why=remedy_text("vllm.cudagraph-estimate-off", "why", graph=graph),
         sources=f.sources("cudagraph"),
     )
 
@@ -407,7 +405,7 @@ def utilization_fit_free(inp: AdviceInput) -> Remedy | None:
                 "weights: free the GPU first unless the model is tiny.")
     return Remedy(
         id="vllm.gpu-memory-utilization.fit-free",
-        title=f"Ask for no more than the free memory ({fmt_fraction(value)})",
+        title=remedy_text("vllm.gpu-memory-utilization.fit-free", "title", fraction=fmt_fraction(value)),
         flags={"--gpu-memory-utilization": fmt_fraction(value)},
         saves_bytes=saves,
         fits=fits,
@@ -435,7 +433,7 @@ def enforce_eager(inp: AdviceInput) -> Remedy | None:
     fits = True if (graph and short and graph >= short[0]) else None
     return Remedy(
         id="vllm.enforce-eager",
-        title="Skip CUDA-graph capture",
+        title=remedy_text("vllm.enforce-eager", "title"),
         flags={"--enforce-eager": ""},
         saves_bytes=graph,
         fits=fits,
@@ -475,7 +473,7 @@ def cudagraph_capture_size(inp: AdviceInput) -> Remedy | None:
     fits = True if (saves and short and saves >= short[0]) else None
     return Remedy(
         id="vllm.cudagraph-capture-size",
-        title=f"Capture CUDA graphs only up to batch {value}",
+        title=remedy_text("vllm.cudagraph-capture-size", "title", batch=value),
         flags={flag: str(value)},
         saves_bytes=saves,
         fits=fits,
@@ -518,7 +516,7 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="vllm.max-num-seqs",
-        title=f"Run fewer sequences at once ({value})",
+        title=remedy_text("vllm.max-num-seqs", "title", seqs=value),
         flags={"--max-num-seqs": str(value)},
         saves_bytes=saves,
         fits=None,
@@ -559,7 +557,7 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
             )
     return Remedy(
         id="vllm.max-num-batched-tokens",
-        title=f"Profile with a smaller batch ({value} tokens)",
+        title=remedy_text("vllm.max-num-batched-tokens", "title", tokens=value),
         flags={"--max-num-batched-tokens": str(value)},
         saves_bytes=saves,
         fits=fits,
@@ -588,7 +586,7 @@ def lower_utilization(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="vllm.gpu-memory-utilization.lower",
-        title=f"Leave room outside vLLM's budget ({fmt_fraction(value)})",
+        title=remedy_text("vllm.gpu-memory-utilization.lower", "title", fraction=fmt_fraction(value)),
         flags={"--gpu-memory-utilization": fmt_fraction(value)},
         saves_bytes=int((util - value) * total),
         fits=True,
@@ -705,7 +703,7 @@ def pipeline_parallel(inp: AdviceInput) -> Remedy | None:
                 chosen, fits = candidates[-1], False
     return Remedy(
         id="vllm.pipeline-parallel-size",
-        title=f"Split the layers over {chosen} pipeline stages",
+        title=remedy_text("vllm.pipeline-parallel-size", "title", stages=chosen),
         flags={"--pipeline-parallel-size": str(chosen)},
         saves_bytes=(f.weights.value - f.weights.value * f.pp // chosen) if f.weights else None,
         fits=fits,
@@ -812,7 +810,7 @@ def quantization_4bit(inp: AdviceInput) -> Remedy | None:
     model = inp.context.model or (geo.name if geo else "this model")
     return Remedy(
         id="vllm.quantization-4bit",
-        title="Serve a 4-bit (AWQ or GPTQ) checkpoint of the model",
+        title=remedy_text("vllm.quantization-4bit", "title"),
         settings={"model": f"an AWQ or GPTQ 4-bit checkpoint of {model}"},
         saves_bytes=saves,
         fits=fits,
@@ -851,7 +849,7 @@ def swap_space(inp: AdviceInput) -> Remedy | None:
     gpus = f.gpus.value if f.gpus else max(1, f.tp * f.pp)
     return Remedy(
         id="vllm.swap-space",
-        title=f"Reserve less CPU swap space per GPU ({value} GiB)",
+        title=remedy_text("vllm.swap-space", "title", gib=value),
         flags={"--swap-space": str(value)},
         saves_bytes=int((current - value) * GiB * gpus),
         fits=None,
@@ -892,7 +890,7 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
     fixed = (f.activation.value if f.activation else 0) + (f.non_torch.value if f.non_torch else 0)
     if f.cudagraph and counts_cudagraphs_in_budget(f.version):
         fixed += f.cudagraph.value
-    cap_util, _ = _util_cap(f)
+    cap_util, _why = _util_cap(f)
     gpus = int(f.gpus.value) if f.gpus else f.tp * f.pp
     heads = geo.attention_heads if geo else None
     tps = [t for t in (1, 2, 4, 8, 16) if t >= f.tp and t * f.pp <= max(gpus, f.tp * f.pp)
@@ -904,7 +902,7 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
         weight_opts.append(("fp8", 0.5))
     if not quantized:
         weight_opts.append(("4bit", FOUR_BIT_BYTES_PER_PARAM / 2))
-    kv_value, _ = fp8_kv_support(inp)
+    kv_value, _reason = fp8_kv_support(inp)
     kv_opts: list[tuple[str, float]] = [("", 1.0)]
     if kv_value and f.kv_dtype_bytes >= 2:
         kv_opts.append((kv_value, 1 / f.kv_dtype_bytes))
@@ -957,11 +955,11 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
                         best = (key, flags, settings, "+".join(ids))
     if best is None:
         return None
-    _, flags, settings, ids_txt = best
+    _key, flags, settings, ids_txt = best
     parts = [f"{k} {v}" for k, v in flags.items()] + list(settings.values())
     return Remedy(
         id="combined:" + ids_txt,
-        title="Together: " + ", ".join(parts),
+        title=_("Together: {titles}").format(titles=", ".join(parts)),
         flags=flags,
         settings=settings,
         fits=True,

@@ -154,14 +154,14 @@ def accept_language(header: str | None) -> str | None:
 
     tags = []
     for i, part in enumerate((header or "").split(",")[:16]):
-        tag, _, q = part.strip().partition(";q=")
+        tag, _sep, q = part.strip().partition(";q=")
         try:
             weight = float(q) if q else 1.0
         except ValueError:
             weight = 0.0
         if weight > 0:
             tags.append((-weight, i, tag))
-    for _, _, tag in sorted(tags):
+    for _weight, _order, tag in sorted(tags):
         if (lang := normalize(tag)) is not None:
             return lang
     return None
@@ -381,7 +381,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
 
         task = asyncio.ensure_future(result())
         can_defer = _allowed(response_url, prefixes)
-        done, _ = await asyncio.wait({task}, timeout=cfg.chat_inline_seconds if can_defer else None)
+        done, _pending = await asyncio.wait({task}, timeout=cfg.chat_inline_seconds if can_defer else None)
         if task in done:
             return task.result()
 
