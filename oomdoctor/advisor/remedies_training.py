@@ -101,7 +101,7 @@ def optim_8bit(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="training.optim-8bit",
-        title="Keep Adam's states in 8 bits",
+        title=remedy_text("training.optim-8bit", "title"),
         settings={"optim": "adamw_bnb_8bit"},
         fits=None,
         confidence="low",
@@ -145,7 +145,7 @@ def dataloader_workers(inp: AdviceInput) -> Remedy | None:
     value = cur // 2 if cur and cur > 1 else 0
     return Remedy(
         id="training.dataloader-workers",
-        title=f"Use {value} DataLoader workers",
+        title=remedy_text("training.dataloader-workers", "title", workers=value),
         settings={"dataloader_num_workers": str(value)},
         fits=None,
         confidence="low",
