@@ -377,6 +377,9 @@ def kv_cache_fp8(inp: AdviceInput) -> Remedy | None:
     )
 
 
+_FREE = "vllm.gpu-memory-utilization.fit-free"
+
+
 @remedy("vllm.gpu-memory-utilization.fit-free")
 def utilization_fit_free(inp: AdviceInput) -> Remedy | None:
     if not is_vllm(inp):
@@ -397,12 +400,11 @@ def utilization_fit_free(inp: AdviceInput) -> Remedy | None:
     if f.weights is not None:
         budget = value * total - f.weights.value - (f.activation.value if f.activation else 0)
         if budget <= 0:
-            fits, note = False, f" The weights ({format_size(f.weights.value)}) do not fit in that budget."
+            fits, note = False, remedy_text(_FREE, "why_weights", weights=f.weights.value)
     elif value < TAKEN_SHARE:
         # most of the card is taken: a budget this small serves only a tiny model, and the log does not say
         fits = None
-        note = (f" Only {format_size(int(value * total))} would be left to vLLM, and the log does not show the "
-                "weights: free the GPU first unless the model is tiny.")
+        note = remedy_text(_FREE, "why_tiny", left=int(value * total))
     return Remedy(
         id="vllm.gpu-memory-utilization.fit-free",
         title=remedy_text("vllm.gpu-memory-utilization.fit-free", "title", fraction=fmt_fraction(value)),
@@ -410,10 +412,8 @@ def utilization_fit_free(inp: AdviceInput) -> Remedy | None:
         saves_bytes=saves,
         fits=fits,
         confidence="high" if fits else "low",
-        why=(
-            f"{format_size(free)} of {format_size(total)} is free: {format_size(free)} / {format_size(total)} = "
-            f"{free / total:.4f}, minus a {UTILIZATION_MARGIN:.2f} margin, rounded down." + note
-        ),
+        why=remedy_text(_FREE, "why", free=free, total=total, ratio=f"{free / total:.4f}", margin=UTILIZATION_MARGIN)
+        + note,
         sources=f.sources("free", "total", "utilization"),
     )
 
@@ -438,10 +438,10 @@ def enforce_eager(inp: AdviceInput) -> Remedy | None:
         saves_bytes=graph,
         fits=fits,
         confidence="high" if phase == "cudagraph-capture" else "medium",
-        why=(
-            "CUDA-graph memory sits on top of the KV budget"
-            + (" and this failure happened while capturing them" if phase == "cudagraph-capture" else "")
-            + (f" ({format_size(graph)} in this log)." if graph else ".")
+        why=remedy_text(
+            "vllm.enforce-eager",
+            ("why_capture" if phase == "cudagraph-capture" else "why") + ("_graph" if graph else ""),
+            graph=graph,
         ),
         sources=f.sources("cudagraph"),
     )
@@ -478,11 +478,11 @@ def cudagraph_capture_size(inp: AdviceInput) -> Remedy | None:
         saves_bytes=saves,
         fits=fits,
         confidence="medium",
-        why=(
-            f"{n_old} graph sizes are captured up to {current}; up to {value} there are {n_new}"
-            + (f", so about {format_size(saves)} of the {format_size(graph)} graph memory is saved." if saves else ".")
+        why=remedy_text(
+            "vllm.cudagraph-capture-size", "why_saves" if saves else "why",
+            sizes=n_old, current=current, batch=value, fewer=n_new, saves=saves, graph=graph,
         ),
-        tradeoff=f"Batches above {value} sequences run without CUDA graphs (slower decoding for them).",
+        tradeoff=remedy_text("vllm.cudagraph-capture-size", "cost", batch=value),
         sources={"current size": src, **f.sources("cudagraph")},
     )
 
@@ -499,7 +499,7 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
     req = inp.fig("requested_bytes")
     geo: ModelGeometry | None = f.geometry.value if f.geometry else None
     value = max(1, dummy // 2)
-    why = f"The warm-up ran {dummy} dummy requests at once; half as many halves the sampler's logits buffer."
+    why = remedy_text("vllm.max-num-seqs", "why", dummy=dummy)
     saves = None
     if geo is not None and geo.vocab_size and req:
         row = geo.vocab_size * 4  # one fp32 logits row per request
@@ -508,9 +508,8 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
         if 1 <= exact < dummy:
             value = max(1, min(value, 1 << (exact.bit_length() - 1)))
         saves = (dummy - value) * row
-        why = (
-            f"Each dummy request holds a {geo.vocab_size}-entry fp32 logits row ({format_size(row)}); "
-            f"{format_size(req)} more needs {drop} fewer rows; {value} is the power of two at or below {dummy} − {drop}."
+        why = remedy_text(
+            "vllm.max-num-seqs", "why_rows", vocab=geo.vocab_size, row=row, request=req, drop=drop, seqs=value, dummy=dummy
         )
     if value >= dummy:
         return None
@@ -537,12 +536,12 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
     short = shortage(inp)
     act = f.activation.value if f.activation else None
     value = max(512, round_down(cur // 2, 256))
-    why = f"The activation peak grows with the tokens per step ({cur} in this run); half of it roughly halves the peak."
+    why = remedy_text("vllm.max-num-batched-tokens", "why", tokens=cur)
     saves = act // 2 if act else None
     fits: bool | None = None
     if act and short and short[0] >= act:
         fits = False
-        why += f" Cannot help alone: {format_size(short[0])} is missing, the whole activation peak is {format_size(act)}."
+        why += remedy_text("vllm.max-num-batched-tokens", "why_alone", missing=short[0], peak=act)
     if act and short and 0 < short[0] < act:
         # activation ∝ batched tokens: keep the share of the peak that is not missing
         exact = round_down(cur * (act - short[0]) / act, 256)
@@ -550,10 +549,8 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
             value = exact
             saves = int(act * (cur - value) / cur)
             fits = None if shortage_is_lower_bound(inp) else True
-            why = (
-                f"The activation peak is {format_size(act)} for {cur} tokens per step and {format_size(short[0])} "
-                f"is missing: {cur} × ({format_size(act)} − {format_size(short[0])}) / {format_size(act)}, "
-                f"rounded down to 256 = {value}."
+            why = remedy_text(
+                "vllm.max-num-batched-tokens", "why_exact", peak=act, tokens=cur, missing=short[0], value=value
             )
     return Remedy(
         id="vllm.max-num-batched-tokens",
@@ -591,10 +588,9 @@ def lower_utilization(inp: AdviceInput) -> Remedy | None:
         saves_bytes=int((util - value) * total),
         fits=True,
         confidence="medium" if f.utilization.source != "default" else "low",
-        why=(
-            f"{format_size(req)} could not be allocated outside the {fmt_fraction(util)} × {format_size(total)} budget; "
-            f"{fmt_fraction(util)} − {format_size(req)} / {format_size(total)} = {fmt_fraction(exact)}"
-            + (f", capped at {fmt_fraction(MAX_UTILIZATION)}." if value < exact else ".")
+        why=remedy_text(
+            "vllm.gpu-memory-utilization.lower", "why_capped" if value < exact else "why",
+            request=req, util=fmt_fraction(util), total=total, exact=fmt_fraction(exact), cap=fmt_fraction(MAX_UTILIZATION),
         ),
         sources=f.sources("utilization", "total"),
     )
@@ -708,7 +704,7 @@ def pipeline_parallel(inp: AdviceInput) -> Remedy | None:
         saves_bytes=(f.weights.value - f.weights.value * f.pp // chosen) if f.weights else None,
         fits=fits,
         confidence="medium",
-        why=f"{n} GPUs are available ({g[1]}); each stage holds about 1/{chosen} of the layers (weights and KV).",
+        why=remedy_text("vllm.pipeline-parallel-size", "why", count=n, source=g[1], stages=chosen),
         sources=f.sources("gpus", "weights", "total", "utilization"),
     )
 
@@ -815,9 +811,8 @@ def quantization_4bit(inp: AdviceInput) -> Remedy | None:
         saves_bytes=saves,
         fits=fits,
         confidence="medium",
-        why=(
-            f"4-bit weights take about {FOUR_BIT_BYTES_PER_PARAM} bytes per parameter: "
-            f"{params / 1e9:.2f}B parameters → {format_size(after)} instead of {format_size(now)}."
+        why=remedy_text(
+            "vllm.quantization-4bit", "why", per_param=FOUR_BIT_BYTES_PER_PARAM, params=f"{params / 1e9:.2f}", after=after, now=now
         ),
         sources={"parameters": src, **f.sources("weights")},
     )
@@ -854,9 +849,9 @@ def swap_space(inp: AdviceInput) -> Remedy | None:
         saves_bytes=int((current - value) * GiB * gpus),
         fits=None,
         confidence="low",
-        why=(
-            f"Each of {gpus} worker(s) pins --swap-space GiB of host memory ({current:g} "
-            f"{'in this run' if current_txt else 'by default'}); {value} GiB saves {format_size(int((current - value) * GiB * gpus))}."
+        why=remedy_text(
+            "vllm.swap-space", "why_run" if current_txt else "why_default",
+            gpus=gpus, current=f"{current:g}", gib=value, saves=int((current - value) * GiB * gpus),
         ),
         sources={"swap_space": "context" if current_txt else "default (4 GiB)"},
     )
