@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from oomdoctor.i18n import resolve_lang, use_lang
 from oomdoctor.inputs import bom_encoding
 from oomdoctor.redaction import redact_report
 from oomdoctor.report import Report
@@ -20,6 +21,7 @@ def diagnose(
     pack: RulePack | None = None,
     source: str = "<text>",
     redact: bool = True,
+    lang: str = "en",
 ) -> Report:
     """Diagnose a log and return the :class:`~oomdoctor.report.Report`.
 
@@ -31,7 +33,25 @@ def diagnose(
     URLs; see :mod:`oomdoctor.redaction`) are replaced by ``[REDACTED]``, as in every output of
     the CLI and the server, so a report can be pasted or posted as it is. Figures and remedy
     values are never touched; pass ``redact=False`` for the log's own text.
+
+    ``lang`` (``"en"`` or ``"ja"``): the language of the human text (cause summaries, remedy
+    titles, why and trade-offs); ``report.lang`` says which. Keys, kinds, cause ids, flags and
+    figures are the same in every language. Render the report inside
+    ``oomdoctor.i18n.use_lang(report.lang)`` for renderer labels in the same language.
     """
+    with use_lang(resolve_lang(lang)):
+        return _diagnose(log, hints, rules=rules, pack=pack, source=source, redact=redact)
+
+
+def _diagnose(
+    log: str | bytes | Iterable[str],
+    hints: Mapping[str, str] | None,
+    *,
+    rules: Iterable[Path | str] | None,
+    pack: RulePack | None,
+    source: str,
+    redact: bool,
+) -> Report:
     if pack is None:
         pack = load_pack([Path(r) for r in rules]) if rules else default_pack()
     scanner = Scanner(pack, source=source, hints=dict(hints or {}))

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from oomdoctor.i18n import current_lang
+
 SCHEMA_VERSION = 2
 
 Severity = Literal["error", "warning"]
@@ -179,6 +181,11 @@ class Report(_Model):
     findings: list[Finding] = Field(default_factory=list)
     context: Context = Field(default_factory=Context)
     summary: Summary = Field(default_factory=Summary)
+    lang: str = Field(
+        default_factory=current_lang,
+        description="The language of the human text (titles, cause summaries, why, trade-offs): en or ja. "
+        "Keys, kinds, cause ids, flags and figures are the same in every language.",
+    )
 
     @property
     def has_errors(self) -> bool:

@@ -318,7 +318,7 @@ def test_decoding_a_body_peaks_at_a_small_multiple_of_the_log_limit(encoding: st
     del body
     tracemalloc.start()
     try:
-        data, _, fmt = decode_diagnose(chunks, "application/json", encoding, limit, None, {})
+        data, _, fmt, _ = decode_diagnose(chunks, "application/json", encoding, limit, None, {})
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.advisor.account import account_for
 from oomdoctor.advisor.cause import engine_for, name_cause
-from oomdoctor.advisor.prescription import prescribed, remedy_info, withheld
+from oomdoctor.advisor.prescription import prescribed, remedy_info, remedy_tradeoff, withheld
 from oomdoctor.advisor.registry import AdviceInput, calculator
 from oomdoctor.advisor.versions import flag_exists
+from oomdoctor.i18n import _, join_sentences
 from oomdoctor.report import Cause, Context, Finding, Remedy, Report
 from oomdoctor.units import format_size
 
@@ -80,17 +81,17 @@ def _combine(rems: Sequence[Remedy], missing: int) -> Remedy | None:
             total = sum(r.saves_bytes or 0 for r in combo)
             return Remedy(
                 id="combined:" + "+".join(r.id for r in combo),
-                title="Together: " + "; ".join(r.title for r in combo),
+                title=_("Together: {titles}").format(titles=_("; ").join(r.title for r in combo)),
                 flags={k: v for r in combo for k, v in r.flags.items()},
                 env={k: v for r in combo for k, v in r.env.items()},
                 saves_bytes=total,
                 fits=True,
                 confidence="low" if any(r.confidence == "low" for r in combo) else "medium",
-                why=(
-                    f"No single change covers the {format_size(missing)} missing; together they save "
-                    f"{format_size(total)} (" + ", ".join(f"{format_size(r.saves_bytes or 0)}" for r in combo) + ")."
+                why=_("No single change covers the {missing} missing; together they save {total} ({parts}).").format(
+                    missing=format_size(missing), total=format_size(total),
+                    parts=", ".join(f"{format_size(r.saves_bytes or 0)}" for r in combo),
                 ),
-                tradeoff=" ".join(r.tradeoff for r in combo if r.tradeoff),
+                tradeoff=join_sentences(r.tradeoff for r in combo if r.tradeoff),
                 sources={k: v for r in combo for k, v in r.sources.items()},
             )
     return None
@@ -168,7 +169,7 @@ def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
             continue
         if _missing_flag(rem, inp) is not None:
             continue
-        rem.tradeoff = rem.tradeoff or remedy_info(rid).tradeoff
+        rem.tradeoff = rem.tradeoff or remedy_tradeoff(rid)
         if rem.fits is True and inp.finding.account is not None and not inp.finding.account.entries \
                 and not remedy_info(rid).eliminates:
             rem.fits = None  # "fits" only when the account shows it

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from oomdoctor.i18n import LANGS, current_lang
 from oomdoctor.units import format_size
 
 if sys.version_info >= (3, 11):
@@ -59,9 +60,16 @@ class CauseExample(_Strict):
     engine: str | None = None
 
 
+class CauseTexts(_Strict):
+    """A translation of a cause's human text (same templates, same placeholders)."""
+
+    summary: list[str] = Field(min_length=1)
+
+
 class CauseEntry(_Strict):
     id: str
     summary: list[str] = Field(min_length=1, description="Templates; the first whose values are known is used.")
+    ja: CauseTexts | None = Field(default=None, description="The Japanese of the summary templates.")
     prescribe: list[Prescribe] = Field(default_factory=list)
     withhold: list[str | Prescribe] = Field(
         default_factory=list, description="Remedies that cannot change this budget (optionally per engine/phase)."
@@ -94,9 +102,11 @@ def load_table(path: Path | None = None, known_remedies: set[str] | None = None)
         if entry.id in out:
             raise ValueError(f'{path.name}: cause "{entry.id}": duplicate')
         for tpl in entry.summary:
-            for _, name, spec, _ in string.Formatter().parse(tpl):
-                if name is not None and spec not in ("", "size", "frac"):
-                    raise ValueError(f'{path.name}: cause "{entry.id}": summary: unknown spec "{name}:{spec}"')
+            placeholders(tpl, f'{path.name}: cause "{entry.id}": summary')
+        if entry.ja is not None:
+            check_translation(
+                dict(enumerate(entry.summary)), dict(enumerate(entry.ja.summary)), f'{path.name}: cause "{entry.id}": ja.summary'
+            )
         if known_remedies is not None:
             for rid in [p.remedy for p in entry.prescribe] + [_rid(w) for w in entry.withhold]:
                 if rid not in known_remedies:
@@ -114,6 +124,46 @@ def cause_table() -> dict[str, CauseEntry]:
     from oomdoctor.advisor.registry import remedy_ids
 
     return load_table(known_remedies=set(remedy_ids()))
+
+
+#: the formats a placeholder may ask for: ``{x:size}`` (bytes, as 1.50 GiB), ``{x:frac}`` (0.85), ``{x}``
+SPECS = ("", "size", "frac")
+
+
+def placeholders(tpl: str, where: str = "template") -> set[str]:
+    """The ``{name:spec}`` placeholders of ``tpl`` (ValueError on an unknown spec or a bad brace)."""
+    out: set[str] = set()
+    try:
+        parsed = list(string.Formatter().parse(tpl))
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}: {tpl!r}") from exc
+    for _, name, spec, _ in parsed:
+        if name is None:
+            continue
+        if spec not in SPECS or not name.isidentifier():
+            raise ValueError(f'{where}: unknown placeholder "{{{name}:{spec}}}"')
+        out.add(f"{name}:{spec}" if spec else name)
+    return out
+
+
+def check_translation(english: dict[Any, str], other: dict[Any, str], where: str) -> None:
+    """A translation has exactly the English's keys, and each text exactly its placeholders
+    (with their formats), so it can neither drop nor add nor reformat a figure."""
+    if set(english) != set(other):
+        raise ValueError(f"{where}: keys {sorted(map(str, other))} differ from the English {sorted(map(str, english))}")
+    for key, tpl in english.items():
+        want, got = placeholders(tpl, where), placeholders(other[key], where)
+        if want != got:
+            raise ValueError(f"{where}[{key}]: placeholders {sorted(got)} differ from the English {sorted(want)}")
+
+
+def render_template(tpl: str, values: dict[str, Any]) -> str:
+    """``tpl`` with its placeholders filled (KeyError when a value is missing)."""
+    text = _render(tpl, values)
+    if text is None:
+        missing = [n for _, n, _, _ in string.Formatter().parse(tpl) if n is not None and values.get(n) is None]
+        raise KeyError(f"no value for {missing} in {tpl!r}")
+    return text
 
 
 def _render(tpl: str, values: dict[str, Any]) -> str | None:
@@ -137,11 +187,14 @@ def _render(tpl: str, values: dict[str, Any]) -> str | None:
 def summary(cause_id: str, values: dict[str, Any]) -> str:
     """The cause in words, with the first template whose numbers are all known."""
     entry = cause_table()[cause_id]
-    for tpl in entry.summary:
+    templates = entry.summary
+    if current_lang() == "ja" and entry.ja is not None:
+        templates = entry.ja.summary
+    for tpl in templates:
         text = _render(tpl, values)
         if text is not None:
             return text
-    return entry.summary[-1]
+    return templates[-1]
 
 
 def prescribed(cause_id: str, engine: str | None, phase: str) -> list[str]:
@@ -166,6 +219,16 @@ class RemedyEntry(_Strict):
     additive: bool = Field(default=True, description="False: the saving scales every term; never added.")
     eliminates: bool = Field(default=False, description="Removes the failing allocation itself.")
     tradeoff: str = Field(default="", description="What the remedy costs, when its calculator does not say.")
+    text: dict[str, str] = Field(
+        default_factory=dict, description="Named templates the calculator words its title and why with."
+    )
+    ja: dict[str, str] = Field(
+        default_factory=dict, description="The Japanese of `text` and `tradeoff` (same keys, same placeholders)."
+    )
+
+    def english(self) -> dict[str, str]:
+        """Every English text of the entry, by key (``tradeoff`` included when set)."""
+        return {**self.text, **({"tradeoff": self.tradeoff} if self.tradeoff else {})}
 
 
 class RemedyTable(_Strict):
@@ -183,6 +246,11 @@ def load_remedy_table(path: Path | None = None, known_remedies: set[str] | None 
         for rid in table.remedy:
             if rid not in known_remedies:
                 raise ValueError(f'{path.name}: remedy "{rid}": no calculator has this id')
+    for rid, entry in table.remedy.items():
+        for key, tpl in entry.english().items():
+            placeholders(tpl, f'{path.name}: remedy "{rid}": {key}')
+        if entry.ja:
+            check_translation(entry.english(), entry.ja, f'{path.name}: remedy "{rid}": ja')
     return table.remedy
 
 
@@ -200,3 +268,31 @@ _DEFAULT = RemedyEntry()
 def remedy_info(remedy_id: str) -> RemedyEntry:
     """The table's entry for ``remedy_id`` (defaults for a remedy it does not list)."""
     return remedy_table().get(remedy_id, _DEFAULT)
+
+
+def _localized(entry: RemedyEntry, key: str, lang: str) -> str:
+    if lang == "ja" and key in entry.ja:
+        return entry.ja[key]
+    return entry.english()[key]
+
+
+def remedy_text(remedy_id: str, key: str, **values: Any) -> str:
+    """The remedy's template ``key`` (``text.<key>`` or ``tradeoff`` in remedies.toml), filled
+    with ``values``, in the language in force (English where no translation exists)."""
+    return render_template(_localized(remedy_info(remedy_id), key, current_lang()), values)
+
+
+def remedy_tradeoff(remedy_id: str) -> str:
+    """The table's trade-off of ``remedy_id`` in the language in force ("" when none)."""
+    entry = remedy_info(remedy_id)
+    return _localized(entry, "tradeoff", current_lang()) if entry.tradeoff else ""
+
+
+def untranslated(lang: str = "ja") -> list[str]:
+    """Every text of the advice tables without a ``lang`` translation (``cause/<id>/summary``,
+    ``remedy/<id>/<key>``): what the completeness test reports."""
+    assert lang in LANGS
+    out = [f"cause/{cid}/summary" for cid, e in cause_table().items() if e.ja is None]
+    for rid, entry in remedy_table().items():
+        out += [f"remedy/{rid}/{key}" for key in entry.english() if key not in entry.ja]
+    return out

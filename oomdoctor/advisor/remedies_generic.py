@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from oomdoctor.advisor.account import other_processes
 from oomdoctor.advisor.cause import OTHERS_SHARE
+from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import ceil_to, floor_to, fmt_fraction
 from oomdoctor.report import Remedy
@@ -41,19 +42,15 @@ def expandable_segments(inp: AdviceInput) -> Remedy | None:
     fits = spare >= req
     return Remedy(
         id="torch.expandable-segments",
-        title="Let the caching allocator grow segments instead of fragmenting",
+        title=remedy_text("torch.expandable-segments", "title"),
         env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
         saves_bytes=spare,
         fits=fits if fits else None,
         confidence="high" if fits else "medium",
-        why=(
-            f"{format_size(spare)} is reserved by PyTorch but unallocated, against a request of {format_size(req)}: "
-            "fragmentation is part of the problem."
-        ),
-        tradeoff=(
-            "None in most workloads; not supported on every platform (ROCm before 6.2, Windows)."
-            + (" vLLM 0.8–0.20 refuses it together with sleep mode (its cumem allocator)."
-               if (inp.context.engine == "vllm" or inp.finding.engine == "vllm") else "")
+        why=remedy_text("torch.expandable-segments", "why", spare=spare, request=req),
+        tradeoff=remedy_text(
+            "torch.expandable-segments",
+            "cost_vllm" if (inp.context.engine == "vllm" or inp.finding.engine == "vllm") else "cost",
         ),
         sources={"fragmentation": "message", "requested": "message"},
     )
@@ -73,7 +70,7 @@ def max_split_size(inp: AdviceInput) -> Remedy | None:
     mib = max(MAX_SPLIT_FLOOR_MB, 1 << max(0, (int(req) - 1).bit_length() - 20))
     return Remedy(
         id="torch.max-split-size",
-        title=f"Stop the allocator splitting blocks larger than {mib} MiB",
+        title=remedy_text("torch.max-split-size", "title", mib=mib),
         env={"PYTORCH_CUDA_ALLOC_CONF": f"max_split_size_mb:{mib}"},
         saves_bytes=None,
         fits=None,
@@ -107,7 +104,7 @@ def memory_fraction(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="torch.memory-fraction",
-        title=f"Raise the per-process memory fraction to {fmt_fraction(value)}",
+        title=remedy_text("torch.memory-fraction", "title", fraction=fmt_fraction(value)),
         settings={"torch.cuda.set_per_process_memory_fraction": fmt_fraction(value)},
         saves_bytes=int(value * total) - int(allowed),
         fits=fits,
@@ -133,15 +130,15 @@ def free_other_processes(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="gpu.free-other-processes",
         title=(
-            f"Free GPU {gpu} from the other processes (or move to an idle GPU with CUDA_VISIBLE_DEVICES)"
+            remedy_text("gpu.free-other-processes", "title_gpu", gpu=gpu)
             if gpu is not None
-            else "Free the GPU from the other processes (or move to an idle GPU with CUDA_VISIBLE_DEVICES)"
+            else remedy_text("gpu.free-other-processes", "title")
         ),
         # no env value: which GPU is idle is not in the log, and a placeholder is not a value
         saves_bytes=held,
         fits=(free + held >= req) if req else None,
         confidence="high",
-        why=f"{len(others)} other process(es) hold {format_size(held)} on this GPU (pid {pids}).",
+        why=remedy_text("gpu.free-other-processes", "why", count=len(others), held=held, pids=pids),
         sources={"other processes": "message"},
     )
 
@@ -159,16 +156,20 @@ def _free_unlisted(inp: AdviceInput) -> Remedy | None:
     gpu = inp.fig("gpu_index")
     return Remedy(
         id="gpu.free-other-processes",
-        title=f"Free GPU {gpu if gpu is not None else ''} from the processes holding {format_size(held)}".replace("GPU  ", "GPU "),
+        title=(
+            remedy_text("gpu.free-other-processes", "title_held_gpu", gpu=gpu, held=held)
+            if gpu is not None
+            else remedy_text("gpu.free-other-processes", "title_held", held=held)
+        ),
         settings={"list GPU processes": "nvidia-smi --query-compute-apps=pid,used_memory --format=csv"},
         saves_bytes=held,
         fits=(free or 0) + held >= req if req else None,
         # a small share held elsewhere: sizing this process to the free memory is the cheaper change
         confidence="high" if (req and held >= OTHERS_SHARE * total) else "medium",
         why=(
-            f"{format_size(held)} of the {format_size(total)} GPU is held outside this process"
-            + (f"; {format_size(free)} was free" if free is not None else "")
-            + ". Stop those processes, or pick an idle GPU with CUDA_VISIBLE_DEVICES."
+            remedy_text("gpu.free-other-processes", "why_held_free", held=held, total=total, free=free)
+            if free is not None
+            else remedy_text("gpu.free-other-processes", "why_held", held=held, total=total)
         ),
         sources={"held": "derived from the message (capacity − free − this process)"},
     )
@@ -186,12 +187,12 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
     req = inp.fig("requested_bytes")
     return Remedy(
         id="torch.reduce-batch",
-        title="Halve the batch size",
+        title=remedy_text("torch.reduce-batch", "title"),
         settings={"batch_size": "half of the current value"},
         saves_bytes=None,
         fits=None,
         confidence="low",
-        why="Activations grow with the batch" + (f"; the failing request was {format_size(req)}." if req else "."),
+        why=remedy_text("torch.reduce-batch", "why_request", request=req) if req else remedy_text("torch.reduce-batch", "why"),
     )
 
 
@@ -210,7 +211,7 @@ def mps_high_watermark(inp: AdviceInput) -> Remedy | None:
     over = allocated + other + req - limit
     return Remedy(
         id="torch.mps-high-watermark",
-        title="Lift the MPS allocator's upper limit",
+        title=remedy_text("torch.mps-high-watermark", "title"),
         env={"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "0.0"},
         fits=None,
         confidence="medium",

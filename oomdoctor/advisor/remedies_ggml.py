@@ -6,6 +6,7 @@ Modelfile/API options num_ctx and num_gpu. ``ggml.*`` answer for llama.cpp logs,
 from __future__ import annotations
 
 from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, setting
+from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import round_down
 from oomdoctor.report import Remedy
@@ -81,7 +82,7 @@ def n_gpu_layers(inp: AdviceInput) -> Remedy | None:
     value, why, computed = fit
     return Remedy(
         id="ggml.n-gpu-layers",
-        title=f"Offload {value} layers to the GPU",
+        title=remedy_text("ggml.n-gpu-layers", "title", layers=value),
         flags={"-ngl": str(value)},
         fits=True if computed and not assumed else None,
         confidence="medium" if computed else "low",
@@ -116,7 +117,7 @@ def num_gpu(inp: AdviceInput) -> Remedy | None:
     value, why, computed = fit
     return Remedy(
         id="ollama.num-gpu",
-        title=f"Offload {value} layers to the GPU (num_gpu)",
+        title=remedy_text("ollama.num-gpu", "title", layers=value),
         settings={"num_gpu": str(value)},
         fits=True if computed else None,
         confidence="medium" if computed else "low",
@@ -144,7 +145,7 @@ def ctx_size(inp: AdviceInput) -> Remedy | None:
     kv = _gpu_kv(inp)
     return Remedy(
         id="ggml.ctx-size",
-        title=f"Halve the context to {value} tokens",
+        title=remedy_text("ggml.ctx-size", "title", tokens=value),
         flags={"-c": str(value)},
         saves_bytes=kv // 2 if kv else None,
         fits=None,
@@ -171,7 +172,7 @@ def num_ctx(inp: AdviceInput) -> Remedy | None:
     kv = _gpu_kv(inp)
     return Remedy(
         id="ollama.num-ctx",
-        title=f"Halve the context to {value} tokens (num_ctx)",
+        title=remedy_text("ollama.num-ctx", "title", tokens=value),
         settings={"num_ctx": str(value)},
         saves_bytes=kv // 2 if kv else None,
         fits=None,
@@ -191,7 +192,7 @@ def num_parallel(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="ollama.num-parallel",
-        title="Serve one request at a time",
+        title=remedy_text("ollama.num-parallel", "title"),
         env={"OLLAMA_NUM_PARALLEL": "1"},
         fits=None,
         confidence="medium" if cur else "low",
@@ -211,7 +212,7 @@ def kv_cache_type(inp: AdviceInput) -> Remedy | None:
     kv = _gpu_kv(inp)
     return Remedy(
         id="ggml.kv-cache-type",
-        title="Store the KV cache in q8_0",
+        title=remedy_text("ggml.kv-cache-type", "title"),
         flags={"--cache-type-k": "q8_0", "--cache-type-v": "q8_0", "-fa": ""},
         saves_bytes=int(kv * (1 - Q8_0_RATIO)) if kv else None,
         fits=None,
@@ -227,7 +228,7 @@ def ollama_kv_cache_type(inp: AdviceInput) -> Remedy | None:
     kv = _gpu_kv(inp)
     return Remedy(
         id="ollama.kv-cache-type",
-        title="Store the KV cache in q8_0",
+        title=remedy_text("ollama.kv-cache-type", "title"),
         env={"OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_FLASH_ATTENTION": "1"},
         saves_bytes=int(kv * (1 - Q8_0_RATIO)) if kv else None,
         fits=None,
@@ -247,7 +248,7 @@ def flash_attn(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="ggml.flash-attn",
-        title="Turn on flash attention",
+        title=remedy_text("ggml.flash-attn", "title"),
         flags={"-fa": ""},
         fits=None,
         confidence="medium",
@@ -261,7 +262,7 @@ def ollama_flash_attention(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="ollama.flash-attention",
-        title="Turn on flash attention",
+        title=remedy_text("ollama.flash-attention", "title"),
         env={"OLLAMA_FLASH_ATTENTION": "1"},
         fits=None,
         confidence="medium",
@@ -280,7 +281,7 @@ def ubatch_size(inp: AdviceInput) -> Remedy | None:
     req = inp.fig("requested_bytes") or inp.fig("buffer_bytes")
     return Remedy(
         id="ggml.ubatch-size",
-        title=f"Halve the physical batch to {value}",
+        title=remedy_text("ggml.ubatch-size", "title", batch=value),
         flags={"-ub": str(value), "-b": str(value)},
         saves_bytes=req // 2 if req else None,
         fits=None,

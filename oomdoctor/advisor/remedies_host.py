@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from oomdoctor.advisor._engine_util import as_float, as_int, engine_of
+from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.remedies_vllm import SWAP_SPACE_DEFAULT, swap_space_flag_exists
 from oomdoctor.report import Remedy
@@ -44,15 +45,11 @@ def add_swap(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="host.add-swap",
-        title="Add swap space to the host",
+        title=remedy_text("host.add-swap", "title"),
         settings={"swap size": f"at least {math.ceil(rss / 2**30)} GiB"},
         fits=None,
         confidence="medium",
-        why=(
-            f"The killed process alone held {format_size(rss)} (anon + file + shmem rss); "
-            "the whole host ran out, so swap catches a short peak (such as a checkpoint gathered to CPU "
-            "memory) that a container limit would not."
-        ),
+        why=remedy_text("host.add-swap", "why", rss=rss),
         sources={"rss": "message"},
     )
 
@@ -131,11 +128,11 @@ def low_cpu_mem_usage(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="host.low-cpu-mem-usage",
-        title="Load the weights without a full copy in host memory",
+        title=remedy_text("host.low-cpu-mem-usage", "title"),
         settings={"from_pretrained": 'low_cpu_mem_usage=True, torch_dtype="auto", device_map="auto"', "use_safetensors": "True"},
         fits=None,
         confidence="low",
-        why="A plain load materialises the model in fp32 on the CPU before moving it; safetensors are memory-mapped and loaded shard by shard.",
+        why=remedy_text("host.low-cpu-mem-usage", "why"),
     )
 
 

@@ -8,6 +8,7 @@ Every calculator answers only for SGLang logs.
 from __future__ import annotations
 
 from oomdoctor.advisor._engine_util import as_float, as_int, engine_of, setting
+from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import ceil_to, floor_to, fmt_fraction, round_down
 from oomdoctor.report import Remedy
@@ -68,7 +69,7 @@ def raise_fraction(inp: AdviceInput) -> Remedy | None:
     if value > SGLANG_MAX_FRACTION:
         return Remedy(
             id="sglang.mem-fraction-static.raise",
-            title="The weights need more than SGLang can safely reserve",
+            title=remedy_text("sglang.mem-fraction-static.raise", "title_cannot"),
             flags={},
             fits=False,
             confidence="low",
@@ -78,7 +79,7 @@ def raise_fraction(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="sglang.mem-fraction-static.raise",
-        title=f"Give SGLang's static pool more of the GPU ({fmt_fraction(value)})",
+        title=remedy_text("sglang.mem-fraction-static.raise", "title", fraction=fmt_fraction(value)),
         flags={"--mem-fraction-static": fmt_fraction(value)},
         fits=True if conf != "low" else None,
         confidence=conf,  # type: ignore[arg-type]
@@ -102,7 +103,7 @@ def lower_fraction(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="sglang.mem-fraction-static.lower",
-        title=f"Leave more room for CUDA graphs ({fmt_fraction(value)})",
+        title=remedy_text("sglang.mem-fraction-static.lower", "title", fraction=fmt_fraction(value)),
         flags={"--mem-fraction-static": fmt_fraction(value)},
         saves_bytes=int((cur - value) * total) if total else None,
         fits=True if (req and total and (cur - value) * total >= req) else None,
@@ -134,7 +135,7 @@ def cuda_graph_max_bs(inp: AdviceInput) -> Remedy | None:
         value = max(smaller) if smaller else value
     return Remedy(
         id="sglang.cuda-graph-max-bs",
-        title=f"Capture CUDA graphs up to batch size {value}",
+        title=remedy_text("sglang.cuda-graph-max-bs", "title", batch=value),
         flags={"--cuda-graph-max-bs": str(value)},
         fits=None,
         confidence="medium",
@@ -149,7 +150,7 @@ def disable_cuda_graph(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="sglang.disable-cuda-graph",
-        title="Skip CUDA-graph capture",
+        title=remedy_text("sglang.disable-cuda-graph", "title"),
         flags={"--disable-cuda-graph": ""},
         fits=True if inp.finding.phase == "cudagraph-capture" else None,
         confidence="medium",
@@ -176,7 +177,7 @@ def chunked_prefill(inp: AdviceInput) -> Remedy | None:
         src.append(f"the {avail} tokens the pool still had")
     return Remedy(
         id="sglang.chunked-prefill-size",
-        title=f"Prefill in chunks of {value} tokens",
+        title=remedy_text("sglang.chunked-prefill-size", "title", tokens=value),
         flags={"--chunked-prefill-size": str(value)},
         fits=None,
         confidence="medium",
@@ -198,7 +199,7 @@ def max_running_requests(inp: AdviceInput) -> Remedy | None:
     value = cur // 2
     return Remedy(
         id="sglang.max-running-requests",
-        title=f"Run at most {value} requests at once",
+        title=remedy_text("sglang.max-running-requests", "title", requests=value),
         flags={"--max-running-requests": str(value)},
         fits=None,
         confidence="medium",
@@ -216,7 +217,7 @@ def tp_size(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="sglang.tp-size",
-        title=f"Shard the model over {tp * 2} GPUs",
+        title=remedy_text("sglang.tp-size", "title", gpus=tp * 2),
         flags={"--tp-size": str(tp * 2)},
         fits=None,
         confidence="medium",
@@ -231,7 +232,7 @@ def quantization(inp: AdviceInput) -> Remedy | None:
     w = inp.context.weights_bytes
     return Remedy(
         id="sglang.quantization",
-        title="Quantize the weights to fp8",
+        title=remedy_text("sglang.quantization", "title"),
         flags={"--quantization": "fp8"},
         saves_bytes=w // 2 if w else None,
         fits=None,

@@ -5,6 +5,7 @@ log when it prints them ("Instantaneous batch size per device", "Gradient Accumu
 from __future__ import annotations
 
 from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, setting
+from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.report import Remedy
 
@@ -42,14 +43,18 @@ def batch_accumulation(inp: AdviceInput) -> Remedy | None:
         keep = f"{per} × {gas} = {new} × {gas * 2}" if per % 2 == 0 else f"{per} × {gas} ≈ {new} × {gas * 2}"
     else:
         settings["gradient_accumulation_steps"] = "2 × the current value"
-        keep = "doubling the accumulation keeps the effective batch"
+        keep = None
     return Remedy(
         id="training.batch-accumulation",
-        title=f"Halve the per-device batch to {new}, accumulate twice as many steps",
+        title=remedy_text("training.batch-accumulation", "title", batch=new),
         settings=settings,
         fits=None,
         confidence="medium",
-        why=f"Activations grow with the per-device batch ({per}); same effective batch: {keep}.",
+        why=(
+            remedy_text("training.batch-accumulation", "why", per=per, keep=keep)
+            if keep
+            else remedy_text("training.batch-accumulation", "why_doubling", per=per)
+        ),
     )
 
 
@@ -67,11 +72,11 @@ def gradient_checkpointing(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="training.gradient-checkpointing",
-        title="Recompute activations in the backward pass" + ("" if sure else " (if this is training)"),
+        title=remedy_text("training.gradient-checkpointing", "title" if sure else "title_maybe"),
         settings={"gradient_checkpointing": "true"},
         fits=None,
         confidence="medium" if sure else "low",
-        why="Only layer inputs are kept during the forward pass, cutting activation memory by roughly the number of layers.",
+        why=remedy_text("training.gradient-checkpointing", "why"),
     )
 
 
@@ -81,11 +86,11 @@ def bf16(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="training.bf16",
-        title="Train in bf16 mixed precision",
+        title=remedy_text("training.bf16", "title"),
         settings={"bf16": "true"},
         fits=None,
         confidence="low",
-        why="fp32 activations take twice the memory of bf16 ones.",
+        why=remedy_text("training.bf16", "why"),
     )
 
 
@@ -96,7 +101,7 @@ def optim_8bit(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="training.optim-8bit",
-        title="Keep Adam's states in 8 bits",
+        title=remedy_text("training.optim-8bit", "title"),
         settings={"optim": "adamw_bnb_8bit"},
         fits=None,
         confidence="low",
@@ -114,22 +119,21 @@ def deepspeed_zero(inp: AdviceInput) -> Remedy | None:
     if stage < 3:
         return Remedy(
             id="training.deepspeed-zero",
-            title=f"Shard more with ZeRO stage {stage + 1}",
+            title=remedy_text("training.deepspeed-zero", "title_next", next=stage + 1),
             settings={"zero_optimization.stage": str(stage + 1)},
             fits=None,
             confidence="medium",
-            why=f"ZeRO stage {stage} runs now; stage {stage + 1} also shards "
-            + {0: "optimizer states", 1: "gradients", 2: "the parameters"}[stage] + " across GPUs.",
-            tradeoff="More communication per step.",
+            why=remedy_text("training.deepspeed-zero", f"why_next_{stage}", stage=stage, next=stage + 1),
+            tradeoff=remedy_text("training.deepspeed-zero", "cost_next"),
         )
     return Remedy(
         id="training.deepspeed-zero",
-        title="Offload optimizer states and parameters to the CPU",
+        title=remedy_text("training.deepspeed-zero", "title_offload"),
         settings={"zero_optimization.offload_optimizer.device": "cpu", "zero_optimization.offload_param.device": "cpu"},
         fits=None,
         confidence="medium",
-        why="ZeRO-3 already shards everything; offload moves optimizer states and parameters to host memory.",
-        tradeoff="Much slower steps; needs plenty of host RAM (pin_memory).",
+        why=remedy_text("training.deepspeed-zero", "why_offload"),
+        tradeoff=remedy_text("training.deepspeed-zero", "cost_offload"),
     )
 
 
@@ -141,7 +145,7 @@ def dataloader_workers(inp: AdviceInput) -> Remedy | None:
     value = cur // 2 if cur and cur > 1 else 0
     return Remedy(
         id="training.dataloader-workers",
-        title=f"Use {value} DataLoader workers",
+        title=remedy_text("training.dataloader-workers", "title", workers=value),
         settings={"dataloader_num_workers": str(value)},
         fits=None,
         confidence="low",

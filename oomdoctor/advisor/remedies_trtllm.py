@@ -8,6 +8,7 @@ Every calculator answers only for TensorRT-LLM logs.
 from __future__ import annotations
 
 from oomdoctor.advisor._engine_util import as_float, as_int, engine_of, setting
+from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import floor_to, fmt_fraction
 from oomdoctor.report import Remedy
@@ -53,7 +54,7 @@ def kv_fraction(inp: AdviceInput) -> Remedy | None:
     v = fmt_fraction(value)
     return Remedy(
         id="trtllm.kv-cache-free-gpu-mem-fraction",
-        title=f"Give the KV cache a smaller share of free memory ({v}, run time)",
+        title=remedy_text("trtllm.kv-cache-free-gpu-mem-fraction", "title", fraction=v),
         flags={"--kv_cache_free_gpu_memory_fraction": v},
         settings={"KvCacheConfig.free_gpu_memory_fraction": v, "kv_cache_free_gpu_mem_fraction (Triton config.pbtxt)": v},
         fits=None,
@@ -90,7 +91,7 @@ def max_batch_size(inp: AdviceInput) -> Remedy | None:
     # the engine's build value is not in the log: rebuilding smaller is the remedy, without a number
     return Remedy(
         id="trtllm.max-batch-size",
-        title="Rebuild the engine with a smaller max_batch_size",
+        title=remedy_text("trtllm.max-batch-size", "title"),
         settings={"max_batch_size (trtllm-build)": "half of the built value"},
         fits=None,
         confidence="low",

@@ -21,6 +21,7 @@ from oomdoctor.advisor.memory_model import (
     fp8_weights_min_cc,
     kv_bytes_for_len,
 )
+from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import (
     MAX_UTILIZATION,
@@ -31,6 +32,7 @@ from oomdoctor.advisor.values import (
     fmt_fraction,
     round_down,
 )
+from oomdoctor.i18n import _
 from oomdoctor.report import Remedy
 from oomdoctor.units import format_size
 
@@ -54,15 +56,19 @@ def _block(f: Facts) -> int:
     return int(f.block_size.value)
 
 
+#: the remedies.toml entry that words the KV capacity's basis
+_LEN = "vllm.max-model-len"
+
+
 def kv_capacity_tokens(inp: AdviceInput) -> tuple[int, str, str] | None:
     """Tokens the KV cache can hold: (tokens, how we know, source)."""
     f = get_facts(inp)
     est = inp.fig("estimated_max_model_len")
     if est:
-        return int(est), f"vLLM's own estimate of the maximum model length ({est})", "message"
+        return int(est), remedy_text(_LEN, "basis_estimate", tokens=est), "message"
     tokens = inp.fig("kv_cache_tokens")
     if tokens:
-        return int(tokens), f"the KV cache capacity the message states ({tokens} tokens)", "message"
+        return int(tokens), remedy_text(_LEN, "basis_stated", tokens=tokens), "message"
     needed, avail, max_len = (
         inp.fig("kv_cache_needed_bytes"),
         inp.fig("kv_cache_available_bytes"),
@@ -75,22 +81,21 @@ def kv_capacity_tokens(inp: AdviceInput) -> tuple[int, str, str] | None:
         if abs(model_need - needed) <= max(PRINT_HALF_STEP, needed // 100):
             cap = capacity_tokens(geo, int(avail) - PRINT_HALF_STEP, f.kv_dtype_bytes, _block(f), f.tp, f.pp,
                                   limit=int(max_len))
-            return cap, (
-                f"{format_size(avail)} available holds {cap} tokens of {geo.name} "
-                f"({geo.sliding_window_layers} of {geo.layers} layers keep only a {geo.sliding_window}-token window)"
+            return cap, remedy_text(
+                _LEN, "basis_window", available=avail, tokens=cap, model=geo.name,
+                window_layers=geo.sliding_window_layers, layers=geo.layers, window=geo.sliding_window,
             ), "message"
     if needed and avail is not None and max_len and avail > 0:
         cap = capacity_from_figures(int(needed), int(avail), int(max_len), _block(f))
-        return cap, (
-            f"{max_len} tokens need {format_size(needed)} and {format_size(avail)} is available "
-            f"(each taken at its unfavourable rounding edge): {cap} tokens fit"
+        return cap, remedy_text(
+            _LEN, "basis_figures", max_len=max_len, needed=needed, available=avail, tokens=cap
         ), "message"
     ctx = inp.context
     if ctx.kv_cache_tokens:
-        return ctx.kv_cache_tokens, f"the log's 'GPU KV cache size: {ctx.kv_cache_tokens} tokens'", "context"
+        return ctx.kv_cache_tokens, remedy_text(_LEN, "basis_log", tokens=ctx.kv_cache_tokens), "context"
     if ctx.num_gpu_blocks:
         t = ctx.num_gpu_blocks * _block(f)
-        return t, f"{ctx.num_gpu_blocks} GPU blocks × {_block(f)} tokens", "context"
+        return t, remedy_text(_LEN, "basis_blocks", blocks=ctx.num_gpu_blocks, block=_block(f)), "context"
     return None
 
 
@@ -162,15 +167,16 @@ def max_model_len(inp: AdviceInput) -> Remedy | None:
     saves = int((max_len - value) * bpt) if (bpt and max_len) else None
     return Remedy(
         id="vllm.max-model-len",
-        title=f"Limit the context to {value} tokens",
+        title=remedy_text("vllm.max-model-len", "title", tokens=value),
         flags={"--max-model-len": str(value)},
         saves_bytes=saves,
         fits=True,
         confidence="high",
-        why=f"From {why}, rounded down to a multiple of the {bs}-token block size.",
+        why=remedy_text("vllm.max-model-len", "why", basis=why, block=bs),
         tradeoff=(
-            f"Requests longer than {value} tokens (prompt + output) are rejected"
-            + (f"; the model supports {max_len}." if max_len else ".")
+            remedy_text("vllm.max-model-len", "cost_supported", tokens=value, max_len=max_len)
+            if max_len
+            else remedy_text("vllm.max-model-len", "cost", tokens=value)
         ),
         sources={"capacity": src, **f.sources("max_model_len", "block_size", "bytes_per_token")},
     )
@@ -222,9 +228,9 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
     nominal = f.total.source.startswith("catalog (nominal")
     if nominal:
         weights_note += " The GPU size is the catalog's nominal figure; the usable capacity is smaller (ECC, driver)."
-    title = f"Give vLLM a larger share of the GPU ({fmt_fraction(target)})"
+    title = remedy_text("vllm.gpu-memory-utilization.raise-for-kv", "title", fraction=fmt_fraction(target))
     if not fits:
-        title = "Raising --gpu-memory-utilization cannot make this fit"
+        title = remedy_text("vllm.gpu-memory-utilization.raise-for-kv", "title_cannot")
     return Remedy(
         id="vllm.gpu-memory-utilization.raise-for-kv",
         title=title,
@@ -278,7 +284,7 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
     )
     return Remedy(
         id="vllm.gpu-memory-utilization.raise",
-        title=f"Give vLLM a larger share of the GPU ({fmt_fraction(target)})",
+        title=remedy_text("vllm.gpu-memory-utilization.raise", "title", fraction=fmt_fraction(target)),
         flags={"--gpu-memory-utilization": fmt_fraction(target)},
         saves_bytes=None,
         fits=None,
@@ -304,15 +310,12 @@ def cudagraph_estimate_off(inp: AdviceInput) -> Remedy | None:
     graph = f.cudagraph.value
     return Remedy(
         id="vllm.cudagraph-estimate-off",
-        title="Do not reserve the CUDA-graph estimate in the memory budget",
+        title=remedy_text("vllm.cudagraph-estimate-off", "title"),
         env={"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"},
         saves_bytes=graph,
         fits=None,
         confidence="medium",
-        why=(
-            f"The profiler reserved an estimated {format_size(graph)} for CUDA graphs before sizing the KV cache; "
-            "with the estimate off, that memory goes to the KV cache."
-        ),
+        why=remedy_text("vllm.cudagraph-estimate-off", "why", graph=graph),
         sources=f.sources("cudagraph"),
     )
 
@@ -347,7 +350,7 @@ def kv_cache_fp8(inp: AdviceInput) -> Remedy | None:
     if value is None:
         return Remedy(
             id="vllm.kv-cache-dtype-fp8",
-            title="Store the KV cache in fp8 (not possible here)",
+            title=remedy_text("vllm.kv-cache-dtype-fp8", "title_impossible"),
             flags={},
             fits=False,
             confidence="low",
@@ -360,26 +363,26 @@ def kv_cache_fp8(inp: AdviceInput) -> Remedy | None:
         after = int(needed * ratio)
         fits = avail >= after
         saves = int(needed) - after
-        why = f"fp8 shrinks the {format_size(needed)} needed to {format_size(after)}; {format_size(avail)} is available."
+        why = remedy_text("vllm.kv-cache-dtype-fp8", "why_bytes", needed=needed, after=after, available=avail)
     elif cap and max_len:
         doubled = int(cap[0] / ratio)
         fits = doubled >= max_len
         saves = None
-        why = f"fp8 raises the KV capacity from {cap[0]} to about {doubled} tokens; {max_len} are needed."
+        why = remedy_text("vllm.kv-cache-dtype-fp8", "why_tokens", tokens=cap[0], doubled=doubled, max_len=max_len)
     else:
         return None
-    title = "Store the KV cache in fp8"
+    title = remedy_text("vllm.kv-cache-dtype-fp8", "title")
     if not fits and cap and max_len:
         # fp8 alone is not enough: combine with the longest max-model-len the fp8 cache holds
         longer = round_down(min(cap[0] / ratio, max_len), bs)
         if longer > cap[0]:
             flags["--max-model-len"] = str(longer)
             fits = True
-            title = f"Store the KV cache in fp8 and limit the context to {longer} tokens"
-            why += f" Together with --max-model-len {longer} (capacity × {1 / ratio:g}, rounded to blocks) it fits."
+            title = remedy_text("vllm.kv-cache-dtype-fp8", "title_len", tokens=longer)
+            why += remedy_text("vllm.kv-cache-dtype-fp8", "why_len", tokens=longer, factor=f"{1 / ratio:g}")
     gpu_note = ""
     if f.gpu is not None and not f.gpu.value.fp8_tensor_cores:
-        gpu_note = f" The {f.gpu.value.name} stores fp8 but has no fp8 tensor cores: attention may be slower."
+        gpu_note = remedy_text("vllm.kv-cache-dtype-fp8", "why_gpu", gpu=f.gpu.value.name)
     return Remedy(
         id="vllm.kv-cache-dtype-fp8",
         title=title,
@@ -390,6 +393,9 @@ def kv_cache_fp8(inp: AdviceInput) -> Remedy | None:
         why=why + gpu_note,
         sources={**sources, **(({"capacity": cap[2]}) if cap else {})},
     )
+
+
+_FREE = "vllm.gpu-memory-utilization.fit-free"
 
 
 @remedy("vllm.gpu-memory-utilization.fit-free")
@@ -412,23 +418,20 @@ def utilization_fit_free(inp: AdviceInput) -> Remedy | None:
     if f.weights is not None:
         budget = value * total - f.weights.value - (f.activation.value if f.activation else 0)
         if budget <= 0:
-            fits, note = False, f" The weights ({format_size(f.weights.value)}) do not fit in that budget."
+            fits, note = False, remedy_text(_FREE, "why_weights", weights=f.weights.value)
     elif value < TAKEN_SHARE:
         # most of the card is taken: a budget this small serves only a tiny model, and the log does not say
         fits = None
-        note = (f" Only {format_size(int(value * total))} would be left to vLLM, and the log does not show the "
-                "weights: free the GPU first unless the model is tiny.")
+        note = remedy_text(_FREE, "why_tiny", left=int(value * total))
     return Remedy(
         id="vllm.gpu-memory-utilization.fit-free",
-        title=f"Ask for no more than the free memory ({fmt_fraction(value)})",
+        title=remedy_text("vllm.gpu-memory-utilization.fit-free", "title", fraction=fmt_fraction(value)),
         flags={"--gpu-memory-utilization": fmt_fraction(value)},
         saves_bytes=saves,
         fits=fits,
         confidence="high" if fits else "low",
-        why=(
-            f"{format_size(free)} of {format_size(total)} is free: {format_size(free)} / {format_size(total)} = "
-            f"{free / total:.4f}, minus a {UTILIZATION_MARGIN:.2f} margin, rounded down." + note
-        ),
+        why=remedy_text(_FREE, "why", free=free, total=total, ratio=f"{free / total:.4f}", margin=UTILIZATION_MARGIN)
+        + note,
         sources=f.sources("free", "total", "utilization"),
     )
 
@@ -448,15 +451,15 @@ def enforce_eager(inp: AdviceInput) -> Remedy | None:
     fits = True if (graph and short and graph >= short[0]) else None
     return Remedy(
         id="vllm.enforce-eager",
-        title="Skip CUDA-graph capture",
+        title=remedy_text("vllm.enforce-eager", "title"),
         flags={"--enforce-eager": ""},
         saves_bytes=graph,
         fits=fits,
         confidence="high" if phase == "cudagraph-capture" else "medium",
-        why=(
-            "CUDA-graph memory sits on top of the KV budget"
-            + (" and this failure happened while capturing them" if phase == "cudagraph-capture" else "")
-            + (f" ({format_size(graph)} in this log)." if graph else ".")
+        why=remedy_text(
+            "vllm.enforce-eager",
+            ("why_capture" if phase == "cudagraph-capture" else "why") + ("_graph" if graph else ""),
+            graph=graph,
         ),
         sources=f.sources("cudagraph"),
     )
@@ -488,16 +491,16 @@ def cudagraph_capture_size(inp: AdviceInput) -> Remedy | None:
     fits = True if (saves and short and saves >= short[0]) else None
     return Remedy(
         id="vllm.cudagraph-capture-size",
-        title=f"Capture CUDA graphs only up to batch {value}",
+        title=remedy_text("vllm.cudagraph-capture-size", "title", batch=value),
         flags={flag: str(value)},
         saves_bytes=saves,
         fits=fits,
         confidence="medium",
-        why=(
-            f"{n_old} graph sizes are captured up to {current}; up to {value} there are {n_new}"
-            + (f", so about {format_size(saves)} of the {format_size(graph)} graph memory is saved." if saves else ".")
+        why=remedy_text(
+            "vllm.cudagraph-capture-size", "why_saves" if saves else "why",
+            sizes=n_old, current=current, batch=value, fewer=n_new, saves=saves, graph=graph,
         ),
-        tradeoff=f"Batches above {value} sequences run without CUDA graphs (slower decoding for them).",
+        tradeoff=remedy_text("vllm.cudagraph-capture-size", "cost", batch=value),
         sources={"current size": src, **f.sources("cudagraph")},
     )
 
@@ -514,7 +517,7 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
     req = inp.fig("requested_bytes")
     geo: ModelGeometry | None = f.geometry.value if f.geometry else None
     value = max(1, dummy // 2)
-    why = f"The warm-up ran {dummy} dummy requests at once; half as many halves the sampler's logits buffer."
+    why = remedy_text("vllm.max-num-seqs", "why", dummy=dummy)
     saves = None
     if geo is not None and geo.vocab_size and req:
         row = geo.vocab_size * 4  # one fp32 logits row per request
@@ -523,15 +526,14 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
         if 1 <= exact < dummy:
             value = max(1, min(value, 1 << (exact.bit_length() - 1)))
         saves = (dummy - value) * row
-        why = (
-            f"Each dummy request holds a {geo.vocab_size}-entry fp32 logits row ({format_size(row)}); "
-            f"{format_size(req)} more needs {drop} fewer rows; {value} is the power of two at or below {dummy} − {drop}."
+        why = remedy_text(
+            "vllm.max-num-seqs", "why_rows", vocab=geo.vocab_size, row=row, request=req, drop=drop, seqs=value, dummy=dummy
         )
     if value >= dummy:
         return None
     return Remedy(
         id="vllm.max-num-seqs",
-        title=f"Run fewer sequences at once ({value})",
+        title=remedy_text("vllm.max-num-seqs", "title", seqs=value),
         flags={"--max-num-seqs": str(value)},
         saves_bytes=saves,
         fits=None,
@@ -552,12 +554,12 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
     short = shortage(inp)
     act = f.activation.value if f.activation else None
     value = max(512, round_down(cur // 2, 256))
-    why = f"The activation peak grows with the tokens per step ({cur} in this run); half of it roughly halves the peak."
+    why = remedy_text("vllm.max-num-batched-tokens", "why", tokens=cur)
     saves = act // 2 if act else None
     fits: bool | None = None
     if act and short and short[0] >= act:
         fits = False
-        why += f" Cannot help alone: {format_size(short[0])} is missing, the whole activation peak is {format_size(act)}."
+        why += remedy_text("vllm.max-num-batched-tokens", "why_alone", missing=short[0], peak=act)
     if act and short and 0 < short[0] < act:
         # activation ∝ batched tokens: keep the share of the peak that is not missing
         exact = round_down(cur * (act - short[0]) / act, 256)
@@ -565,14 +567,12 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
             value = exact
             saves = int(act * (cur - value) / cur)
             fits = None if shortage_is_lower_bound(inp) else True
-            why = (
-                f"The activation peak is {format_size(act)} for {cur} tokens per step and {format_size(short[0])} "
-                f"is missing: {cur} × ({format_size(act)} − {format_size(short[0])}) / {format_size(act)}, "
-                f"rounded down to 256 = {value}."
+            why = remedy_text(
+                "vllm.max-num-batched-tokens", "why_exact", peak=act, tokens=cur, missing=short[0], value=value
             )
     return Remedy(
         id="vllm.max-num-batched-tokens",
-        title=f"Profile with a smaller batch ({value} tokens)",
+        title=remedy_text("vllm.max-num-batched-tokens", "title", tokens=value),
         flags={"--max-num-batched-tokens": str(value)},
         saves_bytes=saves,
         fits=fits,
@@ -601,15 +601,14 @@ def lower_utilization(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="vllm.gpu-memory-utilization.lower",
-        title=f"Leave room outside vLLM's budget ({fmt_fraction(value)})",
+        title=remedy_text("vllm.gpu-memory-utilization.lower", "title", fraction=fmt_fraction(value)),
         flags={"--gpu-memory-utilization": fmt_fraction(value)},
         saves_bytes=int((util - value) * total),
         fits=True,
         confidence="medium" if f.utilization.source != "default" else "low",
-        why=(
-            f"{format_size(req)} could not be allocated outside the {fmt_fraction(util)} × {format_size(total)} budget; "
-            f"{fmt_fraction(util)} − {format_size(req)} / {format_size(total)} = {fmt_fraction(exact)}"
-            + (f", capped at {fmt_fraction(MAX_UTILIZATION)}." if value < exact else ".")
+        why=remedy_text(
+            "vllm.gpu-memory-utilization.lower", "why_capped" if value < exact else "why",
+            request=req, util=fmt_fraction(util), total=total, exact=fmt_fraction(exact), cap=fmt_fraction(MAX_UTILIZATION),
         ),
         sources=f.sources("utilization", "total"),
     )
@@ -674,20 +673,21 @@ def tensor_parallel(inp: AdviceInput) -> Remedy | None:
             need = _per_gpu_need(f, candidates[-1], f.pp)
             if need is not None:
                 chosen, fits = candidates[-1], False
-    why = (f"{n} GPUs are available ({g[1]})" if not assumed else f"The GPU count is {g[1]}") + (
-        f"; weights and KV cache per GPU shrink by about {chosen // f.tp}×")
+    T = "vllm.tensor-parallel-size"
+    why = (remedy_text(T, "why_count", count=n, source=g[1]) if not assumed else remedy_text(T, "why_assumed")) + (
+        remedy_text(T, "why_shrink", factor=chosen // f.tp))
     if heads:
-        why += f"; {chosen} divides the {heads} attention heads"
+        why += remedy_text(T, "why_heads", gpus=chosen, heads=heads)
     if need is not None and budget:
-        why += f"; per GPU about {format_size(need)} is needed against a {format_size(budget)} budget"
+        why += remedy_text(T, "why_need", need=need, budget=budget)
     return Remedy(
         id="vllm.tensor-parallel-size",
-        title=f"Shard the model over {chosen} GPUs" + (f" (if you have {chosen})" if assumed else ""),
+        title=remedy_text(T, "title_assumed" if assumed else "title", gpus=chosen),
         flags={"--tensor-parallel-size": str(chosen)},
         saves_bytes=(f.weights.value - f.weights.value * f.tp // chosen) if f.weights else None,
         fits=fits,
         confidence="low" if assumed else "medium",
-        why=why + ".",
+        why=why + remedy_text(T, "why_end"),
         sources=f.sources("gpus", "geometry", "weights", "total", "utilization"),
     )
 
@@ -717,12 +717,12 @@ def pipeline_parallel(inp: AdviceInput) -> Remedy | None:
                 chosen, fits = candidates[-1], False
     return Remedy(
         id="vllm.pipeline-parallel-size",
-        title=f"Split the layers over {chosen} pipeline stages",
+        title=remedy_text("vllm.pipeline-parallel-size", "title", stages=chosen),
         flags={"--pipeline-parallel-size": str(chosen)},
         saves_bytes=(f.weights.value - f.weights.value * f.pp // chosen) if f.weights else None,
         fits=fits,
         confidence="medium",
-        why=f"{n} GPUs are available ({g[1]}); each stage holds about 1/{chosen} of the layers (weights and KV).",
+        why=remedy_text("vllm.pipeline-parallel-size", "why", count=n, source=g[1], stages=chosen),
         sources=f.sources("gpus", "weights", "total", "utilization"),
     )
 
@@ -742,13 +742,13 @@ def cpu_offload(inp: AdviceInput) -> Remedy | None:
         return None  # more than the weights: offloading cannot make it fit
     return Remedy(
         id="vllm.cpu-offload-gb",
-        title=f"Offload {gib} GiB of weights to CPU memory",
+        title=remedy_text("vllm.cpu-offload-gb", "title", gib=gib),
         flags={"--cpu-offload-gb": str(gib)},
         saves_bytes=gib * GiB,
         fits=None if (f.weights is None or shortage_is_lower_bound(inp)) else True,
         # offloading more than half the weights makes every forward pass PCIe-bound
         confidence="medium" if (f.weights is not None and gib * GiB <= f.weights.value // 2) else "low",
-        why=f"{format_size(short[0])} is missing ({short[1]}); rounded up to whole GiB.",
+        why=remedy_text("vllm.cpu-offload-gb", "why", missing=short[0], detail=short[1]),
         sources=f.sources("weights"),
     )
 
@@ -769,29 +769,30 @@ def quantization(inp: AdviceInput) -> Remedy | None:
     if f.gpu is not None and f.gpu.value.cc < min_cc:
         return Remedy(
             id="vllm.quantization",
-            title="Quantize the weights on the fly (fp8) — not possible here",
+            title=remedy_text("vllm.quantization", "title_impossible"),
             flags={},
             fits=False,
             confidence="low",
-            why=f"Cannot help: --quantization fp8 needs compute capability {min_cc / 10:.1f}; the {f.gpu.value.name} has {f.gpu.value.cc / 10:.1f}.",
+            why=remedy_text("vllm.quantization", "why_impossible", need=f"{min_cc / 10:.1f}", gpu=f.gpu.value.name,
+                            has=f"{f.gpu.value.cc / 10:.1f}"),
             sources=f.sources("gpu"),
         )
     saves = w // 2 if w else None
     fits = covers(saves, inp)
     gpu_note = ""
     if f.gpu is not None and not f.gpu.value.fp8_tensor_cores:
-        gpu_note = f" On the {f.gpu.value.name} fp8 runs weight-only (Marlin): memory is saved, speed is not gained."
+        gpu_note = remedy_text("vllm.quantization", "why_gpu", gpu=f.gpu.value.name)
     return Remedy(
         id="vllm.quantization",
-        title="Quantize the weights on the fly (fp8)",
+        title=remedy_text("vllm.quantization", "title"),
         flags={"--quantization": "fp8"},
         saves_bytes=saves,
         fits=fits,
         confidence="medium" if w else "low",
-        why="fp8 weights take half the memory of bf16/fp16 (assuming this checkpoint is 16-bit)"
-        + (f" ({format_size(w)} → {format_size(w // 2)})" if w else "")
-        + (f"; {format_size(short[0])} is missing" if short and short[0] > 0 else "")
-        + "."
+        why=remedy_text("vllm.quantization", "why")
+        + (remedy_text("vllm.quantization", "why_sizes", weights=w, half=w // 2) if w else "")
+        + (remedy_text("vllm.quantization", "why_missing", missing=short[0]) if short and short[0] > 0 else "")
+        + remedy_text("vllm.quantization", "why_end")
         + gpu_note,
         sources=f.sources("weights", "gpu"),
     )
@@ -823,14 +824,13 @@ def quantization_4bit(inp: AdviceInput) -> Remedy | None:
     model = inp.context.model or (geo.name if geo else "this model")
     return Remedy(
         id="vllm.quantization-4bit",
-        title="Serve a 4-bit (AWQ or GPTQ) checkpoint of the model",
+        title=remedy_text("vllm.quantization-4bit", "title"),
         settings={"model": f"an AWQ or GPTQ 4-bit checkpoint of {model}"},
         saves_bytes=saves,
         fits=fits,
         confidence="medium",
-        why=(
-            f"4-bit weights take about {FOUR_BIT_BYTES_PER_PARAM} bytes per parameter: "
-            f"{params / 1e9:.2f}B parameters → {format_size(after)} instead of {format_size(now)}."
+        why=remedy_text(
+            "vllm.quantization-4bit", "why", per_param=FOUR_BIT_BYTES_PER_PARAM, params=f"{params / 1e9:.2f}", after=after, now=now
         ),
         sources={"parameters": src, **f.sources("weights")},
     )
@@ -864,14 +864,14 @@ def swap_space(inp: AdviceInput) -> Remedy | None:
     gpus = f.gpus.value if f.gpus else max(1, f.tp * f.pp)
     return Remedy(
         id="vllm.swap-space",
-        title=f"Reserve less CPU swap space per GPU ({value} GiB)",
+        title=remedy_text("vllm.swap-space", "title", gib=value),
         flags={"--swap-space": str(value)},
         saves_bytes=int((current - value) * GiB * gpus),
         fits=None,
         confidence="low",
-        why=(
-            f"Each of {gpus} worker(s) pins --swap-space GiB of host memory ({current:g} "
-            f"{'in this run' if current_txt else 'by default'}); {value} GiB saves {format_size(int((current - value) * GiB * gpus))}."
+        why=remedy_text(
+            "vllm.swap-space", "why_run" if current_txt else "why_default",
+            gpus=gpus, current=f"{current:g}", gib=value, saves=int((current - value) * GiB * gpus),
         ),
         sources={"swap_space": "context" if current_txt else "default (4 GiB)"},
     )
@@ -905,7 +905,7 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
     fixed = (f.activation.value if f.activation else 0) + (f.non_torch.value if f.non_torch else 0)
     if f.cudagraph and counts_cudagraphs_in_budget(f.version):
         fixed += f.cudagraph.value
-    cap_util, _ = _util_cap(f, inp)
+    cap_util, _cap_why = _util_cap(f, inp)
     gpus = int(f.gpus.value) if f.gpus else f.tp * f.pp
     heads = geo.attention_heads if geo else None
     tps = [t for t in (1, 2, 4, 8, 16) if t >= f.tp and t * f.pp <= max(gpus, f.tp * f.pp)
@@ -917,7 +917,7 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
         weight_opts.append(("fp8", 0.5))
     if not quantized:
         weight_opts.append(("4bit", FOUR_BIT_BYTES_PER_PARAM / 2))
-    kv_value, _ = fp8_kv_support(inp)
+    kv_value, _reason = fp8_kv_support(inp)
     kv_opts: list[tuple[str, float]] = [("", 1.0)]
     if kv_value and f.kv_dtype_bytes >= 2:
         kv_opts.append((kv_value, 1 / f.kv_dtype_bytes))
@@ -970,11 +970,11 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
                         best = (key, flags, settings, "+".join(ids))
     if best is None:
         return None
-    _, flags, settings, ids_txt = best
+    _key, flags, settings, ids_txt = best
     parts = [f"{k} {v}" for k, v in flags.items()] + list(settings.values())
     return Remedy(
         id="combined:" + ids_txt,
-        title="Together: " + ", ".join(parts),
+        title=_("Together: {titles}").format(titles=", ".join(parts)),
         flags=flags,
         settings=settings,
         fits=True,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from oomdoctor.advisor._engine_util import as_float, engine_of, setting
+from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.report import Remedy
 from oomdoctor.units import format_size
@@ -30,7 +31,7 @@ def mem_fraction(inp: AdviceInput) -> Remedy | None:
     fits = (need <= JAX_MAX_FRACTION * total) if (need and total) else None
     return Remedy(
         id="xla.mem-fraction",
-        title=f"Let JAX use {JAX_MAX_FRACTION} of the GPU",
+        title=remedy_text("xla.mem-fraction", "title", fraction=JAX_MAX_FRACTION),
         env={"XLA_PYTHON_CLIENT_MEM_FRACTION": f"{JAX_MAX_FRACTION:.2f}"},
         saves_bytes=int((JAX_MAX_FRACTION - cur) * total) if total else None,
         fits=fits,
@@ -46,7 +47,7 @@ def preallocate_false(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="xla.preallocate-false",
-        title="Allocate on demand instead of preallocating",
+        title=remedy_text("xla.preallocate-false", "title"),
         env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
         fits=None,
         confidence="low",
@@ -60,7 +61,7 @@ def allocator_platform(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="xla.allocator-platform",
-        title="Allocate exactly what is needed and free it at once",
+        title=remedy_text("xla.allocator-platform", "title"),
         env={"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"},
         fits=None,
         confidence="low",
@@ -74,7 +75,7 @@ def memory_growth(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="tf.memory-growth",
-        title="Let TensorFlow grow its GPU memory instead of mapping it all",
+        title=remedy_text("tf.memory-growth", "title"),
         env={"TF_FORCE_GPU_ALLOW_GROWTH": "true"},
         settings={"tf.config.experimental.set_memory_growth(gpu, True)": "for each GPU, before first use"},
         fits=None,
@@ -94,7 +95,7 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
         elems *= int(d)
     return Remedy(
         id="xla.reduce-batch",
-        title=f"Halve the batch to {value}",
+        title=remedy_text("xla.reduce-batch", "title", batch=value),
         settings={"batch_size": str(value)},
         fits=None,
         confidence="low",
@@ -114,7 +115,7 @@ def mem_fraction_lower(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="xla.mem-fraction.lower",
-        title=f"Leave the CUDA driver more memory ({value:.2f})",
+        title=remedy_text("xla.mem-fraction.lower", "title", fraction=value),
         env={"XLA_PYTHON_CLIENT_MEM_FRACTION": f"{value:.2f}"},
         fits=None,
         confidence="medium",
@@ -127,7 +128,7 @@ def mem_fraction_lower(inp: AdviceInput) -> Remedy | None:
 def disable_command_buffer(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="xla.disable-command-buffer",
-        title="Run XLA without CUDA graphs",
+        title=remedy_text("xla.disable-command-buffer", "title"),
         env={"XLA_FLAGS": "--xla_gpu_enable_command_buffer="},
         fits=True,
         confidence="medium",

@@ -33,6 +33,10 @@ HINT_KEYS: dict[str, str] = {
     "version": "the engine version",
 }
 HINT_HELP = "Fact KEY=VALUE (repeatable), KEY one of: " + ", ".join(HINT_KEYS) + ". E.g. gpus=2."
+LANG_HELP = (
+    "Language of the explanations: en or ja (default: OOMDOCTOR_LANG, then LC_ALL/LC_MESSAGES/LANG, "
+    "then en). Flags, kinds and JSON keys stay English."
+)
 
 HELP = (
     "Diagnose GPU out-of-memory failures in log FILEs (.gz/.bz2/.xz ok; '-' is stdin). With no FILE and "
@@ -130,11 +134,15 @@ def _build_app() -> typer.Typer:
         plain: Annotated[
             bool, typer.Option("--plain", help="No colour, no rules (also when not a terminal or NO_COLOR is set).")
         ] = False,
+        lang: Annotated[
+            str | None,
+            typer.Option("--lang", help=LANG_HELP, metavar="LANG"),
+        ] = None,
         version: Annotated[
             bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
         ] = False,
     ) -> int:
-        return run(files, fmt, output, quiet, hint, model_config, rules, fail_on, follow, plain)
+        return run(files, fmt, output, quiet, hint, model_config, rules, fail_on, follow, plain, lang)
 
     return app
 
@@ -157,6 +165,7 @@ _PLAIN_OPTIONS: dict[str, tuple[str, bool]] = {
     "--model-config": ("model_config", False),
     "--rules": ("rules", True),
     "--fail-on": ("fail_on", False),
+    "--lang": ("lang", False),
 }
 
 
@@ -216,8 +225,34 @@ def run(
     fail_on: str = "error",
     follow: str | None = None,
     plain: bool = False,
+    lang: str | None = None,
 ) -> int:
-    """``oomdoctor [FILE...]`` once the command line is parsed; returns the exit code."""
+    """``oomdoctor [FILE...]`` once the command line is parsed; returns the exit code.
+
+    The language (``--lang``, else ``OOMDOCTOR_LANG``, else the locale, see
+    :func:`oomdoctor.i18n.resolve_lang`) is in force for the diagnosis and its output."""
+    from oomdoctor.i18n import resolve_lang, use_lang
+
+    try:
+        chosen = resolve_lang(lang)
+    except ValueError as exc:
+        return fail(f"--lang: {exc}")
+    with use_lang(chosen):
+        return _run(files, fmt, output, quiet, hint, model_config, rules, fail_on, follow, plain)
+
+
+def _run(
+    files: list[str] | None,
+    fmt: str,
+    output: str | None,
+    quiet: bool,
+    hint: list[str] | None,
+    model_config: str | None,
+    rules: list[str] | None,
+    fail_on: str,
+    follow: str | None,
+    plain: bool,
+) -> int:
     if fmt not in FORMATS:
         return fail(f"unknown --format {fmt!r} (choose {', '.join(FORMATS)})")
     if fail_on not in ("error", "warning"):

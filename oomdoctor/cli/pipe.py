@@ -28,6 +28,7 @@ Guarantees (tested in tests/test_pipe*.py):
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import functools
 import os
@@ -125,6 +126,9 @@ class _Analyser(threading.Thread):
         warmup: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name="oomdoctor-analyser", daemon=True)
+        #: the producer's context (the language in force, oomdoctor.i18n): the scan words its
+        #: remedies in it although it runs on this thread
+        self._context = contextvars.copy_context()
         self.warmup = warmup
         self.lossless = False
         #: a scanner, or (until the analyser thread has run it) the function that makes one
@@ -238,6 +242,9 @@ class _Analyser(threading.Thread):
     # -- consumer side ----------------------------------------------------------------------------
 
     def run(self) -> None:
+        self._context.run(self._run)
+
+    def _run(self) -> None:
         if self._make is not None:  # the rule pack and the scanner load here, off the passthrough
             self._wait_out_flood()
             self._guard(self._build)

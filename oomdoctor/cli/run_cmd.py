@@ -24,7 +24,7 @@ from typing import Annotated
 
 import typer
 
-from oomdoctor.cli.diagnose import HINT_HELP
+from oomdoctor.cli.diagnose import HINT_HELP, LANG_HELP
 from oomdoctor.cli.errors import fail
 
 #: after the command exits, wait this long for output still held by its children
@@ -71,6 +71,7 @@ def run(
                           metavar="FROM")
     ] = "command",
     plain: Annotated[bool, typer.Option("--plain", help="No colour, no rules.")] = False,
+    lang: Annotated[str | None, typer.Option("--lang", help=LANG_HELP, metavar="LANG")] = None,
 ) -> int:
     from oomdoctor.cli.diagnose import HintError, parse_hints
     from oomdoctor.render import FORMATS
@@ -97,7 +98,14 @@ def run(
         pack = load_pack([Path(r) for r in rules]) if rules else default_pack()
     except RulePackError as exc:
         return fail(str(exc))
-    return run_command(argv, pack, hints, fmt, output, use_pty=use_pty, exit_status=exit_status, plain=plain)
+    from oomdoctor.i18n import resolve_lang, use_lang
+
+    try:
+        chosen = resolve_lang(lang)
+    except ValueError as exc:
+        return fail(f"--lang: {exc}")
+    with use_lang(chosen):
+        return run_command(argv, pack, hints, fmt, output, use_pty=use_pty, exit_status=exit_status, plain=plain)
 
 
 def run_command(

@@ -6,26 +6,27 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
+from oomdoctor.i18n import N_, _
 from oomdoctor.report import Finding, Remedy
 from oomdoctor.units import format_size
 
 #: figures shown first, in this order, with a label
 FIGURE_LABELS: dict[str, str] = {
-    "requested_bytes": "requested",
-    "total_bytes": "GPU total",
-    "free_bytes": "free",
-    "in_use_bytes": "this process",
-    "allocated_bytes": "allocated by PyTorch",
-    "reserved_bytes": "reserved by PyTorch",
-    "reserved_unallocated_bytes": "reserved, unallocated",
-    "private_pool_bytes": "private pools",
-    "max_seq_len": "max seq len",
-    "kv_cache_tokens": "KV cache tokens",
-    "kv_cache_needed_bytes": "KV cache needed",
-    "kv_cache_available_bytes": "KV cache available",
-    "estimated_max_model_len": "estimated max model len",
+    "requested_bytes": N_("requested"),
+    "total_bytes": N_("GPU total"),
+    "free_bytes": N_("free"),
+    "in_use_bytes": N_("this process"),
+    "allocated_bytes": N_("allocated by PyTorch"),
+    "reserved_bytes": N_("reserved by PyTorch"),
+    "reserved_unallocated_bytes": N_("reserved, unallocated"),
+    "private_pool_bytes": N_("private pools"),
+    "max_seq_len": N_("max seq len"),
+    "kv_cache_tokens": N_("KV cache tokens"),
+    "kv_cache_needed_bytes": N_("KV cache needed"),
+    "kv_cache_available_bytes": N_("KV cache available"),
+    "estimated_max_model_len": N_("estimated max model len"),
     "gpu_memory_utilization": "gpu_memory_utilization",
-    "desired_bytes": "desired",
+    "desired_bytes": N_("desired"),
 }
 
 
@@ -41,7 +42,14 @@ def figure_value(name: str, value: Any) -> str:
 
 def figure_items(f: Finding) -> list[tuple[str, str]]:
     names = [n for n in FIGURE_LABELS if n in f.figures] + [n for n in f.figures if n not in FIGURE_LABELS]
-    return [(FIGURE_LABELS.get(n, n.replace("_bytes", "").replace("_", " ")), figure_value(n, f.figures[n])) for n in names]
+    return [(figure_label(n), figure_value(n, f.figures[n])) for n in names]
+
+
+def figure_label(name: str) -> str:
+    """The label of figure ``name`` in the language in force (other figures: their name, spaced)."""
+    if name in FIGURE_LABELS:
+        return _(FIGURE_LABELS[name])
+    return name.replace("_bytes", "").replace("_", " ")
 
 
 def remedy_snippet(r: Remedy) -> str:
@@ -57,12 +65,18 @@ def remedy_snippet(r: Remedy) -> str:
 def remedy_headline(r: Remedy, code: Callable[[str], str], esc: Callable[[str], str] = str) -> str:
     """``N. Title: `flags` _(fits, saves X)_``, the first line of a remedy in chat renderers."""
     snippet = remedy_snippet(r)
-    saves = f", saves {format_size(r.saves_bytes)}" if r.saves_bytes else ""
+    saves = _(", saves {size}").format(size=format_size(r.saves_bytes)) if r.saves_bytes else ""
     return f"{r.rank}. {esc(r.title)}" + (f": {code(snippet)}" if snippet else "") + f" _({fits_label(r)}{saves})_"
 
 
 def fits_label(r: Remedy) -> str:
-    return {True: "fits", False: "not enough alone", None: "may help"}[r.fits]
+    return {True: _("fits"), False: _("not enough alone"), None: _("may help")}[r.fits]
+
+
+def confidence_label(confidence: str) -> str:
+    """``high confidence`` (``medium``, ``low``) in the language in force."""
+    labels = {"high": _("high confidence"), "medium": _("medium confidence"), "low": _("low confidence")}
+    return labels.get(confidence, confidence)
 
 
 def where(f: Finding) -> str:
@@ -74,5 +88,5 @@ def where(f: Finding) -> str:
 def occurrences_note(f: Finding) -> str:
     if f.occurrences <= 1:
         return ""
-    ranks = f" on {len(f.ranks)} ranks/workers" if len(f.ranks) > 1 else ""
+    ranks = _(" on {n} ranks/workers").format(n=len(f.ranks)) if len(f.ranks) > 1 else ""
     return f"{f.occurrences}×{ranks}"

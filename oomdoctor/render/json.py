@@ -26,6 +26,7 @@ def render_jsonl(report: Report, **_: Any) -> str:
         "sources": report.sources,
         "context": report.context.model_dump(mode="json", exclude_none=True),
         "summary": report.summary.model_dump(),
+        "lang": report.lang,
     }
     lines.append(json.dumps(tail, separators=(",", ":")) + "\n")
     return "".join(lines)
@@ -50,6 +51,7 @@ def jsonl_json_schema() -> dict[str, Any]:
             "sources": {"type": "array", "items": {"type": "string"}},
             "context": {"$ref": "#/$defs/Context"},
             "summary": {"$ref": "#/$defs/Summary"},
+            "lang": {"type": "string", "description": "The language of the human text (en or ja)."},
         },
         "required": ["type", "schema_version", "tool", "sources", "context", "summary"],
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from oomdoctor.i18n import _
 from oomdoctor.render.common import figure_items, occurrences_note, remedy_headline, where
 from oomdoctor.render.why import why_line
 from oomdoctor.report import Finding, Report
@@ -40,10 +41,12 @@ def summary_line(report: Report) -> str:
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = len(report.findings) - errors
     if not report.findings:
-        return "no out-of-memory failure found"
+        return _("no out-of-memory failure found")
     if not errors:
-        return f"no out-of-memory failure; {warnings} memory warning(s)"
-    return f"{errors} out-of-memory failure(s)" + (f", {warnings} warning(s)" if warnings else "")
+        return _("no out-of-memory failure; {warnings} memory warning(s)").format(warnings=warnings)
+    if warnings:
+        return _("{errors} out-of-memory failure(s), {warnings} warning(s)").format(errors=errors, warnings=warnings)
+    return _("{errors} out-of-memory failure(s)").format(errors=errors)
 
 
 def context_facts(report: Report) -> list[str]:
@@ -66,7 +69,7 @@ def location_text(f: Finding) -> str:
     """``line 12`` for a pasted log (source ``<stdin>``, ``<request>``), ``server.log:12`` for a file."""
     loc = f.location
     span = f"{loc.line}" if loc.end_line == loc.line else f"{loc.line}-{loc.end_line}"
-    return f"line {span}" if loc.source.startswith("<") else where(f)
+    return _("line {span}").format(span=span) if loc.source.startswith("<") else where(f)
 
 
 def finding_markdown(f: Finding) -> str:
@@ -74,7 +77,8 @@ def finding_markdown(f: Finding) -> str:
     sev = "❌" if f.severity == "error" else "⚠️"
     occ = occurrences_note(f)
     out.append(f"### {sev} {f.title}")
-    out.append(f"{code_span(f.kind)} · phase **{f.phase}** · {location_text(f)}" + (f" · {occ}" if occ else ""))
+    out.append(f"{code_span(f.kind)} · " + _("phase **{phase}**").format(phase=f.phase) + f" · {location_text(f)}"
+               + (f" · {occ}" if occ else ""))
     out.append("")
     out.append(code_block(_clip(f.message, MESSAGE_CHARS)))
     items = figure_items(f)
@@ -87,19 +91,19 @@ def finding_markdown(f: Finding) -> str:
         out.append(why)
     if f.remedies:
         out.append("")
-        out.append("**Try, in this order:**")
+        out.append("**" + _("Try, in this order:") + "**")
         for r in f.remedies:
             out.append(remedy_headline(r, code_span))
             if r.why:
-                out.append(f"   - why: {r.why}")
+                out.append(f"   - {_('why:')} {r.why}")
             if r.tradeoff:
-                out.append(f"   - cost: {r.tradeoff}")
+                out.append(f"   - {_('cost:')} {r.tradeoff}")
             if r.command:
-                out.append(f"   - command: {code_span(r.command)}")
+                out.append(f"   - {_('command:')} {code_span(r.command)}")
     return "\n".join(out)
 
 
-def render_markdown(report: Report, *, max_chars: int | None = None, **_: Any) -> str:
+def render_markdown(report: Report, *, max_chars: int | None = None, **_options: Any) -> str:
     head = [f"**oomdoctor**: {summary_line(report)}"]
     facts = context_facts(report)
     if facts:
@@ -108,10 +112,10 @@ def render_markdown(report: Report, *, max_chars: int | None = None, **_: Any) -
     for i, f in enumerate(report.findings):
         part = "\n\n" + finding_markdown(f)
         rest = len(report.findings) - i
-        note = (
-            f"\n\n_…{rest} more finding(s) not shown (message size limit); run "
-            "`oomdoctor --format markdown` on the log for the full report._"
-        )
+        note = "\n\n_" + _(
+            "…{rest} more finding(s) not shown (message size limit); run "
+            "`oomdoctor --format markdown` on the log for the full report."
+        ).format(rest=rest) + "_"
         if max_chars is not None and len(text) + len(part) + len(note) + 1 > max_chars:
             if i == 0:  # at least the first finding, clipped
                 room = max_chars - len(text) - len(note) - 2

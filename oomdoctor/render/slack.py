@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from oomdoctor.i18n import _
 from oomdoctor.render.common import figure_items, occurrences_note, remedy_headline, remedy_snippet
 from oomdoctor.render.markdown import context_facts, location_text, summary_line
 from oomdoctor.render.why import why_line
@@ -69,7 +70,8 @@ def finding_blocks(f: Finding, max_remedies: int = 6) -> list[dict[str, Any]]:
     sev = ":x:" if f.severity == "error" else ":warning:"
     occ = occurrences_note(f)
     head = (
-        f"{sev} *{esc(f.title)}*\n{code(f.kind)} · phase *{esc(f.phase)}* · {esc(location_text(f))}"
+        f"{sev} *{esc(f.title)}*\n{code(f.kind)} · " + _("phase *{phase}*").format(phase=esc(f.phase))
+        + f" · {esc(location_text(f))}"
         + (f" · {esc(occ)}" if occ else "")
     )
     blocks: list[dict[str, Any]] = [{"type": "divider"}, _section(head)]
@@ -86,7 +88,7 @@ def finding_blocks(f: Finding, max_remedies: int = 6) -> list[dict[str, Any]]:
     if why:
         lines.append(esc(why))
     if f.remedies:
-        lines.append("*Try, in this order:*")
+        lines.append("*" + _("Try, in this order:") + "*")
     for r in f.remedies[:max_remedies]:
         lines.append(remedy_headline(r, code, esc))
         if r.why:
@@ -94,7 +96,7 @@ def finding_blocks(f: Finding, max_remedies: int = 6) -> list[dict[str, Any]]:
         if r.command:
             lines.append(f"      {code(r.command)}")
     if len(f.remedies) > max_remedies:
-        lines.append(f"_…and {len(f.remedies) - max_remedies} more remedies (see the full report)._")
+        lines.append("_" + _("…and {n} more remedies (see the full report).").format(n=len(f.remedies) - max_remedies) + "_")
     blocks += [_section(t) for t in _chunks(lines)]
     return blocks
 
@@ -110,7 +112,7 @@ def fallback_text(report: Report) -> str:
         f = errors[0]
         text += f" — {f.kind}"
         if f.remedies and remedy_snippet(f.remedies[0]):
-            text += f": try {remedy_snippet(f.remedies[0])}"
+            text += _(": try {snippet}").format(snippet=remedy_snippet(f.remedies[0]))
     return _clip(text, MAX_TEXT)
 
 
@@ -139,8 +141,10 @@ def render_slack_blocks(report: Report, *, response_type: str | None = None) -> 
     if left:
         blocks.append(
             _context(
-                f"…{left} more finding(s) not shown (Slack message limits). Details: run "
-                "`oomdoctor --format markdown` on the log, or POST it to `/v1/diagnose`."
+                _(
+                    "…{left} more finding(s) not shown (Slack message limits). Details: run "
+                    "`oomdoctor --format markdown` on the log, or POST it to `/v1/diagnose`."
+                ).format(left=left)
             )
         )
     payload: dict[str, Any] = {"text": fallback_text(report), "blocks": blocks}

@@ -13,11 +13,19 @@ import contextlib
 import os
 import re
 import shutil
-import textwrap
+import unicodedata
 from typing import Any
 
-from oomdoctor.render.common import figure_items, fits_label, occurrences_note, remedy_snippet, where
-from oomdoctor.render.why import why_line
+from oomdoctor.i18n import _
+from oomdoctor.render.common import (
+    confidence_label,
+    figure_items,
+    fits_label,
+    occurrences_note,
+    remedy_snippet,
+    where,
+)
+from oomdoctor.render.why import why_label, why_line
 from oomdoctor.report import Finding, Report
 from oomdoctor.units import format_size
 
@@ -31,8 +39,13 @@ BODY = "  "
 REMEDY = "     "
 CODE = "       "
 
-#: a number and its unit stay on one line ("5.08 GiB", not "5.08" / "GiB")
-_KEEP = re.compile(r"(\d) (?=(?:[KMGT]i?B|B|bytes|tokens|GB|MB)\b)")
+#: a number and its unit stay on one line ("5.08 GiB", not "5.08" / "GiB"), also before Japanese ("0 Bでした")
+_KEEP = re.compile(r"(\d) (?=(?:[KMGT]i?B|B|bytes|tokens|GB|MB)(?![A-Za-z0-9_]))")
+
+#: no line starts with these (closing punctuation, Japanese or not) ...
+_NO_START = frozenset("、。，．・：；？！ー）」』】〕〉》”’)]}%,.:;!?…")
+#: ... and none ends with these (opening brackets)
+_NO_END = frozenset("（「『【〔〈《“‘([{")
 
 _STYLES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 
@@ -47,6 +60,64 @@ def terminal_width(width: int | None = None) -> int:
                 width = os.get_terminal_size(2).columns
         width = width or DEFAULT_WIDTH
     return max(MIN_WIDTH, width)
+
+
+def _wide(ch: str) -> bool:
+    return unicodedata.east_asian_width(ch) in ("W", "F")
+
+
+def cell_len(text: str) -> int:
+    """Terminal cells ``text`` takes: East Asian wide and fullwidth characters take two."""
+    return sum(2 if _wide(ch) else 1 for ch in text)
+
+
+def pad_cells(text: str, cells: int) -> str:
+    """``text`` padded with spaces to ``cells`` terminal cells."""
+    return text + " " * max(0, cells - cell_len(text))
+
+
+def _chunks(text: str) -> list[tuple[str, str]]:
+    """``text`` as (separator, chunk) pairs: the places a line may break. A break is allowed at
+    whitespace (the separator, dropped at a line end) and next to a wide character, as Japanese
+    breaks between any two characters, except before closing and after opening punctuation."""
+    out: list[tuple[str, str]] = []
+    sep, cur = "", ""
+    for ch in text:
+        if ch in " \t\n":
+            if cur:
+                out.append((sep, cur))
+                sep, cur = "", ""
+            sep += " "
+            continue
+        if cur and (_wide(ch) or _wide(cur[-1])) and ch not in _NO_START and cur[-1] not in _NO_END:
+            out.append((sep, cur))
+            sep, cur = "", ""
+        cur += ch
+    if cur:
+        out.append((sep, cur))
+    return out
+
+
+def wrap_cells(text: str, width: int, indent: str = "", hang: str = "") -> list[str]:
+    """Greedy word wrap at ``width`` terminal cells (see :func:`_chunks` for where lines break);
+    a chunk wider than a line stays whole. Continuation lines start with ``hang``."""
+    lines: list[str] = []
+    line, used, empty = indent, cell_len(indent), True
+    for sep, chunk in _chunks(text):
+        w = cell_len(chunk)
+        if not empty and used + len(sep) + w > width:
+            lines.append(line)
+            line, used = hang + chunk, cell_len(hang) + w
+            continue
+        if not empty:
+            line += sep
+            used += len(sep)
+        line += chunk
+        used += w
+        empty = False
+    if not empty:
+        lines.append(line)
+    return lines
 
 
 def cut_message(text: str, limit: int = MESSAGE_CHARS) -> str:
@@ -77,16 +148,15 @@ class TextLayout:
 
     def prose(self, text: str, indent: str, hang: str | None = None, *styles: str) -> None:
         """Word-wrapped text; continuation lines indented by ``hang`` (default: ``indent``)."""
-        wrapped = textwrap.wrap(
-            _KEEP.sub("\\1\x1f", text), self.width, initial_indent=indent, subsequent_indent=hang if hang is not None else indent,
-            break_long_words=False, break_on_hyphens=False,
+        wrapped = wrap_cells(
+            _KEEP.sub("\\1\x1f", text), self.width, indent, hang if hang is not None else indent
         ) or [indent]
         wrapped = [line.replace("\x1f", " ") for line in wrapped]
         self.lines.extend(self.style(line, *styles) if styles else line for line in wrapped)
 
     def labelled(self, label: str, text: str, indent: str, *styles: str) -> None:
         """``label: text`` with the text's continuation lines under its first word."""
-        self.prose(f"{label} {text}", indent, indent + " " * (len(label) + 1), *styles)
+        self.prose(f"{label} {text}", indent, indent + " " * (cell_len(label) + 1), *styles)
 
     def code(self, text: str, indent: str = CODE) -> None:
         """A command or flags: one line, never wrapped."""
@@ -96,7 +166,7 @@ class TextLayout:
 def _title(out: TextLayout, f: Finding) -> None:
     colour = "red" if f.severity == "error" else "yellow"
     if out.color:
-        bar = "─" * max(3, out.width - len(f.title) - 4)
+        bar = "─" * max(3, out.width - cell_len(f.title) - 4)
         out.lines.append(out.style(f"── {f.title} {bar}", colour, "bold"))
     else:
         out.lines.append(f.title)
@@ -105,7 +175,9 @@ def _title(out: TextLayout, f: Finding) -> None:
 def finding_lines(f: Finding, out: TextLayout) -> None:
     """The section of one finding."""
     _title(out, f)
-    head = f"{f.kind} · phase: {f.phase} · engine: {f.engine} · at {where(f)}"
+    head = _("{kind} · phase: {phase} · engine: {engine} · at {where}").format(
+        kind=f.kind, phase=f.phase, engine=f.engine, where=where(f)
+    )
     occ = occurrences_note(f)
     if occ:
         head += f" · {occ}"
@@ -114,22 +186,22 @@ def finding_lines(f: Finding, out: TextLayout) -> None:
     items = figure_items(f)
     if items:
         out.lines.append("")
-        label = max(len(k) for k, _ in items)
+        label = max(cell_len(k) for k, _v in items)
         for k, v in items:
-            out.prose(f"{k:<{label}}  {v}", BODY, BODY + " " * (label + 2))
+            out.prose(f"{pad_cells(k, label)}  {v}", BODY, BODY + " " * (label + 2))
     why = why_line(f)  # "Why: ...": the cause in words, after the figures and before the remedies
     if why:
         out.lines.append("")
-        out.prose(why, BODY, BODY + " " * len("Why: "))
+        out.prose(why, BODY, BODY + " " * (cell_len(why_label()) + 1))
     if f.remedies:
         out.lines.append("")
-        out.lines.append(out.style(BODY + "Remedies, best first:", "bold"))
+        out.lines.append(out.style(BODY + _("Remedies, best first:"), "bold"))
         for r in f.remedies:
             number = f"{r.rank}. "
             out.prose(number + r.title, BODY, BODY + " " * len(number), "bold")
-            facts = f"{fits_label(r)} · {r.confidence} confidence"
+            facts = f"{fits_label(r)} · {confidence_label(r.confidence)}"
             if r.saves_bytes:
-                facts += f" · saves {format_size(r.saves_bytes)}"
+                facts += " · " + _("saves {size}").format(size=format_size(r.saves_bytes))
             out.prose(facts, REMEDY)
             snippet = remedy_snippet(r)
             if snippet:
@@ -137,9 +209,9 @@ def finding_lines(f: Finding, out: TextLayout) -> None:
             if r.command:
                 out.code("$ " + r.command)
             if r.why:
-                out.labelled("why:", r.why, REMEDY)
+                out.labelled(_("why:"), r.why, REMEDY)
             if r.tradeoff:
-                out.labelled("cost:", r.tradeoff, REMEDY, "dim")
+                out.labelled(_("cost:"), r.tradeoff, REMEDY, "dim")
     out.lines.append("")
 
 
@@ -156,10 +228,10 @@ def summary_line(report: Report) -> str:
     errors = report.summary.errors
     warnings = report.summary.warnings
     if errors:
-        return f"oomdoctor: {errors} out-of-memory failure(s), {warnings} warning(s)."
+        return _("oomdoctor: {errors} out-of-memory failure(s), {warnings} warning(s).").format(errors=errors, warnings=warnings)
     if warnings:
-        return f"oomdoctor: no out-of-memory failure; {warnings} memory warning(s)."
-    return "oomdoctor: no out-of-memory failure found."
+        return _("oomdoctor: no out-of-memory failure; {warnings} memory warning(s).").format(warnings=warnings)
+    return _("oomdoctor: no out-of-memory failure found.")
 
 
 def per_source_lines(report: Report) -> list[str]:
@@ -172,16 +244,16 @@ def per_source_lines(report: Report) -> list[str]:
         errors = sum(f.severity == "error" for f in mine)
         warnings = len(mine) - errors
         if errors:
-            result = f"{errors} out-of-memory failure(s), {warnings} warning(s)"
+            result = _("{errors} out-of-memory failure(s), {warnings} warning(s)").format(errors=errors, warnings=warnings)
         elif warnings:
-            result = f"no out-of-memory failure; {warnings} memory warning(s)"
+            result = _("no out-of-memory failure; {warnings} memory warning(s)").format(warnings=warnings)
         else:
-            result = "no out-of-memory failure found"
+            result = _("no out-of-memory failure found")
         out.append(f"{source}: {result}")
     return out
 
 
-def render_text(report: Report, *, color: bool = False, width: int | None = None, **_: Any) -> str:
+def render_text(report: Report, *, color: bool = False, width: int | None = None, **_options: Any) -> str:
     """The whole report: every finding, a result line per source when there are several, then
     :func:`summary_line`."""
     per_source = "".join(line + "\n" for line in per_source_lines(report))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from oomdoctor.i18n import _
 from oomdoctor.report import Finding
 
 
@@ -9,4 +10,9 @@ def why_line(f: Finding) -> str | None:
     """``Why: <the cause in words, with its numbers>`` (None when the finding has no cause to tell)."""
     if f.cause is None or (f.cause.id == "unknown" and not f.remedies):
         return None
-    return f"Why: {f.cause.summary}"
+    return f"{why_label()} {f.cause.summary}"
+
+
+def why_label() -> str:
+    """``Why:`` in the language in force."""
+    return _("Why:")

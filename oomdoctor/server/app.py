@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from oomdoctor import __version__
+from oomdoctor.i18n import N_, _, use_lang
 from oomdoctor.report import Report
 from oomdoctor.rulepack import RulePack, default_pack
 from oomdoctor.server import mattermost as mm
@@ -46,6 +47,7 @@ from oomdoctor.server.limits import (
 log = logging.getLogger("oomdoctor.server")
 
 Format = Literal["json", "markdown", "slack", "text"]
+Lang = Literal["en", "ja"]
 #: hints that would make the server read its own files
 FORBIDDEN_HINTS = {"model-config", "rules"}
 MAX_HINTS = 32
@@ -61,6 +63,11 @@ class DiagnoseRequest(BaseModel):
         default_factory=dict, description='User facts, e.g. {"gpus": "2"} (same keys as the CLI\'s --hint).'
     )
     format: Format = Field(default="json", description="json (the report), markdown, slack (Block Kit) or text.")
+    lang: Lang | None = Field(
+        default=None,
+        description="Language of the human text: en or ja (default: the lang query parameter, then "
+        "Accept-Language, then en). Keys, kinds, cause ids, flags and figures stay the same.",
+    )
 
 
 class RuleInfo(BaseModel):
@@ -115,8 +122,9 @@ def _loads(body: bytes | str) -> Any:
 
 def decode_diagnose(
     chunks: list[bytes], ctype: str, encoding: str, max_log: int, fmt: str | None, hints: dict[str, str]
-) -> tuple[bytes, dict[str, str], str]:
-    """The log bytes, hints and format of a ``/v1/diagnose`` body (in a worker thread, under the limits).
+) -> tuple[bytes, dict[str, str], str, str | None]:
+    """The log bytes, hints, format and language (None: not in the body) of a ``/v1/diagnose``
+    body (in a worker thread, under the limits).
 
     ``chunks`` is consumed (emptied) so that the raw body is freed as soon as it is decoded."""
     if encoding in ("gzip", "x-gzip") or ctype in ("application/gzip", "application/x-gzip"):
@@ -135,9 +143,28 @@ def decode_diagnose(
             raise LimitError(400, "malformed JSON body: nested too deeply") from None
         del payload
         data = req.log.encode("utf-8", "surrogatepass")
-        return data, {**hints, **req.hints}, fmt or req.format
+        return data, {**hints, **req.hints}, fmt or req.format, req.lang
     check_content_type(ctype)
-    return body, hints, fmt or "json"
+    return body, hints, fmt or "json", None
+
+
+def accept_language(header: str | None) -> str | None:
+    """The first language of an ``Accept-Language`` header that oomdoctor speaks (None: none)."""
+    from oomdoctor.i18n import normalize
+
+    tags = []
+    for i, part in enumerate((header or "").split(",")[:16]):
+        tag, _sep, q = part.strip().partition(";q=")
+        try:
+            weight = float(q) if q else 1.0
+        except ValueError:
+            weight = 0.0
+        if weight > 0:
+            tags.append((-weight, i, tag))
+    for _weight, _order, tag in sorted(tags):
+        if (lang := normalize(tag)) is not None:
+            return lang
+    return None
 
 
 def check_content_type(ctype: str) -> None:
@@ -293,6 +320,10 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         request: Request,
         format: Format | None = Query(None, description="Output format for text/plain and gzip bodies."),
         hint: list[str] = Query([], description="KEY=VALUE facts for text/plain and gzip bodies."),
+        lang: Lang | None = Query(
+            None, description="Language of the human text: en or ja (a JSON body's lang wins; default: "
+            "Accept-Language, then en)."
+        ),
     ) -> Response:
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         encoding = request.headers.get("content-encoding", "").strip().lower()
@@ -306,12 +337,13 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         chunks, taken = await read_body(request.stream(), budget, cfg.body_timeout)
 
         def work(deadline: Deadline) -> Response:
-            data, hints, fmt = decode_diagnose(chunks, ctype, encoding, cfg.max_log, format, query_hints)
+            data, hints, fmt, body_lang = decode_diagnose(chunks, ctype, encoding, cfg.max_log, format, query_hints)
             if len(data) > cfg.max_log:
                 raise LimitError(413, f"log too large: the limit is {cfg.max_log} bytes")
-            report = analyser.report(data, _clean_hints(hints), deadline)
-            del data
-            return render(report, fmt)
+            with use_lang(body_lang or lang or accept_language(request.headers.get("accept-language")) or "en"):
+                report = analyser.report(data, _clean_hints(hints), deadline)
+                del data
+                return render(report, fmt)
 
         try:
             return await analyser.call(work)
@@ -320,6 +352,16 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
             budget.give(taken)
 
     # -- chat ---------------------------------------------------------------------------------------
+
+    def chat_text(message: str, **values: object) -> str:
+        """A fixed chat message (marked with ``N_``) in the deployment's chat language."""
+        with use_lang(cfg.chat_lang):
+            return _(message).format(**values)
+
+    def chat_answer(answer: Callable[[Report], dict[str, Any]], data: bytes, deadline: Deadline) -> dict[str, Any]:
+        """The chat answer to ``data``, in the deployment's chat language (``OOMDOCTOR_CHAT_LANG``)."""
+        with use_lang(cfg.chat_lang):
+            return answer(analyser.report(data, {}, deadline))
 
     async def analyse_for_chat(
         data: bytes,
@@ -333,13 +375,13 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
 
         async def result() -> dict[str, Any]:
             try:
-                return await analyser.call(lambda deadline: answer(analyser.report(data, {}, deadline)))
+                return await analyser.call(lambda deadline: chat_answer(answer, data, deadline))
             except LimitError as exc:
                 return fail(exc.message)
 
         task = asyncio.ensure_future(result())
         can_defer = _allowed(response_url, prefixes)
-        done, _ = await asyncio.wait({task}, timeout=cfg.chat_inline_seconds if can_defer else None)
+        done, _pending = await asyncio.wait({task}, timeout=cfg.chat_inline_seconds if can_defer else None)
         if task in done:
             return task.result()
 
@@ -419,7 +461,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         form = await asyncio.to_thread(_form, body)
         text = form.get("text", "").strip()
         if not text or text.lower() in ("help", "-h", "--help"):
-            return JSONResponse({"response_type": "ephemeral", "text": slack.HELP})
+            return JSONResponse({"response_type": "ephemeral", "text": chat_text(slack.HELP)})
         data = slack.slack_text_to_log(text).encode("utf-8", "replace")
         lines = data.count(b"\n") + 1
         payload = await analyse_for_chat(
@@ -427,8 +469,9 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
             form.get("response_url", ""),
             cfg.slack_response_prefixes,
             lambda r: _slack_answer(r, cfg.chat_response_type),
-            lambda m: {"response_type": "ephemeral", "text": f"oomdoctor could not finish: {m}"},
-            {"response_type": "ephemeral", "text": f"oomdoctor is analysing {lines} line(s); the answer follows here."},
+            lambda m: {"response_type": "ephemeral", "text": chat_text(N_("oomdoctor could not finish: {reason}"), reason=m)},
+            {"response_type": "ephemeral",
+             "text": chat_text(N_("oomdoctor is analysing {lines} line(s); the answer follows here."), lines=lines)},
         )
         return JSONResponse(payload)
 
@@ -472,7 +515,8 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
 
     async def _answer_event(event: dict[str, Any], text: str) -> None:
         try:
-            report = await analyser.run(text.encode("utf-8", "replace"), {})
+            with use_lang(cfg.chat_lang):  # the worker thread inherits the language (to_thread copies the context)
+                report = await analyser.run(text.encode("utf-8", "replace"), {})
         except LimitError as exc:
             log.warning("event not analysed: %s", exc.message)
             return
@@ -480,7 +524,8 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
             return  # stay quiet on ordinary messages that are not OOM logs
         from oomdoctor.render.slack import render_slack_blocks
 
-        msg = render_slack_blocks(report)
+        with use_lang(cfg.chat_lang):
+            msg = render_slack_blocks(report)
         msg["channel"] = event.get("channel")
         msg["thread_ts"] = event.get("thread_ts") or event.get("ts")
         try:
@@ -508,7 +553,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
             raise LimitError(401, "invalid or missing Mattermost token")
         text = form.get("text", "").strip()
         if not text or text.lower() in ("help", "-h", "--help"):
-            return JSONResponse(mm.answer(slack.HELP, "ephemeral"))
+            return JSONResponse(mm.answer(chat_text(slack.HELP), "ephemeral"))
         from oomdoctor.render.markdown import render_markdown
 
         payload = await analyse_for_chat(
@@ -516,8 +561,8 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
             form.get("response_url", ""),
             cfg.mattermost_response_prefixes,
             lambda r: mm.answer(render_markdown(r, max_chars=mm.MAX_POST), cfg.chat_response_type),
-            lambda m: mm.answer(f"oomdoctor could not finish: {m}", "ephemeral"),
-            mm.answer("oomdoctor is analysing the log; the answer follows here.", "ephemeral"),
+            lambda m: mm.answer(chat_text(N_("oomdoctor could not finish: {reason}"), reason=m), "ephemeral"),
+            mm.answer(chat_text(N_("oomdoctor is analysing the log; the answer follows here.")), "ephemeral"),
         )
         return JSONResponse(payload)
 

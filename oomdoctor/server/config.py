@@ -74,6 +74,8 @@ class ServerConfig:
     replay_window: int = 300
     #: response_type of chat answers: "ephemeral" (only the caller sees it) or "in_channel"
     chat_response_type: str = "ephemeral"
+    #: language of Slack and Mattermost answers (``OOMDOCTOR_CHAT_LANG``: en or ja; slash commands carry no locale)
+    chat_lang: str = "en"
     #: open connections at most (per worker process); at the limit a new connection displaces the
     #: oldest one still waiting for its request headers, or is answered 503 busy
     max_connections: int = 1000
@@ -103,6 +105,7 @@ class ServerConfig:
             ("mattermost_token", "MATTERMOST_TOKEN"),
             ("slack_api_url", "SLACK_API_URL"),
             ("chat_response_type", "CHAT_RESPONSE_TYPE"),
+            ("chat_lang", "CHAT_LANG"),
             ("host", "HOST"),
         ):
             if (v := get(name)) is not None:
@@ -155,6 +158,13 @@ class ServerConfig:
         return cfg
 
     def validate(self) -> None:
+        from oomdoctor.i18n import LANGS, normalize
+
+        if normalize(self.chat_lang) != self.chat_lang:
+            lang = normalize(self.chat_lang)
+            if lang is None:
+                raise ConfigError(f"chat language must be one of {', '.join(LANGS)}, got {self.chat_lang!r}")
+            object.__setattr__(self, "chat_lang", lang)
         if self.chat_response_type not in ("ephemeral", "in_channel"):
             raise ConfigError(f"chat response type must be ephemeral or in_channel, got {self.chat_response_type!r}")
         if not 0 < self.port < 65536:

@@ -17,6 +17,8 @@ import threading
 import time
 from collections import OrderedDict
 
+from oomdoctor.i18n import N_
+
 
 class SignatureError(Exception):
     """The request is not from Slack (or is stale); the message is safe to return."""
@@ -122,7 +124,7 @@ def event_log_text(event: dict[str, object]) -> str:
     return "\n".join(parts)
 
 
-HELP = (
+HELP = N_(
     "Paste a crashed server's log after the command, e.g. `/oomdoctor <log lines>` "
     "(the failure and the lines before it are enough). oomdoctor answers with the diagnosis and the exact flags to change."
 )

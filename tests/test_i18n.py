@@ -1,0 +1,320 @@
+"""Explanations in the user's language (issue 18): the choice of language, translations that are
+complete and keep every placeholder, Japanese goldens, and JSON that differs only in human text.
+
+``--update-goldens`` rewrites the Japanese goldens under tests/snapshots/ja/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import oomdoctor
+from oomdoctor.advisor import prescription
+from oomdoctor.i18n import LOCALE_DIR, current_lang, normalize, resolve_lang, use_lang
+from oomdoctor.render import text as T
+from oomdoctor.render.markdown import render_markdown
+from oomdoctor.render.slack import render_slack_blocks
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDENS = Path(__file__).resolve().parent / "snapshots" / "ja"
+#: vLLM weights, vLLM KV cache, the PyTorch CUDA OOM quoted at the top of the Japanese guide,
+#: a training OOM (DeepSpeed ZeRO-2) and a host OOM (the kernel's OOM killer)
+CASES = ["vllm/seed-001", "vllm/vllm-001", "pytorch/seed-002", "deepspeed/synthetic-zero2-oom", "other/new-052"]
+
+sys.path.insert(0, str(ROOT / "tools"))
+import i18n_catalog  # noqa: E402
+
+
+def _log(case: str) -> Path:
+    return ROOT / "fixtures" / f"{case}.log"
+
+
+def _report(case: str, lang: str) -> oomdoctor.Report:
+    return oomdoctor.diagnose(_log(case).read_bytes(), source=f"{case}.log", lang=lang)
+
+
+# -- the choice of language ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "want"),
+    [
+        ({}, "en"),
+        ({"LANG": "ja_JP.UTF-8"}, "ja"),
+        ({"LANG": "C.UTF-8"}, "en"),
+        ({"LC_ALL": "en_US.UTF-8", "LANG": "ja_JP.UTF-8"}, "en"),  # LC_ALL wins over LANG
+        ({"LC_MESSAGES": "ja_JP.eucJP", "LANG": "en_US.UTF-8"}, "ja"),
+        ({"OOMDOCTOR_LANG": "ja", "LC_ALL": "C"}, "ja"),  # oomdoctor's own variable wins over the locale
+        ({"OOMDOCTOR_LANG": "xx", "LANG": "ja_JP.UTF-8"}, "ja"),  # an unknown value is no choice
+        ({"LANG": "fr_FR.UTF-8"}, "en"),
+    ],
+)
+def test_the_language_comes_from_the_environment(env: dict[str, str], want: str) -> None:
+    assert resolve_lang(None, env) == want
+
+
+def test_an_explicit_language_wins_and_must_be_known() -> None:
+    assert resolve_lang("ja", {"OOMDOCTOR_LANG": "en"}) == "ja"
+    assert resolve_lang("en", {"LANG": "ja_JP.UTF-8"}) == "en"
+    assert normalize("ja-JP") == "ja"
+    with pytest.raises(ValueError, match="unknown language 'fr'"):
+        resolve_lang("fr")
+
+
+def test_use_lang_is_scoped() -> None:
+    assert current_lang() == "en"
+    with use_lang("ja"):
+        assert current_lang() == "ja"
+    assert current_lang() == "en"
+
+
+def test_the_report_carries_its_language() -> None:
+    assert _report("vllm/seed-001", "en").lang == "en"
+    ja = _report("vllm/seed-001", "ja")
+    assert ja.lang == "ja"
+    assert ja.findings[0].cause is not None
+    assert ja.findings[0].cause.summary == "モデルの重みがGPUのメモリ予算に収まりません。"
+    assert current_lang() == "en"  # diagnose() does not leak its language
+
+
+# -- translations: complete, and no figure can change ------------------------------------------------
+
+
+def test_every_advice_text_has_its_japanese() -> None:
+    assert prescription.untranslated("ja") == []
+
+
+def test_every_code_text_has_its_japanese_and_the_mo_is_current() -> None:
+    pos = i18n_catalog.po_files()
+    assert [p.parent.parent.name for p in pos] == ["ja"]
+    assert i18n_catalog.problems(pos[0]) == []
+    assert (LOCALE_DIR / "ja" / "LC_MESSAGES" / "oomdoctor.mo").exists()
+
+
+def test_the_catalog_check_finds_missing_stale_and_changed_placeholders(tmp_path: Path) -> None:
+    po = pos = i18n_catalog.po_files()[0]
+    entries = i18n_catalog.read_po(pos)
+    messages = {k: ["x.py:1"] for k in entries if k}
+    broken = dict(entries)
+    del broken["Why:"]  # missing
+    broken["stale message"] = "古い"  # stale
+    broken["saves {size}"] = "削減"  # placeholder dropped
+    broken["line {span}"] = "{span}行目 {extra}"  # placeholder added
+    lang_dir = tmp_path / "ja" / "LC_MESSAGES"
+    lang_dir.mkdir(parents=True)
+    po = lang_dir / "oomdoctor.po"
+    po.write_text(
+        "\n".join(f"msgid {i18n_catalog._quote(k)}\nmsgstr {i18n_catalog._quote(v)}\n" for k, v in broken.items()),
+        "utf-8",
+    )
+    old_root = i18n_catalog.ROOT
+    i18n_catalog.ROOT = tmp_path
+    try:
+        found = "\n".join(i18n_catalog.problems(po, messages))
+    finally:
+        i18n_catalog.ROOT = old_root
+    assert "no translation of 'Why:'" in found
+    assert "stale entry 'stale message'" in found
+    assert "'saves {size}': placeholders [] differ from ['size:']" in found
+    assert "'line {span}': placeholders ['extra:', 'span:'] differ from ['span:']" in found
+    assert "is not compiled" in found
+
+
+def _cause_toml(summary: list[str], ja: list[str]) -> str:
+    q = json.dumps
+    return "".join(
+        f'[[cause]]\nid = "{c}"\nsummary = [{q(summary[0]) if c == "host-ram" else q("x")}]\n'
+        + (f"ja.summary = [{q(ja[0])}]\n" if c == "host-ram" else "")
+        for c in prescription.CAUSES
+    )
+
+
+@pytest.mark.parametrize(
+    ("ja", "error"),
+    [
+        ("ホストのRAMが尽きました。", r"placeholders \[\] differ from the English \['rss:size'\]"),  # dropped
+        ("{rss:size}と{limit:size}。", r"placeholders \['limit:size', 'rss:size'\] differ"),  # added
+        ("{rss}を使っていました。", r"placeholders \['rss'\] differ from the English \['rss:size'\]"),  # reformatted
+    ],
+)
+def test_the_loader_rejects_a_translation_that_changes_a_placeholder(tmp_path: Path, ja: str, error: str) -> None:
+    path = tmp_path / "causes.toml"
+    path.write_text(_cause_toml(["The host ran out of RAM; {rss:size} held."], [ja]), "utf-8")
+    with pytest.raises(ValueError, match=error):
+        prescription.load_table(path)
+    path.write_text(_cause_toml(["The host ran out of RAM; {rss:size} held."], ["{rss:size}を使っていました。"]), "utf-8")
+    assert prescription.load_table(path)["host-ram"].ja is not None
+
+
+def test_the_loader_rejects_a_remedy_translation_with_other_keys(tmp_path: Path) -> None:
+    path = tmp_path / "remedies.toml"
+    path.write_text(
+        '[remedy."host.add-swap"]\ntradeoff = "Slow."\ntext.title = "Add {gib} GiB of swap"\n'
+        'ja.title = "スワップを{gib} GiB追加する"\n',
+        "utf-8",
+    )
+    with pytest.raises(ValueError, match="keys"):
+        prescription.load_remedy_table(path)  # ja.tradeoff is missing
+    path.write_text(
+        '[remedy."host.add-swap"]\ntext.title = "Add {gib} GiB of swap"\nja.title = "スワップを追加する"\n', "utf-8"
+    )
+    with pytest.raises(ValueError, match=r"placeholders \[\] differ from the English \['gib'\]"):
+        prescription.load_remedy_table(path)
+
+
+# -- goldens in Japanese -------------------------------------------------------------------------------
+
+
+def _renderings(case: str) -> dict[str, str]:
+    report = _report(case, "ja")
+    with use_lang(report.lang):
+        return {
+            "txt": T.render_text(report, width=80),
+            "md": render_markdown(report),
+            "slack.json": json.dumps(render_slack_blocks(report), ensure_ascii=False, indent=2) + "\n",
+        }
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_japanese_goldens(case: str, update_goldens: bool) -> None:
+    for ext, got in _renderings(case).items():
+        golden = GOLDENS / f"{case.replace('/', '-')}.{ext}"
+        if update_goldens:
+            golden.parent.mkdir(parents=True, exist_ok=True)
+            golden.write_text(got, encoding="utf-8")
+        assert golden.exists(), f"no golden {golden.name}: run pytest tests/test_i18n.py --update-goldens"
+        assert got == golden.read_text(encoding="utf-8"), golden.name
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_japanese_text_fits_80_columns(case: str) -> None:
+    lines = _renderings(case)["txt"].splitlines()
+    codes = [line for line in lines if line.startswith(T.CODE) and not line.startswith(T.CODE + " ")]
+    prose = [line for line in lines if line not in codes]
+    too_wide = [line for line in prose if T.cell_len(line) > 80 and " " in line.strip()]
+    assert too_wide == []
+    # the wrapping is real: some Japanese prose needed more than one line
+    assert any(T.cell_len(line) > 60 and any(T._wide(c) for c in line) for line in prose)
+
+
+def test_wrapping_counts_wide_characters_twice_and_keeps_punctuation() -> None:
+    text = "あいうえお、かきくけこ。さしすせそ"
+    lines = T.wrap_cells(text, 12)
+    assert lines == ["あいうえお、", "かきくけこ。", "さしすせそ"]
+    assert all(T.cell_len(line) <= 12 for line in lines)
+    assert T.wrap_cells("--max-model-len 8192 を指定する", 10) == ["--max-model-len", "8192 を指", "定する"]
+    assert T.cell_len("KVキャッシュ") == 2 + 5 * 2
+
+
+# -- the same output whichever way Japanese is chosen; JSON differs only in human text -------------------
+
+
+def _cli(args: list[str], **env: str) -> str:
+    base = {k: v for k, v in os.environ.items() if k not in ("OOMDOCTOR_LANG", "LC_ALL", "LC_MESSAGES", "LANG")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "oomdoctor", *args], capture_output=True, env={**base, "COLUMNS": "80", **env},
+        timeout=120, cwd=ROOT,
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.stdout.decode("utf-8")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_lang_flag_and_locale_give_the_same_output(fmt: str) -> None:
+    log = "fixtures/vllm/vllm-001.log"
+    by_flag = _cli(["--lang", "ja", "-f", fmt, log])
+    assert _cli(["-f", fmt, log], LANG="ja_JP.UTF-8") == by_flag
+    assert _cli(["-f", fmt, log], OOMDOCTOR_LANG="ja", LANG="en_US.UTF-8") == by_flag
+    assert "KVキャッシュ" in by_flag
+    assert _cli(["--lang", "en", "-f", fmt, log], LANG="ja_JP.UTF-8") == _cli(["-f", fmt, log])
+
+
+def test_an_unknown_lang_is_a_usage_error() -> None:
+    proc = subprocess.run([sys.executable, "-m", "oomdoctor", "--lang", "xx", "fixtures/vllm/vllm-001.log"],
+                          capture_output=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2
+    assert b"unknown language 'xx'" in proc.stderr
+
+
+#: the human text of a report; everything else is the same in every language
+HUMAN = {"summary", "title", "why", "tradeoff", "lang"}
+
+
+def _without_human_text(value: Any, parent: str = "") -> Any:
+    if isinstance(value, dict):
+        return {
+            k: _without_human_text(v, k)
+            for k, v in value.items()
+            if not (k in HUMAN and isinstance(v, str) and parent in ("cause", "remedies", ""))
+        }
+    if isinstance(value, list):
+        return [_without_human_text(v, parent) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_json_differs_from_english_only_in_human_text(case: str) -> None:
+    en = json.loads(_report(case, "en").model_dump_json())
+    ja = json.loads(_report(case, "ja").model_dump_json())
+    assert (en["lang"], ja["lang"]) == ("en", "ja")
+    assert _without_human_text(ja) == _without_human_text(en)
+    # ... and the human text did change: the cause and every remedy
+    for fe, fj in zip(en["findings"], ja["findings"], strict=True):
+        if fe["cause"]:
+            assert fj["cause"]["summary"] != fe["cause"]["summary"]
+        for re_, rj in zip(fe["remedies"], fj["remedies"], strict=True):
+            assert rj["title"] != re_["title"], re_["id"]
+            assert rj["flags"] == re_["flags"] and rj["settings"] == re_["settings"] and rj["env"] == re_["env"]
+
+
+# -- the server: lang on /v1/diagnose, a chat language per deployment ---------------------------------
+
+
+def _client(**cfg: Any) -> Any:
+    from fastapi.testclient import TestClient
+
+    from oomdoctor.server.app import create_app
+    from oomdoctor.server.config import ServerConfig
+
+    return TestClient(create_app(ServerConfig(**cfg)))
+
+
+def test_v1_diagnose_speaks_the_requested_language() -> None:
+    log = _log("vllm/vllm-001").read_text("utf-8")
+    c = _client()
+    by_body = c.post("/v1/diagnose", json={"log": log, "lang": "ja"}).json()
+    assert by_body["lang"] == "ja"
+    assert by_body["findings"][0]["cause"]["summary"].startswith("KVキャッシュに入るのは4512トークン")
+    assert by_body["findings"][0]["remedies"][0]["flags"] == {"--max-model-len": "4512"}
+    by_query = c.post("/v1/diagnose?lang=ja", json={"log": log}).json()
+    assert by_query == by_body
+    by_header = c.post("/v1/diagnose", json={"log": log}, headers={"Accept-Language": "fr;q=0.9, ja-JP;q=0.8"}).json()
+    assert by_header == by_body
+    english = c.post("/v1/diagnose?lang=ja", json={"log": log, "lang": "en"}).json()  # the body wins
+    assert english["lang"] == "en"
+    md = c.post("/v1/diagnose?format=markdown&lang=ja", content=log.encode(), headers={"content-type": "text/plain"})
+    assert "**この順に試してください：**" in md.text
+    assert c.post("/v1/diagnose", json={"log": log, "lang": "fr"}).status_code == 422
+
+
+def test_chat_answers_in_the_deployment_language() -> None:
+    from oomdoctor.server.config import ConfigError, ServerConfig
+
+    assert ServerConfig.from_env({"OOMDOCTOR_CHAT_LANG": "ja_JP.UTF-8"}).chat_lang == "ja"
+    with pytest.raises(ConfigError, match="chat language"):
+        ServerConfig.from_env({"OOMDOCTOR_CHAT_LANG": "fr"})
+    c = _client(mattermost_token="mm-token", chat_lang="ja")
+    log = _log("vllm/vllm-001").read_text("utf-8")
+    r = c.post("/mattermost/commands", data={"token": "mm-token", "text": log})
+    assert r.status_code == 200, r.text
+    assert "KVキャッシュに入るのは4512トークン" in r.json()["text"]
+    assert "`--max-model-len 4512`" in r.json()["text"]
+    help_text = c.post("/mattermost/commands", data={"token": "mm-token", "text": "help"}).json()["text"]
+    assert help_text.startswith("コマンドの後に")
