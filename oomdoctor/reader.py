@@ -260,11 +260,21 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text)
 
 
-def only_cut_by_normalise(raw: bytes) -> bool:
+#: UTF-8 of the only non-ASCII characters whose lower case holds ASCII letters (U+0130 "İ" -> "i̇",
+#: U+212A Kelvin sign -> "k"; checked over all of Unicode in tests/test_reader.py)
+FOLDS_TO_ASCII = ("\u0130".encode(), "\u212a".encode())
+
+
+def only_cut_by_normalise(raw: bytes, ascii_literals: bool = False) -> bool:
     """Whether :func:`normalise` only cuts ``raw`` (no ANSI sequence or NUL to remove, nothing
-    non-ASCII to decode or case-fold): any literal its lines hold is then in ``raw`` too."""
+    non-ASCII to decode or case-fold): any literal its lines hold is then in ``raw`` too.
+
+    ``ascii_literals``: the literals asked about are ASCII only. Non-ASCII text then changes
+    nothing either (decoding never makes or swallows an ASCII character), unless it holds a
+    character whose lower case is ASCII (:data:`FOLDS_TO_ASCII`): a tqdm bar's blocks keep a line's
+    prefilter answer."""
     return (
-        raw.isascii()
+        (raw.isascii() or (ascii_literals and not any(f in raw for f in FOLDS_TO_ASCII)))
         and b"\x00" not in raw
         and not raw.startswith(b"{")  # a JSON record: its message is unescaped
         and not any(m in raw for m in _ANSI_MARKER_BYTES)

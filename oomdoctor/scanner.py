@@ -57,6 +57,8 @@ MARKER_LEAD = 3
 SAME_FAILURE_LINES = 400
 #: findings kept at most (a log with endless OOMs still costs bounded memory)
 MAX_FINDINGS = 500
+#: deferred phase-evidence lines held before the older ones are settled (see ``Scanner._defers``)
+DEFER_KEEP = 4096
 
 
 #: rule engines that name a library, not the tool that printed the log: such findings take the
@@ -139,6 +141,7 @@ class Scanner:
         self._masks_ok = prefilter is None or getattr(prefilter, "needles", None) == needles(triggers)
         self._lookahead = min(48, max([r.rule.window for r in self.pack.rules] + [0]) * 4)
         self._index_triggers()
+        self._index_deferrable()
         self.sources: list[str] = []
         self._collector = ContextCollector()
         self._findings: list[Finding] = []
@@ -176,6 +179,17 @@ class Scanner:
         # last is tried first (lines of one kind repeat: vLLM's throughput lines)
         self._markers = [list(ph.markers) for ph in self.pack.phases]
         self._progress_patterns = [list(ph.progress) for ph in self.pack.phases]
+
+    def _index_deferrable(self) -> None:
+        """What :meth:`_defers` needs: the needles of the scanner's own triggers (tracebacks,
+        frames), and whether the prefilter's answers are exact for non-ASCII lines too."""
+        own = [t.lower().encode("utf-8") for t in _BUILTIN_TRIGGERS]
+        needles_ = self._prefilter.needles
+        self._own_bits = sum(1 << i for i, n in enumerate(needles_) if any(n in t for t in own))
+        self._ascii_needles = all(n.isascii() for n in needles_)
+        self._deferrable_by_mask: dict[int, bool] = {}
+        #: phase-evidence lines not read yet: (line number, bytes, needles mask), in order
+        self._deferred: list[tuple[int, bytes, int]] = []
 
     def _triggers_for(self, mask: int) -> list[str]:
         """The triggers a candidate line may hold, given the needles ``mask`` says it holds: those
@@ -257,6 +271,7 @@ class Scanner:
         owe = self._need_lookahead
         process = self._process
         masks_ok = self._masks_ok
+        ascii_needles = self._ascii_needles
 
         def ahead(pos: int, line: int, owe: int, stop: int) -> tuple[int, int, int]:
             """Process the look-ahead lines still owed, up to offset ``stop``."""
@@ -274,8 +289,11 @@ class Scanner:
                 line += count(b"\n", pos, start)
             has_rule = False
             raw = block[start:end]
-            if not (masks_ok and only_cut_by_normalise(raw)):
+            if not (masks_ok and only_cut_by_normalise(raw, ascii_needles)):
                 mask = 0  # normalising may change what the line holds: look for every trigger
+            elif not owe and not self._pending and self._defers(line, raw, mask):
+                pos, line = end + 1, line + 1
+                continue
             for ln in normalise(line, raw):
                 has_rule = process(ln, mask) or has_rule
             pos, line = end + 1, line + 1
@@ -298,6 +316,8 @@ class Scanner:
         """Match one logical line; True when it holds a rule trigger (it then needs look-ahead).
 
         ``mask``: the prefilter's needles found on the line (0: unknown, try every trigger)."""
+        if self._deferred:
+            self._resolve_deferred(line.number)
         if self._open:  # findings the lines before this one closed, however the input was cut
             self._age_open(final=False, last_line=line.number - 1)
         self._recent.append(line)
@@ -361,6 +381,68 @@ class Scanner:
             self._pending.append(_Pending(line, rules, self.source))
         self._evaluate_pending(final=False)
         return bool(rules)
+
+    # -- phase evidence, latest wins ------------------------------------------------------------
+
+    def _defers(self, number: int, raw: bytes, mask: int) -> bool:
+        """Set aside a candidate line that can only be phase evidence (vLLM's throughput lines,
+        a trainer's loss dicts: printed all the time, needed only as the latest before a failure
+        or as a marker near one), while no failure is pending or open; True when it did.
+
+        It is read later, if at all, by :meth:`_resolve_deferred`. Such a line casts no engine
+        vote of its own unless it is read."""
+        ok = self._deferrable_by_mask.get(mask)
+        if ok is None:
+            if len(self._deferrable_by_mask) >= 4096:
+                self._deferrable_by_mask.clear()
+            ok = not mask & self._own_bits and all(
+                t in self._phase_by_trigger and t not in self._ctx_by_trigger and t not in self._rule_by_trigger
+                for t in self._triggers_for(mask)
+            )
+            self._deferrable_by_mask[mask] = ok
+        if not ok:
+            return False
+        low = raw.lower()
+        if b"file " in low or b".py in " in low or b'", line ' in low:  # may be a traceback frame
+            return False
+        if self._open:
+            self._age_open(final=False, last_line=number - 1)
+            if self._open:
+                return False
+        self._deferred.append((number, raw, mask))
+        if len(self._deferred) >= 2 * DEFER_KEEP:
+            self._resolve_deferred(number + 1, keep=DEFER_KEEP)
+        return True
+
+    def _resolve_deferred(self, upto: int, keep: int = 0) -> None:
+        """Read the deferred lines a line at ``upto`` or after may need: those within
+        ``BEFORE_LINES`` before it (markers of a failure's step) and, of the older ones, only the
+        latest progress line (the step the run had reached). Nothing else in the older ones can
+        reach a finding. ``keep``: leave up to that many of the newest ones deferred."""
+        deferred, self._deferred = self._deferred, []
+        near = len(deferred)
+        while near and deferred[near - 1][0] >= upto - BEFORE_LINES:
+            near -= 1
+        held = deferred[max(near, len(deferred) - keep) :] if keep else []
+        for number, raw, mask in reversed(deferred[:near]):
+            lines = normalise(number, raw)
+            if any(self._is_progress(ln, mask) for ln in lines):
+                for ln in lines:
+                    self._process(ln, mask)
+                break
+        for number, raw, mask in deferred[near : len(deferred) - len(held)]:
+            for ln in normalise(number, raw):
+                self._process(ln, mask)
+        self._deferred = held
+
+    def _is_progress(self, line: Line, mask: int) -> bool:
+        """Whether ``line`` matches a progress pattern of a phase whose trigger it holds."""
+        low = line.text.lower()
+        phases = set(self._phases_always)
+        for t in self._triggers_for(mask):
+            if t in low:
+                phases.update(self._phase_by_trigger.get(t, ()))
+        return any(_search_any(self._progress_patterns[i], line.text) for i in sorted(phases))
 
     def _window(self, anchor: Line, size: int) -> list[Line]:
         """The lines after ``anchor`` that may continue its message: the same rank's, and the
@@ -641,6 +723,7 @@ class Scanner:
         self._open = still
 
     def _end_of_source(self) -> None:
+        self._resolve_deferred(self._last_line + 1)
         number, last = self._splitter.close()
         if last:
             for line in normalise(number, last[:-1]):
@@ -651,6 +734,7 @@ class Scanner:
 
     def flush(self) -> None:
         """Decide everything seen so far (after a quiet spell in pipe mode); input may continue."""
+        self._resolve_deferred(self._last_line + 1)
         self._evaluate_pending(final=True)
         self._age_open(final=True)
 
