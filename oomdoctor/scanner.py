@@ -55,6 +55,9 @@ BEFORE_LINES = 200
 MARKER_LEAD = 3
 #: a failure repeated by another rank within this many lines is the same failure
 SAME_FAILURE_LINES = 400
+#: the same failure (same rule, same figures) told again further on than this is the program
+#: failing again in a later run (a server restarted after its OOM), not a retelling
+SAME_RUN_LINES = 10_000
 #: findings kept at most (a log with endless OOMs still costs bounded memory)
 MAX_FINDINGS = 500
 #: deferred phase-evidence lines held before the older ones are settled (see ``Scanner._defers``)
@@ -218,6 +221,8 @@ class Scanner:
         self._traceback_at: dict[str | None, deque[int]] = {}
         self._progress: deque[tuple[int, str]] = deque(maxlen=64)
         self._last_line = 0
+        #: the latest start-up banner (a line naming the engine's version): a new run begins
+        self._run_start = 0
 
     @property
     def prefilter(self) -> Prefilter:
@@ -375,6 +380,8 @@ class Scanner:
             if ctx.rule.engine:
                 self._collector.vote_engine(ctx.rule.engine, line.number)
             groups = {k: v for k, v in m.groupdict().items() if k != "engine"}
+            if groups.get("engine_version"):
+                self._run_start = line.number
             self._collector.apply_groups(groups, ctx.rule.parser, ctx.rule.units)
         # rule candidates
         if rules:
@@ -634,7 +641,7 @@ class Scanner:
         The same failure is told several times: by every rank, by the process that logs it and
         again by the traceback that re-raises it, by vLLM's wrappers quoting the worker's error,
         and by a vLLM message that explains a PyTorch one. It is the same failure when it is the
-        same rule with the same figures, or, within ``SAME_FAILURE_LINES``, the same rule from
+        same rule with the same figures in the same run (:meth:`_same_run`), or, within ``SAME_FAILURE_LINES``, the same rule from
         another rank, or a message whose figures agree with it (same kind, or a shared figure).
         A memory warning repeated any number of times stays one finding with its latest figures.
         """
@@ -649,7 +656,7 @@ class Scanner:
             near = anchor.number - last <= SAME_FAILURE_LINES
             if f.rule == rule.id:
                 same = (
-                    f.figures == figures
+                    (f.figures == figures and self._same_run(last, anchor.number))
                     or r.severity == "warning"
                     or (near and (rank not in seen or _agree(f.figures, figures)))
                 )
@@ -688,6 +695,11 @@ class Scanner:
                     f.figures.setdefault(k, v)
             return True
         return False
+
+    def _same_run(self, last: int, line: int) -> bool:
+        """Whether line ``line`` is in the same run of the program as line ``last`` before it: no
+        start-up banner between them, and at most ``SAME_RUN_LINES`` apart."""
+        return line - last <= SAME_RUN_LINES and not last < self._run_start <= line
 
     # -- finishing findings --------------------------------------------------------------------
 
