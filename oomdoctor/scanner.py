@@ -230,7 +230,7 @@ class Scanner:
 
     def use_prefilter(self, prefilter: Prefilter) -> None:
         """Swap in another prefilter for the same needles (one that knows some answers ahead:
-        :class:`oomdoctor.prefilter_pool.Precomputed`)."""
+        :class:`oomdoctor.prefilter.pool.Precomputed`)."""
         if prefilter.needles != self._prefilter.needles:
             raise ValueError("a prefilter for other needles")
         self._prefilter = prefilter

@@ -33,7 +33,7 @@ def _pure(planned: bool = True) -> PurePrefilter:
 
 def _hyperscan():
     pytest.importorskip("hyperscan")
-    from oomdoctor.prefilter_hs import HyperscanPrefilter
+    from oomdoctor.prefilter.hyperscan_path import HyperscanPrefilter
 
     return HyperscanPrefilter(_triggers())
 
@@ -356,7 +356,7 @@ def test_hyperscan_prefilter_is_safe_across_threads() -> None:
 
     hs = pytest.importorskip("hyperscan")
     del hs
-    from oomdoctor.prefilter_hs import HyperscanPrefilter
+    from oomdoctor.prefilter.hyperscan_path import HyperscanPrefilter
 
     pf = HyperscanPrefilter(["out of memory", "killed"])
     block = b"ok\nCUDA out of memory\nfine\nKilled\n" * 2000
@@ -379,7 +379,7 @@ def test_hyperscan_prefilter_is_safe_across_threads() -> None:
 
 
 def test_every_needle_has_one_gate_that_it_holds() -> None:
-    from oomdoctor.prefilter_gates import plan
+    from oomdoctor.prefilter.gates import plan
 
     lits = needles(_triggers())
     gates = plan(tuple(lits))
@@ -396,7 +396,7 @@ def test_every_needle_has_one_gate_that_it_holds() -> None:
 
 def _gate_words() -> list[bytes]:
     """Pieces of the gates and needles, whole and cut short, in both cases."""
-    from oomdoctor.prefilter_gates import plan
+    from oomdoctor.prefilter.gates import plan
 
     pf = PurePrefilter(_triggers())
     words: list[bytes] = []
@@ -463,8 +463,8 @@ def test_gates_are_planned_only_once_the_input_is_big_enough() -> None:
 def test_a_sweep_reports_every_member_including_twins_that_end_at_the_same_piece() -> None:
     """Members of one sweep: some end right after the piece, some share what follows it (twins,
     of which the pattern reports one), one starts with it, one holds it twice."""
-    from oomdoctor.prefilter import _sweep
-    from oomdoctor.prefilter_gates import sweep_gate
+    from oomdoctor.prefilter.gates import sweep_gate
+    from oomdoctor.prefilter.pure import _sweep
 
     lits = [b"out of memory", b"no memory", b"memory pool", b"x mo", b"mo", b"memo mo!", b"max memory pool"]
     members = tuple(enumerate(lits))
@@ -483,7 +483,7 @@ def test_a_sweep_reports_every_member_including_twins_that_end_at_the_same_piece
 
 
 def test_gates_planned_on_a_sample_sweep_for_short_shared_pieces() -> None:
-    from oomdoctor.prefilter_gates import plan
+    from oomdoctor.prefilter.gates import plan
 
     lits = tuple(needles(_triggers()))
     sample = b"".join(log.read_bytes() for log in LOGS).lower()

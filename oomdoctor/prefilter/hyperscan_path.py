@@ -13,7 +13,7 @@ from typing import Any
 
 import hyperscan
 
-from oomdoctor.prefilter import SpansMixin, needles
+from oomdoctor.prefilter.interface import SpansMixin, needles
 
 
 def _literal(lit: bytes) -> bytes:
