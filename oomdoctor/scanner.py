@@ -17,7 +17,7 @@ from oomdoctor import __version__
 from oomdoctor.context import ContextCollector
 from oomdoctor.figures import groups_to_figures
 from oomdoctor.prefilter import Prefilter, make_prefilter, needles
-from oomdoctor.reader import Line, LineSplitter, normalise, only_cut_by_normalise
+from oomdoctor.reader import Line, LineSplitter, normalise, only_cut_by_normalise, only_cut_in
 from oomdoctor.report import Finding, Location, Report, Summary, Tool
 from oomdoctor.rulepack import CompiledRule, RulePack, default_pack
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
@@ -277,6 +277,7 @@ class Scanner:
         process = self._process
         masks_ok = self._masks_ok
         ascii_needles = self._ascii_needles
+        clean = masks_ok and only_cut_in(block, lo, n, ascii_needles)  # then no line needs the check
 
         def ahead(pos: int, line: int, owe: int, stop: int) -> tuple[int, int, int]:
             """Process the look-ahead lines still owed, up to offset ``stop``."""
@@ -289,12 +290,13 @@ class Scanner:
 
         pos, line = lo, first  # the next line not yet processed or skipped
         for start, end, mask in spans:
-            pos, line, owe = ahead(pos, line, owe, start)
+            if owe > 0:
+                pos, line, owe = ahead(pos, line, owe, start)
             if pos < start:
                 line += count(b"\n", pos, start)
             has_rule = False
             raw = block[start:end]
-            if not (masks_ok and only_cut_by_normalise(raw, ascii_needles)):
+            if not (clean or (masks_ok and only_cut_by_normalise(raw, ascii_needles))):
                 mask = 0  # normalising may change what the line holds: look for every trigger
             elif not owe and not self._pending and self._defers(line, raw, mask):
                 pos, line = end + 1, line + 1
@@ -409,8 +411,7 @@ class Scanner:
             self._deferrable_by_mask[mask] = ok
         if not ok:
             return False
-        low = raw.lower()
-        if b"file " in low or b".py in " in low or b'", line ' in low:  # may be a traceback frame
+        if b"File " in raw or b".py in " in raw or b'", line ' in raw:  # what _FRAME needs
             return False
         if self._open:
             self._age_open(final=False, last_line=number - 1)

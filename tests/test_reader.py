@@ -13,6 +13,7 @@ from oomdoctor.reader import (
     PREFIX_PATTERNS,
     normalise,
     only_cut_by_normalise,
+    only_cut_in,
     split_prefix,
     strip_ansi,
 )
@@ -175,3 +176,13 @@ def test_a_record_nested_deeper_than_the_parser_goes_is_read_as_text() -> None:
     depth = sys.getrecursionlimit() + 10
     line = '{"log": "x", "hints": ' + "[" * depth + "]" * depth + "}"
     assert unwrap_envelope(line) == line
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_RAW_PIECES), max_size=4), max_size=6), st.booleans())
+def test_a_block_is_only_cut_when_each_of_its_lines_is(lines: list[list[bytes]], ascii_literals: bool) -> None:
+    raws = [b"".join(pieces).replace(b"\n", b"") for pieces in lines]
+    block = b"".join(raw + b"\n" for raw in raws)
+    each = all(only_cut_by_normalise(raw, ascii_literals) for raw in raws)
+    assert only_cut_in(block, ascii_literals=ascii_literals) == each
+    assert only_cut_in(b"xx\n" + block + b"yy", 3, 3 + len(block), ascii_literals) == each
