@@ -278,9 +278,7 @@ def only_cut_by_normalise(raw: bytes, ascii_literals: bool = False) -> bool:
         raw.startswith(b"{")  # a JSON record: its message is unescaped
         or b"\x1b" in raw
         or b"\x00" in raw
-        or b"^[[" in raw
-        or b"033[" in raw
-        or b"1b[" in raw
+        or (b"[" in raw and (b"^[[" in raw or b"033[" in raw or b"1b[" in raw))
     ):
         return False
     return raw.isascii() or (ascii_literals and b"\xc4\xb0" not in raw and b"\xe2\x84\xaa" not in raw)

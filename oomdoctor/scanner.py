@@ -277,7 +277,9 @@ class Scanner:
         process = self._process
         masks_ok = self._masks_ok
         ascii_needles = self._ascii_needles
-        clean = masks_ok and only_cut_in(block, lo, n, ascii_needles)  # then no line needs the check
+        # where candidates are dense, one check of the whole block (~10 ms/MiB) instead of one per
+        # line (~5 µs each): then no line needs its own
+        clean = masks_ok and len(spans) * 640 > n - lo and only_cut_in(block, lo, n, ascii_needles)
 
         def ahead(pos: int, line: int, owe: int, stop: int) -> tuple[int, int, int]:
             """Process the look-ahead lines still owed, up to offset ``stop``."""
