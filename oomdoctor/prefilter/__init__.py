@@ -10,7 +10,7 @@
 """
 
 from oomdoctor.prefilter.choose import make_prefilter
-from oomdoctor.prefilter.interface import Prefilter, SpansMixin, needles
+from oomdoctor.prefilter.interface import Prefilter, needles
 from oomdoctor.prefilter.pure import PurePrefilter
 
-__all__ = ["Prefilter", "PurePrefilter", "SpansMixin", "make_prefilter", "needles"]
+__all__ = ["Prefilter", "PurePrefilter", "make_prefilter", "needles"]

@@ -22,20 +22,6 @@ class Prefilter(Protocol):
         the bit mask of the needles the line holds (ASCII case folded)."""
         ...
 
-    def line_spans(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
-        """The ``(start, end)`` spans of :meth:`candidates`."""
-        ...
-
-
-class SpansMixin:
-    """``line_spans`` for a prefilter that implements ``candidates``."""
-
-    def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
-        raise NotImplementedError
-
-    def line_spans(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
-        return [(start, end) for start, end, _ in self.candidates(block, lo, hi)]
-
 
 def needles(triggers: Sequence[str]) -> list[bytes]:
     """The literals to search: lower-cased UTF-8, without blanks, duplicates, and literals that

@@ -28,7 +28,7 @@ from collections.abc import Generator
 from typing import Any
 
 from oomdoctor.prefilter.gates import SAMPLE_BYTES
-from oomdoctor.prefilter.interface import Prefilter, SpansMixin
+from oomdoctor.prefilter.interface import Prefilter
 from oomdoctor.prefilter.pure import PurePrefilter
 
 #: bytes per chunk (nominal: chunks end at line starts). Larger chunks cost more than they save:
@@ -45,7 +45,7 @@ AHEAD = 2
 Spans = list[tuple[int, int, int]]
 
 
-class Precomputed(SpansMixin):
+class Precomputed:
     """A prefilter that answers with candidates found elsewhere for the one block it expects,
     and asks ``inner`` for any other."""
 

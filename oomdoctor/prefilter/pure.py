@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from oomdoctor.prefilter.gates import SAMPLE_BYTES, Gate, plan
-from oomdoctor.prefilter.interface import SpansMixin, needles
+from oomdoctor.prefilter.interface import needles
 
 
-class PurePrefilter(SpansMixin):
+class PurePrefilter:
     """Lower-case the block once (C speed), then one pass per gate.
 
     ``bytes.find`` over a whole block runs at memory speed (a few hundred MB/s to GB/s per
