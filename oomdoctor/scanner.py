@@ -60,8 +60,10 @@ SAME_FAILURE_LINES = 400
 SAME_RUN_LINES = 10_000
 #: findings kept at most (a log with endless OOMs still costs bounded memory)
 MAX_FINDINGS = 500
-#: deferred phase-evidence lines held before the older ones are settled (see ``Scanner._defers``)
+#: deferred phase-evidence lines held before the older ones are settled (see ``Scanner._defers``),
+#: and their bytes (lines may be 64 KiB long: memory stays bounded either way)
 DEFER_KEEP = 4096
+DEFER_BYTES = 8 << 20
 
 
 #: rule engines that name a library, not the tool that printed the log: such findings take the
@@ -193,6 +195,7 @@ class Scanner:
         self._deferrable_by_mask: dict[int, bool] = {}
         #: phase-evidence lines not read yet: (line number, bytes, needles mask), in order
         self._deferred: list[tuple[int, bytes, int]] = []
+        self._deferred_bytes = 0
 
     def _triggers_for(self, mask: int) -> list[str]:
         """The triggers a candidate line may hold, given the needles ``mask`` says it holds: those
@@ -420,7 +423,8 @@ class Scanner:
             if self._open:
                 return False
         self._deferred.append((number, raw, mask))
-        if len(self._deferred) >= 2 * DEFER_KEEP:
+        self._deferred_bytes += len(raw)
+        if len(self._deferred) >= 2 * DEFER_KEEP or self._deferred_bytes >= DEFER_BYTES:
             self._resolve_deferred(number + 1, keep=DEFER_KEEP)
         return True
 
@@ -444,6 +448,7 @@ class Scanner:
             for ln in normalise(number, raw):
                 self._process(ln, mask)
         self._deferred = held
+        self._deferred_bytes = sum(len(raw) for _, raw, _ in held)
 
     def _is_progress(self, line: Line, mask: int) -> bool:
         """Whether ``line`` matches a progress pattern of a phase whose trigger it holds."""

@@ -10,7 +10,7 @@ import pytest
 
 from oomdoctor.report import Report
 from oomdoctor.rulepack import default_pack
-from oomdoctor.scanner import DEFER_KEEP, Scanner
+from oomdoctor.scanner import DEFER_BYTES, DEFER_KEEP, Scanner
 
 PACK = default_pack()
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -39,6 +39,20 @@ def test_the_latest_progress_line_names_the_step_after_many_deferred_ones() -> N
     report = scan(log.encode())
     assert [(f.rule, f.phase) for f in report.findings] == [("torch.cuda-oom", "inference")]
     assert findings(report) == findings(scan(log.encode(), every_line=True))
+
+
+def test_long_deferred_lines_are_settled_by_their_bytes_too() -> None:
+    pad = "x" * 4000
+    count = DEFER_BYTES // 4000 + 200  # more bytes than are held, far fewer lines than DEFER_KEEP
+    scanner = Scanner(PACK, source="<test>", advise=False)
+    scanner.feed(b"Loading safetensors checkpoint shards: 100% 4/4\n")
+    held = 0
+    for i in range(count):
+        scanner.feed(STATS.format(n=i).replace("reqs", pad).encode())
+        held = max(held, sum(len(raw) for _, raw, _ in scanner._deferred))
+    assert held <= DEFER_BYTES
+    scanner.feed(OOM.encode())
+    assert [(f.rule, f.phase) for f in scanner.close().findings] == [("torch.cuda-oom", "inference")]
 
 
 def test_a_line_that_holds_the_trigger_but_is_no_progress_line_does_not_win() -> None:
