@@ -19,7 +19,7 @@ from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
-    from oomdoctor.prefilter_pool import Precomputed
+    from oomdoctor.prefilter.pool import Precomputed
 
 BLOCK = 1 << 20
 
@@ -170,8 +170,8 @@ def _open(path: str) -> tuple[BinaryIO, str | None]:
 
 def _worker_chunks(path: str, f: io.FileIO, ahead: Precomputed) -> Generator[bytes, None, None] | None:
     """The chunks of a big plain file whose candidate lines worker processes find; None when
-    the file gets no workers (see :mod:`oomdoctor.prefilter_pool`)."""
-    from oomdoctor.prefilter_pool import parallel_blocks, workers_for
+    the file gets no workers (see :mod:`oomdoctor.prefilter.pool`)."""
+    from oomdoctor.prefilter.pool import parallel_blocks, workers_for
 
     try:
         size = os.fstat(f.fileno()).st_size
@@ -189,7 +189,7 @@ def read_blocks(path: str, block: int = BLOCK, ahead: Precomputed | None = None)
     A truncated or corrupt compressed file raises :class:`InputError` (``partial=True`` when
     something was read) after yielding what was readable, so the caller can still report it.
     With ``ahead``, a big plain file is read in chunks whose candidate lines worker processes
-    found (see :mod:`oomdoctor.prefilter_pool`); each chunk is told to ``ahead`` first.
+    found (see :mod:`oomdoctor.prefilter.pool`); each chunk is told to ``ahead`` first.
     """
     if path == "-":
         while True:

@@ -19,7 +19,7 @@ from oomdoctor.context import ContextCollector
 from oomdoctor.fallback import is_fallback, kind_for, role_figures
 from oomdoctor.figures import groups_to_figures
 from oomdoctor.prefilter import Prefilter, make_prefilter, needles
-from oomdoctor.reader import Line, LineSplitter, normalise, only_cut_by_normalise
+from oomdoctor.reader import Line, LineSplitter, normalise, only_cut_by_normalise, only_cut_in
 from oomdoctor.report import Finding, Location, Report, Summary, Tool
 from oomdoctor.rulepack import CompiledRule, RulePack, default_pack
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
@@ -60,11 +60,18 @@ MARKER_LEAD = 3
 PROGRESS_LAG = 3
 #: a failure repeated by another rank within this many lines is the same failure
 SAME_FAILURE_LINES = 400
+#: the same failure (same rule, same figures) told again further on than this is the program
+#: failing again in a later run (a server restarted after its OOM), not a retelling
+SAME_RUN_LINES = 10_000
 #: findings kept at most (a log with endless OOMs still costs bounded memory)
 MAX_FINDINGS = 500
 #: a source up to this size is a paste: when nothing was found in it, triggers cut by a line
 #: break (a terminal or an issue tracker wrapped the message) are looked for across each break
 PASTE_BYTES = 256 << 10
+#: deferred phase-evidence lines held before the older ones are settled (see ``Scanner._defers``),
+#: and their bytes (lines may be 64 KiB long: memory stays bounded either way)
+DEFER_KEEP = 4096
+DEFER_BYTES = 8 << 20
 
 
 #: rule engines that name a library, not the tool that printed the log: such findings take the
@@ -193,6 +200,7 @@ class Scanner:
         self._masks_ok = prefilter is None or getattr(prefilter, "needles", None) == needles(triggers)
         self._lookahead = min(48, max([r.rule.window for r in self.pack.rules] + [0]) * 4)
         self._index_triggers()
+        self._index_deferrable()
         self.sources: list[str] = []
         self._collector = ContextCollector()
         self._findings: list[Finding] = []
@@ -235,6 +243,18 @@ class Scanner:
         self._markers = [list(ph.markers) for ph in self.pack.phases]
         self._progress_patterns = [list(ph.progress) for ph in self.pack.phases]
 
+    def _index_deferrable(self) -> None:
+        """What :meth:`_defers` needs: the needles of the scanner's own triggers (tracebacks,
+        frames), and whether the prefilter's answers are exact for non-ASCII lines too."""
+        own = [t.lower().encode("utf-8") for t in _BUILTIN_TRIGGERS]
+        needles_ = self._prefilter.needles
+        self._own_bits = sum(1 << i for i, n in enumerate(needles_) if any(n in t for t in own))
+        self._ascii_needles = all(n.isascii() for n in needles_)
+        self._deferrable_by_mask: dict[int, bool] = {}
+        #: phase-evidence lines not read yet: (line number, bytes, needles mask), in order
+        self._deferred: list[tuple[int, bytes, int]] = []
+        self._deferred_bytes = 0
+
     def _triggers_for(self, mask: int) -> list[str]:
         """The triggers a candidate line may hold, given the needles ``mask`` says it holds: those
         that contain one of them (every trigger contains a needle, see :func:`needles`)."""
@@ -264,6 +284,8 @@ class Scanner:
         self._last_line = 0
         #: the source's bytes while it is small enough to be a paste (see PASTE_BYTES)
         self._paste: bytearray | None = bytearray()
+        #: the latest start-up banner (a line naming the engine's version): a new run begins
+        self._run_start = 0
 
     @property
     def prefilter(self) -> Prefilter:
@@ -271,7 +293,7 @@ class Scanner:
 
     def use_prefilter(self, prefilter: Prefilter) -> None:
         """Swap in another prefilter for the same needles (one that knows some answers ahead:
-        :class:`oomdoctor.prefilter_pool.Precomputed`)."""
+        :class:`oomdoctor.prefilter.pool.Precomputed`)."""
         if prefilter.needles != self._prefilter.needles:
             raise ValueError("a prefilter for other needles")
         self._prefilter = prefilter
@@ -322,6 +344,10 @@ class Scanner:
         owe = self._need_lookahead
         process = self._process
         masks_ok = self._masks_ok
+        ascii_needles = self._ascii_needles
+        # where candidates are dense, one check of the whole block (~10 ms/MiB) instead of one per
+        # line (~5 µs each): then no line needs its own
+        clean = masks_ok and len(spans) * 640 > n - lo and only_cut_in(block, lo, n, ascii_needles)
 
         def ahead(pos: int, line: int, owe: int, stop: int) -> tuple[int, int, int]:
             """Process the look-ahead lines still owed, up to offset ``stop``."""
@@ -334,13 +360,17 @@ class Scanner:
 
         pos, line = lo, first  # the next line not yet processed or skipped
         for start, end, mask in spans:
-            pos, line, owe = ahead(pos, line, owe, start)
+            if owe > 0:
+                pos, line, owe = ahead(pos, line, owe, start)
             if pos < start:
                 line += count(b"\n", pos, start)
             has_rule = False
             raw = block[start:end]
-            if not (masks_ok and only_cut_by_normalise(raw)):
+            if not (clean or (masks_ok and only_cut_by_normalise(raw, ascii_needles))):
                 mask = 0  # normalising may change what the line holds: look for every trigger
+            elif not owe and not self._pending and self._defers(line, raw, mask):
+                pos, line = end + 1, line + 1
+                continue
             for ln in normalise(line, raw):
                 has_rule = process(ln, mask) or has_rule
             pos, line = end + 1, line + 1
@@ -363,6 +393,8 @@ class Scanner:
         """Match one logical line; True when it holds a rule trigger (it then needs look-ahead).
 
         ``mask``: the prefilter's needles found on the line (0: unknown, try every trigger)."""
+        if self._deferred:
+            self._resolve_deferred(line.number)
         if self._open:  # findings the lines before this one closed, however the input was cut
             self._age_open(final=False, last_line=line.number - 1)
         self._recent.append(line)
@@ -421,12 +453,77 @@ class Scanner:
             if ctx.rule.engine:
                 self._collector.vote_engine(ctx.rule.engine, line.number)
             groups = {k: v for k, v in m.groupdict().items() if k != "engine"}
+            if groups.get("engine_version"):
+                self._run_start = line.number
             self._collector.apply_groups(groups, ctx.rule.parser, ctx.rule.units)
         # rule candidates
         if rules:
             self._pending.append(_Pending(line, rules, self.source))
         self._evaluate_pending(final=False)
         return bool(rules)
+
+    # -- phase evidence, latest wins ------------------------------------------------------------
+
+    def _defers(self, number: int, raw: bytes, mask: int) -> bool:
+        """Set aside a candidate line that can only be phase evidence (vLLM's throughput lines,
+        a trainer's loss dicts: printed all the time, needed only as the latest before a failure
+        or as a marker near one), while no failure is pending or open; True when it did.
+
+        It is read later, if at all, by :meth:`_resolve_deferred`. Such a line casts no engine
+        vote of its own unless it is read."""
+        ok = self._deferrable_by_mask.get(mask)
+        if ok is None:
+            if len(self._deferrable_by_mask) >= 4096:
+                self._deferrable_by_mask.clear()
+            ok = not mask & self._own_bits and all(
+                t in self._phase_by_trigger and t not in self._ctx_by_trigger and t not in self._rule_by_trigger
+                for t in self._triggers_for(mask)
+            )
+            self._deferrable_by_mask[mask] = ok
+        if not ok:
+            return False
+        if b"File " in raw or b".py in " in raw or b'", line ' in raw:  # what _FRAME needs
+            return False
+        if self._open:
+            self._age_open(final=False, last_line=number - 1)
+            if self._open:
+                return False
+        self._deferred.append((number, raw, mask))
+        self._deferred_bytes += len(raw)
+        if len(self._deferred) >= 2 * DEFER_KEEP or self._deferred_bytes >= DEFER_BYTES:
+            self._resolve_deferred(number + 1, keep=DEFER_KEEP)
+        return True
+
+    def _resolve_deferred(self, upto: int, keep: int = 0) -> None:
+        """Read the deferred lines a line at ``upto`` or after may need: those within
+        ``BEFORE_LINES`` before it (markers of a failure's step) and, of the older ones, only the
+        latest progress line (the step the run had reached). Nothing else in the older ones can
+        reach a finding. ``keep``: leave up to that many of the newest ones deferred."""
+        deferred, self._deferred = self._deferred, []
+        near = len(deferred)
+        while near and deferred[near - 1][0] >= upto - BEFORE_LINES:
+            near -= 1
+        held = deferred[max(near, len(deferred) - keep) :] if keep else []
+        for number, raw, mask in reversed(deferred[:near]):
+            lines = normalise(number, raw)
+            if any(self._is_progress(ln, mask) for ln in lines):
+                for ln in lines:
+                    self._process(ln, mask)
+                break
+        for number, raw, mask in deferred[near : len(deferred) - len(held)]:
+            for ln in normalise(number, raw):
+                self._process(ln, mask)
+        self._deferred = held
+        self._deferred_bytes = sum(len(raw) for _, raw, _ in held)
+
+    def _is_progress(self, line: Line, mask: int) -> bool:
+        """Whether ``line`` matches a progress pattern of a phase whose trigger it holds."""
+        low = line.text.lower()
+        phases = set(self._phases_always)
+        for t in self._triggers_for(mask):
+            if t in low:
+                phases.update(self._phase_by_trigger.get(t, ()))
+        return any(_search_any(self._progress_patterns[i], line.text) for i in sorted(phases))
 
     def _window(self, anchor: Line, size: int) -> list[Line]:
         """The lines after ``anchor`` that may continue its message: the same rank's, and the
@@ -690,7 +787,7 @@ class Scanner:
         The same failure is told several times: by every rank, by the process that logs it and
         again by the traceback that re-raises it, by vLLM's wrappers quoting the worker's error,
         and by a vLLM message that explains a PyTorch one. It is the same failure when it is the
-        same rule with the same figures, or, within ``SAME_FAILURE_LINES``, the same rule from
+        same rule with the same figures in the same run (:meth:`_same_run`), or, within ``SAME_FAILURE_LINES``, the same rule from
         another rank, or a message whose figures agree with it (same kind, or a shared figure).
         A memory warning repeated any number of times stays one finding with its latest figures.
         """
@@ -709,7 +806,7 @@ class Scanner:
                 same = near
             elif f.rule == rule.id:
                 same = (
-                    f.figures == figures
+                    (f.figures == figures and self._same_run(last, anchor.number))
                     or r.severity == "warning"
                     or (near and (rank not in seen or _agree(f.figures, figures)))
                     # the next line telling it again with other sizes: an allocator retrying smaller
@@ -757,6 +854,11 @@ class Scanner:
             return True
         return False
 
+    def _same_run(self, last: int, line: int) -> bool:
+        """Whether line ``line`` is in the same run of the program as line ``last`` before it: no
+        start-up banner between them, and at most ``SAME_RUN_LINES`` apart."""
+        return line - last <= SAME_RUN_LINES and not last < self._run_start <= line
+
     # -- finishing findings --------------------------------------------------------------------
 
     def _phase_for(self, o: _Open) -> str:
@@ -796,6 +898,7 @@ class Scanner:
         self._open = still
 
     def _end_of_source(self) -> None:
+        self._resolve_deferred(self._last_line + 1)
         number, last = self._splitter.close()
         if last:
             for line in normalise(number, last[:-1]):
@@ -835,6 +938,7 @@ class Scanner:
 
     def flush(self) -> None:
         """Decide everything seen so far (after a quiet spell in pipe mode); input may continue."""
+        self._resolve_deferred(self._last_line + 1)
         self._evaluate_pending(final=True)
         self._age_open(final=True)
 

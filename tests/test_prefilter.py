@@ -8,13 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor.prefilter import PurePrefilter, make_prefilter, needles
+from oomdoctor.prefilter import Prefilter, PurePrefilter, make_prefilter, needles
 from oomdoctor.reader import MAX_LINE_BYTES, LineSplitter
 from oomdoctor.rulepack import default_pack
 from oomdoctor.scanner import _BUILTIN_TRIGGERS, Scanner
 from tests.corpus import FIXTURES
 
 LOGS = sorted(FIXTURES.glob("**/*.log"))
+
+
+def _spans(pf: Prefilter, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
+    """The line spans of ``pf``'s candidates (masks aside)."""
+    return [(start, end) for start, end, _ in pf.candidates(block, lo, hi)]
 
 
 def _triggers() -> list[str]:
@@ -33,7 +38,7 @@ def _pure(planned: bool = True) -> PurePrefilter:
 
 def _hyperscan():
     pytest.importorskip("hyperscan")
-    from oomdoctor.prefilter_hs import HyperscanPrefilter
+    from oomdoctor.prefilter.hyperscan_path import HyperscanPrefilter
 
     return HyperscanPrefilter(_triggers())
 
@@ -95,7 +100,7 @@ def test_needles_drop_blanks_duplicates_and_containing_literals() -> None:
 def test_pure_prefilter_finds_every_case_variant_and_only_whole_lines(planned: bool) -> None:
     trigs = _triggers()
     pf = _pure(planned)
-    spans = pf.line_spans(TRICKY)
+    spans = _spans(pf, TRICKY)
     assert spans == _spans_by_hand(TRICKY, trigs)
     assert [TRICKY[a:b] for a, b in spans] == [
         b"CUDA OUT OF MEMORY at the start",
@@ -145,19 +150,19 @@ def test_random_blocks_agree_with_a_line_by_line_search(planned: bool) -> None:
     for _ in range(200):
         block = b" ".join(rng.choice(words) for _ in range(rng.randint(0, 40)))
         want = _spans_by_hand(block, trigs)
-        assert pure.line_spans(block) == want, block
+        assert _spans(pure, block) == want, block
         assert pure.candidates(block) == _candidates_by_hand(block, pure.needles), block
         if hs is not None:
-            assert hs.line_spans(block) == want, block
+            assert _spans(hs, block) == want, block
             assert hs.candidates(block) == pure.candidates(block), block
         # a window of a bigger buffer (what the scanner passes to avoid copies)
         lo = block.find(b"\n") + 1
         hi = block.rfind(b"\n") + 1
         if 0 < lo < hi:
             inner = [(a + lo, b + lo) for a, b in _spans_by_hand(block[lo : hi - 1], trigs)]
-            assert pure.line_spans(block, lo, hi) == inner, block
+            assert _spans(pure, block, lo, hi) == inner, block
             if hs is not None:
-                assert hs.line_spans(block, lo, hi) == inner, block
+                assert _spans(hs, block, lo, hi) == inner, block
 
 
 def test_whole_fixture_suite_reports_are_identical_with_each_prefilter() -> None:
@@ -357,17 +362,17 @@ def test_hyperscan_prefilter_is_safe_across_threads() -> None:
 
     hs = pytest.importorskip("hyperscan")
     del hs
-    from oomdoctor.prefilter_hs import HyperscanPrefilter
+    from oomdoctor.prefilter.hyperscan_path import HyperscanPrefilter
 
     pf = HyperscanPrefilter(["out of memory", "killed"])
     block = b"ok\nCUDA out of memory\nfine\nKilled\n" * 2000
-    want = pf.line_spans(block)
+    want = _spans(pf, block)
     errors: list[BaseException] = []
 
     def work() -> None:
         try:
             for _ in range(20):
-                assert pf.line_spans(block) == want
+                assert _spans(pf, block) == want
         except BaseException as exc:  # collected for the assertion below
             errors.append(exc)
 
@@ -380,7 +385,7 @@ def test_hyperscan_prefilter_is_safe_across_threads() -> None:
 
 
 def test_every_needle_has_one_gate_that_it_holds() -> None:
-    from oomdoctor.prefilter_gates import plan
+    from oomdoctor.prefilter.gates import plan
 
     lits = needles(_triggers())
     gates = plan(tuple(lits))
@@ -399,7 +404,7 @@ def test_every_needle_has_one_gate_that_it_holds() -> None:
 
 def _gate_words() -> list[bytes]:
     """Pieces of the gates and needles, whole and cut short, in both cases."""
-    from oomdoctor.prefilter_gates import plan
+    from oomdoctor.prefilter.gates import plan
 
     pf = PurePrefilter(_triggers())
     words: list[bytes] = []
@@ -466,8 +471,8 @@ def test_gates_are_planned_only_once_the_input_is_big_enough() -> None:
 def test_a_sweep_reports_every_member_including_twins_that_end_at_the_same_piece() -> None:
     """Members of one sweep: some end right after the piece, some share what follows it (twins,
     of which the pattern reports one), one starts with it, one holds it twice."""
-    from oomdoctor.prefilter import _sweep
-    from oomdoctor.prefilter_gates import sweep_gate
+    from oomdoctor.prefilter.gates import sweep_gate
+    from oomdoctor.prefilter.pure import _sweep
 
     lits = [b"out of memory", b"no memory", b"memory pool", b"x mo", b"mo", b"memo mo!", b"max memory pool"]
     members = tuple(enumerate(lits))
@@ -486,7 +491,7 @@ def test_a_sweep_reports_every_member_including_twins_that_end_at_the_same_piece
 
 
 def test_gates_planned_on_a_sample_sweep_for_short_shared_pieces() -> None:
-    from oomdoctor.prefilter_gates import plan
+    from oomdoctor.prefilter.gates import plan
 
     lits = tuple(needles(_triggers()))
     sample = b"".join(log.read_bytes() for log in LOGS).lower()

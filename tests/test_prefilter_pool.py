@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor import prefilter_pool
 from oomdoctor.inputs import read_blocks
 from oomdoctor.prefilter import PurePrefilter
-from oomdoctor.prefilter_pool import Precomputed, parallel_blocks, workers_for
+from oomdoctor.prefilter import pool as prefilter_pool
+from oomdoctor.prefilter.pool import Precomputed, parallel_blocks, workers_for
 from oomdoctor.rulepack import default_pack
 from oomdoctor.scanner import _BUILTIN_TRIGGERS, Scanner
 from tests.corpus import FIXTURES

@@ -8,7 +8,15 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oomdoctor.reader import PREFIX_PATTERNS, normalise, only_cut_by_normalise, split_prefix, strip_ansi
+from oomdoctor.reader import (
+    FOLDS_TO_ASCII,
+    PREFIX_PATTERNS,
+    normalise,
+    only_cut_by_normalise,
+    only_cut_in,
+    split_prefix,
+    strip_ansi,
+)
 from tests.corpus import FIXTURES
 
 _ORDERED = [re.compile(p) for p in PREFIX_PATTERNS]
@@ -109,7 +117,7 @@ def test_prefix_split_equals_the_ordered_list_on_generated_lines(pieces: list[st
 
 
 _RAW_PIECES = [b"INFO ", b"[rank0]: ", b"CUDA out of memory", b"\x1b[31m", b"^[[0m", b"#033[1m", b"\\x1b[2m",
-               b"\x00", b"\r", b"\xc3\xa9", b"\xff", b"K\xe2\x84\xaa", b" x ", b"[a.py:1] ", b'{"log": "', b'"}', b"\\u00e9"]
+               b"\x00", b"\r", b"\xc3\xa9", b"\xff", b"K\xe2\x84\xaa", b"\xc4\xb0", b"\xe2\x96\x88", b" x ", b"[a.py:1] ", b'{"log": "', b'"}', b"\\u00e9"]
 
 
 @settings(max_examples=400, deadline=None)
@@ -126,6 +134,19 @@ def test_a_line_normalise_only_cuts_keeps_its_text_in_its_bytes(pieces: list[byt
     if cut:
         for ln in normalise(1, raw):
             assert ln.text.encode() in raw
+    # with ASCII literals only, non-ASCII text is fine too: every ASCII run of a line's lower case
+    # is in the bytes' lower case, so the prefilter's answer for the bytes holds for the line
+    if only_cut_by_normalise(raw, ascii_literals=True):
+        assert cut or not raw.isascii()
+        for ln in normalise(1, raw):
+            for run in re.findall(r"[\x00-\x7f]+", ln.text.lower()):
+                assert run.encode() in raw.lower()
+
+
+def test_the_characters_whose_lower_case_is_ascii_are_all_listed() -> None:
+    folds = {chr(c).encode() for c in range(0x80, 0x110000) if c < 0xD800 or c > 0xDFFF
+             if any(ord(x) < 0x80 for x in chr(c).lower())}
+    assert folds == set(FOLDS_TO_ASCII)
 
 
 def test_a_json_log_record_stands_for_its_message() -> None:
@@ -155,3 +176,13 @@ def test_a_record_nested_deeper_than_the_parser_goes_is_read_as_text() -> None:
     depth = sys.getrecursionlimit() + 10
     line = '{"log": "x", "hints": ' + "[" * depth + "]" * depth + "}"
     assert unwrap_envelope(line) == line
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_RAW_PIECES), max_size=4), max_size=6), st.booleans())
+def test_a_block_is_only_cut_when_each_of_its_lines_is(lines: list[list[bytes]], ascii_literals: bool) -> None:
+    raws = [b"".join(pieces).replace(b"\n", b"") for pieces in lines]
+    block = b"".join(raw + b"\n" for raw in raws)
+    each = all(only_cut_by_normalise(raw, ascii_literals) for raw in raws)
+    assert only_cut_in(block, ascii_literals=ascii_literals) == each
+    assert only_cut_in(b"xx\n" + block + b"yy", 3, 3 + len(block), ascii_literals) == each

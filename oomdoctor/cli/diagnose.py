@@ -318,7 +318,7 @@ def _file_mode(
 ) -> int:
     from oomdoctor.cli.progress import FileProgress
     from oomdoctor.inputs import InputError, read_blocks
-    from oomdoctor.prefilter_pool import Precomputed
+    from oomdoctor.prefilter.pool import Precomputed
     from oomdoctor.scanner import RuleTimeout, Scanner
 
     scanner = Scanner(pack, source=paths[0], hints=hints)  # type: ignore[arg-type]

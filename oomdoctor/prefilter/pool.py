@@ -27,8 +27,9 @@ import sys
 from collections.abc import Generator
 from typing import Any
 
-from oomdoctor.prefilter import Prefilter, PurePrefilter, SpansMixin
-from oomdoctor.prefilter_gates import SAMPLE_BYTES
+from oomdoctor.prefilter.gates import SAMPLE_BYTES
+from oomdoctor.prefilter.interface import Prefilter
+from oomdoctor.prefilter.pure import PurePrefilter
 
 #: bytes per chunk (nominal: chunks end at line starts). Larger chunks cost more than they save:
 #: each is a fresh buffer twice over (read, lower-cased), and at 4 MiB the page faults of those
@@ -44,7 +45,7 @@ AHEAD = 2
 Spans = list[tuple[int, int, int]]
 
 
-class Precomputed(SpansMixin):
+class Precomputed:
     """A prefilter that answers with candidates found elsewhere for the one block it expects,
     and asks ``inner`` for any other."""
 

@@ -1,66 +1,23 @@
-"""Find the lines worth a closer look in one pass over a large block.
-
-The rules' literal triggers are searched case-insensitively (ASCII case folding) in a whole block
-of complete lines; only the lines that hold one meet the full regexes. :func:`make_prefilter`
-picks hyperscan when it is importable (the ``fast`` extra) and the pure-Python path otherwise;
-both return the same line spans.
-"""
+"""The pure-Python prefilter: lower-case a block once, then one pass per gate (see :mod:`.gates`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import lru_cache
-from typing import Protocol
 
-from oomdoctor.prefilter_gates import SAMPLE_BYTES, Gate, plan
-
-
-class Prefilter(Protocol):
-    #: the literals searched (see :func:`needles`); bit ``i`` of a candidate's mask is ``needles[i]``
-    needles: list[bytes]
-
-    def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
-        """Return the candidate lines of ``block[lo:hi]`` (``lo`` at a line start), sorted and
-        unique, as ``(start, end, mask)``: byte offsets into ``block`` (end excludes ``\\n``) and
-        the bit mask of the needles the line holds (ASCII case folded)."""
-        ...
-
-    def line_spans(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
-        """The ``(start, end)`` spans of :meth:`candidates`."""
-        ...
+from oomdoctor.prefilter.gates import SAMPLE_BYTES, Gate, plan
+from oomdoctor.prefilter.interface import needles
 
 
-class SpansMixin:
-    """``line_spans`` for a prefilter that implements ``candidates``."""
-
-    def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
-        raise NotImplementedError
-
-    def line_spans(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
-        return [(start, end) for start, end, _ in self.candidates(block, lo, hi)]
-
-
-def needles(triggers: Sequence[str]) -> list[bytes]:
-    """The literals to search: lower-cased UTF-8, without blanks, duplicates, and literals that
-    contain another one (a line holding the longer one holds the shorter one too)."""
-    lits = sorted({t.lower().encode("utf-8") for t in triggers if t}, key=len)
-    kept: list[bytes] = []
-    for lit in lits:
-        if not any(k in lit for k in kept):
-            kept.append(lit)
-    return kept
-
-
-class PurePrefilter(SpansMixin):
+class PurePrefilter:
     """Lower-case the block once (C speed), then one pass per gate.
 
     ``bytes.find`` over a whole block runs at memory speed (a few hundred MB/s to GB/s per
     literal), far faster than a regex alternation or any per-line Python work, but one pass per
     needle (~240 of them) adds up. So the needles are covered by fewer gates
-    (:mod:`oomdoctor.prefilter_gates`), of two kinds:
+    (:mod:`oomdoctor.prefilter.gates`), of two kinds:
 
     * a *sweep* is one ``re`` pass that finds every member ending anywhere in the block, checking
-      them in C after a short piece they share (see :func:`~oomdoctor.prefilter_gates.sweep_gate`);
+      them in C after a short piece they share (see :func:`~oomdoctor.prefilter.gates.sweep_gate`);
     * a *find* gate is a shared substring: each line holding it is checked for the gate's
       needles. After a hit the search resumes at the end of the line, so a gate that appears on
       many lines costs one ``find`` per line holding it plus the checks; a gate that gets more
@@ -77,9 +34,14 @@ class PurePrefilter(SpansMixin):
     #: bytes searched needle by needle before the gates are planned: about what planning costs
     #: (~0.3 s; needle by needle is ~0.14 s per MiB), so a short log does not pay for it
     _PLAN_AFTER = 2 << 20
-    #: seconds one gate hit costs to check: line bounds, plus one ``find`` per member
-    _HIT_COST = 0.4e-6
-    _MEMBER_COST = 0.15e-6
+    #: what one gate hit is priced at (line bounds, plus one ``find`` per member), in seconds, for
+    #: the bypass budget. Calibrated on the bench's seven log shapes and on a gate on every line
+    #: (bench/genlog.py, 32 MiB): at 0.4 / 0.15 µs the common gates of ordinary logs were bypassed
+    #: and every shape was 10-35 % slower than with no bypass at all; at these values no shape
+    #: bypasses a gate, and a gate on every line still costs 0.045 s/MiB, as bypassed (without
+    #: the bypass: 0.13-0.17 s/MiB)
+    _HIT_COST = 0.1e-6
+    _MEMBER_COST = 0.04e-6
 
     def __init__(self, triggers: Sequence[str]) -> None:
         self.needles = needles(triggers)
@@ -212,31 +174,3 @@ def _search(lowered: bytes, needle: bytes, bit: int, pos: int, found: dict[int, 
         if end >= size:
             break
         pos = find(needle, end + 1)
-
-
-@lru_cache(maxsize=8)
-def _cached(triggers: tuple[str, ...], prefer: str) -> Prefilter:
-    if prefer in ("auto", "hyperscan"):
-        try:
-            from oomdoctor.prefilter_hs import HyperscanPrefilter
-        except ImportError:
-            if prefer == "hyperscan":
-                raise
-        else:
-            return HyperscanPrefilter(triggers)
-    return PurePrefilter(triggers)
-
-
-def make_prefilter(triggers: Sequence[str], prefer: str = "auto") -> Prefilter:
-    """Return the fastest available prefilter (``prefer``: auto, hyperscan or python).
-
-    Prefilters hold no per-scan state, so one is compiled per set of triggers and reused.
-    ``OOMDOCTOR_PREFILTER=python`` (or ``hyperscan``) overrides ``auto``.
-    """
-    if prefer == "auto":
-        import os
-
-        prefer = os.environ.get("OOMDOCTOR_PREFILTER", "auto") or "auto"
-    if prefer not in ("auto", "hyperscan", "python"):
-        raise ValueError(f"unknown prefilter {prefer!r} (choose auto, hyperscan or python)")
-    return _cached(tuple(triggers), prefer)

@@ -13,7 +13,7 @@ from typing import Any
 
 import hyperscan
 
-from oomdoctor.prefilter import SpansMixin, needles
+from oomdoctor.prefilter.interface import needles
 
 
 def _literal(lit: bytes) -> bytes:
@@ -21,7 +21,7 @@ def _literal(lit: bytes) -> bytes:
     return b"".join(b"\\x%02x" % b for b in lit)
 
 
-class HyperscanPrefilter(SpansMixin):
+class HyperscanPrefilter:
     """All triggers in one database; a scan reports each match's end offset, in order."""
 
     def __init__(self, triggers: Sequence[str]) -> None:

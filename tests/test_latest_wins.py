@@ -1,0 +1,81 @@
+"""Phase evidence printed all the time (throughput lines, loss dicts) is read lazily: only the
+latest progress line before a failure, and the lines near one, are read. The findings are the
+ones reading every line gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from oomdoctor.report import Report
+from oomdoctor.rulepack import default_pack
+from oomdoctor.scanner import DEFER_BYTES, DEFER_KEEP, Scanner
+
+PACK = default_pack()
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.00 GiB is free.\n"
+STATS = "INFO 08-19 00:00:20 [loggers.py:123] Engine 000: Avg prompt throughput: {n}.0 tokens/s, Running: 3 reqs\n"
+
+
+def scan(data: bytes, *, every_line: bool = False, chunk: int = 1 << 20) -> Report:
+    scanner = Scanner(PACK, source="<test>", advise=False)
+    if every_line:
+        scanner._defers = lambda *_: False  # type: ignore[method-assign]
+    for i in range(0, len(data), chunk):
+        scanner.feed(data[i : i + chunk])
+    return scanner.close()
+
+
+def findings(report: Report) -> list[dict]:
+    return [f.model_dump(exclude={"remedies"}) for f in report.findings]
+
+
+def test_the_latest_progress_line_names_the_step_after_many_deferred_ones() -> None:
+    # more stats lines than are held before the older ones are settled
+    log = "Loading safetensors checkpoint shards: 100% 4/4\n" + "".join(
+        STATS.format(n=i) for i in range(2 * DEFER_KEEP + 300)
+    ) + OOM
+    report = scan(log.encode())
+    assert [(f.rule, f.phase) for f in report.findings] == [("torch.cuda-oom", "inference")]
+    assert findings(report) == findings(scan(log.encode(), every_line=True))
+
+
+def test_long_deferred_lines_are_settled_by_their_bytes_too() -> None:
+    pad = "x" * 4000
+    count = DEFER_BYTES // 4000 + 200  # more bytes than are held, far fewer lines than DEFER_KEEP
+    scanner = Scanner(PACK, source="<test>", advise=False)
+    scanner.feed(b"Loading safetensors checkpoint shards: 100% 4/4\n")
+    held = 0
+    for i in range(count):
+        scanner.feed(STATS.format(n=i).replace("reqs", pad).encode())
+        held = max(held, sum(len(raw) for _, raw, _ in scanner._deferred))
+    assert held <= DEFER_BYTES
+    scanner.feed(OOM.encode())
+    assert [(f.rule, f.phase) for f in scanner.close().findings] == [("torch.cuda-oom", "inference")]
+
+
+def test_a_line_that_holds_the_trigger_but_is_no_progress_line_does_not_win() -> None:
+    # "AVG PROMPT THROUGHPUT" holds the (caseless) trigger, not the progress pattern: the
+    # checkpoint line before them stays the latest progress line
+    log = "Loading safetensors checkpoint shards: 100% 4/4\n" + "".join(
+        STATS.format(n=i).upper() for i in range(DEFER_KEEP * 2 + 10)
+    ) + OOM
+    report = scan(log.encode())
+    assert [(f.rule, f.phase) for f in report.findings] == [("torch.cuda-oom", "weights-load")]
+
+
+def test_loss_dicts_between_tqdm_pieces_keep_the_training_phase() -> None:
+    bar = "".join(f"\r {i}%|\u2588\u2588        | {i}/100 [00:0{i % 10}<00:10,  1.00s/it]" for i in range(10))
+    log = "***** Running training *****\n" + "".join(
+        f"{bar}\r{{'loss': 0.{i:04d}, 'learning_rate': 1e-05, 'epoch': 0.1}}\n" for i in range(3000)
+    ) + "Traceback (most recent call last):\n" + '  File "t.py", line 1, in training_step\n' + OOM
+    report = scan(log.encode(), chunk=4096)
+    assert [(f.rule, f.phase) for f in report.findings] == [("torch.cuda-oom", "training")]
+    assert findings(report) == findings(scan(log.encode(), every_line=True))
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.rglob("*.log")), ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_fixtures_give_the_findings_reading_every_line_gives(path: Path) -> None:
+    data = path.read_bytes()
+    assert findings(scan(data)) == findings(scan(data, every_line=True))
