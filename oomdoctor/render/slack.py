@@ -153,5 +153,5 @@ def render_slack_blocks(report: Report, *, response_type: str | None = None) -> 
     return payload
 
 
-def render_slack_json(report: Report, **_: Any) -> str:
+def render_slack_json(report: Report, **_options: Any) -> str:
     return json.dumps(render_slack_blocks(report), indent=2, ensure_ascii=False) + "\n"

@@ -238,7 +238,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
     # -- errors: always {"error": "..."} ----------------------------------------------------------
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         msg = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
         if exc.status_code == 404 and msg == "Not Found":
             msg = "not found (see /openapi.json for the endpoints)"
@@ -247,7 +247,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         return _error(exc.status_code, msg, dict(exc.headers or {}))
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
         # never echo the input: it may be a log full of secrets
         parts = []
         for e in exc.errors()[:5]:
@@ -256,7 +256,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         return _error(422, "invalid request: " + "; ".join(parts))
 
     @app.exception_handler(LimitError)
-    async def _limit_error(_: Request, exc: LimitError) -> JSONResponse:
+    async def _limit_error(_request: Request, exc: LimitError) -> JSONResponse:
         return _error(exc.status, exc.message, exc.headers)
 
     # -- auth ---------------------------------------------------------------------------------------
