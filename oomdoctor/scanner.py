@@ -53,6 +53,8 @@ _BUILTIN_TRIGGERS = (
 AFTER_LINES = 80
 #: lines before a finding during which frames of the same traceback count
 BEFORE_LINES = 200
+#: lines above a trigger line in which a message wrapped before its trigger may start
+LEAD_LINES = 2
 #: lines before a traceback header in which a marker line still names the failing step
 MARKER_LEAD = 3
 #: lines after a failure in which a progress line still names its step, when none came before
@@ -256,6 +258,8 @@ class Scanner:
         self._recent: deque[Line] = deque(maxlen=256)
         self._pending: deque[_Pending] = deque()
         self._need_lookahead = 0
+        #: the block, its start, and the offset and number of the candidate line being processed
+        self._here: tuple[bytes, int, int, int] = (b"", 0, 0, 0)
         self._claimed_until: dict[str | None, int] = {}
         self._frames: deque[tuple[int, str, str | None]] = deque(maxlen=400)
         #: line numbers of "Traceback (most recent call last)" headers, per rank
@@ -341,6 +345,7 @@ class Scanner:
             raw = block[start:end]
             if not (masks_ok and only_cut_by_normalise(raw)):
                 mask = 0  # normalising may change what the line holds: look for every trigger
+            self._here = (block, lo, start, line)  # where _lead_from_block finds the lines above
             for ln in normalise(line, raw):
                 has_rule = process(ln, mask) or has_rule
             pos, line = end + 1, line + 1
@@ -424,9 +429,31 @@ class Scanner:
             self._collector.apply_groups(groups, ctx.rule.parser, ctx.rule.units)
         # rule candidates
         if rules:
+            self._lead_from_block(line)
             self._pending.append(_Pending(line, rules, self.source))
         self._evaluate_pending(final=False)
         return bool(rules)
+
+    def _lead_from_block(self, line: Line) -> None:
+        """Put the ``LEAD_LINES`` lines above a rule's trigger line into the recent lines when the
+        prefilter skipped them (they hold no trigger): a message wrapped before its trigger
+        starts there (see :meth:`_lead_lines`)."""
+        block, lo, start, number = self._here
+        if number != line.number or not self._recent or self._recent[-1] is not line:
+            return
+        known = {ln.number for ln in self._recent}
+        lead: list[Line] = []
+        end = start - 1
+        for n in range(number - 1, number - LEAD_LINES - 1, -1):
+            if end < lo or n in known:
+                break
+            begin = block.rfind(b"\n", lo, end) + 1 or lo
+            lead[:0] = normalise(n, block[max(begin, lo) : end])
+            end = begin - 1
+        if lead:
+            self._recent.pop()
+            self._recent.extend(lead)
+            self._recent.append(line)
 
     def _window(self, anchor: Line, size: int) -> list[Line]:
         """The lines after ``anchor`` that may continue its message: the same rank's, and the
@@ -467,20 +494,52 @@ class Scanner:
             return
         ordered = sorted(p.rules, key=lambda r: (-r.rule.priority, r.order))
         for rule in ordered:
+            start = anchor
             window = self._window(anchor, rule.rule.window)
-            found = self._search(rule, anchor, window)
+            found = self._search(rule, anchor, window, clauses=False)
+            if found is None:
+                # a message wrapped before its trigger ("Free memory on device (31.44/47.38 GiB) "
+                # / "on startup is less than ..."): it starts a line or two above the trigger line
+                for start in self._lead_lines(anchor):
+                    back = anchor.number - start.number
+                    found = self._search(rule, start, self._window(start, rule.rule.window + back), clauses=False)
+                    if found is not None and found[2] >= anchor.number:
+                        break
+                    found = None
+            if found is None and rule.rule.by_clause:
+                start = anchor
+                found = self._search(rule, anchor, window)
             if found is None:
                 continue
             m, text, end_line, figures = found
-            self._claimed_until[anchor.rank] = end_line
-            self._add_finding(rule, m, text, figures, anchor, end_line)
+            self._claimed_until[start.rank] = max(self._claimed_until.get(start.rank, 0), end_line)
+            self._claimed_until[anchor.rank] = max(self._claimed_until.get(anchor.rank, 0), end_line)
+            self._add_finding(rule, m, text, figures, start, end_line)
             return
 
+    def _lead_lines(self, anchor: Line) -> list[Line]:
+        """The lines right above ``anchor`` whose text a wrap may have continued on it (nearest
+        first): up to ``LEAD_LINES``, each one continued by the next (same rank, or a bare piece
+        after a prefixed line), none claimed by a finding already."""
+        recent = {ln.number: ln for ln in self._recent if anchor.number - LEAD_LINES <= ln.number < anchor.number}
+        out: list[Line] = []
+        below = anchor
+        for number in range(anchor.number - 1, anchor.number - LEAD_LINES - 1, -1):
+            ln = recent.get(number)
+            if ln is None or self._claimed_until.get(ln.rank, 0) >= ln.number:
+                break
+            if not (ln.rank == below.rank or (below.rank is None and not below.prefix)):
+                break
+            out.append(ln)
+            below = ln
+        return out
+
     def _search(
-        self, rule: CompiledRule, anchor: Line, window: list[Line]
+        self, rule: CompiledRule, anchor: Line, window: list[Line], clauses: bool = True
     ) -> tuple[Any, str, int, dict[str, Any]] | None:
         """The rule's match on ``anchor`` and its window, as (match, text read, last line read,
-        figures), or None when it does not match."""
+        figures), or None when it does not match (``clauses``: try a ``by_clause`` rule's
+        triggers and clauses when its pattern misses)."""
         # Try the window joined with "\n" (lines broken at a word boundary) and joined as a
         # terminal wrapped it (with nothing between the pieces, "20.00 M" / "iB", or the blank
         # the reader trimmed off a piece's end), and, when the whole paste is indented, the
@@ -529,7 +588,7 @@ class Scanner:
                         best, best_cut = (m, text, end_line, figures), cut
                 if not window:
                     break
-            if best is None and rule.rule.by_clause:
+            if best is None and clauses and rule.rule.by_clause:
                 best = self._search_clauses(rule, anchor, window, readings)
             if best is not None:
                 break
