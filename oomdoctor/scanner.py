@@ -57,8 +57,9 @@ BEFORE_LINES = 200
 LEAD_LINES = 2
 #: lines before a traceback header in which a marker line still names the failing step
 MARKER_LEAD = 3
-#: lines after a failure in which a progress line still names its step, when none came before
-#: (another stream's line interleaved after the error: "Loading checkpoint shards: 3%")
+#: lines after a failure (after its last line and the last copy of it another rank printed) in
+#: which a progress line still names its step, when none came before (another stream's line
+#: interleaved after the error: "Loading checkpoint shards: 3%")
 PROGRESS_LAG = 3
 #: a failure repeated by another rank within this many lines is the same failure
 SAME_FAILURE_LINES = 400
@@ -381,14 +382,17 @@ class Scanner:
         if "file " in low or ".py in " in low or '", line ' in low:
             m = _FRAME.search(text)
             if m:
-                func = m["func"]
-                self._frames.append((line.number, func, line.rank))
-                for o in self._open:
-                    if o.line < line.number <= o.line + AFTER_LINES:
-                        if o.rank == line.rank or line.rank in o.merged_ranks:
-                            o.frames.append(func)
-                        else:
-                            o.foreign.append(func)
+                path = (m["path"] or "").replace("\\", "/")
+                # a frame counts by its function's name, and by its file's package ("%phase")
+                for func in (m["func"], *("%" + ph.rule.phase for ph in self.pack.phases
+                                           if any(p in path for p in ph.paths))):
+                    self._frames.append((line.number, func, line.rank))
+                    for o in self._open:
+                        if o.line < line.number <= o.line + AFTER_LINES:
+                            if o.rank == line.rank or line.rank in o.merged_ranks:
+                                o.frames.append(func)
+                            else:
+                                o.foreign.append(func)
         # which triggers does the line hold? (one pass over the pack's literals, then an index)
         present = [t for t in (self._triggers_for(mask) if mask else self._all_triggers) if t in low]
         phases = self._phases_always
@@ -714,9 +718,8 @@ class Scanner:
             func for number, func, frank in self._frames if frank != rank and 0 < number - anchor.number <= AFTER_LINES
         )
         before = [ph for number, ph in self._progress if number <= anchor.number]
-        after = [ph for number, ph in self._progress if 0 < number - anchor.number <= PROGRESS_LAG]
-        if before or after:
-            o.progress_phase = before[-1] if before else after[0]
+        if before:
+            o.progress_phase = before[-1]
         self._open.append(o)
 
     def _evidence(self, anchor: Line, rank: str | None) -> list[str]:
@@ -825,8 +828,9 @@ class Scanner:
         markers = set(o.marker_phases) | {f[1:] for f in o.frames if f.startswith("@")}
         # traceback frames name the failing code exactly; a marker line ("while processing
         # method initialize_cache") names only the outer step, so frames are asked first
+        # (a frame's file counts as "%phase" when its package belongs to the phase)
         for ph in self.pack.phases:
-            if ph.frames & names:
+            if ph.frames & names or "%" + ph.rule.phase in names:
                 return ph.rule.phase
         for ph in self.pack.phases:
             if ph.rule.phase in markers:
@@ -834,11 +838,16 @@ class Scanner:
         # then what the other ranks' tracebacks and markers show right after it
         foreign = set(o.foreign)
         for ph in self.pack.phases:
-            if ph.frames & foreign or "@" + ph.rule.phase in foreign:
+            if ph.frames & foreign or "@" + ph.rule.phase in foreign or "%" + ph.rule.phase in foreign:
                 return ph.rule.phase
         if o.progress_phase:
             return o.progress_phase
-        return "unknown"
+        # none before it: a progress line interleaved right after it (another worker still
+        # loading), counted from the failure's last line, so that the other ranks' copies of the
+        # failure and its own traceback lines do not use up the lag
+        end = max(o.last_line, o.finding.location.end_line)
+        after = [ph for number, ph in self._progress if o.line < number <= end + PROGRESS_LAG]
+        return after[0] if after else "unknown"
 
     def _age_open(self, final: bool, last_line: int | None = None) -> None:
         """Close the open findings ``AFTER_LINES`` behind ``last_line`` (default: the last line
