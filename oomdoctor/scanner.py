@@ -112,6 +112,18 @@ def _specificity_of(pack: RulePack, rule_id: str) -> tuple[int, int]:
         return (0, 0)
 
 
+def _shared_prefix(a: str, b: str) -> str:
+    """The prefix two lines share up to a delimiter (blank, '|', ']', '>', ':') after its eighth
+    character, or "" (the prefix of a log the reader does not know, repeated on each line)."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    cut = max((i + 1 for i in range(n) if a[i] in " |]>:"), default=0)
+    return a[:cut] if cut >= 8 else ""
+
+
 def _search_any(patterns: list[Any], text: str) -> bool:
     """Whether one of ``patterns`` is found in ``text``; a pattern that matches moves to the front
     (all of a phase's markers mean the same, so their order does not change the answer)."""
@@ -557,6 +569,10 @@ class Scanner:
         margin = anchor.text[: len(anchor.text) - len(anchor.text.lstrip(" \t"))]
         if margin and window:
             readings.append((unwrapped, [t[len(margin) :] if t.startswith(margin) else t for t in texts]))
+        shared = _shared_prefix(anchor.text, texts[0]) if window else ""
+        if shared:
+            # every line of the message behind the same prefix no reader knows ("pod-7 | stderr F ")
+            readings.append((["\n"] * len(window), [t[len(shared) :] if t.startswith(shared) else t for t in texts]))
         if window and any(not sep for sep in unwrapped):
             # a line broken at a blank that the paste dropped ("Out" / "of memory")
             readings.append(([" "] * len(window), texts))

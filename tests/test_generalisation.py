@@ -113,10 +113,7 @@ def _close(a: float, b: float) -> bool:
 
 
 #: failures a perturbation still hides. Strict: a fix shows as a failure here, to be removed.
-KNOWN_MISSES = {
-    # Ray's raylet lines behind a prefix: the rule reads the raylet's own layout
-    ("vllm/vllm-044", "prefix"),
-}
+KNOWN_MISSES: set[tuple[str, str]] = set()
 
 
 @pytest.mark.parametrize("perturb", PERTURBATIONS, ids=lambda p: p.__name__.strip("_"))

@@ -135,3 +135,10 @@ def test_torch_oom_inside_trtllm_named_by_windows_paths() -> None:
     )
     f = only_error(diagnose_text(text))
     assert (f.kind, f.engine) == ("torch.cuda-oom", "tensorrt-llm")
+
+
+def test_image_generation_requests_say_inference() -> None:
+    # ComfyUI's "got prompt" before the failure, InvokeAI's session summary right after it
+    assert only_error(diagnose_text(f"got prompt\n{_TORCH_OOM}\n")).phase == "inference"
+    text = f"{_TORCH_OOM}\n\n[2025-02-10 21:49:50,346]::[InvokeAI]::INFO --> Graph stats: 18f998d3\n"
+    assert only_error(diagnose_text(text)).phase == "inference"
