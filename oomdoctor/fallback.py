@@ -50,7 +50,8 @@ _SIZE = regex.compile(
 
 #: role words, nearest one before the size wins (within its clause); the value is the figure name
 _BEFORE = [
-    (regex.compile(r"\b(?:(?:tried|try|trying|failed|unable|attempt(?:ed|ing)?) to allocate|allocating|"
+    (regex.compile(r"\b(?:(?:tried|try|trying|failed|unable|attempt(?:ed|ing)?) to allocate|"
+                   r"(?:could not|couldn't|cannot|can't|can not) allocate|allocating|"
                    r"requested|request(?:ing)?|needed|needs?|required?|requires)\b", regex.I), "requested_bytes"),
     (regex.compile(r"\b(?:total|capacity)\b", regex.I), "total_bytes"),
     (regex.compile(r"\b(?:free|available|remaining|left)\b", regex.I), "free_bytes"),

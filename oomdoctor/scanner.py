@@ -53,10 +53,13 @@ _BUILTIN_TRIGGERS = (
 AFTER_LINES = 80
 #: lines before a finding during which frames of the same traceback count
 BEFORE_LINES = 200
+#: lines above a trigger line in which a message wrapped before its trigger may start
+LEAD_LINES = 2
 #: lines before a traceback header in which a marker line still names the failing step
 MARKER_LEAD = 3
-#: lines after a failure in which a progress line still names its step, when none came before
-#: (another stream's line interleaved after the error: "Loading checkpoint shards: 3%")
+#: lines after a failure (after its last line and the last copy of it another rank printed) in
+#: which a progress line still names its step, when none came before (another stream's line
+#: interleaved after the error: "Loading checkpoint shards: 3%")
 PROGRESS_LAG = 3
 #: a failure repeated by another rank within this many lines is the same failure
 SAME_FAILURE_LINES = 400
@@ -114,6 +117,18 @@ def _specificity_of(pack: RulePack, rule_id: str) -> tuple[int, int]:
         return _specificity(pack.rule(rule_id))
     except KeyError:
         return (0, 0)
+
+
+def _shared_prefix(a: str, b: str) -> str:
+    """The prefix two lines share up to a delimiter (blank, '|', ']', '>', ':') after its eighth
+    character, or "" (the prefix of a log the reader does not know, repeated on each line)."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    cut = max((i + 1 for i in range(n) if a[i] in " |]>:"), default=0)
+    return a[:cut] if cut >= 8 else ""
 
 
 def _search_any(patterns: list[Any], text: str) -> bool:
@@ -276,6 +291,8 @@ class Scanner:
         self._recent: deque[Line] = deque(maxlen=256)
         self._pending: deque[_Pending] = deque()
         self._need_lookahead = 0
+        #: the block, its start, and the offset and number of the candidate line being processed
+        self._here: tuple[bytes, int, int, int] = (b"", 0, 0, 0)
         self._claimed_until: dict[str | None, int] = {}
         self._frames: deque[tuple[int, str, str | None]] = deque(maxlen=400)
         #: line numbers of "Traceback (most recent call last)" headers, per rank
@@ -371,6 +388,7 @@ class Scanner:
             elif not owe and not self._pending and self._defers(line, raw, mask):
                 pos, line = end + 1, line + 1
                 continue
+            self._here = (block, lo, start, line)  # where _lead_from_block finds the lines above
             for ln in normalise(line, raw):
                 has_rule = process(ln, mask) or has_rule
             pos, line = end + 1, line + 1
@@ -408,14 +426,17 @@ class Scanner:
         if "file " in low or ".py in " in low or '", line ' in low:
             m = _FRAME.search(text)
             if m:
-                func = m["func"]
-                self._frames.append((line.number, func, line.rank))
-                for o in self._open:
-                    if o.line < line.number <= o.line + AFTER_LINES:
-                        if o.rank == line.rank or line.rank in o.merged_ranks:
-                            o.frames.append(func)
-                        else:
-                            o.foreign.append(func)
+                path = (m["path"] or "").replace("\\", "/")
+                # a frame counts by its function's name, and by its file's package ("%phase")
+                for func in (m["func"], *("%" + ph.rule.phase for ph in self.pack.phases
+                                           if any(p in path for p in ph.paths))):
+                    self._frames.append((line.number, func, line.rank))
+                    for o in self._open:
+                        if o.line < line.number <= o.line + AFTER_LINES:
+                            if o.rank == line.rank or line.rank in o.merged_ranks:
+                                o.frames.append(func)
+                            else:
+                                o.foreign.append(func)
         # which triggers does the line hold? (one pass over the pack's literals, then an index)
         present = [t for t in (self._triggers_for(mask) if mask else self._all_triggers) if t in low]
         phases = self._phases_always
@@ -458,6 +479,7 @@ class Scanner:
             self._collector.apply_groups(groups, ctx.rule.parser, ctx.rule.units)
         # rule candidates
         if rules:
+            self._lead_from_block(line)
             self._pending.append(_Pending(line, rules, self.source))
         self._evaluate_pending(final=False)
         return bool(rules)
@@ -525,6 +547,27 @@ class Scanner:
                 phases.update(self._phase_by_trigger.get(t, ()))
         return any(_search_any(self._progress_patterns[i], line.text) for i in sorted(phases))
 
+    def _lead_from_block(self, line: Line) -> None:
+        """Put the ``LEAD_LINES`` lines above a rule's trigger line into the recent lines when the
+        prefilter skipped them (they hold no trigger): a message wrapped before its trigger
+        starts there (see :meth:`_lead_lines`)."""
+        block, lo, start, number = self._here
+        if number != line.number or not self._recent or self._recent[-1] is not line:
+            return
+        known = {ln.number for ln in self._recent}
+        lead: list[Line] = []
+        end = start - 1
+        for n in range(number - 1, number - LEAD_LINES - 1, -1):
+            if end < lo or n in known:
+                break
+            begin = block.rfind(b"\n", lo, end) + 1 or lo
+            lead[:0] = normalise(n, block[max(begin, lo) : end])
+            end = begin - 1
+        if lead:
+            self._recent.pop()
+            self._recent.extend(lead)
+            self._recent.append(line)
+
     def _window(self, anchor: Line, size: int) -> list[Line]:
         """The lines after ``anchor`` that may continue its message: the same rank's, and the
         bare lines right after it or after one of those (a terminal wraps a prefixed line into
@@ -564,20 +607,52 @@ class Scanner:
             return
         ordered = sorted(p.rules, key=lambda r: (-r.rule.priority, r.order))
         for rule in ordered:
+            start = anchor
             window = self._window(anchor, rule.rule.window)
-            found = self._search(rule, anchor, window)
+            found = self._search(rule, anchor, window, clauses=False)
+            if found is None:
+                # a message wrapped before its trigger ("Free memory on device (31.44/47.38 GiB) "
+                # / "on startup is less than ..."): it starts a line or two above the trigger line
+                for start in self._lead_lines(anchor):
+                    back = anchor.number - start.number
+                    found = self._search(rule, start, self._window(start, rule.rule.window + back), clauses=False)
+                    if found is not None and found[2] >= anchor.number:
+                        break
+                    found = None
+            if found is None and rule.rule.by_clause:
+                start = anchor
+                found = self._search(rule, anchor, window)
             if found is None:
                 continue
             m, text, end_line, figures = found
-            self._claimed_until[anchor.rank] = end_line
-            self._add_finding(rule, m, text, figures, anchor, end_line)
+            self._claimed_until[start.rank] = max(self._claimed_until.get(start.rank, 0), end_line)
+            self._claimed_until[anchor.rank] = max(self._claimed_until.get(anchor.rank, 0), end_line)
+            self._add_finding(rule, m, text, figures, start, end_line)
             return
 
+    def _lead_lines(self, anchor: Line) -> list[Line]:
+        """The lines right above ``anchor`` whose text a wrap may have continued on it (nearest
+        first): up to ``LEAD_LINES``, each one continued by the next (same rank, or a bare piece
+        after a prefixed line), none claimed by a finding already."""
+        recent = {ln.number: ln for ln in self._recent if anchor.number - LEAD_LINES <= ln.number < anchor.number}
+        out: list[Line] = []
+        below = anchor
+        for number in range(anchor.number - 1, anchor.number - LEAD_LINES - 1, -1):
+            ln = recent.get(number)
+            if ln is None or self._claimed_until.get(ln.rank, 0) >= ln.number:
+                break
+            if not (ln.rank == below.rank or (below.rank is None and not below.prefix)):
+                break
+            out.append(ln)
+            below = ln
+        return out
+
     def _search(
-        self, rule: CompiledRule, anchor: Line, window: list[Line]
+        self, rule: CompiledRule, anchor: Line, window: list[Line], clauses: bool = True
     ) -> tuple[Any, str, int, dict[str, Any]] | None:
         """The rule's match on ``anchor`` and its window, as (match, text read, last line read,
-        figures), or None when it does not match."""
+        figures), or None when it does not match (``clauses``: try a ``by_clause`` rule's
+        triggers and clauses when its pattern misses)."""
         # Try the window joined with "\n" (lines broken at a word boundary) and joined as a
         # terminal wrapped it (with nothing between the pieces, "20.00 M" / "iB", or the blank
         # the reader trimmed off a piece's end), and, when the whole paste is indented, the
@@ -591,6 +666,10 @@ class Scanner:
         margin = anchor.text[: len(anchor.text) - len(anchor.text.lstrip(" \t"))]
         if margin and window:
             readings.append((unwrapped, [t[len(margin) :] if t.startswith(margin) else t for t in texts]))
+        shared = _shared_prefix(anchor.text, texts[0]) if window else ""
+        if shared:
+            # every line of the message behind the same prefix no reader knows ("pod-7 | stderr F ")
+            readings.append((["\n"] * len(window), [t[len(shared) :] if t.startswith(shared) else t for t in texts]))
         if window and any(not sep for sep in unwrapped):
             # a line broken at a blank that the paste dropped ("Out" / "of memory")
             readings.append(([" "] * len(window), texts))
@@ -626,7 +705,7 @@ class Scanner:
                         best, best_cut = (m, text, end_line, figures), cut
                 if not window:
                     break
-            if best is None and rule.rule.by_clause:
+            if best is None and clauses and rule.rule.by_clause:
                 best = self._search_clauses(rule, anchor, window, readings)
             if best is not None:
                 break
@@ -752,9 +831,8 @@ class Scanner:
             func for number, func, frank in self._frames if frank != rank and 0 < number - anchor.number <= AFTER_LINES
         )
         before = [ph for number, ph in self._progress if number <= anchor.number]
-        after = [ph for number, ph in self._progress if 0 < number - anchor.number <= PROGRESS_LAG]
-        if before or after:
-            o.progress_phase = before[-1] if before else after[0]
+        if before:
+            o.progress_phase = before[-1]
         self._open.append(o)
 
     def _evidence(self, anchor: Line, rank: str | None) -> list[str]:
@@ -868,8 +946,9 @@ class Scanner:
         markers = set(o.marker_phases) | {f[1:] for f in o.frames if f.startswith("@")}
         # traceback frames name the failing code exactly; a marker line ("while processing
         # method initialize_cache") names only the outer step, so frames are asked first
+        # (a frame's file counts as "%phase" when its package belongs to the phase)
         for ph in self.pack.phases:
-            if ph.frames & names:
+            if ph.frames & names or "%" + ph.rule.phase in names:
                 return ph.rule.phase
         for ph in self.pack.phases:
             if ph.rule.phase in markers:
@@ -877,11 +956,16 @@ class Scanner:
         # then what the other ranks' tracebacks and markers show right after it
         foreign = set(o.foreign)
         for ph in self.pack.phases:
-            if ph.frames & foreign or "@" + ph.rule.phase in foreign:
+            if ph.frames & foreign or "@" + ph.rule.phase in foreign or "%" + ph.rule.phase in foreign:
                 return ph.rule.phase
         if o.progress_phase:
             return o.progress_phase
-        return "unknown"
+        # none before it: a progress line interleaved right after it (another worker still
+        # loading), counted from the failure's last line, so that the other ranks' copies of the
+        # failure and its own traceback lines do not use up the lag
+        end = max(o.last_line, o.finding.location.end_line)
+        after = [ph for number, ph in self._progress if o.line < number <= end + PROGRESS_LAG]
+        return after[0] if after else "unknown"
 
     def _age_open(self, final: bool, last_line: int | None = None) -> None:
         """Close the open findings ``AFTER_LINES`` behind ``last_line`` (default: the last line

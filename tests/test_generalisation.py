@@ -113,42 +113,7 @@ def _close(a: float, b: float) -> bool:
 
 
 #: failures a perturbation still hides. Strict: a fix shows as a failure here, to be removed.
-KNOWN_MISSES = {
-    # the trigger sits whole on the second line, after the message's start: the anchor must be
-    # where the message starts, and the line before it holds no trigger of the rule
-    ("vllm/vllm-019", "wrap60"), ("vllm/vllm-021", "wrap80"), ("vllm/vllm-021", "wrap100"),
-    # vLLM's preemption warning names no memory: a wrap leaves neither its trigger nor fallback words
-    ("vllm/synthetic-v0-preemption-warnings", "wrap60"), ("vllm/synthetic-v0-preemption-warnings", "wrap80"),
-    ("vllm/synthetic-v0-preemption-warnings", "wrap100"),
-    # a prefix before "Killed" / Ray's raylet lines: those rules read the line's start
-    ("other/synthetic-shell-killed-loading", "prefix"), ("other/synthetic-shell-killed-loading", "requote"),
-    ("vllm/vllm-044", "prefix"),
-    # found when the recall work met the corpus cases the test net copied in (not tuned on): vLLM's
-    # "No available memory for the cache blocks" without its first sentence, the start-up free-memory
-    # check and "max seq len ... KV cache" hard-wrapped mid-word after a prefix, a prefixed "Killed"
-    ("transformers/other-080", "prefix"),
-    ("transformers/other-080", "requote"),
-    ("vllm/new-006", "drop_first_sentence"),
-    ("vllm/new-008", "drop_first_sentence"),
-    ("vllm/new-036", "drop_first_sentence"),
-    ("vllm/new-036", "wrap60"),
-    ("vllm/new-037", "drop_first_sentence"),
-    ("vllm/new-037", "wrap60"),
-    ("vllm/new-038", "drop_first_sentence"),
-    ("vllm/new-038", "wrap60"),
-    ("vllm/new-054", "wrap100"),
-    ("vllm/new-054", "wrap80"),
-    ("vllm/vllm-004", "wrap60"),
-    ("vllm/vllm-005", "wrap100"),
-    ("vllm/vllm-005", "wrap60"),
-    ("vllm/vllm-007", "wrap60"),
-    ("vllm/vllm-007", "wrap80"),
-    ("vllm/vllm-017", "wrap60"),
-    ("vllm/vllm-017", "wrap80"),
-    ("vllm/vllm-018", "wrap100"),
-    ("vllm/vllm-018", "wrap80"),
-    ("vllm/vllm-043", "drop_first_sentence"),
-}
+KNOWN_MISSES: set[tuple[str, str]] = set()
 
 
 @pytest.mark.parametrize("perturb", PERTURBATIONS, ids=lambda p: p.__name__.strip("_"))

@@ -62,6 +62,7 @@ class CompiledContext:
 class CompiledPhase:
     rule: PhaseRule
     frames: frozenset[str]
+    paths: tuple[str, ...]
     markers: tuple[regex.Pattern[str], ...]
     progress: tuple[regex.Pattern[str], ...]
     triggers: tuple[str, ...]
@@ -452,6 +453,7 @@ def load_pack(
                     CompiledPhase(
                         ph,
                         frozenset(ph.frames),
+                        tuple(p.replace("\\", "/") for p in ph.paths),
                         tuple(_compile(p, who, "markers", lazy) for p in ph.markers),
                         tuple(_compile(p, who, "progress", lazy) for p in ph.progress),
                         tuple(t.lower() for t in ph.triggers),

@@ -114,6 +114,10 @@ class PhaseRule(_Strict):
 
     phase: Phase
     frames: list[str] = Field(default_factory=list, description="Function names in traceback frames.")
+    paths: list[str] = Field(
+        default_factory=list,
+        description="Pieces of traceback frames' file paths (a package's directory) that count like frame names.",
+    )
     markers: list[str] = Field(
         default_factory=list, description="Regexes for lines that name the phase (near the failure)."
     )
