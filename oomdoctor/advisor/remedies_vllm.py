@@ -328,13 +328,14 @@ def cudagraph_estimate_off(inp: AdviceInput) -> Remedy | None:
 
 
 def fp8_kv_support(inp: AdviceInput) -> tuple[str | None, str]:
-    """(flag value or None, reason). None: this GPU/version cannot store the KV cache in fp8."""
+    """(flag value or None, why it cannot help, in words). None: this GPU/version cannot store the KV cache in fp8."""
     f = get_facts(inp)
     value = fp8_kv_flag_value(f.version)
     if value is None:
-        return None, f"vLLM {inp.context.engine_version} has no fp8 KV cache"
+        return None, remedy_text("vllm.kv-cache-dtype-fp8", "why_no_version", version=str(inp.context.engine_version))
     if f.gpu is not None and f.gpu.value.cc < 80:
-        return None, f"the {f.gpu.value.name} (compute capability {f.gpu.value.cc / 10:.1f}) has no fp8 support"
+        gpu = f.gpu.value
+        return None, remedy_text("vllm.kv-cache-dtype-fp8", "why_no_gpu", gpu=gpu.name, cc=f"{gpu.cc / 10:.1f}")
     return value, ""
 
 
@@ -361,7 +362,7 @@ def kv_cache_fp8(inp: AdviceInput) -> Remedy | None:
             flags={},
             fits=False,
             confidence="low",
-            why=f"Cannot help: {reason}.",
+            why=reason,
             tradeoff="",
             sources=sources,
         )
@@ -986,11 +987,13 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
         settings=settings,
         fits=True,
         confidence="medium" if (geo is not None or f.bytes_per_token.source in ("message", "context")) else "low",
-        why=(
-            f"No single change fits. Per GPU: {format_size(total)} × util − weights × format / TP − "
-            f"{format_size(fixed)} (activation, non-torch, graphs) must hold one request at "
-            f"{format_size(int(f.bytes_per_token.value))} per token; the fewest changes that do: " + "; ".join(parts) + "."
+        why=_(
+            "No single change fits. Per GPU: {total} × util − weights × format / TP − {fixed} (activation, "
+            "non-torch, graphs) must hold one request at {per_token} per token; the fewest changes that do: {changes}."
+        ).format(
+            total=format_size(total), fixed=format_size(fixed), per_token=format_size(int(f.bytes_per_token.value)),
+            changes=_("; ").join(parts),
         ),
-        tradeoff="The trade-offs of each change together.",
+        tradeoff=_("The trade-offs of each change together."),
         sources=f.sources("weights", "total", "utilization", "bytes_per_token", "max_model_len", "gpus", "geometry"),
     )
