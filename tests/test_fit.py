@@ -273,3 +273,16 @@ def test_the_same_remedies_keep_their_post_mortem_wording_for_a_log(monkeypatch:
     whys = {r.id: r.why for r in as_log}
     assert "vLLM's own estimate of the maximum model length" in whys["vllm.max-model-len"]
     assert "(512.00 MiB in this log)" in whys["vllm.enforce-eager"]
+
+
+def test_fit_speaks_the_locale_language(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """fit's verdict, remedies and errors follow OOMDOCTOR_LANG / LANG like the post-mortem."""
+    monkeypatch.setenv("OOMDOCTOR_LANG", "ja")
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["fit", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4", "--max-model-len", "131072"]) == 1
+    out = capsys.readouterr().out
+    assert "収まりません：131072トークンのリクエスト1件にKVキャッシュが16.00 GiB必要ですが" in out
+    assert "1. コンテキスト長を41616トークンに制限する" in out
+    assert "--max-model-len 41616" in out
+    assert main(["fit", "--model", "no/such-model", "--gpu", "A10G"]) == 2
+    assert "'no/such-model' はカタログにありません" in capsys.readouterr().err
