@@ -438,3 +438,23 @@ def test_every_template_a_calculator_asks_for_exists_with_its_japanese() -> None
     untranslated = sorted(f"{rid}/{key}" for rid, key in asked if key not in table.get(rid, prescription.RemedyEntry()).ja)
     assert missing == [], missing
     assert untranslated == [], untranslated
+
+
+def test_rules_and_run_messages_follow_the_locale() -> None:
+    """The rules subcommand's summary and the CLI's errors are code texts: gettext, in the locale's language."""
+    def cli(*args: str, **env: str) -> subprocess.CompletedProcess[bytes]:
+        base = {k: v for k, v in os.environ.items() if k not in ("OOMDOCTOR_LANG", "LC_ALL", "LC_MESSAGES", "LANG")}
+        return subprocess.run([sys.executable, "-m", "oomdoctor", *args], capture_output=True,
+                              env={**base, **env}, timeout=120, cwd=ROOT)
+
+    listed = cli("rules", "list", LANG="ja_JP.UTF-8").stdout.decode("utf-8").splitlines()[-1]
+    english = cli("rules", "list").stdout.decode("utf-8").splitlines()[-1]
+    counts = [int(n) for n in english.replace(",", " ").split() if n.isdigit()]
+    assert english == "{} rules, {} context rules, {} phase rules".format(*counts)
+    assert listed == "ルール{}件、コンテキストルール{}件、フェーズルール{}件".format(*counts)
+    missing = cli("rules", "show", "no.such-rule", OOMDOCTOR_LANG="ja")
+    assert missing.returncode == 2
+    assert "ID 'no.such-rule' のルールはありません" in missing.stderr.decode("utf-8")
+    not_found = cli("run", "--", "/no/such/command", OOMDOCTOR_LANG="ja")
+    assert not_found.returncode == 127
+    assert "/no/such/command: コマンドが見つかりません" in not_found.stderr.decode("utf-8")
