@@ -229,3 +229,60 @@ def test_fit_text_fits_the_width_and_keeps_commands_whole(width: int) -> None:
     lines = render_fit_text(res, width=width).splitlines()
     assert all(len(line) <= width for line in lines if not line.lstrip().startswith("$ "))
     assert f"$ {res.remedies[0].command}" in [line.strip() for line in lines]
+
+
+#: post-mortem wording: a pre-flight plan has no log and no vLLM estimate (issue 15 §4)
+_POST_MORTEM = ("this log", "the log", "log's", "own estimate", "このログ", "ログの", "vLLM自身")
+
+
+def _plan_texts(lang: str) -> list[str]:
+    from oomdoctor.i18n import use_lang
+
+    with use_lang(lang):
+        res = fit(find_model("meta-llama/Llama-3.1-8B-Instruct"), find_gpu("L4"), max_model_len=131072)
+    assert res.remedies
+    return [t for r in res.remedies for t in (r.title, r.why, r.tradeoff or "")]
+
+
+@pytest.mark.parametrize("lang", ["en", "ja"])
+def test_fit_words_its_remedies_as_a_plan_not_a_post_mortem(lang: str) -> None:
+    texts = _plan_texts(lang)
+    assert [t for t in texts if any(w in t for w in _POST_MORTEM)] == []
+    joined = "\n".join(texts)
+    if lang == "en":
+        assert "From the maximum model length this plan leaves room for (" in joined
+        assert "(an estimated 512.00 MiB for this plan)" in joined
+    else:
+        assert "この構成で収まる最大モデル長の推定値（" in joined
+        assert "（この構成での推定値は512.00 MiB）" in joined
+
+
+def test_the_same_remedies_keep_their_post_mortem_wording_for_a_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the plan flag changes the wording: fit's own input, read as a log, speaks of the log."""
+    import dataclasses
+
+    import oomdoctor.advisor as advisor
+    from oomdoctor.advisor.fit import KV_IDS
+
+    seen = []
+    real = advisor.rank_remedies
+    monkeypatch.setattr(advisor, "rank_remedies", lambda ids, inp: seen.append(inp) or real(ids, inp))
+    fit(find_model("meta-llama/Llama-3.1-8B-Instruct"), find_gpu("L4"), max_model_len=131072)
+    assert [inp.planned for inp in seen] == [True]
+    as_log = real(KV_IDS, dataclasses.replace(seen[0], planned=False))
+    whys = {r.id: r.why for r in as_log}
+    assert "vLLM's own estimate of the maximum model length" in whys["vllm.max-model-len"]
+    assert "(512.00 MiB in this log)" in whys["vllm.enforce-eager"]
+
+
+def test_fit_speaks_the_locale_language(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """fit's verdict, remedies and errors follow OOMDOCTOR_LANG / LANG like the post-mortem."""
+    monkeypatch.setenv("OOMDOCTOR_LANG", "ja")
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["fit", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4", "--max-model-len", "131072"]) == 1
+    out = capsys.readouterr().out
+    assert "収まりません：131072トークンのリクエスト1件にKVキャッシュが16.00 GiB必要ですが" in out
+    assert "1. コンテキスト長を41616トークンに制限する" in out
+    assert "--max-model-len 41616" in out
+    assert main(["fit", "--model", "no/such-model", "--gpu", "A10G"]) == 2
+    assert "'no/such-model' はカタログにありません" in capsys.readouterr().err

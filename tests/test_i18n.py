@@ -318,3 +318,143 @@ def test_chat_answers_in_the_deployment_language() -> None:
     assert "`--max-model-len 4512`" in r.json()["text"]
     help_text = c.post("/mattermost/commands", data={"token": "mm-token", "text": "help"}).json()["text"]
     assert help_text.startswith("コマンドの後に")
+
+
+# -- every remedy calculator words its human text through a translated template ------------------------
+
+ADVISOR = ROOT / "oomdoctor" / "advisor"
+#: calls whose string arguments are keys or code-text messages, not English shown as is
+_WORDING_CALLS = {"remedy_text", "_", "N_", "ngettext"}
+_HUMAN_KWARGS = ("title", "why", "tradeoff")
+
+
+def _calculator_modules() -> list[Path]:
+    return sorted(ADVISOR.glob("remedies_*.py"))
+
+
+def _english_literals(node: Any) -> list[str]:
+    """String literals with words in ``node`` that reach the user as they are (not inside a
+    wording call)."""
+    import ast
+
+    out: list[str] = []
+
+    def walk(n: ast.AST) -> None:
+        if isinstance(n, ast.Call):
+            fn = n.func
+            name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
+            if name in _WORDING_CALLS:
+                return
+            if isinstance(fn, ast.Attribute) and fn.attr == "format":
+                walk(fn.value)
+                for k in n.keywords:
+                    walk(k.value)
+                return
+        if isinstance(n, (ast.Compare, ast.Subscript)):
+            return  # keys and comparisons, not text
+        if isinstance(n, ast.JoinedStr) or (isinstance(n, ast.Constant) and isinstance(n.value, str)):
+            parts = [n] if isinstance(n, ast.Constant) else [v for v in n.values if isinstance(v, ast.Constant)]
+            literal = "".join(str(v.value) for v in parts)
+            if " " in literal.strip() and sum(c.isalpha() for c in literal) >= 3:  # words, not a key or a formula
+                out.append(ast.unparse(n))
+            return
+        for child in ast.iter_child_nodes(n):
+            walk(child)
+
+    walk(node)
+    return out
+
+
+def test_every_remedy_calculator_words_its_text_through_a_translated_template() -> None:
+    """title, why and tradeoff of every Remedy a calculator builds (and the local variables they are
+    built from) come from remedy_text() or gettext, never from an English literal."""
+    import ast
+
+    found: list[str] = []
+    for path in _calculator_modules():
+        tree = ast.parse(path.read_text("utf-8"))
+        for fn in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+            assigned: dict[str, list[ast.AST]] = {}
+            for n in ast.walk(fn):
+                if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and n.value is not None:
+                    targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                    for t in targets:
+                        for name in [e for e in ast.walk(t) if isinstance(e, ast.Name)]:
+                            assigned.setdefault(name.id, []).append(n.value)
+                if isinstance(n, ast.Return) and n.value is not None and isinstance(n.value, ast.Tuple):
+                    # helpers that hand back (value, why, ...) tuples
+                    for elt in n.value.elts:
+                        found += [f"{path.name}:{n.lineno}: {s}" for s in _english_literals(elt)]
+            for call in [n for n in ast.walk(fn) if isinstance(n, ast.Call)]:
+                if not (isinstance(call.func, ast.Name) and call.func.id == "Remedy"):
+                    continue
+                for kw in call.keywords:
+                    if kw.arg not in _HUMAN_KWARGS:
+                        continue
+                    exprs = [kw.value] + [
+                        v for name in [e.id for e in ast.walk(kw.value) if isinstance(e, ast.Name)]
+                        for v in assigned.get(name, [])
+                    ]
+                    for expr in exprs:
+                        found += [f"{path.name}:{call.lineno}: {kw.arg}: {s}" for s in _english_literals(expr)]
+    assert found == [], "\n".join(found)
+
+
+def _key_options(node: Any) -> list[str]:
+    """The literal keys an expression can give: "a", x if c else "b", ("a" if c else "b") + "_c"."""
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.IfExp):
+        return _key_options(node.body) + _key_options(node.orelse)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return [a + b for a in _key_options(node.left) for b in _key_options(node.right)]
+    return []  # computed (an f-string key): checked by the table's own completeness
+
+
+def test_every_template_a_calculator_asks_for_exists_with_its_japanese() -> None:
+    """Each remedy_text(ID, KEY) with literal arguments names a text of remedies.toml that has its ja."""
+    import ast
+
+    table = prescription.remedy_table()
+    asked: set[tuple[str, str]] = set()
+    for path in _calculator_modules():
+        tree = ast.parse(path.read_text("utf-8"))
+        consts = {
+            t.id: n.value.value
+            for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+            for t in n.targets if isinstance(t, ast.Name) and isinstance(n.value.value, str)
+        }
+        for call in [n for n in ast.walk(tree) if isinstance(n, ast.Call)]:
+            if not (isinstance(call.func, ast.Name) and call.func.id == "remedy_text") or len(call.args) < 2:
+                continue
+            rid_node, key_node = call.args[:2]
+            rid = rid_node.value if isinstance(rid_node, ast.Constant) else consts.get(getattr(rid_node, "id", ""))
+            if isinstance(rid, str):
+                asked |= {(rid, k) for k in _key_options(key_node)}
+    assert len(asked) > 150  # the scan really sees the calculators
+    missing = sorted(f"{rid}/{key}" for rid, key in asked if key not in table.get(rid, prescription.RemedyEntry()).english())
+    untranslated = sorted(f"{rid}/{key}" for rid, key in asked if key not in table.get(rid, prescription.RemedyEntry()).ja)
+    assert missing == [], missing
+    assert untranslated == [], untranslated
+
+
+def test_rules_and_run_messages_follow_the_locale() -> None:
+    """The rules subcommand's summary and the CLI's errors are code texts: gettext, in the locale's language."""
+    def cli(*args: str, **env: str) -> subprocess.CompletedProcess[bytes]:
+        base = {k: v for k, v in os.environ.items() if k not in ("OOMDOCTOR_LANG", "LC_ALL", "LC_MESSAGES", "LANG")}
+        return subprocess.run([sys.executable, "-m", "oomdoctor", *args], capture_output=True,
+                              env={**base, **env}, timeout=120, cwd=ROOT)
+
+    listed = cli("rules", "list", LANG="ja_JP.UTF-8").stdout.decode("utf-8").splitlines()[-1]
+    english = cli("rules", "list").stdout.decode("utf-8").splitlines()[-1]
+    counts = [int(n) for n in english.replace(",", " ").split() if n.isdigit()]
+    assert english == "{} rules, {} context rules, {} phase rules".format(*counts)
+    assert listed == "ルール{}件、コンテキストルール{}件、フェーズルール{}件".format(*counts)
+    missing = cli("rules", "show", "no.such-rule", OOMDOCTOR_LANG="ja")
+    assert missing.returncode == 2
+    assert "ID 'no.such-rule' のルールはありません" in missing.stderr.decode("utf-8")
+    not_found = cli("run", "--", "/no/such/command", OOMDOCTOR_LANG="ja")
+    assert not_found.returncode == 127
+    assert "/no/such/command: コマンドが見つかりません" in not_found.stderr.decode("utf-8")

@@ -11,7 +11,7 @@ def test_ngl_from_free_memory_and_layer_size() -> None:
     # 40543.11 MiB / 81 layers = 500.5 MiB per layer; (7800 MiB free - 1 GiB) // 500.5 MiB = 13
     r = f.remedies[0]
     assert (r.id, r.flags) == ("ggml.n-gpu-layers", {"-ngl": "13"})
-    assert "assuming all 80 layers" in r.why
+    assert "assumes all 80 layers + output were offloaded" in r.why
     # context and KV type do not change the weights' size
     assert "ggml.ctx-size" not in remedy_ids(f) and "ggml.kv-cache-type" not in remedy_ids(f)
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.advisor.account import account_for
 from oomdoctor.advisor.cause import engine_for, name_cause
-from oomdoctor.advisor.prescription import prescribed, remedy_info, remedy_tradeoff, withheld
+from oomdoctor.advisor.prescription import planned_wording, prescribed, remedy_info, remedy_tradeoff, withheld
 from oomdoctor.advisor.registry import AdviceInput, calculator
 from oomdoctor.advisor.versions import flag_exists
 from oomdoctor.i18n import _, join_sentences
@@ -160,7 +160,12 @@ def _withholds(inp: AdviceInput, ids: Iterable[str]) -> bool:
 
 def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
     """Compute the remedies ``ids`` for one input, drop duplicates, no-ops and flags the version lacks,
-    rank and number them."""
+    rank and number them (worded for a plan when ``inp.planned``)."""
+    with planned_wording(inp.planned):
+        return _rank_remedies(ids, inp)
+
+
+def _rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
     out: list[Remedy] = []
     seen: set[tuple[tuple[str, str], ...]] = set()
     for order, rid in enumerate(ids):

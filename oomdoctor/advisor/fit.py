@@ -193,7 +193,7 @@ def fit(
     from oomdoctor.advisor import rank_remedies
 
     ids = KV_IDS if budget > 0 else NO_BLOCKS_IDS
-    res.remedies = rank_remedies(ids, AdviceInput(res.finding, ctx, hints))
+    res.remedies = rank_remedies(ids, AdviceInput(res.finding, ctx, hints, planned=True))
     return res
 
 

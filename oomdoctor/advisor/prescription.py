@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import string
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -276,10 +279,30 @@ def _localized(entry: RemedyEntry, key: str, lang: str) -> str:
     return entry.english()[key]
 
 
+#: suffix of a template's pre-flight wording (``why_graph_plan`` beside ``why_graph``)
+PLAN_SUFFIX = "_plan"
+_planned: ContextVar[bool] = ContextVar("oomdoctor_planned", default=False)
+
+
+@contextmanager
+def planned_wording(planned: bool = True) -> Iterator[None]:
+    """Inside the block, word remedies for a plan (``oomdoctor fit``), not a log: every template
+    with a ``<key>_plan`` variant uses it (no "in this log", no "vLLM's own estimate")."""
+    token = _planned.set(planned)
+    try:
+        yield
+    finally:
+        _planned.reset(token)
+
+
 def remedy_text(remedy_id: str, key: str, **values: Any) -> str:
     """The remedy's template ``key`` (``text.<key>`` or ``tradeoff`` in remedies.toml), filled
-    with ``values``, in the language in force (English where no translation exists)."""
-    return render_template(_localized(remedy_info(remedy_id), key, current_lang()), values)
+    with ``values``, in the language in force (English where no translation exists); its
+    ``<key>_plan`` variant instead, when there is one, inside :func:`planned_wording`."""
+    entry = remedy_info(remedy_id)
+    if _planned.get() and key + PLAN_SUFFIX in entry.text:
+        key += PLAN_SUFFIX
+    return render_template(_localized(entry, key, current_lang()), values)
 
 
 def remedy_tradeoff(remedy_id: str) -> str:

@@ -16,6 +16,9 @@ class AdviceInput:
     finding: Finding
     context: Context
     hints: dict[str, str] = field(default_factory=dict)
+    #: the figures come from a plan (``oomdoctor fit``, before any run), not from a log: remedies are
+    #: worded as pre-flight advice (their ``<key>_plan`` templates where the wording differs)
+    planned: bool = False
 
     @property
     def figures(self) -> dict[str, Any]:

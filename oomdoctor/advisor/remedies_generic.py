@@ -8,7 +8,6 @@ from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import ceil_to, floor_to, fmt_fraction
 from oomdoctor.report import Remedy
-from oomdoctor.units import format_size
 
 #: max_split_size_mb never below this (MiB): smaller values split almost every block
 MAX_SPLIT_FLOOR_MB = 128
@@ -75,11 +74,7 @@ def max_split_size(inp: AdviceInput) -> Remedy | None:
         saves_bytes=None,
         fits=None,
         confidence="medium",
-        why=(
-            f"{format_size(spare)} is reserved by PyTorch but unallocated against a request of {format_size(req)}; "
-            f"this PyTorch's own message advises max_split_size_mb (expandable_segments came in 2.1). "
-            f"{mib} MiB: the request rounded up to a power of two, at least {MAX_SPLIT_FLOOR_MB}."
-        ),
+        why=remedy_text("torch.max-split-size", "why", spare=spare, request=req, mib=mib, floor=MAX_SPLIT_FLOOR_MB),
         sources={"fragmentation": "message", "requested": "message"},
     )
 
@@ -109,9 +104,9 @@ def memory_fraction(inp: AdviceInput) -> Remedy | None:
         saves_bytes=int(value * total) - int(allowed),
         fits=fits,
         confidence="high" if fits else "low",
-        why=(
-            f"The cap of {format_size(allowed)} binds while {format_size(free)} of the GPU is free: "
-            f"({format_size(held)} held + {format_size(req)} requested) / {format_size(total)} + 0.01 = {fmt_fraction(value)}."
+        why=remedy_text(
+            "torch.memory-fraction", "why", allowed=allowed, free=free, held=held, request=req, total=total,
+            value=fmt_fraction(value),
         ),
         sources={"cap": "message", "held": "message", "requested": "message", "free": "message"},
     )
@@ -215,9 +210,8 @@ def mps_high_watermark(inp: AdviceInput) -> Remedy | None:
         env={"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "0.0"},
         fits=None,
         confidence="medium",
-        why=(
-            f"{format_size(allocated)} allocated + {format_size(other)} other + {format_size(req)} requested "
-            f"is {format_size(over)} over the {format_size(limit)} limit; the value is the one PyTorch's message gives."
+        why=remedy_text(
+            "torch.mps-high-watermark", "why", allocated=allocated, other=other, request=req, over=over, limit=limit
         ),
         sources={"figures": "message", "value": "message"},
     )

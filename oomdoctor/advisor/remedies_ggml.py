@@ -9,8 +9,8 @@ from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, setting
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import round_down
+from oomdoctor.i18n import join_sentences
 from oomdoctor.report import Remedy
-from oomdoctor.units import format_size
 
 #: memory kept free for the KV cache and compute buffers when the log does not show them
 GGML_HEADROOM_BYTES = 2**30
@@ -37,21 +37,19 @@ def _is_llamacpp(inp: AdviceInput) -> bool:
 
 
 def _layers_fit(
-    inp: AdviceInput, offloaded: int | None, free: int | None, per_layer: float | None
+    rid: str, offloaded: int | None, free: int | None, per_layer: float | None
 ) -> tuple[int, str, bool] | None:
-    """Layers that fit: floor((free − headroom) / bytes per layer), else half the offloaded layers."""
+    """Layers that fit: floor((free − headroom) / bytes per layer), else half the offloaded layers;
+    with the why in ``rid``'s words and whether the value was computed."""
     if per_layer and free:
         n = int((free - GGML_HEADROOM_BYTES) // per_layer)
-        why = (
-            f"{format_size(free)} free − {format_size(GGML_HEADROOM_BYTES)} headroom for KV cache and compute "
-            f"buffers, at {format_size(per_layer)} per layer → {n} layers"
-        )
         if offloaded is None or n < offloaded:
+            why = remedy_text(rid, "why_fit", free=free, headroom=GGML_HEADROOM_BYTES, per_layer=per_layer, layers=n)
             return max(n, 0), why, True
         # the log's free figure says everything fits, yet the allocation failed: it was wrong
-        return offloaded // 2, f"half of the {offloaded} layers offloaded now (the free memory the log reports would have fit them all)", False
+        return offloaded // 2, remedy_text(rid, "why_half_wrong", offloaded=offloaded), False
     if offloaded and offloaded > 1:
-        return offloaded // 2, f"half of the {offloaded} layers offloaded now (the free memory is not in the log)", False
+        return offloaded // 2, remedy_text(rid, "why_half", offloaded=offloaded), False
     return None
 
 
@@ -73,10 +71,10 @@ def n_gpu_layers(inp: AdviceInput) -> Remedy | None:
     assumed = ""
     if n_layer and (offloaded is None or offloaded > n_layer + 1):
         if offloaded is None:
-            assumed = f" (assuming all {n_layer} layers + output were offloaded; the log does not show -ngl)"
+            assumed = remedy_text("ggml.n-gpu-layers", "why_assumed", n_layer=n_layer)
         offloaded = n_layer + 1
     free = as_int(setting(inp, "llama_device_free_bytes")) or _hint_bytes(inp)
-    fit = _layers_fit(inp, offloaded, free, _per_layer(inp, offloaded))
+    fit = _layers_fit("ggml.n-gpu-layers", offloaded, free, _per_layer(inp, offloaded))
     if fit is None:
         return None
     value, why, computed = fit
@@ -86,7 +84,7 @@ def n_gpu_layers(inp: AdviceInput) -> Remedy | None:
         flags={"-ngl": str(value)},
         fits=True if computed and not assumed else None,
         confidence="medium" if computed else "low",
-        why=why + assumed + ".",
+        why=join_sentences(t for t in (why, assumed) if t),
     )
 
 
@@ -111,7 +109,7 @@ def num_gpu(inp: AdviceInput) -> Remedy | None:
     free = as_int(setting(inp, "ollama_memory_available_bytes", "llama_device_free_bytes")) or _hint_bytes(inp)
     repeating = as_int(setting(inp, "ollama_weights_repeating_bytes"))
     per_layer = repeating / (model_layers - 1) if (repeating and model_layers and model_layers > 1) else _per_layer(inp, offloaded)
-    fit = _layers_fit(inp, offloaded, free, per_layer)
+    fit = _layers_fit("ollama.num-gpu", offloaded, free, per_layer)
     if fit is None:
         return None
     value, why, computed = fit
@@ -121,7 +119,7 @@ def num_gpu(inp: AdviceInput) -> Remedy | None:
         settings={"num_gpu": str(value)},
         fits=True if computed else None,
         confidence="medium" if computed else "low",
-        why=why + ". Set it with PARAMETER num_gpu in a Modelfile or options.num_gpu in the API request.",
+        why=join_sentences([why, remedy_text("ollama.num-gpu", "why_set")]),
     )
 
 
@@ -150,9 +148,8 @@ def ctx_size(inp: AdviceInput) -> Remedy | None:
         saves_bytes=kv // 2 if kv else None,
         fits=None,
         confidence="medium",
-        why=f"The context is {n_ctx} tokens; the KV cache and the attention compute buffer grow with it"
-        + (f" (KV cache {format_size(kv)})." if kv else "."),
-        tradeoff=f"Prompts + output longer than {value} tokens no longer fit.",
+        why=remedy_text("ggml.ctx-size", "why_kv" if kv else "why", n_ctx=n_ctx, kv=kv),
+        tradeoff=remedy_text("ggml.ctx-size", "cost", value=value),
     )
 
 
@@ -177,9 +174,10 @@ def num_ctx(inp: AdviceInput) -> Remedy | None:
         saves_bytes=kv // 2 if kv else None,
         fits=None,
         confidence="medium",
-        why=f"The runner was started with n_ctx = {n_ctx}" + (f" ({parallel} parallel slots × {per_slot})" if parallel > 1 else "")
-        + "; KV cache and compute buffers grow with it. Set PARAMETER num_ctx or options.num_ctx.",
-        tradeoff=f"Conversations longer than {value} tokens are truncated.",
+        why=remedy_text(
+            "ollama.num-ctx", "why_parallel" if parallel > 1 else "why", n_ctx=n_ctx, parallel=parallel, per_slot=per_slot
+        ),
+        tradeoff=remedy_text("ollama.num-ctx", "cost", value=value),
     )
 
 
@@ -196,7 +194,7 @@ def num_parallel(inp: AdviceInput) -> Remedy | None:
         env={"OLLAMA_NUM_PARALLEL": "1"},
         fits=None,
         confidence="medium" if cur else "low",
-        why="ollama allocates num_ctx × OLLAMA_NUM_PARALLEL tokens of KV cache" + (f" (now {cur} slots)." if cur else "."),
+        why=remedy_text("ollama.num-parallel", "why_now" if cur else "why", current=cur),
     )
 
 
@@ -217,7 +215,7 @@ def kv_cache_type(inp: AdviceInput) -> Remedy | None:
         saves_bytes=int(kv * (1 - Q8_0_RATIO)) if kv else None,
         fits=None,
         confidence="medium",
-        why="q8_0 takes 8.5 bits per value instead of 16" + (f": {format_size(kv)} → {format_size(kv * Q8_0_RATIO)}." if kv else "."),
+        why=remedy_text("ggml.kv-cache-type", "why_sized" if kv else "why", kv=kv, q8=kv * Q8_0_RATIO if kv else None),
     )
 
 
@@ -233,8 +231,10 @@ def ollama_kv_cache_type(inp: AdviceInput) -> Remedy | None:
         saves_bytes=int(kv * (1 - Q8_0_RATIO)) if kv else None,
         fits=None,
         confidence="medium",
-        why="q8_0 takes 8.5 bits per value instead of 16" + (f": {format_size(kv)} → {format_size(kv * Q8_0_RATIO)}." if kv else ".")
-        + " ollama only quantizes the cache with flash attention on.",
+        why=join_sentences([
+            remedy_text("ollama.kv-cache-type", "why_sized" if kv else "why", kv=kv, q8=kv * Q8_0_RATIO if kv else None),
+            remedy_text("ollama.kv-cache-type", "why_fa"),
+        ]),
     )
 
 
@@ -252,7 +252,7 @@ def flash_attn(inp: AdviceInput) -> Remedy | None:
         flags={"-fa": ""},
         fits=None,
         confidence="medium",
-        why="Without flash attention the compute buffer holds the whole n_ctx × n_ubatch attention matrix.",
+        why=remedy_text("ggml.flash-attn", "why"),
     )
 
 
@@ -266,7 +266,7 @@ def ollama_flash_attention(inp: AdviceInput) -> Remedy | None:
         env={"OLLAMA_FLASH_ATTENTION": "1"},
         fits=None,
         confidence="medium",
-        why="Without flash attention the compute buffer holds the whole context × batch attention matrix.",
+        why=remedy_text("ollama.flash-attention", "why"),
     )
 
 
@@ -286,6 +286,5 @@ def ubatch_size(inp: AdviceInput) -> Remedy | None:
         saves_bytes=req // 2 if req else None,
         fits=None,
         confidence="medium",
-        why=f"The compute buffer grows with n_ubatch ({cur}); half of it roughly halves the buffer"
-        + (f" of {format_size(req)}." if req else "."),
+        why=remedy_text("ggml.ubatch-size", "why_sized" if req else "why", current=cur, request=req),
     )

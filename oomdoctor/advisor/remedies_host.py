@@ -21,6 +21,7 @@ RAY_DEFAULT_THRESHOLD = 0.95
 #: highest threshold recommended (above it the kernel OOM killer may strike first)
 RAY_MAX_THRESHOLD = 0.98
 
+RID = "host.container-memory-limit"
 _SERVING = ("vllm", "sglang", "tgi", "tensorrt-llm")
 #: llama.cpp and ollama load GGUF files: transformers' loading options do not apply
 _GGML = ("llama.cpp", "ollama", "ggml")
@@ -70,21 +71,18 @@ def _raise_limit(inp: AdviceInput, limit: int, rss: int | None) -> Remedy:
     by_rss = math.ceil(rss * HOST_LIMIT_HEADROOM / 2**30) * 2**30 if rss else 0
     new = max(by_limit, by_rss)
     quantity = format_quantity(new)
-    why = (
-        f"The container's memory limit is {format_quantity(limit)} ({format_size(limit)}) and the job was killed at it; "
-        + (f"its {format_size(rss)} resident (anon + file + shmem rss)" if new > by_limit else "the limit")
-        + f" × {HOST_LIMIT_HEADROOM} headroom = {quantity} ({format_size(new)}). "
-        "Other processes in the container count against the limit too."
+    why = remedy_text(
+        RID, "why_rss" if new > by_limit else "why_limit", limit=format_quantity(limit), limit_size=limit,
+        rss=rss, headroom=HOST_LIMIT_HEADROOM, quantity=quantity, new=new,
     )
     return Remedy(
         id="host.container-memory-limit",
-        title=f"Raise the container's memory limit to {quantity}",
+        title=remedy_text(RID, "title", quantity=quantity),
         flags={"--memory": f"{math.ceil(new / 2**30)}g"},
         settings={"resources.limits.memory": quantity},
         fits=None,
         confidence="medium",
         why=why,
-        tradeoff="Needs a host (node) with that much free memory.",
         sources={"limit": "context", **({"rss": "message"} if rss else {})},
     )
 
@@ -99,26 +97,20 @@ def container_limit(inp: AdviceInput) -> Remedy | None:
         gib = math.ceil(rss * HOST_LIMIT_HEADROOM / 2**30)
         return Remedy(
             id="host.container-memory-limit",
-            title=f"Give the job at least {gib} GiB of host memory",
+            title=remedy_text(RID, "title_at_least", gib=gib),
             flags={"--memory": f"{gib}g"},
             settings={"resources.limits.memory": f"{gib}Gi"},
             fits=None,
             confidence="medium",
-            why=(
-                f"The process had {format_size(rss)} resident (anon + file + shmem rss) when it was killed; "
-                f"× {HOST_LIMIT_HEADROOM} headroom = {gib} GiB (docker --memory, or the pod's memory limit). "
-                "A lower bound: other processes in the same container count against the limit too."
-            ),
-            tradeoff="Needs a host (node) with that much free memory.",
+            why=remedy_text(RID, "why_at_least", rss=rss, headroom=HOST_LIMIT_HEADROOM, gib=gib),
         )
     return Remedy(
         id="host.container-memory-limit",
-        title="Raise the container's memory limit",
+        title=remedy_text(RID, "title_unknown"),
         settings={"resources.limits.memory": "2 × the current limit"},
         fits=None,
         confidence="low",
-        why="The process was killed for memory; the log does not show how much it used, so double the limit and measure.",
-        tradeoff="Needs a node with that much free memory.",
+        why=remedy_text(RID, "why_unknown"),
     )
 
 
@@ -141,13 +133,12 @@ def shm_size(inp: AdviceInput) -> Remedy | None:
     seg = as_int(inp.fig("segment_bytes"))
     return Remedy(
         id="host.shm-size",
-        title=f"Give the container a larger /dev/shm ({SHM_SIZE}) or the host's IPC namespace",
+        title=remedy_text("host.shm-size", "title", size=SHM_SIZE),
         flags={"--shm-size": SHM_SIZE},
         settings={"alternative": "docker run --ipc=host; on Kubernetes an emptyDir with medium: Memory mounted at /dev/shm"},
         fits=None,
         confidence="high",
-        why="Docker gives containers 64 MiB of /dev/shm; DataLoader workers and NCCL put their buffers there"
-        + (f" (NCCL wanted a {format_size(seg)} segment)." if seg else "."),
+        why=remedy_text("host.shm-size", "why_segment", segment=seg) if seg else remedy_text("host.shm-size", "why"),
     )
 
 
@@ -155,11 +146,11 @@ def shm_size(inp: AdviceInput) -> Remedy | None:
 def nccl_shm_disable(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="host.nccl-shm-disable",
-        title="Stop NCCL from using /dev/shm",
+        title=remedy_text("host.nccl-shm-disable", "title"),
         env={"NCCL_SHM_DISABLE": "1"},
         fits=True,
         confidence="medium",
-        why="NCCL's shared-memory transport could not create its segment; without it NCCL uses P2P or sockets.",
+        why=remedy_text("host.nccl-shm-disable", "why"),
     )
 
 
@@ -170,11 +161,11 @@ def smaller_model(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="host.smaller-model",
-        title=f"Use a model variant that needs at most {format_size(avail)}",
+        title=remedy_text("host.smaller-model", "title", available=avail),
         settings={"model": f"a smaller quantization or size (≤ {format_size(avail)})"},
         fits=None,
         confidence="medium",
-        why=f"The model needs {format_size(req)} and {format_size(avail)} is available: {avail / req:.0%} of it.",
+        why=remedy_text("host.smaller-model", "why", required=req, available=avail, share=f"{avail / req:.0%}"),
     )
 
 
@@ -188,11 +179,11 @@ def ray_threshold(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="ray.memory-usage-threshold",
-        title=f"Let Ray's memory monitor kill later ({RAY_MAX_THRESHOLD})",
+        title=remedy_text("ray.memory-usage-threshold", "title", threshold=RAY_MAX_THRESHOLD),
         env={"RAY_memory_usage_threshold": f"{RAY_MAX_THRESHOLD}"},
         fits=None,
         confidence="low",
-        why=f"Ray kills workers when the node's memory use passes {cur}; set the variable when starting Ray.",
+        why=remedy_text("ray.memory-usage-threshold", "why", current=cur),
     )
 
 
@@ -207,12 +198,12 @@ def vllm_swap_space(inp: AdviceInput) -> Remedy | None:
     per = cur if cur is not None else SWAP_SPACE_DEFAULT
     return Remedy(
         id="host.vllm-swap-space",
-        title="Pin no host memory for KV swapping",
+        title=remedy_text("host.vllm-swap-space", "title"),
         flags={"--swap-space": "0"},
         saves_bytes=int(per * gpus * 2**30),
         fits=None,
         confidence="medium",
-        why=f"vLLM (V0) pins --swap-space GiB of host RAM per GPU ({per:g} × {gpus} here) for preempted sequences.",
+        why=remedy_text("host.vllm-swap-space", "why", per=f"{per:g}", gpus=gpus),
     )
 
 
@@ -227,10 +218,10 @@ def vllm_cpu_offload(inp: AdviceInput) -> Remedy | None:
     gpus = inp.context.tensor_parallel_size or 1
     return Remedy(
         id="host.vllm-cpu-offload-gb",
-        title=f"Offload less to host memory ({value:g} GiB per GPU)",
+        title=remedy_text("host.vllm-cpu-offload-gb", "title", value=f"{value:g}"),
         flags={"--cpu-offload-gb": f"{value:g}"},
         saves_bytes=int((cur - value) * gpus * 2**30),
         fits=None,
         confidence="medium",
-        why=f"--cpu-offload-gb {cur:g} pins that much host RAM per GPU ({gpus} GPUs).",
+        why=remedy_text("host.vllm-cpu-offload-gb", "why", current=f"{cur:g}", gpus=gpus),
     )

@@ -11,8 +11,8 @@ from oomdoctor.advisor._engine_util import as_float, as_int, engine_of, setting
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import ceil_to, floor_to, fmt_fraction, round_down
+from oomdoctor.i18n import join_sentences
 from oomdoctor.report import Remedy
-from oomdoctor.units import format_size
 
 #: default --mem-fraction-static of SGLang 0.4.x for one GPU of at most 80 GiB (upstream-messages.md)
 SGLANG_DEFAULT_FRACTION = 0.88
@@ -42,27 +42,23 @@ def raise_fraction(inp: AdviceInput) -> Remedy | None:
     post = as_int(inp.context.extra.get("sglang_avail_after_load_bytes"))
     if suggested is not None:
         value = floor_to(suggested, 2) + 0.01
-        why = f"SGLang says to raise it above {suggested}; the next two-decimal value is {fmt_fraction(value)}."
+        why = remedy_text("sglang.mem-fraction-static.raise", "why_suggested", suggested=suggested, value=fmt_fraction(value))
         conf = "high"
     elif pre and post is not None and pre > 0:
         minimum = 1 - post / pre
         value = ceil_to(minimum + SGLANG_MIN_KV_SHARE, 2)
-        why = (
-            f"{format_size(pre)} was free before loading and {format_size(post)} after, so the weights need "
-            f"at least 1 − {format_size(post)}/{format_size(pre)} = {minimum:.4f}; plus {SGLANG_MIN_KV_SHARE:.2f} "
-            f"for the KV pool = {fmt_fraction(value)}."
+        why = remedy_text(
+            "sglang.mem-fraction-static.raise", "why_measured", before=pre, after=post, minimum=f"{minimum:.4f}",
+            kv_share=f"{SGLANG_MIN_KV_SHARE:.2f}", value=fmt_fraction(value),
         )
         conf = "medium"
     elif cur is not None and cur < SGLANG_DEFAULT_FRACTION:
         value = SGLANG_DEFAULT_FRACTION
-        why = (
-            f"The fraction is {cur}, far below SGLang's usual default ({SGLANG_DEFAULT_FRACTION} for one GPU); "
-            "the weights alone do not fit in it."
-        )
+        why = remedy_text("sglang.mem-fraction-static.raise", "why_default", current=cur, default=SGLANG_DEFAULT_FRACTION)
         conf = "medium"
     elif cur is not None:
         value = round(cur + 0.02, 2)
-        why = f"The weights fill {cur} of the GPU; two more points leave room for the KV pool."
+        why = remedy_text("sglang.mem-fraction-static.raise", "why_step", current=cur)
         conf = "low"
     else:
         return None
@@ -73,7 +69,7 @@ def raise_fraction(inp: AdviceInput) -> Remedy | None:
             flags={},
             fits=False,
             confidence="low",
-            why=why + f" That is above {SGLANG_MAX_FRACTION}: use more GPUs (--tp-size) or quantization.",
+            why=join_sentences([why, remedy_text("sglang.mem-fraction-static.raise", "why_too_high", maximum=SGLANG_MAX_FRACTION)]),
         )
     if cur is not None and value <= cur:
         return None
@@ -108,7 +104,7 @@ def lower_fraction(inp: AdviceInput) -> Remedy | None:
         saves_bytes=int((cur - value) * total) if total else None,
         fits=True if (req and total and (cur - value) * total >= req) else None,
         confidence="medium",
-        why=f"Graph capture needs memory outside the static pool; {cur} − {step:.2f} = {fmt_fraction(value)}.",
+        why=remedy_text("sglang.mem-fraction-static.lower", "why", current=cur, step=f"{step:.2f}", value=fmt_fraction(value)),
     )
 
 
@@ -139,8 +135,8 @@ def cuda_graph_max_bs(inp: AdviceInput) -> Remedy | None:
         flags={"--cuda-graph-max-bs": str(value)},
         fits=None,
         confidence="medium",
-        why=f"Graphs were captured up to batch size {cur}; graph memory grows with it, half is {value}.",
-        tradeoff=f"Batches larger than {value} run without CUDA graphs (slower decode at high load).",
+        why=remedy_text("sglang.cuda-graph-max-bs", "why", current=cur, value=value),
+        tradeoff=remedy_text("sglang.cuda-graph-max-bs", "cost", value=value),
     )
 
 
@@ -154,7 +150,7 @@ def disable_cuda_graph(inp: AdviceInput) -> Remedy | None:
         flags={"--disable-cuda-graph": ""},
         fits=True if inp.finding.phase == "cudagraph-capture" else None,
         confidence="medium",
-        why="The failure happened while capturing CUDA graphs; without them nothing is captured.",
+        why=remedy_text("sglang.disable-cuda-graph", "why"),
     )
 
 
@@ -170,18 +166,15 @@ def chunked_prefill(inp: AdviceInput) -> Remedy | None:
     value = round_down(min(candidates), 64)
     if value < 128:
         return None
-    src = []
-    if cur and cur > 0:
-        src.append(f"half of the current {cur}")
-    if avail:
-        src.append(f"the {avail} tokens the pool still had")
+    halved = bool(cur and cur > 0)
+    key = "why_both" if (halved and avail) else "why_half" if halved else "why_pool"
     return Remedy(
         id="sglang.chunked-prefill-size",
         title=remedy_text("sglang.chunked-prefill-size", "title", tokens=value),
         flags={"--chunked-prefill-size": str(value)},
         fits=None,
         confidence="medium",
-        why="Smaller prefill chunks need fewer free KV slots at once: " + " and ".join(src) + ", rounded down to 64.",
+        why=remedy_text("sglang.chunked-prefill-size", key, current=cur, available=avail),
     )
 
 
@@ -191,9 +184,9 @@ def max_running_requests(inp: AdviceInput) -> Remedy | None:
         return None
     cur = as_int(setting(inp, "max_running_requests")) or inp.context.max_num_seqs
     running = as_int(setting(inp, "sglang_running_requests"))
-    what = f"{cur} concurrent requests (the limit)"
+    key = "why_limit"
     if running and (not cur or running < cur):
-        cur, what = running, f"{running} requests running when it failed (the log's last batch line)"
+        cur, key = running, "why_running"
     if not cur or cur < 2:
         return None
     value = cur // 2
@@ -203,7 +196,7 @@ def max_running_requests(inp: AdviceInput) -> Remedy | None:
         flags={"--max-running-requests": str(value)},
         fits=None,
         confidence="medium",
-        why=f"{what} exhausted the KV/request pools; half as many need half the slots.",
+        why=remedy_text("sglang.max-running-requests", key, current=cur),
     )
 
 
@@ -221,7 +214,7 @@ def tp_size(inp: AdviceInput) -> Remedy | None:
         flags={"--tp-size": str(tp * 2)},
         fits=None,
         confidence="medium",
-        why=f"{gpus} GPUs are available; each holds about 1/{tp * 2} of the weights instead of 1/{tp}.",
+        why=remedy_text("sglang.tp-size", "why", gpus=gpus, new_tp=tp * 2, tp=tp),
     )
 
 
@@ -237,5 +230,6 @@ def quantization(inp: AdviceInput) -> Remedy | None:
         saves_bytes=w // 2 if w else None,
         fits=None,
         confidence="low",
-        why="fp8 weights take half the memory of bf16" + (f" ({format_size(w)} → {format_size(w // 2)})." if w else "."),
+        why=remedy_text("sglang.quantization", "why_sized", weights=w, half=w // 2) if w
+        else remedy_text("sglang.quantization", "why"),
     )

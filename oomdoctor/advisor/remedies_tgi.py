@@ -7,10 +7,11 @@ line. Every calculator answers only for TGI logs.
 from __future__ import annotations
 
 from oomdoctor.advisor._engine_util import as_float, as_int, engine_of, setting
+from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import floor_to, fmt_fraction, round_down
+from oomdoctor.i18n import join_sentences
 from oomdoctor.report import Remedy
-from oomdoctor.units import format_size
 
 #: prefill budgets are rounded down to this many tokens
 TGI_TOKEN_STEP = 256
@@ -49,15 +50,17 @@ def max_batch_prefill_tokens(inp: AdviceInput) -> Remedy | None:
     extra = ""
     if max_input and max_input > value:
         flags[_input_flag(inp)] = str(value)
-        extra = f" TGI needs --max-batch-prefill-tokens ≥ the max input ({max_input}), so the input limit drops to {value} too."
+        extra = remedy_text("tgi.max-batch-prefill-tokens", "why_input", max_input=max_input, value=value)
     return Remedy(
         id="tgi.max-batch-prefill-tokens",
-        title=f"Prefill at most {value} tokens per batch",
+        title=remedy_text("tgi.max-batch-prefill-tokens", "title", value=value),
         flags=flags,
         fits=None,
         confidence="high" if inp.fig("prefill_tokens") else "medium",
-        why=f"A prefill of {n} tokens did not fit; half of it, rounded down to {TGI_TOKEN_STEP}, is {value}." + extra,
-        tradeoff="Fewer prompt tokens per prefill batch: lower throughput under load" + (", shorter prompts." if extra else "."),
+        why=join_sentences(
+            t for t in (remedy_text("tgi.max-batch-prefill-tokens", "why", tokens=n, step=TGI_TOKEN_STEP, value=value), extra) if t
+        ),
+        tradeoff=remedy_text("tgi.max-batch-prefill-tokens", "cost_input" if extra else "cost"),
     )
 
 
@@ -71,17 +74,15 @@ def _lift_cap(inp: AdviceInput, allowed: int) -> Remedy:
     value = min(1.0, floor_to((allowed + free) / total, 2)) if (total and free is not None) else 1.0
     return Remedy(
         id="tgi.cuda-memory-fraction",
-        title=f"Lift TGI's per-process memory cap ({fmt_fraction(value)})",
+        title=remedy_text("tgi.cuda-memory-fraction", "title_lift", value=fmt_fraction(value)),
         flags={"--cuda-memory-fraction": fmt_fraction(value)},
         fits=True if (total and free is not None and value * total > allowed) else None,
         confidence="medium",
-        why=(
-            f"The process may use only {format_size(allowed)} ('allowed': the cap --cuda-memory-fraction sets)"
-            + (f" while {format_size(free)} of the GPU is free: ({format_size(allowed)} + {format_size(free)}) / "
-               f"{format_size(total)} = {fmt_fraction(value)}." if (total and free is not None)
-               else "; the log does not show how much of the GPU is free, so 1.0 lifts the cap.")
-        ),
-        tradeoff="Other processes sharing this GPU get less of it.",
+        why=remedy_text(
+            "tgi.cuda-memory-fraction", "why_lift", allowed=allowed, free=free, total=total, value=fmt_fraction(value)
+        ) if (total and free is not None)
+        else remedy_text("tgi.cuda-memory-fraction", "why_lift_unknown", allowed=allowed),
+        tradeoff=remedy_text("tgi.cuda-memory-fraction", "cost_lift"),
         sources={"allowed": "message"},
     )
 
@@ -102,16 +103,16 @@ def cuda_memory_fraction(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="tgi.cuda-memory-fraction",
-        title=f"Let TGI size its KV cache from {fmt_fraction(value)} of the GPU",
+        title=remedy_text("tgi.cuda-memory-fraction", "title", value=fmt_fraction(value)),
         flags={"--cuda-memory-fraction": fmt_fraction(value)},
         saves_bytes=int((cur - value) * total),
         fits=True,
         confidence="medium",
-        why=(
-            f"The KV cache is sized at warm-up from {cur} of the GPU and leaves too little for a real batch: "
-            f"{cur} − {format_size(req)}/{format_size(total)} − {TGI_FRACTION_MARGIN} = {fmt_fraction(value)}."
+        why=remedy_text(
+            "tgi.cuda-memory-fraction", "why", current=cur, request=req, total=total, margin=TGI_FRACTION_MARGIN,
+            value=fmt_fraction(value),
         ),
-        tradeoff="A smaller KV cache: fewer tokens in flight (max batch total tokens drops).",
+        tradeoff=remedy_text("tgi.cuda-memory-fraction", "cost"),
     )
 
 
@@ -125,11 +126,11 @@ def max_batch_total_tokens(inp: AdviceInput) -> Remedy | None:
     value = round_down(cur * TGI_TOTAL_TOKENS_SHRINK, 16)
     return Remedy(
         id="tgi.max-batch-total-tokens",
-        title=f"Cap the tokens in flight at {value}",
+        title=remedy_text("tgi.max-batch-total-tokens", "title", value=value),
         flags={"--max-batch-total-tokens": str(value)},
         fits=None,
         confidence="low",
-        why=f"The batch could hold {cur} tokens; {TGI_TOTAL_TOKENS_SHRINK:.0%} of that frees KV memory for activations.",
+        why=remedy_text("tgi.max-batch-total-tokens", "why", current=cur, share=f"{TGI_TOTAL_TOKENS_SHRINK:.0%}"),
     )
 
 
@@ -147,12 +148,12 @@ def max_total_tokens(inp: AdviceInput) -> Remedy | None:
         flags[_input_flag(inp)] = str(cap - 1)
     return Remedy(
         id="tgi.max-total-tokens",
-        title=f"Limit a request to {cap} tokens",
+        title=remedy_text("tgi.max-total-tokens", "title", cap=cap),
         flags=flags,
         fits=True,
         confidence="high",
-        why=f"The KV cache holds {cap} tokens, fewer than --max-total-tokens {want}.",
-        tradeoff=f"Prompt + output longer than {cap} tokens is rejected.",
+        why=remedy_text("tgi.max-total-tokens", "why", cap=cap, want=want),
+        tradeoff=remedy_text("tgi.max-total-tokens", "cost", cap=cap),
     )
 
 
@@ -162,12 +163,12 @@ def quantize(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="tgi.quantize",
-        title="Quantize the weights (8-bit EETQ)",
+        title=remedy_text("tgi.quantize", "title"),
         flags={"--quantize": "eetq"},
         saves_bytes=inp.context.weights_bytes // 2 if inp.context.weights_bytes else None,
         fits=None,
         confidence="low",
-        why="8-bit weights take half of the fp16 weights' memory, leaving it to prefill and the KV cache.",
+        why=remedy_text("tgi.quantize", "why"),
     )
 
 
@@ -177,9 +178,9 @@ def cuda_graphs(inp: AdviceInput) -> Remedy | None:
         return None
     return Remedy(
         id="tgi.cuda-graphs",
-        title="Capture fewer CUDA graphs",
+        title=remedy_text("tgi.cuda-graphs", "title"),
         flags={"--cuda-graphs": "1,2,4,8"},
         fits=None,
         confidence="low",
-        why="Decode graph capture ran out of memory; TGI's default sizes go up to 32, half of the sizes keep up to 8.",
+        why=remedy_text("tgi.cuda-graphs", "why"),
     )

@@ -105,7 +105,7 @@ def optim_8bit(inp: AdviceInput) -> Remedy | None:
         settings={"optim": "adamw_bnb_8bit"},
         fits=None,
         confidence="low",
-        why="AdamW keeps two fp32 states per parameter (8 bytes); 8-bit states take 2 bytes.",
+        why=remedy_text("training.optim-8bit", "why"),
     )
 
 
@@ -149,6 +149,5 @@ def dataloader_workers(inp: AdviceInput) -> Remedy | None:
         settings={"dataloader_num_workers": str(value)},
         fits=None,
         confidence="low",
-        why="Each worker is a process with its own copy of the dataset state and prefetched batches in shared memory"
-        + (f" ({cur} now)." if cur else "."),
+        why=remedy_text("training.dataloader-workers", "why_now" if cur else "why", current=cur),
     )

@@ -12,7 +12,6 @@ from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import floor_to, fmt_fraction
 from oomdoctor.report import Remedy
-from oomdoctor.units import format_size
 
 #: TensorRT-LLM's default share of free memory given to the paged KV cache
 TRTLLM_DEFAULT_KV_FRACTION = 0.9
@@ -20,12 +19,6 @@ TRTLLM_DEFAULT_KV_FRACTION = 0.9
 TRTLLM_FRACTION_STEP = 0.1
 #: trtllm-build's default --max_num_tokens
 TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
-
-_BUILD_NOTE = (
-    "For a TensorRT engine this is a build-time limit (trtllm-build); at run time you can only lower it, "
-    "which is what this value does."
-)
-
 
 def _mine(inp: AdviceInput) -> bool:
     return engine_of(inp) == "tensorrt-llm"
@@ -40,14 +33,11 @@ def kv_fraction(inp: AdviceInput) -> Remedy | None:
     avail = as_int(setting(inp, "trtllm_available_bytes"))
     if req and avail:
         value = floor_to(cur - req / avail - 0.01, 2)
-        why = (
-            f"The KV cache takes {cur} of the {format_size(avail)} free after loading; {format_size(req)} more was needed: "
-            f"{cur} − {format_size(req)}/{format_size(avail)} − 0.01 = {fmt_fraction(value)}."
-        )
+        why = remedy_text("trtllm.kv-cache-free-gpu-mem-fraction", "why_measured", current=cur, available=avail, request=req, value=fmt_fraction(value))
         conf = "high"
     else:
         value = round(cur - TRTLLM_FRACTION_STEP, 2)
-        why = f"The paged KV cache takes {cur} of the memory free after loading; {TRTLLM_FRACTION_STEP} less leaves that share to activations."
+        why = remedy_text("trtllm.kv-cache-free-gpu-mem-fraction", "why_step", current=cur, step=TRTLLM_FRACTION_STEP)
         conf = "medium"
     if value <= 0.1:
         return None
@@ -59,12 +49,13 @@ def kv_fraction(inp: AdviceInput) -> Remedy | None:
         settings={"KvCacheConfig.free_gpu_memory_fraction": v, "kv_cache_free_gpu_mem_fraction (Triton config.pbtxt)": v},
         fits=None,
         confidence=conf,  # type: ignore[arg-type]
-        why=why + " A run-time setting: no engine rebuild.",
-        tradeoff="Fewer KV-cache tokens: fewer requests in flight.",
+        why=why,
+        tradeoff=remedy_text("trtllm.kv-cache-free-gpu-mem-fraction", "cost"),
     )
 
 
-def _halve(inp: AdviceInput, rid: str, name: str, default: int | None, what: str) -> Remedy | None:
+def _halve(inp: AdviceInput, rid: str, name: str, default: int | None) -> Remedy | None:
+    """Half of the setting ``name`` (or of its ``default``), worded by ``rid``'s ``*_halve`` texts."""
     if not _mine(inp):
         return None
     cur = as_int(setting(inp, name)) or default
@@ -73,19 +64,19 @@ def _halve(inp: AdviceInput, rid: str, name: str, default: int | None, what: str
     value = cur // 2
     return Remedy(
         id=rid,
-        title=f"Lower {name} to {value}",
+        title=remedy_text(rid, "title_halve", name=name, value=value),
         flags={f"--{name}": str(value)},
         settings={name: str(value)},
         fits=None,
         confidence="medium" if setting(inp, name) else "low",
-        why=f"{what} {cur}" + ("" if setting(inp, name) else " (TensorRT-LLM's default)") + f"; half is {value}. " + _BUILD_NOTE,
-        tradeoff="Lower peak throughput.",
+        why=remedy_text(rid, "why_halve" if setting(inp, name) else "why_halve_default", current=cur, value=value),
+        tradeoff=remedy_text(rid, "cost_halve"),
     )
 
 
 @remedy("trtllm.max-batch-size")
 def max_batch_size(inp: AdviceInput) -> Remedy | None:
-    rem = _halve(inp, "trtllm.max-batch-size", "max_batch_size", None, "Activation and KV buffers are sized for a batch of")
+    rem = _halve(inp, "trtllm.max-batch-size", "max_batch_size", None)
     if rem is not None or not _mine(inp):
         return rem
     # the engine's build value is not in the log: rebuilding smaller is the remedy, without a number
@@ -95,16 +86,15 @@ def max_batch_size(inp: AdviceInput) -> Remedy | None:
         settings={"max_batch_size (trtllm-build)": "half of the built value"},
         fits=None,
         confidence="low",
-        why="The runtime buffers are sized when the engine is built, for max_batch_size × max_input_len tokens; "
-            "the log does not print the built value. " + _BUILD_NOTE,
+        why=remedy_text("trtllm.max-batch-size", "why"),
     )
 
 
 @remedy("trtllm.max-num-tokens")
 def max_num_tokens(inp: AdviceInput) -> Remedy | None:
-    return _halve(inp, "trtllm.max-num-tokens", "max_num_tokens", TRTLLM_DEFAULT_MAX_NUM_TOKENS, "Activation buffers are sized for")
+    return _halve(inp, "trtllm.max-num-tokens", "max_num_tokens", TRTLLM_DEFAULT_MAX_NUM_TOKENS)
 
 
 @remedy("trtllm.max-seq-len")
 def max_seq_len(inp: AdviceInput) -> Remedy | None:
-    return _halve(inp, "trtllm.max-seq-len", "max_seq_len", None, "Each sequence may reach")
+    return _halve(inp, "trtllm.max-seq-len", "max_seq_len", None)

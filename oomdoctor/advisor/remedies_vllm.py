@@ -32,7 +32,7 @@ from oomdoctor.advisor.values import (
     fmt_fraction,
     round_down,
 )
-from oomdoctor.i18n import _
+from oomdoctor.i18n import _, join_sentences
 from oomdoctor.report import Remedy
 from oomdoctor.units import format_size
 
@@ -115,35 +115,37 @@ def covers(saves: int | None, inp: AdviceInput) -> bool | None:
     return None if shortage_is_lower_bound(inp) else True
 
 
+#: the remedy whose texts word the shortage and the utilization ceiling
+_KV = "vllm.gpu-memory-utilization.raise-for-kv"
+
+
 def shortage(inp: AdviceInput) -> tuple[int, str] | None:
-    """Bytes missing for this failure to fit, and the figures behind it."""
+    """Bytes missing for this failure to fit, and the figures behind it (in the language in force)."""
     f = get_facts(inp)
     needed, avail = inp.fig("kv_cache_needed_bytes"), inp.fig("kv_cache_available_bytes")
     if needed and avail is not None:
-        return int(needed - avail), f"{format_size(needed)} needed − {format_size(avail)} available"
+        return int(needed - avail), remedy_text(_KV, "basis_needed", needed=needed, available=avail)
     tokens, max_len = inp.fig("kv_cache_tokens"), inp.fig("max_seq_len")
     bpt = f.bytes_per_token.value if f.bytes_per_token else None
     if tokens and max_len and bpt:
         miss = int((max_len - tokens) * bpt)
-        return miss, f"({max_len} − {tokens}) tokens × {format_size(int(bpt))} per token"
+        return miss, remedy_text(_KV, "basis_tokens", max_len=max_len, tokens=tokens, per_token=int(bpt))
     kv = avail if avail is not None else inp.context.kv_cache_bytes
     if inp.finding.kind == "vllm.kv-cache.no-blocks" and kv is not None:
         one = int(f.max_model_len.value * bpt) if (bpt and f.max_model_len) else 0
         miss = max(0, -int(kv)) + one
-        why = f"the KV budget is {format_size(int(kv))}"
         if one:
-            why += f"; one {f.max_model_len.value}-token request needs {format_size(one)}"  # type: ignore[union-attr]
-        else:
-            why += ", plus the KV cache of one request (size unknown)"
-        return miss, why
+            length = f.max_model_len.value  # type: ignore[union-attr]
+            return miss, remedy_text(_KV, "basis_budget_one", kv=int(kv), length=length, one=one)
+        return miss, remedy_text(_KV, "basis_budget", kv=int(kv))
     desired, free = inp.fig("desired_bytes"), inp.fig("free_bytes")
     if desired and free is not None:
-        return int(desired - free), f"{format_size(desired)} desired − {format_size(free)} free"
+        return int(desired - free), remedy_text(_KV, "basis_desired", desired=desired, free=free)
     req = inp.fig("requested_bytes")
     if req:
         if free is not None and free < req:
-            return int(req - free), f"{format_size(req)} requested − {format_size(free)} free"
-        return int(req), f"{format_size(req)} requested"
+            return int(req - free), remedy_text(_KV, "basis_requested_free", request=req, free=free)
+        return int(req), remedy_text(_KV, "basis_requested", request=req)
     return None
 
 
@@ -195,13 +197,13 @@ def _util_cap(f: Facts, inp: AdviceInput) -> tuple[float, str]:
         held = inp.fig("in_use_bytes")
         if held:
             by_free = floor_to((held + free) / total, 2)
-            why = f"(in use + free)/total = ({format_size(int(held))} + {format_size(free)}) / {format_size(total)}"
+            why = remedy_text(_KV, "cap_held", held=int(held), free=free, total=total)
         else:
             by_free = floor_to(free / total, 2)
-            why = f"free/total = {format_size(free)} / {format_size(total)}"
+            why = remedy_text(_KV, "cap_free", free=free, total=total)
         if by_free < MAX_UTILIZATION:
             return by_free, why
-    return MAX_UTILIZATION, "oomdoctor's ceiling"
+    return MAX_UTILIZATION, remedy_text(_KV, "cap_ceiling")
 
 
 @remedy("vllm.gpu-memory-utilization.raise-for-kv")
@@ -222,12 +224,13 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
     lower_bound = shortage_is_lower_bound(inp)
     if lower_bound and target < cap:
         target = min(cap, ceil_to(target + 0.02, 2))  # room for at least a few blocks
-    weights_note = ""
+    notes: list[str] = []
     if f.weights and f.weights.value > total * cap:
-        weights_note = f" The weights alone ({format_size(f.weights.value)}) exceed {fmt_fraction(cap)} of the GPU."
+        notes.append(remedy_text(_KV, "why_weights", weights=f.weights.value, cap=fmt_fraction(cap)))
     nominal = f.total.source.startswith("catalog (nominal")
     if nominal:
-        weights_note += " The GPU size is the catalog's nominal figure; the usable capacity is smaller (ECC, driver)."
+        notes.append(remedy_text(_KV, "why_nominal"))
+    key = ("why_at_least" if lower_bound else "why") + ("" if fits else "_over")
     title = remedy_text("vllm.gpu-memory-utilization.raise-for-kv", "title", fraction=fmt_fraction(target))
     if not fits:
         title = remedy_text("vllm.gpu-memory-utilization.raise-for-kv", "title_cannot")
@@ -238,13 +241,13 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
         saves_bytes=None,
         fits=None if (fits and (lower_bound or nominal)) else fits,
         confidence="medium" if (fits and not nominal) else "low",
-        why=(
-            f"The KV cache lacks {'at least ' if lower_bound else ''}{format_size(missing)} ({why_missing}): {fmt_fraction(util)} + "
-            f"{format_size(missing)} / {format_size(total)} = {fmt_fraction(target)}"
-            + ("" if fits else f", above the ceiling of {fmt_fraction(cap)} ({cap_why}); cannot help alone")
-            + "."
-            + weights_note
-        ),
+        why=join_sentences([
+            remedy_text(
+                _KV, key, missing=missing, basis=why_missing, util=fmt_fraction(util), total=total,
+                target=fmt_fraction(target), cap=fmt_fraction(cap), cap_basis=cap_why,
+            ),
+            *notes,
+        ]),
         sources=f.sources("total", "utilization", "free", "weights"),
     )
 
@@ -276,11 +279,14 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
         return None
     told = "gpu_memory_utilization" in inp.finding.message
     src = f.utilization.source
-    base = "the version's default" if src == "default" else ("the log's value" if src in ("message", "context") else src)
+    base = (
+        remedy_text("vllm.gpu-memory-utilization.raise", "base_default") if src == "default"
+        else remedy_text("vllm.gpu-memory-utilization.raise", "base_log") if src in ("message", "context") else src
+    )
     short = shortage(inp)
     unknown = (
-        f"{format_size(short[0])} is missing but the log does not show the GPU's total"
-        if short and short[0] > 0 else "The log does not show how much is missing"
+        remedy_text("vllm.gpu-memory-utilization.raise", "missing_no_total", missing=short[0])
+        if short and short[0] > 0 else remedy_text("vllm.gpu-memory-utilization.raise", "missing_unknown")
     )
     return Remedy(
         id="vllm.gpu-memory-utilization.raise",
@@ -289,12 +295,13 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
         saves_bytes=None,
         fits=None,
         confidence="medium" if told else "low",
-        why=(
-            ("vLLM's own message advises raising gpu_memory_utilization. " if told else "")
-            + f"{unknown}: {fmt_fraction(util)} ({base}) + {UTILIZATION_STEP:.2f}"
-            + (f", capped at {fmt_fraction(cap)} ({cap_why})" if target == cap else "")
-            + f" = {fmt_fraction(target)}; raise further in steps if it still fails."
-        ),
+        why=join_sentences([
+            *([remedy_text("vllm.gpu-memory-utilization.raise", "why_told")] if told else []),
+            remedy_text(
+                "vllm.gpu-memory-utilization.raise", "why_capped" if target == cap else "why", unknown=unknown, util=fmt_fraction(util), base=base,
+                step=f"{UTILIZATION_STEP:.2f}", cap=fmt_fraction(cap), cap_basis=cap_why, target=fmt_fraction(target),
+            ),
+        ]),
         sources=f.sources("utilization", "free", "total"),
     )
 
@@ -321,13 +328,14 @@ def cudagraph_estimate_off(inp: AdviceInput) -> Remedy | None:
 
 
 def fp8_kv_support(inp: AdviceInput) -> tuple[str | None, str]:
-    """(flag value or None, reason). None: this GPU/version cannot store the KV cache in fp8."""
+    """(flag value or None, why it cannot help, in words). None: this GPU/version cannot store the KV cache in fp8."""
     f = get_facts(inp)
     value = fp8_kv_flag_value(f.version)
     if value is None:
-        return None, f"vLLM {inp.context.engine_version} has no fp8 KV cache"
+        return None, remedy_text("vllm.kv-cache-dtype-fp8", "why_no_version", version=str(inp.context.engine_version))
     if f.gpu is not None and f.gpu.value.cc < 80:
-        return None, f"the {f.gpu.value.name} (compute capability {f.gpu.value.cc / 10:.1f}) has no fp8 support"
+        gpu = f.gpu.value
+        return None, remedy_text("vllm.kv-cache-dtype-fp8", "why_no_gpu", gpu=gpu.name, cc=f"{gpu.cc / 10:.1f}")
     return value, ""
 
 
@@ -354,7 +362,7 @@ def kv_cache_fp8(inp: AdviceInput) -> Remedy | None:
             flags={},
             fits=False,
             confidence="low",
-            why=f"Cannot help: {reason}.",
+            why=reason,
             tradeoff="",
             sources=sources,
         )
@@ -979,11 +987,13 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
         settings=settings,
         fits=True,
         confidence="medium" if (geo is not None or f.bytes_per_token.source in ("message", "context")) else "low",
-        why=(
-            f"No single change fits. Per GPU: {format_size(total)} × util − weights × format / TP − "
-            f"{format_size(fixed)} (activation, non-torch, graphs) must hold one request at "
-            f"{format_size(int(f.bytes_per_token.value))} per token; the fewest changes that do: " + "; ".join(parts) + "."
+        why=_(
+            "No single change fits. Per GPU: {total} × util − weights × format / TP − {fixed} (activation, "
+            "non-torch, graphs) must hold one request at {per_token} per token; the fewest changes that do: {changes}."
+        ).format(
+            total=format_size(total), fixed=format_size(fixed), per_token=format_size(int(f.bytes_per_token.value)),
+            changes=_("; ").join(parts),
         ),
-        tradeoff="The trade-offs of each change together.",
+        tradeoff=_("The trade-offs of each change together."),
         sources=f.sources("weights", "total", "utilization", "bytes_per_token", "max_model_len", "gpus", "geometry"),
     )

@@ -7,7 +7,6 @@ from oomdoctor.advisor._engine_util import as_float, engine_of, setting
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.report import Remedy
-from oomdoctor.units import format_size
 
 #: JAX preallocates this share of GPU memory by default
 JAX_DEFAULT_FRACTION = 0.75
@@ -36,8 +35,8 @@ def mem_fraction(inp: AdviceInput) -> Remedy | None:
         saves_bytes=int((JAX_MAX_FRACTION - cur) * total) if total else None,
         fits=fits,
         confidence="medium",
-        why=f"JAX preallocates {cur} of the GPU; the rest stays unused"
-        + (f". The program needs {format_size(need)} in total." if need else "."),
+        why=remedy_text("xla.mem-fraction", "why_need", current=cur, need=need) if need
+        else remedy_text("xla.mem-fraction", "why", current=cur),
     )
 
 
@@ -51,7 +50,7 @@ def preallocate_false(inp: AdviceInput) -> Remedy | None:
         env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
         fits=None,
         confidence="low",
-        why="With preallocation JAX grabs its whole share up front; another process on the GPU can then make it fail.",
+        why=remedy_text("xla.preallocate-false", "why"),
     )
 
 
@@ -65,7 +64,7 @@ def allocator_platform(inp: AdviceInput) -> Remedy | None:
         env={"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"},
         fits=None,
         confidence="low",
-        why="The platform allocator has no BFC pool and no fragmentation (useful for debugging the peak).",
+        why=remedy_text("xla.allocator-platform", "why"),
     )
 
 
@@ -80,7 +79,7 @@ def memory_growth(inp: AdviceInput) -> Remedy | None:
         settings={"tf.config.experimental.set_memory_growth(gpu, True)": "for each GPU, before first use"},
         fits=None,
         confidence="low",
-        why="Helps when another process or TF session shares this GPU; it does not raise the allocator's limit.",
+        why=remedy_text("tf.memory-growth", "why"),
     )
 
 
@@ -99,7 +98,7 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
         settings={"batch_size": str(value)},
         fits=None,
         confidence="low",
-        why=f"The failing tensor has shape {shape} ({elems:,} elements); its leading dimension ({shape[0]}) is usually the batch.",
+        why=remedy_text("xla.reduce-batch", "why", shape=shape, elements=f"{elems:,}", leading=shape[0]),
     )
 
 
@@ -119,8 +118,7 @@ def mem_fraction_lower(inp: AdviceInput) -> Remedy | None:
         env={"XLA_PYTHON_CLIENT_MEM_FRACTION": f"{value:.2f}"},
         fits=None,
         confidence="medium",
-        why=f"CUDA graphs are instantiated by the driver outside JAX's preallocated {cur} of the GPU; "
-        f"{cur} − {JAX_LOWER_STEP} = {value:.2f} (XLA's own advice).",
+        why=remedy_text("xla.mem-fraction.lower", "why", current=cur, step=JAX_LOWER_STEP, value=f"{value:.2f}"),
     )
 
 
@@ -132,5 +130,5 @@ def disable_command_buffer(inp: AdviceInput) -> Remedy | None:
         env={"XLA_FLAGS": "--xla_gpu_enable_command_buffer="},
         fits=True,
         confidence="medium",
-        why="The failure is the driver instantiating CUDA graphs (XLA command buffers); with an empty set none are built.",
+        why=remedy_text("xla.disable-command-buffer", "why"),
     )

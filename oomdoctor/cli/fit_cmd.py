@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from oomdoctor.cli.errors import fail
+from oomdoctor.i18n import _, resolve_lang, use_lang
 
 
 def _size(n: int) -> str:
@@ -19,43 +20,51 @@ def _size(n: int) -> str:
 def render_fit_text(res: Any, width: int | None = None) -> str:
     """The budget table, the verdict and the remedies, laid out like the post-mortem text: prose
     wrapped to the terminal with hanging indents, flags and commands whole on their own lines."""
-    from oomdoctor.render.common import fits_label, remedy_snippet
+    from oomdoctor.render.common import confidence_label, fits_label, remedy_snippet
     from oomdoctor.render.text import BODY, CODE, REMEDY, TextLayout, terminal_width
 
     out = TextLayout(terminal_width(width), False)
-    out.prose(
-        f"{res.model} on {res.gpus if res.gpus > 1 else 1}× {res.gpu}"
-        + (f" (tensor parallel {res.tensor_parallel_size})" if res.tensor_parallel_size > 1 else "")
-        + f", max model len {res.max_model_len}, KV {res.kv_cache_dtype}", "", "  ")
+    on = _("{model} on {gpus}× {gpu}").format(model=res.model, gpus=res.gpus if res.gpus > 1 else 1, gpu=res.gpu)
+    if res.tensor_parallel_size > 1:
+        on += _(" (tensor parallel {tp})").format(tp=res.tensor_parallel_size)
+    on += _(", max model len {length}, KV {dtype}").format(length=res.max_model_len, dtype=res.kv_cache_dtype)
+    out.prose(on, "", "  ")
     out.lines.append("")
-    term_w = max(len(t) for t, _, _ in res.rows)
+    term_w = max(len(row[0]) for row in res.rows)
     for term, value, source in res.rows:
         head = f"{BODY}{term:<{term_w}}  {_size(value):>10}  "
         out.prose(head + source, "", " " * len(head))
     out.lines.append("")
     if res.fits:
-        out.prose(f"FITS: {res.concurrency} full-length requests at once ({res.max_model_len} tokens each, "
-                  f"{_size(res.kv_needed)} of KV cache each; {_size(res.kv_budget)} of KV cache).", "", "  ")
+        out.prose(_(
+            "FITS: {count} full-length requests at once ({length} tokens each, {needed} of KV cache each; "
+            "{budget} of KV cache)."
+        ).format(count=res.concurrency, length=res.max_model_len, needed=_size(res.kv_needed),
+                 budget=_size(res.kv_budget)), "", "  ")
         return "".join(line + "\n" for line in out.lines)
     if res.kv_budget <= 0:
-        out.prose(f"DOES NOT FIT: nothing is left for the KV cache ({_size(res.kv_budget)}).", "", "  ")
+        out.prose(_("DOES NOT FIT: nothing is left for the KV cache ({budget}).").format(budget=_size(res.kv_budget)),
+                  "", "  ")
     else:
-        out.prose(f"DOES NOT FIT: one {res.max_model_len}-token request needs {_size(res.kv_needed)} of KV "
-                  f"cache; only {_size(res.kv_budget)} is left, room for {res.capacity_tokens} tokens.", "", "  ")
+        out.prose(_(
+            "DOES NOT FIT: one {length}-token request needs {needed} of KV cache; only {budget} is left, "
+            "room for {tokens} tokens."
+        ).format(length=res.max_model_len, needed=_size(res.kv_needed), budget=_size(res.kv_budget),
+                 tokens=res.capacity_tokens), "", "  ")
     if res.remedies:
         out.lines.append("")
-        out.lines.append("What makes it fit, best first:")
+        out.lines.append(_("What makes it fit, best first:"))
         for r in res.remedies:
             number = f"{r.rank}. "
             out.prose(number + r.title, BODY, BODY + " " * len(number))
-            out.prose(f"{fits_label(r)} · {r.confidence} confidence", REMEDY)
+            out.prose(f"{fits_label(r)} · {confidence_label(r.confidence)}", REMEDY)
             snippet = remedy_snippet(r)
             if snippet:
                 out.code(snippet, CODE)
             if r.command:
                 out.code("$ " + r.command, CODE)
             if r.why:
-                out.labelled("why:", r.why, REMEDY)
+                out.labelled(_("why:"), r.why, REMEDY)
     return "".join(line + "\n" for line in out.lines)
 
 
@@ -139,55 +148,59 @@ def register(app: typer.Typer) -> None:
         show_gpus: Annotated[bool, typer.Option("--list-gpus", help="List the GPUs of the catalog.")] = False,
         show_models: Annotated[bool, typer.Option("--list-models", help="List the models of the catalog.")] = False,
     ) -> int:
-        from oomdoctor.advisor.catalog import (
-            config_model_name,
-            find_gpu,
-            find_model,
-            gpu_names,
-            load_config,
-            repo_name,
-        )
-        from oomdoctor.advisor.fit import fit
+        with use_lang(resolve_lang(None)):  # OOMDOCTOR_LANG, then the locale
+            from oomdoctor.advisor.catalog import (
+                config_model_name,
+                find_gpu,
+                find_model,
+                gpu_names,
+                load_config,
+                repo_name,
+            )
+            from oomdoctor.advisor.fit import fit
 
-        if show_gpus or show_models:
-            print((list_gpus() if show_gpus else "") + (list_models() if show_models else ""), end="")
-            return 0
-        if fmt not in ("text", "json"):
-            return fail(f"--format must be text or json, not {fmt!r}")
-        if model_config:
+            if show_gpus or show_models:
+                print((list_gpus() if show_gpus else "") + (list_models() if show_models else ""), end="")
+                return 0
+            if fmt not in ("text", "json"):
+                return fail(_("--format must be text or json, not {value}").format(value=repr(fmt)))
+            if model_config:
+                try:
+                    geo = load_config(model_config)
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    return fail(_("cannot read {path}: {error}").format(path=model_config, error=exc))
+                name = model or config_model_name(model_config)
+            elif model:
+                found = find_model(model)
+                if found is None:
+                    return fail(_(
+                        "{model} is not in the catalog (see --list-models); pass its config.json with --model-config"
+                    ).format(model=repr(model)))
+                geo = found
+                name = repo_name(geo, model)
+            else:
+                return fail(_("give --model-config config.json (or --model NAME from the catalog)"))
+            spec = find_gpu(gpu) if gpu else None
+            if gpu and spec is None and not gpu_memory:
+                return fail(_("unknown GPU {gpu}; known: {known} (or give --gpu-memory)").format(
+                    gpu=repr(gpu), known=", ".join(gpu_names())))
+            total = None
+            if gpu_memory:
+                try:
+                    total = parse_memory(gpu_memory)
+                except ValueError:
+                    return fail(_("--gpu-memory: cannot read {value} (e.g. 24GB, 24GiB)").format(value=repr(gpu_memory)))
+            if spec is None and total is None:
+                return fail(_("give --gpu NAME or --gpu-memory SIZE"))
             try:
-                geo = load_config(model_config)
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                return fail(f"cannot read {model_config}: {exc}")
-            name = model or config_model_name(model_config)
-        elif model:
-            found = find_model(model)
-            if found is None:
-                return fail(f"{model!r} is not in the catalog (see --list-models); pass its config.json with --model-config")
-            geo = found
-            name = repo_name(geo, model)
-        else:
-            return fail("give --model-config config.json (or --model NAME from the catalog)")
-        spec = find_gpu(gpu) if gpu else None
-        if gpu and spec is None and not gpu_memory:
-            return fail(f"unknown GPU {gpu!r}; known: {', '.join(gpu_names())} (or give --gpu-memory)")
-        total = None
-        if gpu_memory:
-            try:
-                total = parse_memory(gpu_memory)
-            except ValueError:
-                return fail(f"--gpu-memory: cannot read {gpu_memory!r} (e.g. 24GB, 24GiB)")
-        if spec is None and total is None:
-            return fail("give --gpu NAME or --gpu-memory SIZE")
-        try:
-            res = fit(geo, spec, model_name=name, total_bytes=total, gpus=max(gpus, tensor_parallel_size),
-                      tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, dtype=dtype,
-                      kv_cache_dtype=kv_cache_dtype, utilization=gpu_memory_utilization, version=vllm_version,
-                      enforce_eager=enforce_eager, model_config=model_config)
-        except ValueError as exc:
-            return fail(str(exc))
-        if fmt == "json":
-            print(json.dumps(res.to_dict(), indent=2, ensure_ascii=False))
-        else:
-            print(render_fit_text(res), end="")
-        return 0 if res.fits else 1
+                res = fit(geo, spec, model_name=name, total_bytes=total, gpus=max(gpus, tensor_parallel_size),
+                          tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, dtype=dtype,
+                          kv_cache_dtype=kv_cache_dtype, utilization=gpu_memory_utilization, version=vllm_version,
+                          enforce_eager=enforce_eager, model_config=model_config)
+            except ValueError as exc:
+                return fail(str(exc))
+            if fmt == "json":
+                print(json.dumps(res.to_dict(), indent=2, ensure_ascii=False))
+            else:
+                print(render_fit_text(res), end="")
+            return 0 if res.fits else 1

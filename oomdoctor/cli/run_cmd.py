@@ -26,6 +26,7 @@ import typer
 
 from oomdoctor.cli.diagnose import HINT_HELP, LANG_HELP
 from oomdoctor.cli.errors import fail
+from oomdoctor.i18n import _
 
 #: after the command exits, wait this long for output still held by its children
 DRAIN_SECONDS = 2.0
@@ -79,7 +80,7 @@ def run(
 
     argv = list(command or [])
     if not argv:
-        return fail("run: no command given (usage: oomdoctor run -- COMMAND [ARGS...])")
+        return fail(_("run: no command given (usage: oomdoctor run -- COMMAND [ARGS...])"))
     if fmt not in FORMATS:
         return fail(f"unknown --format {fmt!r} (choose {', '.join(FORMATS)})")
     if exit_status not in ("command", "findings"):
@@ -132,11 +133,11 @@ def run_command(
     except FileNotFoundError:
         os.close(read_fd)
         os.close(write_fd)
-        return fail(f"{argv[0]}: command not found", 127)
+        return fail(_("{command}: command not found").format(command=argv[0]), 127)
     except PermissionError:
         os.close(read_fd)
         os.close(write_fd)
-        return fail(f"{argv[0]}: permission denied (not executable)", 126)
+        return fail(_("{command}: permission denied (not executable)").format(command=argv[0]), 126)
     except OSError as exc:
         os.close(read_fd)
         os.close(write_fd)

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from oomdoctor.cli.errors import fail
+from oomdoctor.i18n import _, resolve_lang, use_lang
 from oomdoctor.rulepack import RulePackError, load_pack
 
 app = typer.Typer(
@@ -48,7 +49,9 @@ def rules_list(
     kw = max((len(r.rule.kind) for r in pack.rules), default=10)
     for r in pack.rules:
         print(f"{r.id:<{width}}  {r.rule.kind:<{kw}}  {r.rule.engine:<10}  {r.rule.title}")
-    print(f"{len(pack.rules)} rules, {len(pack.contexts)} context rules, {len(pack.phases)} phase rules")
+    with use_lang(resolve_lang(None)):
+        print(_("{rules} rules, {contexts} context rules, {phases} phase rules").format(
+            rules=len(pack.rules), contexts=len(pack.contexts), phases=len(pack.phases)))
     return 0
 
 
@@ -63,7 +66,8 @@ def rules_show(
     except RulePackError as exc:
         return fail(str(exc))
     except KeyError:
-        return fail(f"no rule with id {rule_id!r} (see 'oomdoctor rules list')")
+        with use_lang(resolve_lang(None)):
+            return fail(_("no rule with id {rule_id} (see 'oomdoctor rules list')").format(rule_id=repr(rule_id)))
     data = rule.rule.model_dump(exclude_defaults=True)
     print(f"# {rule.source}")
     print(json.dumps(data, indent=2, ensure_ascii=False))
@@ -94,7 +98,8 @@ def rules_test(
             else:
                 failed += 1
                 print(f"FAIL  {res.name} ({rule.source}): {res.problem}")
-    print(f"{passed} passed, {failed} failed")
+    with use_lang(resolve_lang(None)):
+        print(_("{passed} passed, {failed} failed").format(passed=passed, failed=failed))
     return 1 if failed else 0
 
 
