@@ -101,7 +101,8 @@ def test_catalog_lookups() -> None:
     h100 = find_gpu("NVIDIA H100 80GB HBM3")
     assert h100 is not None and h100.fp8_tensor_cores
     t4 = find_gpu("Tesla T4")
-    assert t4 is not None and t4.memory_bytes == int(14.75 * GiB)
+    # no log in the corpus names a T4 next to its capacity: the nominal 16 GiB, labelled as such
+    assert t4 is not None and not t4.reported and t4.memory_bytes == 16 * GiB
 
 
 def test_config_json_geometry(tmp_path: Any) -> None:

@@ -216,7 +216,7 @@ def test_reported_memory_is_sourced(capsys: pytest.CaptureFixture[str]) -> None:
     main(["fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "A10", "--max-model-len", "8192", "--format", "json"])
     budget = json.loads(capsys.readouterr().out)["budget"]
     assert budget[0] == {"term": "GPU memory", "bytes": int(22.09 * 2**30),
-                         "source": "catalog: A10, as PyTorch reports it (seen in vLLM issue 10034)"}
+                         "source": "catalog: A10, usable, as PyTorch reports it (vllm-025: vLLM issue 10034)"}
 
 
 @pytest.mark.parametrize("width", [80, 120])

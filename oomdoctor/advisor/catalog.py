@@ -130,19 +130,30 @@ def find_model(name: str | None) -> ModelGeometry | None:
 
 @dataclass(frozen=True)
 class GpuSpec:
+    """A catalog GPU. ``memory_bytes`` is the usable capacity a real log reported for the card
+    when one did (``reported``), else the nominal size the vendor sells (``nominal_gib``)."""
+
     name: str
     memory_bytes: int
     compute_capability: tuple[int, int]
-    reported: bool  # memory_bytes is PyTorch's total capacity (True) or the nominal size (False)
-    #: where the reported figure was seen ("" when unknown or nominal)
+    reported: bool  # memory_bytes is a reported usable capacity (True) or the nominal size (False)
+    #: short name of the report the figure was seen in ("" when nominal)
     source: str = ""
+    #: the nominal size, sold as "N GB" and counted as N GiB (binary-sized memory)
+    nominal_gib: float = 0.0
+    #: who printed the reported figure ("PyTorch" or "vLLM"), the corpus case and its public URL
+    reported_by: str = ""
+    case: str = ""
+    url: str = ""
 
     @property
     def memory_label(self) -> str:
-        """How the memory figure is known: "reported by PyTorch (SOURCE)" or "nominal"."""
+        """How the memory figure is known: "usable, as PyTorch reports it (CASE: SOURCE)" or
+        "nominal (sold as N GB, counted as GiB); the usable memory is less"."""
         if not self.reported:
-            return "nominal (the usable memory is less)"
-        return "as PyTorch reports it" + (f" ({self.source})" if self.source else "")
+            return f"nominal (sold as {self.nominal_gib:g} GB, counted as GiB); the usable memory is less"
+        where = ": ".join(x for x in (self.case, self.source) if x)
+        return f"usable, as {self.reported_by or 'PyTorch'} reports it" + (f" ({where})" if where else "")
 
     @property
     def fp8_tensor_cores(self) -> bool:
@@ -161,8 +172,13 @@ def _gpus() -> dict[str, GpuSpec]:
     for entry in data["gpu"]:
         major, minor = (int(x) for x in entry["compute_capability"].split("."))
         reported = "reported_gib" in entry
-        gib = float(entry["reported_gib"] if reported else entry["memory_gib"])
-        spec = GpuSpec(entry["name"], int(gib * 2**30), (major, minor), reported, entry.get("reported_source", ""))
+        nominal = float(entry["memory_gib"])
+        gib = float(entry["reported_gib"]) if reported else nominal
+        spec = GpuSpec(
+            entry["name"], int(gib * 2**30), (major, minor), reported, entry.get("reported_source", ""),
+            nominal_gib=nominal, reported_by=entry.get("reported_by", ""),
+            case=entry.get("reported_case", ""), url=entry.get("reported_url", ""),
+        )
         for n in [entry["name"], *entry.get("aliases", [])]:
             out[_gpu_key(n)] = spec
     return out

@@ -90,9 +90,13 @@ def list_gpus() -> str:
     from oomdoctor.advisor.catalog import gpus
     from oomdoctor.units import format_size
 
-    rows = [(g.name, format_size(g.memory_bytes), g.memory_label) for g in gpus()]
+    rows = [
+        (g.name, format_size(g.memory_bytes), "usable" if g.reported else "nominal",
+         f"{g.reported_by}, {g.case} ({g.source})" if g.reported else f"sold as {g.nominal_gib:g} GB")
+        for g in gpus()
+    ]
     width = max(len(r[0]) for r in rows)
-    return "".join(f"{n:<{width}}  {m:>10}  {src}\n" for n, m, src in rows)
+    return "".join(f"{n:<{width}}  {m:>10}  {kind:<7}  {src}\n" for n, m, kind, src in rows)
 
 
 def list_models() -> str:
