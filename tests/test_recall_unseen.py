@@ -111,9 +111,9 @@ def test_llama_server_kv_space_retries_then_fails() -> None:
     failed = "update_slots : failed to decode the batch, n_batch = 1, ret = 1"
     r = diagnose_text("\n".join([*retries, failed]) + "\n")
     err = only_error(r)
-    assert (err.kind, err.phase, err.figures) == ("ggml.kv-cache-full", "inference", {"n_batch": 1, "ret": 1})
+    assert (err.kind, err.phase, err.figures) == ("ggml.alloc-failed", "inference", {"n_batch": 1, "ret": 1})
     warn = [f for f in r.findings if f.severity == "warning"]
-    assert [(f.kind, f.occurrences) for f in warn] == [("ggml.kv-cache-full", 3)]
+    assert [(f.kind, f.occurrences) for f in warn] == [("ggml.alloc-failed", 3)]
     # retries that got through: a warning only
     r = diagnose_text("\n".join(retries[:2]) + "\nslot 0: released (4096 tokens in cache)\n")
     assert [f.severity for f in r.findings] == ["warning"]
