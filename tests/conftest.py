@@ -14,9 +14,16 @@ After a merge that changes detection or advice, run both and review the diffs:
 
 from __future__ import annotations
 
+import signal as _signal
 from pathlib import Path
 
 import pytest
+
+# A test run started in the background of a non-interactive shell (``cmd &``) inherits SIGINT
+# ignored, and so would every oomdoctor it starts: the tests that stop one with SIGINT then hang
+# or see it finish on its own. Restore Python's handler here; exec gives the children the default.
+if _signal.getsignal(_signal.SIGINT) is _signal.SIG_IGN:
+    _signal.signal(_signal.SIGINT, _signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
