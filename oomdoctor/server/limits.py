@@ -213,16 +213,20 @@ class ErrorShieldMiddleware:
 
         try:
             await self.app(scope, receive, tracking_send)
-        except ClientGone:
-            self.log.debug("client disconnected during %s %s", scope.get("method"), scope.get("path"))
         except Exception as exc:
-            if type(exc).__name__ == "ClientDisconnect":
+            if _client_went_away(exc):
                 self.log.debug("client disconnected during %s %s", scope.get("method"), scope.get("path"))
                 return
             self.log.error("internal error on %s %s: %s", scope.get("method"), scope.get("path"), type(exc).__name__)
             if not started:
                 with contextlib.suppress(Exception):  # the connection may be gone too
                     await send_json_error(send, 500, "internal error")
+
+
+def _client_went_away(exc: Exception) -> bool:
+    """Our own :class:`ClientGone`, or starlette's ``ClientDisconnect`` raised where the body is read
+    outside :func:`read_body` (matched by name: starlette is an optional import here)."""
+    return isinstance(exc, ClientGone) or type(exc).__name__ == "ClientDisconnect"
 
 
 def gunzip(data: bytes | list[bytes], max_out: int) -> bytes:
