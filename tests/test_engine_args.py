@@ -207,3 +207,23 @@ def test_llamacpp_commands_are_checked() -> None:
     ctx = Context(engine="llama.cpp", command=argv)
     cmd = corrected_command(ctx, Remedy(id="x", title="t", flags={"-c": "65536"}))
     assert cmd == "llama-server -m model.gguf -c 65536 -ngl 99"
+
+
+def _tgi_remedy_flags() -> list[tuple[str, str, str]]:
+    out = []
+    for path in sorted(FIXTURES.glob("*/*.log")):
+        report = diagnose(path.read_text(encoding="utf-8", errors="replace"), source=str(path))
+        if report.context.engine != "tgi":
+            continue
+        out.extend((path.name, r.id, flag) for f in report.findings for r in f.remedies for flag in r.flags)
+    return out
+
+
+TGI_FLAGS = _tgi_remedy_flags()
+
+
+def test_every_tgi_remedy_flag_is_known() -> None:
+    # TGI's launcher (Rust, clap) is on no reachable registry: its flags come from the hand table
+    # (rules/advice/flags.toml [tgi]); a remedy flag may never be one the table says is absent
+    assert {flag for _, _, flag in TGI_FLAGS} >= {"--cuda-memory-fraction", "--max-batch-prefill-tokens"}
+    assert [t for t in TGI_FLAGS if flag_exists("tgi", t[2], None) is False] == []
