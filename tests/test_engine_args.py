@@ -157,3 +157,73 @@ def test_sglang_commands_are_checked_too() -> None:
     # a vLLM flag is not an SGLang flag: no command, only the flags to change
     assert corrected_command(ctx, Remedy(id="x", title="t", flags={"--max-model-len": "8192"})) is None
     assert check_argv("sglang", ["--kv-cache-dtype", "fp8"], "0.4.6") == ["--kv-cache-dtype fp8: not an accepted value"]
+
+
+def _ggml_remedy_flags() -> list[tuple[str, str, str]]:
+    out = []
+    for path in sorted(FIXTURES.glob("*/*.log")):
+        report = diagnose(path.read_text(encoding="utf-8", errors="replace"), source=str(path))
+        for f in report.findings:
+            if f.engine not in ("llama.cpp", "ggml") and report.context.engine != "llama.cpp":
+                continue
+            for r in f.remedies:
+                out.extend((path.name, r.id, flag) for flag in r.flags)
+    return out
+
+
+GGML_FLAGS = _ggml_remedy_flags()
+
+
+def test_the_fixtures_give_llamacpp_remedies() -> None:
+    assert {flag for _, _, flag in GGML_FLAGS} >= {"-c", "-ngl", "-ub", "-fa", "--cache-type-k"}
+
+
+@pytest.mark.parametrize(("name", "remedy", "flag"), GGML_FLAGS, ids=[f"{n}-{r}-{f}" for n, r, f in GGML_FLAGS])
+def test_every_llamacpp_remedy_flag_is_in_arg_cpp(name: str, remedy: str, flag: str) -> None:
+    assert flag_exists("llama.cpp", flag, None) is True
+
+
+def test_llamacpp_flags_from_arg_cpp() -> None:
+    # spellings, kinds and environment variables as common/arg.cpp declares them
+    assert flag_exists("llama.cpp", "--n-gpu-layers", None) is True
+    assert flag_exists("llama.cpp", "--max-model-len", None) is False  # a vLLM flag
+    assert flag_spec("llama.cpp", "-c", None) == flag_spec("llama.cpp", "-c", "0.3.2")
+    spec = flag_spec("llama.cpp", "--no-mmap", None)
+    assert spec is not None and spec.kind == "switch"
+    from oomdoctor.advisor.engine_args import _data
+
+    data = _data("llama.cpp")
+    assert data is not None and data["flags"]["--ctx-size"]["env"] == "LLAMA_ARG_CTX_SIZE"
+    assert data["vendored"]["0.3.16"] == "4227c9be4268ac844921b90f31595f81236bd317"
+
+
+def test_llamacpp_commands_are_checked() -> None:
+    argv = ["llama-server", "-m", "model.gguf", "-c", "131072", "-ngl", "99"]
+    assert engine_of(argv) == "llama.cpp"
+    assert check_argv("llama.cpp", _engine_flags(argv), None) == []
+    assert check_argv("llama.cpp", ["--gpu-memory-utilization", "0.8"], None) == [
+        "--gpu-memory-utilization: not a flag of llama.cpp"
+    ]
+    ctx = Context(engine="llama.cpp", command=argv)
+    cmd = corrected_command(ctx, Remedy(id="x", title="t", flags={"-c": "65536"}))
+    assert cmd == "llama-server -m model.gguf -c 65536 -ngl 99"
+
+
+def _tgi_remedy_flags() -> list[tuple[str, str, str]]:
+    out = []
+    for path in sorted(FIXTURES.glob("*/*.log")):
+        report = diagnose(path.read_text(encoding="utf-8", errors="replace"), source=str(path))
+        if report.context.engine != "tgi":
+            continue
+        out.extend((path.name, r.id, flag) for f in report.findings for r in f.remedies for flag in r.flags)
+    return out
+
+
+TGI_FLAGS = _tgi_remedy_flags()
+
+
+def test_every_tgi_remedy_flag_is_known() -> None:
+    # TGI's launcher (Rust, clap) is on no reachable registry: its flags come from the hand table
+    # (rules/advice/flags.toml [tgi]); a remedy flag may never be one the table says is absent
+    assert {flag for _, _, flag in TGI_FLAGS} >= {"--cuda-memory-fraction", "--max-batch-prefill-tokens"}
+    assert [t for t in TGI_FLAGS if flag_exists("tgi", t[2], None) is False] == []

@@ -133,17 +133,30 @@ def is_sglang_cli(argv: list[str]) -> bool:
     return any(a.startswith("sglang.launch_server") for a in argv[:4]) or ("sglang" in names and "serve" in argv[:5])
 
 
+#: llama.cpp programs whose options are common/arg.cpp's
+_LLAMACPP_PROGRAMS = frozenset({"llama-server", "llama-cli", "llama-perplexity", "llama-embedding"})
+
+
 def engine_of(argv: list[str]) -> str | None:
     """The engine whose server ``argv`` starts (None: a user script or another program)."""
     if is_vllm_cli(argv):
         return "vllm"
     if is_sglang_cli(argv):
         return "sglang"
+    if is_llamacpp_cli(argv):
+        return "llama.cpp"
     return None
+
+
+def is_llamacpp_cli(argv: list[str]) -> bool:
+    """``llama-server ...`` / ``llama-cli ...`` (llama.cpp's programs, flags from common/arg.cpp)."""
+    return bool(argv) and argv[0].rsplit("/", 1)[-1] in _LLAMACPP_PROGRAMS
 
 
 def _engine_flags(argv: list[str]) -> list[str]:
     """The options of an engine command line: from ``vllm serve MODEL`` / ``-m module`` on."""
+    if is_llamacpp_cli(argv):
+        return argv[1:]  # llama.cpp's -m is the model file
     for i, tok in enumerate(argv):
         if tok == "-m" and i + 1 < len(argv):
             return argv[i + 2 :]

@@ -19,7 +19,7 @@ from typing import Any
 from oomdoctor.advisor.memory_model import Version, parse_version
 
 #: engines with generated data
-ENGINES = ("vllm", "sglang")
+ENGINES = ("vllm", "sglang", "llama.cpp")
 
 
 def _key(version: str) -> Version:

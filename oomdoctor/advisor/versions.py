@@ -3,11 +3,13 @@
 :func:`flag_exists` is the only version gate: the advisor drops a remedy whose flag the version lacks,
 and :mod:`~oomdoctor.advisor.engine_args` checks rebuilt command lines with it. Two sources feed it:
 
-- the flag lists generated from vLLM's and SGLang's own argument parsers
-  (``oomdoctor/data/engine_args/``, :func:`oomdoctor.advisor.engine_args.sampled`), which answer for
-  every ``--flag`` and ``--flag=value`` of those engines from the oldest sampled release on;
+- the flag lists generated from vLLM's and SGLang's own argument parsers and llama.cpp's
+  ``common/arg.cpp`` (``oomdoctor/data/engine_args/``, :func:`oomdoctor.advisor.engine_args.sampled`),
+  which answer for every ``--flag`` and ``--flag=value`` of those engines from the oldest sampled
+  release on (llama.cpp's samples are llama-cpp-python releases, and its logs carry no version:
+  the newest sample answers);
 - the hand table ``rules/advice/flags.toml``, only for what those samples cannot tell: engines without
-  generated data (TGI, llama.cpp, TensorRT-LLM, ...), environment variables and programs
+  generated data (TGI, TensorRT-LLM, ...), environment variables and programs
   (``vllm serve``), versions older than the oldest sample, and versions between two samples that
   disagree (``--swap-space`` after 0.14.0, gone by 0.19.1: the table says until 0.17.1).
 
