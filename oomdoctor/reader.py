@@ -324,24 +324,44 @@ def split_prefix(text: str) -> tuple[str, str, str | None]:
 
 
 #: the message's key in a log collector's JSON record, in order of preference: docker's
-#: json-file driver and Kubernetes/fluentd ("log"), JSON loggers ("message", "msg"), Google
-#: Cloud Logging exports ("textPayload")
-ENVELOPE_KEYS = ("log", "message", "msg", "textPayload")
+#: json-file driver, Kubernetes/fluentd and Azure Container Insights v2 ("log"), JSON loggers,
+#: Elastic and Datadog exports ("message", "msg"), Google Cloud Logging ("textPayload"), AWS
+#: CloudWatch Logs Insights ("@message"), journald's ``journalctl -o json`` ("MESSAGE"), Azure
+#: Monitor's ContainerLog table ("LogEntry"), Grafana Loki's exports ("line")
+ENVELOPE_KEYS = ("log", "message", "msg", "textPayload", "@message", "MESSAGE", "LogEntry", "line")
+#: keys whose value is an object holding the message under one of :data:`ENVELOPE_KEYS`: Google
+#: Cloud Logging's structured entries ("jsonPayload"), Datadog's and Elastic's nested records
+ENVELOPE_OBJECTS = ("jsonPayload", "attributes", "_source", "fields")
+
+
+def _message_of(record: dict[str, object], depth: int = 0) -> str | None:
+    for key in ENVELOPE_KEYS:
+        value = record.get(key)
+        if isinstance(value, str):
+            return value
+    if depth < 2:
+        for key in ENVELOPE_OBJECTS:
+            value = record.get(key)
+            if isinstance(value, dict) and (found := _message_of(value, depth + 1)) is not None:
+                return found
+    return None
 
 
 def unwrap_envelope(text: str) -> str:
-    """The message a JSON log record carries, or ``text`` itself when it is not such a record."""
-    if not text.startswith("{"):
-        return text
-    try:
-        record = json.loads(text)
-    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
-        return text
-    if isinstance(record, dict):
-        for key in ENVELOPE_KEYS:
-            value = record.get(key)
-            if isinstance(value, str):
-                return value
+    """The message a JSON log record carries, or ``text`` itself when it is not such a record.
+
+    A message that is itself a record (docker's json-file line shipped by a collector as Loki's
+    or CloudWatch's message) is unwrapped too, once."""
+    for _ in range(2):
+        if not text.startswith("{"):
+            return text
+        try:
+            record = json.loads(text)
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
+            return text
+        if not isinstance(record, dict) or (found := _message_of(record)) is None:
+            return text
+        text = found
     return text
 
 

@@ -165,6 +165,26 @@ def test_a_json_log_record_stands_for_its_message() -> None:
         assert [ln.text for ln in normalise(1, raw)] == [raw.decode()]
 
 
+def test_each_collectors_record_layout_stands_for_its_message() -> None:
+    msg = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    records = [
+        {"textPayload": msg, "severity": "ERROR"},  # GCP Cloud Logging, text entry
+        {"jsonPayload": {"message": msg, "logger": "vllm"}, "severity": "ERROR"},  # GCP, structured
+        {"@timestamp": "2024-05-01 10:00:00.123", "@logStream": "ecs/x", "@message": msg},  # CloudWatch
+        {"TimeGenerated": "2024-05-01T10:00:00Z", "LogEntry": msg},  # Azure ContainerLog
+        {"labels": {"app": "vllm"}, "line": msg},  # Loki
+        {"attributes": {"message": msg, "service": "vllm"}},  # Datadog
+        {"_source": {"message": msg}},  # an Elasticsearch hit
+        {"MESSAGE": msg, "_PID": "12", "PRIORITY": "3"},  # journalctl -o json
+        {"line": json.dumps({"log": msg + "\n", "stream": "stderr"})},  # docker json-file in Loki
+    ]
+    for record in records:
+        assert [ln.text for ln in normalise(1, json.dumps(record).encode())] == [msg], record
+    # an object without a message stays the line it is
+    for raw in ('{"jsonPayload": {"step": 3}}', '{"attributes": "x"}', '{"line": 12}'):
+        assert [ln.text for ln in normalise(1, raw.encode())] == [raw]
+
+
 def test_a_record_nested_deeper_than_the_parser_goes_is_read_as_text() -> None:
     # the server's fuzzer found it: a pasted JSON body with deep "hints" reached json.loads in a
     # worker thread and came back as a 500; the reader must treat it as plain text, like any

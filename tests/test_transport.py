@@ -39,12 +39,52 @@ def _docker_json(line: bytes) -> bytes:
     return json.dumps(record).encode()
 
 
+def _record(**fields: object) -> Callable[[bytes], bytes]:
+    """A JSON record in a collector's documented layout; the value ``MSG`` stands for the line."""
+
+    def fill(value: object, msg: str) -> object:
+        if value == "MSG":
+            return msg
+        if isinstance(value, dict):
+            return {k: fill(v, msg) for k, v in value.items()}
+        return value
+
+    return lambda line: json.dumps(fill(fields, line.decode("utf-8", "replace"))).encode()
+
+
+#: JSON log records, each in its collector's documented export layout
+ENVELOPES: dict[str, Callable[[bytes], bytes]] = {
+    "docker json-file": _docker_json,
+    # Google Cloud Logging LogEntry: a text entry, and a structured one (jsonPayload.message)
+    "GCP textPayload": _record(textPayload="MSG", severity="ERROR", resource={"type": "k8s_container"},
+                               timestamp="2024-05-01T10:00:00.123456789Z"),
+    "GCP jsonPayload": _record(jsonPayload={"message": "MSG", "logger": "vllm"}, severity="ERROR",
+                               timestamp="2024-05-01T10:00:00Z"),
+    # AWS CloudWatch Logs Insights export
+    "CloudWatch": _record(**{"@timestamp": "2024-05-01 10:00:00.123", "@logStream": "ecs/vllm/1a2b",
+                             "@message": "MSG"}),
+    # Azure Monitor ContainerLog (LogEntry) and Container Insights v2 ContainerLogV2 (LogMessage is an
+    # object for JSON messages, a string otherwise; exported rows carry "log")
+    "Azure ContainerLog": _record(TimeGenerated="2024-05-01T10:00:00Z", LogEntry="MSG", LogEntrySource="stderr"),
+    # Grafana Loki (logcli --output=jsonl), Elastic/Datadog exports
+    "Loki": _record(labels={"app": "vllm"}, line="MSG", timestamp="2024-05-01T10:00:00Z"),
+    "Elastic": _record(**{"@timestamp": "2024-05-01T10:00:00Z", "message": "MSG", "log.level": "error"}),
+    "Datadog": _record(attributes={"message": "MSG", "service": "vllm"}, id="AQAAAY"),
+    # journalctl -o json
+    "journald json": _record(MESSAGE="MSG", _PID="1234", _COMM="python3", PRIORITY="3",
+                             __REALTIME_TIMESTAMP="1714557600000000"),
+    # a docker json-file line shipped as a Loki line
+    "docker json-file in Loki": lambda line: json.dumps(
+        {"line": _docker_json(line).decode(), "timestamp": "2024-05-01T10:00:00Z"}).encode(),
+}
+
+
 #: what each transport makes of one line
 TRANSPORTS: dict[str, Callable[[bytes], bytes]] = {
     **{name: (lambda line, p=prefix: p + line) for name, prefix in PREFIXES.items()},
     "CRLF": lambda line: line + b"\r",
     "colour": lambda line: b"\x1b[32m" + line + b"\x1b[0m",
-    "docker json-file": _docker_json,
+    **ENVELOPES,
 }
 
 LOGS = sorted(FIXTURES.glob("**/*.log"))
