@@ -458,3 +458,36 @@ def test_rules_and_run_messages_follow_the_locale() -> None:
     not_found = cli("run", "--", "/no/such/command", OOMDOCTOR_LANG="ja")
     assert not_found.returncode == 127
     assert "/no/such/command: コマンドが見つかりません" in not_found.stderr.decode("utf-8")
+
+
+# -- fit in Japanese ------------------------------------------------------------------------------------
+
+
+FIT = ["fit", "--model", "Llama-3.1-8B", "--gpu", "A10G"]
+
+
+def test_fit_speaks_japanese_from_either_flag_place_and_the_locale(update_goldens: bool) -> None:
+    """``oomdoctor fit --lang ja`` and ``oomdoctor --lang ja fit`` both work, and equal the locale's choice;
+    the budget table's labels are translated and still line up (wide characters count two cells)."""
+    after = _cli([*FIT, "--lang", "ja"])
+    assert _cli(["--lang", "ja", *FIT]) == after
+    assert _cli(["--lang=ja", *FIT]) == after
+    assert _cli(FIT, LANG="ja_JP.UTF-8") == after
+    assert _cli(["--lang", "en", *FIT], LANG="ja_JP.UTF-8") == _cli(FIT)
+    golden = GOLDENS / "fit-llama-3.1-8b-a10g.txt"
+    if update_goldens:
+        golden.write_text(after, encoding="utf-8")
+    assert after == golden.read_text(encoding="utf-8")
+    table = [line for line in after.splitlines() if " GiB  " in line or " MiB  " in line]
+    assert table[0].startswith("GPUメモリ") and any(line.startswith("KVキャッシュ") for line in table)
+    # the sizes end in the same column although the labels mix narrow and wide characters
+    ends = {T.cell_len(line[: line.index("iB  ") + 3]) for line in table}
+    assert len(ends) == 1, table
+
+
+def test_fit_json_differs_from_english_only_in_human_text() -> None:
+    en = json.loads(_cli([*FIT, "--format", "json"]))
+    ja = json.loads(_cli([*FIT, "--format", "json", "--lang", "ja"]))
+    assert [r["bytes"] for r in en["budget"]] == [r["bytes"] for r in ja["budget"]]
+    assert ja["budget"][0]["term"] == "GPUメモリ" and en["budget"][0]["term"] == "GPU memory"
+    assert set(en) == set(ja)

@@ -15,7 +15,7 @@ SUBCOMMANDS = ("rules", "run", "fit", "serve")
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns (and exits with) the exit code."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = _lang_after_subcommand(list(sys.argv[1:] if argv is None else argv))
     try:
         if (args and args[0] in SUBCOMMANDS) or _completing_subcommand():
             from oomdoctor.cli.tools import app as tools_app
@@ -105,6 +105,20 @@ def _run_plain(run: Callable[..., int], options: dict[str, object]) -> int:
             raise
         _quiet_stdout()
         sys.exit(1)
+
+
+def _lang_after_subcommand(args: list[str]) -> list[str]:
+    """``oomdoctor --lang ja fit ...`` means ``oomdoctor fit --lang ja ...``: a leading ``--lang``
+    before a subcommand that takes one moves behind the subcommand's name."""
+    if args and args[0].startswith("--lang="):
+        lang, rest = args[:1], args[1:]
+    elif len(args) >= 2 and args[0] == "--lang":
+        lang, rest = args[:2], args[2:]
+    else:
+        return args
+    if rest and rest[0] in ("fit", "run"):
+        return [rest[0], *lang, *rest[1:]]
+    return args
 
 
 def _quiet_stdout() -> None:
