@@ -252,7 +252,7 @@ def _without_human_text(value: Any, parent: str = "") -> Any:
         return {
             k: _without_human_text(v, k)
             for k, v in value.items()
-            if not (k in HUMAN and isinstance(v, str) and parent in ("cause", "remedies", ""))
+            if not (k in HUMAN and isinstance(v, str) and parent in ("cause", "remedies", "findings", ""))
         }
     if isinstance(value, list):
         return [_without_human_text(v, parent) for v in value]
@@ -267,6 +267,7 @@ def test_json_differs_from_english_only_in_human_text(case: str) -> None:
     assert _without_human_text(ja) == _without_human_text(en)
     # ... and the human text did change: the cause and every remedy
     for fe, fj in zip(en["findings"], ja["findings"], strict=True):
+        assert fj["title"] != fe["title"], fe["rule"]
         if fe["cause"]:
             assert fj["cause"]["summary"] != fe["cause"]["summary"]
         for re_, rj in zip(fe["remedies"], fj["remedies"], strict=True):
@@ -491,3 +492,47 @@ def test_fit_json_differs_from_english_only_in_human_text() -> None:
     assert [r["bytes"] for r in en["budget"]] == [r["bytes"] for r in ja["budget"]]
     assert ja["budget"][0]["term"] == "GPUメモリ" and en["budget"][0]["term"] == "GPU memory"
     assert set(en) == set(ja)
+
+
+# -- rule titles: Japanese beside the English in the same TOML entry ---------------------------------------
+
+
+def test_every_rule_title_has_its_japanese() -> None:
+    """A rule added without ``ja.title`` fails here, naming its file and id."""
+    import tomllib
+
+    missing = []
+    for path in sorted((ROOT / "rules").glob("*.toml")):
+        for entry in tomllib.loads(path.read_text("utf-8")).get("rule", []):
+            if not entry.get("ja", {}).get("title"):
+                missing.append(f"{path.relative_to(ROOT)}: rule {entry.get('id')} has no ja.title")
+    assert missing == [], "\n".join(missing)
+
+
+def test_findings_and_rule_list_carry_the_japanese_title() -> None:
+    from oomdoctor.rulepack import default_pack
+
+    rule = next(r for r in default_pack().rules if r.id == "vllm.v0.kv-cache.max-len-exceeds")
+    assert rule.rule.title_in("ja") == "最大モデル長のリクエスト1件をKVキャッシュに収められない"
+    assert rule.rule.title_in("en") == "KV cache cannot hold one request of the model's max length"
+    text = _cli(["--lang", "ja", "fixtures/vllm/vllm-001.log"])
+    assert text.splitlines()[0].endswith(rule.rule.title_in("ja"))
+    assert rule.rule.title_in("en") not in text
+
+
+@pytest.mark.parametrize(("ja", "error"), [
+    ('"{size}のKVキャッシュ"', "placeholders"),
+    ('""', "empty"),
+])
+def test_the_rule_loader_rejects_a_bad_japanese_title(tmp_path: Path, ja: str, error: str) -> None:
+    from oomdoctor.rulepack import RulePackError, load_pack
+
+    source = (ROOT / "rules" / "vllm.toml").read_text("utf-8")
+    start = source.index("[[rule]]")
+    end = source.index("[[rule]]", start + 1)
+    entry = source[start:end]
+    entry = "\n".join(line for line in entry.splitlines() if not line.startswith("ja.title"))
+    (tmp_path / "one.toml").write_text(
+        entry.replace("\ntitle = ", f"\nja.title = {ja}\ntitle = ", 1).replace('id = "vllm.', 'id = "mine.', 1), "utf-8")
+    with pytest.raises((RulePackError, ValueError), match=error):
+        load_pack([tmp_path])

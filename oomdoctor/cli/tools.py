@@ -47,9 +47,9 @@ def rules_list(
         return 0
     width = max((len(r.id) for r in pack.rules), default=10)
     kw = max((len(r.rule.kind) for r in pack.rules), default=10)
-    for r in pack.rules:
-        print(f"{r.id:<{width}}  {r.rule.kind:<{kw}}  {r.rule.engine:<10}  {r.rule.title}")
-    with use_lang(resolve_lang(None)):
+    with use_lang(resolve_lang(None)) as lang:
+        for r in pack.rules:
+            print(f"{r.id:<{width}}  {r.rule.kind:<{kw}}  {r.rule.engine:<10}  {r.rule.title_in(lang)}")
         print(_("{rules} rules, {contexts} context rules, {phases} phase rules").format(
             rules=len(pack.rules), contexts=len(pack.contexts), phases=len(pack.phases)))
     return 0
