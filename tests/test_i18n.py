@@ -536,3 +536,19 @@ def test_the_rule_loader_rejects_a_bad_japanese_title(tmp_path: Path, ja: str, e
         entry.replace("\ntitle = ", f"\nja.title = {ja}\ntitle = ", 1).replace('id = "vllm.', 'id = "mine.', 1), "utf-8")
     with pytest.raises((RulePackError, ValueError), match=error):
         load_pack([tmp_path])
+
+
+def test_cli_errors_before_the_options_are_read_follow_the_language() -> None:
+    """Errors found before a command sets its language (a bad --format of run, a bad --format of the
+    diagnose command) are worded in the language of the command line or the environment."""
+    def err(*args: str, **env: str) -> str:
+        base = {k: v for k, v in os.environ.items() if k not in ("OOMDOCTOR_LANG", "LC_ALL", "LC_MESSAGES", "LANG")}
+        proc = subprocess.run([sys.executable, "-m", "oomdoctor", *args], capture_output=True,
+                              env={**base, **env}, timeout=120, cwd=ROOT)
+        assert proc.returncode == 2
+        return proc.stderr.decode("utf-8")
+
+    assert "--exit-status 'x' は使えません" in err("run", "--exit-status", "x", "--", "true", LANG="ja_JP.UTF-8")
+    assert "--exit-status 'x' は使えません" in err("--lang", "ja", "run", "--exit-status", "x", "--", "true")
+    assert "unknown --exit-status 'x'" in err("run", "--lang", "en", "--exit-status", "x", "--", "true", LANG="ja_JP.UTF-8")
+    assert "--format 'nope' は使えません" in err("-f", "nope", "fixtures/vllm/vllm-001.log", OOMDOCTOR_LANG="ja")
