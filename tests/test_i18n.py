@@ -552,3 +552,9 @@ def test_cli_errors_before_the_options_are_read_follow_the_language() -> None:
     assert "--exit-status 'x' は使えません" in err("--lang", "ja", "run", "--exit-status", "x", "--", "true")
     assert "unknown --exit-status 'x'" in err("run", "--lang", "en", "--exit-status", "x", "--", "true", LANG="ja_JP.UTF-8")
     assert "--format 'nope' は使えません" in err("-f", "nope", "fixtures/vllm/vllm-001.log", OOMDOCTOR_LANG="ja")
+
+
+def test_a_leading_lang_applies_to_the_rules_subcommand() -> None:
+    last = _cli(["--lang", "ja", "rules", "list"]).splitlines()
+    assert last[-1].startswith("ルール") and any(line.endswith("KVキャッシュに使えるメモリが残っていない") for line in last)
+    assert _cli(["--lang", "en", "rules", "list"], LANG="ja_JP.UTF-8") == _cli(["rules", "list"])

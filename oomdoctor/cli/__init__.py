@@ -15,10 +15,11 @@ SUBCOMMANDS = ("rules", "run", "fit", "serve")
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns (and exits with) the exit code."""
-    args = _lang_after_subcommand(list(sys.argv[1:] if argv is None else argv))
+    args = list(sys.argv[1:] if argv is None else argv)
     from oomdoctor.i18n import use_lang
 
     with use_lang(_lang_of(args)):  # every message, even one before the options are parsed
+        args = _lang_after_subcommand(args)
         code = _main(args)
     if argv is None:
         sys.exit(code)
@@ -139,7 +140,8 @@ def _run_plain(run: Callable[..., int], options: dict[str, object]) -> int:
 
 def _lang_after_subcommand(args: list[str]) -> list[str]:
     """``oomdoctor --lang ja fit ...`` means ``oomdoctor fit --lang ja ...``: a leading ``--lang``
-    before a subcommand that takes one moves behind the subcommand's name."""
+    before a subcommand that takes one moves behind the subcommand's name; before one that takes
+    none (``rules``) it is removed, :func:`main` having read it."""
     if args and args[0].startswith("--lang="):
         lang, rest = args[:1], args[1:]
     elif len(args) >= 2 and args[0] == "--lang":
@@ -148,6 +150,8 @@ def _lang_after_subcommand(args: list[str]) -> list[str]:
         return args
     if rest and rest[0] in ("fit", "run"):
         return [rest[0], *lang, *rest[1:]]
+    if rest and rest[0] in SUBCOMMANDS:  # rules, serve: no option of their own; main() sets the language
+        return rest
     return args
 
 
