@@ -18,6 +18,7 @@ from oomdoctor import __version__
 from oomdoctor.context import ContextCollector
 from oomdoctor.fallback import is_fallback, kind_for, role_figures
 from oomdoctor.figures import groups_to_figures
+from oomdoctor.i18n import current_lang
 from oomdoctor.prefilter import Prefilter, make_prefilter, needles
 from oomdoctor.reader import Line, LineSplitter, normalise, only_cut_by_normalise, only_cut_in
 from oomdoctor.report import Finding, Location, Report, Summary, Tool
@@ -815,7 +816,7 @@ class Scanner:
             engine=rule.rule.engine,
             severity=rule.rule.severity,
             phase=rule.rule.phase or "unknown",
-            title=rule.rule.title,
+            title=rule.rule.title_in(current_lang()),
             message=message,
             location=Location(source=self.source, line=anchor.number, end_line=end_line),
             occurrences=1,
@@ -920,7 +921,7 @@ class Scanner:
                         # the fallback's figures are guesses from nearby words: the rule's are read
                         f.figures = dict(figures)
                         f.location.line = anchor.number
-                    f.rule, f.kind, f.engine, f.title, f.message = rule.id, r.kind, r.engine, r.title, message
+                    f.rule, f.kind, f.engine, f.title, f.message = rule.id, r.kind, r.engine, r.title_in(current_lang()), message
                     if r.phase:
                         f.phase = r.phase
                 f.location.end_line = max(f.location.end_line, end_line)

@@ -252,7 +252,7 @@ def _without_human_text(value: Any, parent: str = "") -> Any:
         return {
             k: _without_human_text(v, k)
             for k, v in value.items()
-            if not (k in HUMAN and isinstance(v, str) and parent in ("cause", "remedies", ""))
+            if not (k in HUMAN and isinstance(v, str) and parent in ("cause", "remedies", "findings", ""))
         }
     if isinstance(value, list):
         return [_without_human_text(v, parent) for v in value]
@@ -267,6 +267,7 @@ def test_json_differs_from_english_only_in_human_text(case: str) -> None:
     assert _without_human_text(ja) == _without_human_text(en)
     # ... and the human text did change: the cause and every remedy
     for fe, fj in zip(en["findings"], ja["findings"], strict=True):
+        assert fj["title"] != fe["title"], fe["rule"]
         if fe["cause"]:
             assert fj["cause"]["summary"] != fe["cause"]["summary"]
         for re_, rj in zip(fe["remedies"], fj["remedies"], strict=True):
@@ -458,3 +459,102 @@ def test_rules_and_run_messages_follow_the_locale() -> None:
     not_found = cli("run", "--", "/no/such/command", OOMDOCTOR_LANG="ja")
     assert not_found.returncode == 127
     assert "/no/such/command: コマンドが見つかりません" in not_found.stderr.decode("utf-8")
+
+
+# -- fit in Japanese ------------------------------------------------------------------------------------
+
+
+FIT = ["fit", "--model", "Llama-3.1-8B", "--gpu", "A10G"]
+
+
+def test_fit_speaks_japanese_from_either_flag_place_and_the_locale(update_goldens: bool) -> None:
+    """``oomdoctor fit --lang ja`` and ``oomdoctor --lang ja fit`` both work, and equal the locale's choice;
+    the budget table's labels are translated and still line up (wide characters count two cells)."""
+    after = _cli([*FIT, "--lang", "ja"])
+    assert _cli(["--lang", "ja", *FIT]) == after
+    assert _cli(["--lang=ja", *FIT]) == after
+    assert _cli(FIT, LANG="ja_JP.UTF-8") == after
+    assert _cli(["--lang", "en", *FIT], LANG="ja_JP.UTF-8") == _cli(FIT)
+    golden = GOLDENS / "fit-llama-3.1-8b-a10g.txt"
+    if update_goldens:
+        golden.write_text(after, encoding="utf-8")
+    assert after == golden.read_text(encoding="utf-8")
+    table = [line for line in after.splitlines() if " GiB  " in line or " MiB  " in line]
+    assert table[0].startswith("GPUメモリ") and any(line.startswith("KVキャッシュ") for line in table)
+    # the sizes end in the same column although the labels mix narrow and wide characters
+    ends = {T.cell_len(line[: line.index("iB  ") + 3]) for line in table}
+    assert len(ends) == 1, table
+
+
+def test_fit_json_differs_from_english_only_in_human_text() -> None:
+    en = json.loads(_cli([*FIT, "--format", "json"]))
+    ja = json.loads(_cli([*FIT, "--format", "json", "--lang", "ja"]))
+    assert [r["bytes"] for r in en["budget"]] == [r["bytes"] for r in ja["budget"]]
+    assert ja["budget"][0]["term"] == "GPUメモリ" and en["budget"][0]["term"] == "GPU memory"
+    assert set(en) == set(ja)
+
+
+# -- rule titles: Japanese beside the English in the same TOML entry ---------------------------------------
+
+
+def test_every_rule_title_has_its_japanese() -> None:
+    """A rule added without ``ja.title`` fails here, naming its file and id."""
+    import tomllib
+
+    missing = []
+    for path in sorted((ROOT / "rules").glob("*.toml")):
+        for entry in tomllib.loads(path.read_text("utf-8")).get("rule", []):
+            if not entry.get("ja", {}).get("title"):
+                missing.append(f"{path.relative_to(ROOT)}: rule {entry.get('id')} has no ja.title")
+    assert missing == [], "\n".join(missing)
+
+
+def test_findings_and_rule_list_carry_the_japanese_title() -> None:
+    from oomdoctor.rulepack import default_pack
+
+    rule = next(r for r in default_pack().rules if r.id == "vllm.v0.kv-cache.max-len-exceeds")
+    assert rule.rule.title_in("ja") == "最大モデル長のリクエスト1件をKVキャッシュに収められない"
+    assert rule.rule.title_in("en") == "KV cache cannot hold one request of the model's max length"
+    text = _cli(["--lang", "ja", "fixtures/vllm/vllm-001.log"])
+    assert text.splitlines()[0].endswith(rule.rule.title_in("ja"))
+    assert rule.rule.title_in("en") not in text
+
+
+@pytest.mark.parametrize(("ja", "error"), [
+    ('"{size}のKVキャッシュ"', "placeholders"),
+    ('""', "empty"),
+])
+def test_the_rule_loader_rejects_a_bad_japanese_title(tmp_path: Path, ja: str, error: str) -> None:
+    from oomdoctor.rulepack import RulePackError, load_pack
+
+    source = (ROOT / "rules" / "vllm.toml").read_text("utf-8")
+    start = source.index("[[rule]]")
+    end = source.index("[[rule]]", start + 1)
+    entry = source[start:end]
+    entry = "\n".join(line for line in entry.splitlines() if not line.startswith("ja.title"))
+    (tmp_path / "one.toml").write_text(
+        entry.replace("\ntitle = ", f"\nja.title = {ja}\ntitle = ", 1).replace('id = "vllm.', 'id = "mine.', 1), "utf-8")
+    with pytest.raises((RulePackError, ValueError), match=error):
+        load_pack([tmp_path])
+
+
+def test_cli_errors_before_the_options_are_read_follow_the_language() -> None:
+    """Errors found before a command sets its language (a bad --format of run, a bad --format of the
+    diagnose command) are worded in the language of the command line or the environment."""
+    def err(*args: str, **env: str) -> str:
+        base = {k: v for k, v in os.environ.items() if k not in ("OOMDOCTOR_LANG", "LC_ALL", "LC_MESSAGES", "LANG")}
+        proc = subprocess.run([sys.executable, "-m", "oomdoctor", *args], capture_output=True,
+                              env={**base, **env}, timeout=120, cwd=ROOT)
+        assert proc.returncode == 2
+        return proc.stderr.decode("utf-8")
+
+    assert "--exit-status 'x' は使えません" in err("run", "--exit-status", "x", "--", "true", LANG="ja_JP.UTF-8")
+    assert "--exit-status 'x' は使えません" in err("--lang", "ja", "run", "--exit-status", "x", "--", "true")
+    assert "unknown --exit-status 'x'" in err("run", "--lang", "en", "--exit-status", "x", "--", "true", LANG="ja_JP.UTF-8")
+    assert "--format 'nope' は使えません" in err("-f", "nope", "fixtures/vllm/vllm-001.log", OOMDOCTOR_LANG="ja")
+
+
+def test_a_leading_lang_applies_to_the_rules_subcommand() -> None:
+    last = _cli(["--lang", "ja", "rules", "list"]).splitlines()
+    assert last[-1].startswith("ルール") and any(line.endswith("KVキャッシュに使えるメモリが残っていない") for line in last)
+    assert _cli(["--lang", "en", "rules", "list"], LANG="ja_JP.UTF-8") == _cli(["rules", "list"])

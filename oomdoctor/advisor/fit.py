@@ -22,6 +22,7 @@ from oomdoctor.advisor.memory_model import (
 )
 from oomdoctor.advisor.registry import AdviceInput
 from oomdoctor.advisor.values import BLOCK_SIZE
+from oomdoctor.i18n import _
 from oomdoctor.report import Context, Finding, Location, Remedy
 
 #: activation peak of the profile run per batched token per hidden unit, in bytes. Calibrated on
@@ -149,19 +150,25 @@ def fit(
     needed = kv_bytes_for_len(geo, length, kvb, BLOCK_SIZE, tp, 1, batched)
     cap = capacity_tokens(geo, budget, kvb, BLOCK_SIZE, tp, 1, limit=length, max_num_batched_tokens=batched)
     headroom = total - requested - (0 if graphs_in_budget else graphs)
-    wsrc = "config.json (parameters estimated from tensor shapes)" if model_config else f"catalog: {geo.source}"
-    gpu_src = f"catalog: {gpu.name}, {gpu.memory_label}" if gpu and not total_bytes else "given"
+    wsrc = (_("config.json (parameters estimated from tensor shapes)") if model_config
+            else _("catalog: {source}").format(source=geo.source))
+    gpu_src = (_("catalog: {gpu}, {label}").format(gpu=gpu.name, label=gpu.memory_label)
+               if gpu and not total_bytes else _("given"))
+    estimate = _("estimate")
     rows = [
-        ("GPU memory", total, gpu_src),
-        (f"vLLM budget (× {util:.2f})", requested, "given" if utilization else "vLLM default"),
-        ("weights", weights, wsrc + (f", ÷ TP {tp}" if tp > 1 else "")),
-        ("activation peak", activation, f"estimate: {batched} batched tokens × {hidden} × {ACTIVATION_BYTES_PER_TOKEN_HIDDEN} B"),
-        ("non-torch", non_torch, "estimate" + (" (+ NCCL)" if tp > 1 else "")),
-        ("CUDA graphs" + ("" if graphs_in_budget else " (outside the budget)"), graphs,
-         "--enforce-eager" if enforce_eager else "estimate (typical 0.3–3 GiB)"),
-        ("KV cache", budget, "the rest of the budget"),
-        (f"KV for one {length}-token request", needed, f"{geo.layers} layers, {kv_dtype} KV"),
-        ("headroom outside vLLM", headroom, "total − budget"),
+        (_("GPU memory"), total, gpu_src),
+        (_("vLLM budget (× {util})").format(util=f"{util:.2f}"), requested,
+         _("given") if utilization else _("vLLM default")),
+        (_("weights"), weights, wsrc + (f", ÷ TP {tp}" if tp > 1 else "")),
+        (_("activation peak"), activation, _("estimate: {tokens} batched tokens × {hidden} × {bytes} B").format(
+            tokens=batched, hidden=hidden, bytes=ACTIVATION_BYTES_PER_TOKEN_HIDDEN)),
+        (_("non-torch"), non_torch, estimate + (" (+ NCCL)" if tp > 1 else "")),
+        (_("CUDA graphs") + ("" if graphs_in_budget else _(" (outside the budget)")), graphs,
+         "--enforce-eager" if enforce_eager else _("estimate (typical 0.3–3 GiB)")),
+        (_("KV cache"), budget, _("the rest of the budget")),
+        (_("KV for one {length}-token request").format(length=length), needed,
+         _("{layers} layers, {dtype} KV").format(layers=geo.layers, dtype=kv_dtype)),
+        (_("headroom outside vLLM"), headroom, _("total − budget")),
     ]
     fits = budget > 0 and needed <= budget
     res = FitResult(

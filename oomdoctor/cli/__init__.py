@@ -16,6 +16,38 @@ SUBCOMMANDS = ("rules", "run", "fit", "serve")
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns (and exits with) the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    from oomdoctor.i18n import use_lang
+
+    with use_lang(_lang_of(args)):  # every message, even one before the options are parsed
+        args = _lang_after_subcommand(args)
+        code = _main(args)
+    if argv is None:
+        sys.exit(code)
+    return code
+
+
+def _lang_of(args: list[str]) -> str:
+    """The language the command line asks for (``--lang`` before any ``--``), else the environment's;
+    an unknown ``--lang`` is reported later by the command, in the environment's language."""
+    from oomdoctor.i18n import resolve_lang
+
+    explicit = None
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--lang" and i + 1 < len(args):
+            explicit = args[i + 1]
+        elif arg.startswith("--lang="):
+            explicit = arg.split("=", 1)[1]
+    try:
+        return resolve_lang(explicit)
+    except ValueError:
+        return resolve_lang(None)
+
+
+def _main(args: list[str]) -> int:
+    from oomdoctor.i18n import _
+
     try:
         if (args and args[0] in SUBCOMMANDS) or _completing_subcommand():
             from oomdoctor.cli.tools import app as tools_app
@@ -41,9 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         from oomdoctor.cli.errors import fail
 
         detail = " ".join(str(exc).split())
-        code = fail(f"internal error: {type(exc).__name__}: {detail} (set OOMDOCTOR_DEBUG=1 for the traceback)")
-    if argv is None:
-        sys.exit(code)
+        code = fail(_("internal error: {error}: {detail} (set OOMDOCTOR_DEBUG=1 for the traceback)").format(
+            error=type(exc).__name__, detail=detail))
     return code
 
 
@@ -105,6 +136,23 @@ def _run_plain(run: Callable[..., int], options: dict[str, object]) -> int:
             raise
         _quiet_stdout()
         sys.exit(1)
+
+
+def _lang_after_subcommand(args: list[str]) -> list[str]:
+    """``oomdoctor --lang ja fit ...`` means ``oomdoctor fit --lang ja ...``: a leading ``--lang``
+    before a subcommand that takes one moves behind the subcommand's name; before one that takes
+    none (``rules``) it is removed, :func:`main` having read it."""
+    if args and args[0].startswith("--lang="):
+        lang, rest = args[:1], args[1:]
+    elif len(args) >= 2 and args[0] == "--lang":
+        lang, rest = args[:2], args[2:]
+    else:
+        return args
+    if rest and rest[0] in ("fit", "run"):
+        return [rest[0], *lang, *rest[1:]]
+    if rest and rest[0] in SUBCOMMANDS:  # rules, serve: no option of their own; main() sets the language
+        return rest
+    return args
 
 
 def _quiet_stdout() -> None:

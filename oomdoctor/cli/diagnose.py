@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from oomdoctor import __version__
 from oomdoctor.cli.errors import color_for, fail, warn
+from oomdoctor.i18n import _
 from oomdoctor.render import FORMATS, renderer
 
 if TYPE_CHECKING:
@@ -207,7 +208,7 @@ def plain_options(args: list[str]) -> dict[str, Any] | None:
             return None
         param, repeatable = _PLAIN_OPTIONS[name]
         if param == "hint":
-            key, has_eq, _ = value.partition("=")
+            key, has_eq, _rest = value.partition("=")
             if not has_eq or not key.strip():
                 return None
         opts[param] = [*(opts.get(param) or []), value] if repeatable else value
@@ -254,9 +255,9 @@ def _run(
     plain: bool,
 ) -> int:
     if fmt not in FORMATS:
-        return fail(f"unknown --format {fmt!r} (choose {', '.join(FORMATS)})")
+        return fail(_("unknown --format {value} (choose {choices})").format(value=repr(fmt), choices=", ".join(FORMATS)))
     if fail_on not in ("error", "warning"):
-        return fail(f"unknown --fail-on {fail_on!r} (choose error or warning)")
+        return fail(_("unknown --fail-on {value} (choose error or warning)").format(value=repr(fail_on)))
     try:
         hints = parse_hints(hint or [])
     except HintError as exc:
@@ -286,7 +287,7 @@ def _run(
         return follow_file(follow, pack, hints, fmt, output, fail_on)
     if not paths:
         if sys.stdin is None or sys.stdin.isatty():
-            return fail("no input: give a log FILE, or pipe a log into oomdoctor (see oomdoctor --help)")
+            return fail(_("no input: give a log FILE, or pipe a log into oomdoctor (see oomdoctor --help)"))
         return _pipe_mode(pack, hints, fmt, output, quiet, fail_on, plain)
     return _file_mode(paths, pack, hints, fmt, output, fail_on, plain)
 
@@ -334,7 +335,7 @@ def _file_mode(
                     first = True
                     for block in read_blocks(path, ahead=ahead):
                         if first and looks_binary(block):
-                            warn(f"{path} looks binary (NUL bytes); reading it as text anyway")
+                            warn(_("{path} looks binary (NUL bytes); reading it as text anyway").format(path=path))
                         first = False
                         scanner.feed(block)
                         bar.advance(len(block), scanner.findings_so_far())
@@ -345,7 +346,7 @@ def _file_mode(
     except RuleTimeout as exc:
         return fail(str(exc))
     except Exception as exc:  # an analysis bug must not end in a traceback
-        return fail(f"analysis failed: {type(exc).__name__}: {' '.join(str(exc).split())}")
+        return fail(_("analysis failed: {error}: {detail}").format(error=type(exc).__name__, detail=" ".join(str(exc).split())))
     if input_error is not None and not input_error.partial and not report.findings:
         return fail(str(input_error))
     try:
@@ -354,7 +355,7 @@ def _file_mode(
         _quiet_broken_pipe()
         return 0
     except OSError as exc:
-        return fail(f"{output or '<stdout>'}: cannot write: {exc.strerror or exc}")
+        return fail(_("{path}: cannot write: {error}").format(path=output or "<stdout>", error=exc.strerror or exc))
     if input_error is not None:
         return fail(str(input_error))
     return exit_code(report, fail_on)
@@ -435,7 +436,7 @@ def _pipe_mode(
         in_fd = sys.stdin.fileno()
         out_fd = None if quiet else sys.stdout.fileno()
     except (OSError, ValueError, AttributeError):
-        return fail("stdin/stdout is not a file descriptor")
+        return fail(_("stdin/stdout is not a file descriptor"))
     result = run_pipe(scanner, live, in_fd=in_fd, out_fd=out_fd, warmup=warm_imports)
     report = result.report
     if report is not None:

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from oomdoctor.cli.diagnose import LANG_HELP
 from oomdoctor.cli.errors import fail
 from oomdoctor.i18n import _, resolve_lang, use_lang
 
@@ -30,10 +31,12 @@ def render_fit_text(res: Any, width: int | None = None) -> str:
     on += _(", max model len {length}, KV {dtype}").format(length=res.max_model_len, dtype=res.kv_cache_dtype)
     out.prose(on, "", "  ")
     out.lines.append("")
-    term_w = max(len(row[0]) for row in res.rows)
+    from rich.cells import cell_len  # East Asian wide characters take two cells
+
+    term_w = max(cell_len(row[0]) for row in res.rows)
     for term, value, source in res.rows:
-        head = f"{BODY}{term:<{term_w}}  {_size(value):>10}  "
-        out.prose(head + source, "", " " * len(head))
+        head = f"{BODY}{term}{' ' * (term_w - cell_len(term))}  {_size(value):>10}  "
+        out.prose(head + source, "", " " * cell_len(head))
     out.lines.append("")
     if res.fits:
         out.prose(_(
@@ -151,8 +154,13 @@ def register(app: typer.Typer) -> None:
         fmt: Annotated[str, typer.Option("--format", help="text or json.", metavar="FORMAT")] = "text",
         show_gpus: Annotated[bool, typer.Option("--list-gpus", help="List the GPUs of the catalog.")] = False,
         show_models: Annotated[bool, typer.Option("--list-models", help="List the models of the catalog.")] = False,
+        lang: Annotated[str | None, typer.Option("--lang", help=LANG_HELP, metavar="LANG")] = None,
     ) -> int:
-        with use_lang(resolve_lang(None)):  # OOMDOCTOR_LANG, then the locale
+        try:
+            chosen = resolve_lang(lang)  # --lang, else OOMDOCTOR_LANG, else the locale
+        except ValueError as exc:
+            return fail(f"--lang: {exc}")
+        with use_lang(chosen):
             from oomdoctor.advisor.catalog import (
                 config_model_name,
                 find_gpu,

@@ -20,6 +20,7 @@ from typing import BinaryIO
 
 from oomdoctor.cli.errors import fail
 from oomdoctor.cli.pipe import QUIET_SECONDS, READ_SIZE, say
+from oomdoctor.i18n import _
 from oomdoctor.scanner import RuleTimeout, Scanner
 
 #: seconds between looks at the file when nothing new arrived
@@ -44,11 +45,11 @@ def follow_file(path: str, pack: object, hints: dict[str, str], fmt: str, output
     try:
         st = os.stat(path)
         if stat.S_ISDIR(st.st_mode):
-            return fail(f"{path}: is a directory")
+            return fail(_("{path}: is a directory").format(path=path))
     except FileNotFoundError:
         pass
     except OSError as exc:
-        return fail(f"{path}: cannot follow: {exc.strerror or exc}")
+        return fail(_("{path}: cannot follow: {error}").format(path=path, error=exc.strerror or exc))
     scanner = Scanner(pack, source=path, hints=hints)  # type: ignore[arg-type]
     live = LiveFindings(fmt == "text" and not output, stream=sys.stdout)
     previous = None
@@ -73,7 +74,7 @@ def follow_file(path: str, pack: object, hints: dict[str, str], fmt: str, output
     try:
         report = scanner.close()
     except Exception as exc:
-        return fail(f"analysis failed: {type(exc).__name__}: {' '.join(str(exc).split())}")
+        return fail(_("analysis failed: {error}: {detail}").format(error=type(exc).__name__, detail=" ".join(str(exc).split())))
     live.summary(report, fmt, output)
     return exit_code(report, fail_on)
 
@@ -98,7 +99,7 @@ class _Follower:
             fh = open(self.path, "rb", buffering=0)  # noqa: SIM115
         except FileNotFoundError:
             if not self.waiting_said:
-                say(f"oomdoctor: waiting for {self.path} to appear")
+                say("oomdoctor: " + _("waiting for {path} to appear").format(path=self.path))
                 self.waiting_said = True
             return False
         except OSError as exc:

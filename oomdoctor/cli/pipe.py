@@ -42,6 +42,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from oomdoctor.i18n import _
+
 if TYPE_CHECKING:  # imported by the analyser thread: the passthrough starts before pydantic loads
     from oomdoctor.report import Finding, Report
     from oomdoctor.scanner import Scanner
@@ -327,7 +329,7 @@ class _Analyser(threading.Thread):
         text = " ".join(str(exc).split())
         name = type(exc).__name__
         self.result.analysis_error = text if name == "RuleTimeout" else f"{name}: {text}".rstrip(": ")
-        say(f"oomdoctor: analysis stopped: {self.result.analysis_error}")
+        say("oomdoctor: " + _("analysis stopped: {error}").format(error=self.result.analysis_error))
 
 
 def _feed_newlines(scanner: Scanner, count: int) -> None:
@@ -409,7 +411,7 @@ def run_pipe(
         try:
             while True:
                 if stop_when_idle is not None:
-                    ready, _, _ = select.select([in_fd], [], [], IDLE_POLL)
+                    ready, _writable, _errors = select.select([in_fd], [], [], IDLE_POLL)
                     if not ready:
                         if stop_when_idle():
                             break
@@ -446,16 +448,17 @@ def run_pipe(
             join_timeout = SIGNAL_JOIN_SECONDS
         if not analyser.finish(join_timeout) and result.analysis_error is None:
             result.analysis_error = "analysis did not finish in time"
-            say(f"oomdoctor: analysis stopped: {result.analysis_error}")
+            say("oomdoctor: " + _("analysis stopped: {error}").format(error=result.analysis_error))
     finally:
         sys.setswitchinterval(switch)
         for signum, handler in restore.items():
             signal.signal(signum, handler)  # type: ignore[arg-type]
     if result.skipped_bytes:
         say(
-            f"oomdoctor: analysis skipped {result.skipped_bytes} bytes "
-            "(input arrived faster than it could be analysed; all of it was passed through). "
-            "To analyse a saved log whole, name it: oomdoctor FILE"
+            "oomdoctor: " + _(
+                "analysis skipped {count} bytes (input arrived faster than it could be analysed; all of it "
+                "was passed through). To analyse a saved log whole, name it: oomdoctor FILE"
+            ).format(count=result.skipped_bytes)
         )
     return result
 

@@ -82,9 +82,9 @@ def run(
     if not argv:
         return fail(_("run: no command given (usage: oomdoctor run -- COMMAND [ARGS...])"))
     if fmt not in FORMATS:
-        return fail(f"unknown --format {fmt!r} (choose {', '.join(FORMATS)})")
+        return fail(_("unknown --format {value} (choose {choices})").format(value=repr(fmt), choices=", ".join(FORMATS)))
     if exit_status not in ("command", "findings"):
-        return fail(f"unknown --exit-status {exit_status!r} (choose command or findings)")
+        return fail(_("unknown --exit-status {value} (choose command or findings)").format(value=repr(exit_status)))
     try:
         hints = parse_hints(hint or [])
     except HintError as exc:
@@ -141,7 +141,7 @@ def run_command(
     except OSError as exc:
         os.close(read_fd)
         os.close(write_fd)
-        return fail(f"{argv[0]}: cannot run: {exc.strerror or exc}", 126)
+        return fail(_("{command}: cannot run: {error}").format(command=argv[0], error=exc.strerror or exc), 126)
     os.close(write_fd)
 
     def forward(signum: int, frame: object) -> None:

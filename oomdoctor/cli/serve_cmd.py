@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from oomdoctor.cli.errors import fail
+from oomdoctor.i18n import _
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +37,7 @@ def register(app: typer.Typer) -> None:
             import fastapi  # noqa: F401
             import uvicorn  # noqa: F401
         except ModuleNotFoundError:
-            return fail("oomdoctor serve needs the server extra: pip install 'oomdoctor[server]'")
+            return fail(_("oomdoctor serve needs the server extra: pip install 'oomdoctor[server]'"))
         import os
 
         from oomdoctor.server import ConfigError, ServerConfig
@@ -49,7 +50,7 @@ def register(app: typer.Typer) -> None:
             return fail(str(exc))
         busy = port_in_use(cfg.host, cfg.port)
         if busy:
-            return fail(f"cannot listen on {cfg.host}:{cfg.port}: {busy}")
+            return fail(_("cannot listen on {host}:{port}: {reason}").format(host=cfg.host, port=cfg.port, reason=busy))
         if workers > 1:  # worker processes rebuild the configuration from the environment
             os.environ["OOMDOCTOR_HOST"] = cfg.host
             if cfg.insecure:
@@ -69,7 +70,7 @@ def port_in_use(host: str, port: int) -> str | None:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
         return str(exc.strerror or exc)
-    family, _, _, _, addr = infos[0]
+    family, _type, _proto, _name, addr = infos[0]
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
         try:

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from oomdoctor.cli.errors import fail
-from oomdoctor.i18n import _, resolve_lang, use_lang
+from oomdoctor.i18n import _, current_lang, use_lang
 from oomdoctor.rulepack import RulePackError, load_pack
 
 app = typer.Typer(
@@ -22,6 +22,12 @@ app = typer.Typer(
 )
 rules_app = typer.Typer(help="Inspect and test rule packs.", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
+
+
+def _lang() -> str:
+    """The language of these subcommands: the one :func:`oomdoctor.cli.main` set from a leading
+    ``--lang``, else from the environment."""
+    return current_lang()
 
 
 def _pack(dirs: list[str] | None, builtin: bool = True):
@@ -47,9 +53,9 @@ def rules_list(
         return 0
     width = max((len(r.id) for r in pack.rules), default=10)
     kw = max((len(r.rule.kind) for r in pack.rules), default=10)
-    for r in pack.rules:
-        print(f"{r.id:<{width}}  {r.rule.kind:<{kw}}  {r.rule.engine:<10}  {r.rule.title}")
-    with use_lang(resolve_lang(None)):
+    with use_lang(_lang()) as lang:
+        for r in pack.rules:
+            print(f"{r.id:<{width}}  {r.rule.kind:<{kw}}  {r.rule.engine:<10}  {r.rule.title_in(lang)}")
         print(_("{rules} rules, {contexts} context rules, {phases} phase rules").format(
             rules=len(pack.rules), contexts=len(pack.contexts), phases=len(pack.phases)))
     return 0
@@ -66,7 +72,7 @@ def rules_show(
     except RulePackError as exc:
         return fail(str(exc))
     except KeyError:
-        with use_lang(resolve_lang(None)):
+        with use_lang(_lang()):
             return fail(_("no rule with id {rule_id} (see 'oomdoctor rules list')").format(rule_id=repr(rule_id)))
     data = rule.rule.model_dump(exclude_defaults=True)
     print(f"# {rule.source}")
@@ -98,7 +104,7 @@ def rules_test(
             else:
                 failed += 1
                 print(f"FAIL  {res.name} ({rule.source}): {res.problem}")
-    with use_lang(resolve_lang(None)):
+    with use_lang(_lang()):
         print(_("{passed} passed, {failed} failed").format(passed=passed, failed=failed))
     return 1 if failed else 0
 

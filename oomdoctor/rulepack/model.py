@@ -8,11 +8,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from oomdoctor.report import Phase
 
 FigureType = Literal["size", "int", "float", "str", "int-list"]
+
+
+def _placeholders(text: str) -> list[str]:
+    import string
+
+    return sorted({name for _lit, name, _spec, _conv in string.Formatter().parse(text) if name is not None})
 
 
 class _Strict(BaseModel):
@@ -48,6 +54,10 @@ class Rule(_Strict):
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.\-]*$")
     title: str = Field(min_length=1)
+    ja: dict[Literal["title"], str] = Field(
+        default_factory=dict,
+        description="The Japanese of the human text beside the English (ja.title), with the same placeholders.",
+    )
     engine: str = Field(min_length=1)
     kind: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
     severity: Literal["error", "warning"] = "error"
@@ -90,6 +100,20 @@ class Rule(_Strict):
     description: str = ""
     match: list[MatchExample] = Field(min_length=1)
     no_match: list[NoMatchExample] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _same_placeholders(self) -> Rule:
+        for key, text in self.ja.items():
+            if not text.strip():
+                raise ValueError(f"rule {self.id}: ja.{key} is empty")
+            want, got = _placeholders(getattr(self, key)), _placeholders(text)
+            if want != got:
+                raise ValueError(f"rule {self.id}: ja.{key} placeholders {got} differ from the English {want}")
+        return self
+
+    def title_in(self, lang: str) -> str:
+        """The title in ``lang`` (``en`` or ``ja``); English where no translation is given."""
+        return self.ja.get("title", self.title) if lang == "ja" else self.title
 
 
 class ContextRule(_Strict):
