@@ -558,3 +558,36 @@ def test_a_leading_lang_applies_to_the_rules_subcommand() -> None:
     last = _cli(["--lang", "ja", "rules", "list"]).splitlines()
     assert last[-1].startswith("ルール") and any(line.endswith("KVキャッシュに使えるメモリが残っていない") for line in last)
     assert _cli(["--lang", "en", "rules", "list"], LANG="ja_JP.UTF-8") == _cli(["rules", "list"])
+
+
+@pytest.mark.parametrize("args", [["--lang", "xx", "rules", "list"], ["--lang=xx", "rules", "list"]])
+def test_an_unknown_leading_lang_before_rules_is_a_usage_error(args: list[str]) -> None:
+    """``rules`` takes no --lang of its own, so main() checks the value it removes."""
+    proc = subprocess.run([sys.executable, "-m", "oomdoctor", *args], capture_output=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2
+    assert proc.stdout == b""
+    assert proc.stderr.decode().splitlines() == ["oomdoctor: error: --lang: unknown language 'xx' (choose en, ja)"]
+
+
+def test_figures_are_labelled_in_japanese_or_shown_by_their_key() -> None:
+    """A figure with a label gets its translation; one without shows its JSON key, which stays
+    English like every key, never a half-English phrase."""
+    from oomdoctor.render.common import figure_label
+
+    with use_lang("ja"):
+        assert figure_label("gpu_index") == "GPU番号"
+        assert figure_label("anon_rss_bytes") == "匿名RSS"
+        assert figure_label("sglang_cuda_graph_bs") == "sglang_cuda_graph_bs"
+    with use_lang("en"):  # English reads as before
+        assert figure_label("gpu_index") == "gpu index"
+        assert figure_label("sglang_cuda_graph_bs") == "sglang cuda graph bs"
+    with use_lang("ja"):
+        text = T.render_text(_report("pytorch/seed-002", "ja"), width=80, color=False)
+    assert "GPU番号" in text and "gpu index" not in text
+
+
+def test_the_catalog_reader_refuses_a_message_translated_twice(tmp_path: Path) -> None:
+    po = tmp_path / "x.po"
+    po.write_text('msgid "a"\nmsgstr "あ"\n\nmsgid "a"\nmsgstr "い"\n', "utf-8")
+    with pytest.raises(ValueError, match="msgid 'a' appears twice"):
+        i18n_catalog.read_po(po)

@@ -60,7 +60,10 @@ def read_po(path: Path) -> dict[str, str]:
 
     def flush() -> None:
         if msgid is not None and msgstr is not None:
-            entries["".join(msgid)] = "".join(msgstr)
+            key = "".join(msgid)
+            if key in entries:  # gettext would keep one silently; a second translation is a mistake
+                raise ValueError(f"{path}: msgid {key!r} appears twice")
+            entries[key] = "".join(msgstr)
 
     for raw in path.read_text("utf-8").splitlines():
         line = raw.strip()

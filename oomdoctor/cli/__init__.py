@@ -19,8 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     from oomdoctor.i18n import use_lang
 
     with use_lang(_lang_of(args)):  # every message, even one before the options are parsed
-        args = _lang_after_subcommand(args)
-        code = _main(args)
+        moved = _lang_after_subcommand(args)
+        bad = _unknown_lang(args) if len(moved) < len(args) else None  # rules, serve: checked here
+        code = _bad_lang(bad) if bad else _main(moved)
     if argv is None:
         sys.exit(code)
     return code
@@ -43,6 +44,24 @@ def _lang_of(args: list[str]) -> str:
         return resolve_lang(explicit)
     except ValueError:
         return resolve_lang(None)
+
+
+def _unknown_lang(args: list[str]) -> str | None:
+    """The error of a leading ``--lang`` whose value is no language oomdoctor speaks, else None."""
+    from oomdoctor.i18n import resolve_lang
+
+    value = args[0].split("=", 1)[1] if args[0].startswith("--lang=") else args[1]
+    try:
+        resolve_lang(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _bad_lang(message: str) -> int:
+    from oomdoctor.cli.errors import fail
+
+    return fail(f"--lang: {message}")
 
 
 def _main(args: list[str]) -> int:

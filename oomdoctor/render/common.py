@@ -6,7 +6,7 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
-from oomdoctor.i18n import N_, _
+from oomdoctor.i18n import N_, _, current_lang
 from oomdoctor.report import Finding, Remedy
 from oomdoctor.units import format_size
 
@@ -30,6 +30,41 @@ FIGURE_LABELS: dict[str, str] = {
 }
 
 
+# Labels of further figures. They do not order the list (FIGURE_LABELS does); each English label is the
+# name as it read before, so English output is unchanged, and the Japanese one is in the catalog.
+MORE_FIGURE_LABELS: dict[str, str] = {
+    "gpu_index": N_("gpu index"),
+    "pid": N_("pid"),
+    "process": N_("process"),
+    "function": N_("function"),
+    "pool": N_("pool"),
+    "mps_allocated_bytes": N_("mps allocated"),
+    "other_allocations_bytes": N_("other allocations"),
+    "max_allowed_bytes": N_("max allowed"),
+    "allowed_bytes": N_("allowed"),
+    "buffer_bytes": N_("buffer"),
+    "buffer_type": N_("buffer type"),
+    "other_processes": N_("other processes"),
+    "exit_code": N_("exit code"),
+    "prefill_tokens": N_("prefill tokens"),
+    "anon_rss_bytes": N_("anon rss"),
+    "file_rss_bytes": N_("file rss"),
+    "shmem_rss_bytes": N_("shmem rss"),
+    "total_vm_bytes": N_("total vm"),
+    "available_bytes": N_("available"),
+    "available_tokens": N_("available tokens"),
+    "requested_tokens": N_("requested tokens"),
+    "required_bytes": N_("required"),
+    "limit_bytes": N_("limit"),
+    "weights_bytes": N_("weights"),
+    "used_bytes": N_("used"),
+    "tensor_shape": N_("tensor shape"),
+    "step": N_("step"),
+    "workers_killed": N_("workers killed"),
+    "local_rank": N_("local rank"),
+}
+
+
 def figure_value(name: str, value: Any) -> str:
     if name == "other_processes" and isinstance(value, list):
         return ", ".join(f"pid {p.get('pid')}: {format_size(p.get('in_use_bytes'))}" for p in value[:6]) + (
@@ -47,8 +82,11 @@ def figure_items(f: Finding) -> list[tuple[str, str]]:
 
 def figure_label(name: str) -> str:
     """The label of figure ``name`` in the language in force (other figures: their name, spaced)."""
-    if name in FIGURE_LABELS:
-        return _(FIGURE_LABELS[name])
+    label = FIGURE_LABELS.get(name) or MORE_FIGURE_LABELS.get(name)
+    if label is not None:
+        return _(label)
+    if current_lang() != "en":
+        return name  # no translation: the figure's own key, as in JSON (keys stay English)
     return name.replace("_bytes", "").replace("_", " ")
 
 
