@@ -598,8 +598,13 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
 def lower_utilization(inp: AdviceInput) -> Remedy | None:
     if not is_vllm(inp):
         return None
-    if inp.finding.phase in ("profiling", "weights-load", "startup-check", "kv-cache-alloc", "training"):
-        return None  # before the KV cache exists the budget does not limit this allocation (research §7)
+    phase = inp.finding.phase
+    if phase in ("profiling", "weights-load", "startup-check", "training") or (
+        phase == "kv-cache-alloc" and not inp.finding.kind.startswith("torch.")
+    ):
+        # before the KV cache exists the budget does not limit this allocation (research §7); an
+        # allocator OOM while the KV cache is allocated is that cache, sized as a share of the GPU
+        return None
     f = get_facts(inp)
     req = inp.fig("requested_bytes")
     if not (f.utilization and f.total and req):
