@@ -166,3 +166,45 @@ def test_no_remedy_contradicts_the_account() -> None:
                     and not r.id.startswith("combined:") and not r.flags.get("--max-model-len"):
                 problems.append(f"{where}: fits, yet saves {r.saves_bytes} < shortfall {short}")
     assert not problems, "\n".join(problems)
+
+
+#: knobs one number sets, with the remedy ids that move it down and up
+_FRACTION_KNOBS = {
+    "--gpu-memory-utilization": (("vllm.gpu-memory-utilization.lower",),
+                                 ("vllm.gpu-memory-utilization.raise", "vllm.gpu-memory-utilization.raise-for-kv")),
+    "--mem-fraction-static": (("sglang.mem-fraction-static.lower",), ("sglang.mem-fraction-static.raise",)),
+}
+
+
+def test_no_cause_both_lowers_and_raises_one_knob() -> None:
+    """A cause that lowers a fraction in an engine and phase withholds raising it there (every phase, not only fixtures')."""
+    from oomdoctor.advisor.prescription import cause_table, prescribed, withheld
+    from oomdoctor.advisor.registry import remedy_ids
+    from oomdoctor.report import PHASES
+
+    known = set(remedy_ids())
+    problems = []
+    for cause in cause_table():
+        for engine in ("vllm", "sglang", "tgi", None):
+            for phase in PHASES:
+                offered, drop = set(prescribed(cause, engine, phase)), withheld(cause, engine, phase)
+                for knob, (down, up) in _FRACTION_KNOBS.items():
+                    if offered & set(down):
+                        problems += [f"{cause}/{engine}/{phase}: {knob}: lowers, does not withhold {u}"
+                                     for u in up if u in known and u not in drop]
+    assert not problems, "\n".join(problems)
+
+
+def test_no_report_both_lowers_and_raises_one_knob() -> None:
+    """Within one finding every remedy moves a fraction the same way from the value in use."""
+    problems = []
+    for name, f, ctx in FIXTURE_FINDINGS:
+        for knob, (down, up) in _FRACTION_KNOBS.items():
+            ids = {r.id for r in f.remedies if knob in r.flags}  # type: ignore[attr-defined]
+            if ids & set(down) and ids & set(up):
+                problems.append(f"{name}: {knob}: {sorted(ids)}")
+            now = ctx.gpu_memory_utilization if knob == "--gpu-memory-utilization" else None  # type: ignore[attr-defined]
+            values = {float(r.flags[knob]) for r in f.remedies if knob in r.flags}  # type: ignore[attr-defined]
+            if now is not None and any(v < now for v in values) and any(v > now for v in values):
+                problems.append(f"{name}: {knob}: {sorted(values)} around {now}")
+    assert not problems, "\n".join(problems)

@@ -99,6 +99,10 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         return "cudagraph-capture", ["cudagraphs", "free", "request"]
     if "sampler" in rule:
         return "sampler-warmup", ["free", "request"]
+    if phase == "kv-cache-alloc" and kind.startswith("torch.") and engine in ("vllm", "sglang") and capacity is None:
+        # the engine sized the KV cache to fit its budget after profiling; the allocation failing
+        # means the budget counted on memory that something outside its profile holds
+        return "other-processes", ["capacity", "other-processes", "free", "request"]
     # -- allocator -----------------------------------------------------------------------------
     spare = a("fragmentation")
     if spare is not None and req is not None and spare >= req:
@@ -138,6 +142,7 @@ def _values(finding: Finding, account: Account) -> dict[str, Any]:
         "tokens": tokens, "graphs": a("cudagraphs"), "seqs": fig.get("num_dummy_requests"),
         "rss": a("rss"), "limit": a("limit"),
         "want_tokens": fig.get("requested_tokens"), "left_tokens": fig.get("available_tokens"),
+        "kv_alloc": req if finding.phase == "kv-cache-alloc" and finding.kind.startswith("torch.") else None,
     }  # fmt: skip
 
 

@@ -210,8 +210,16 @@ def _rid(item: str | Prescribe) -> str:
 
 
 def withheld(cause_id: str, engine: str | None = None, phase: str = "unknown") -> set[str]:
-    """Remedy ids that cannot change the budget this cause exhausts (in this engine and phase)."""
-    return {_rid(w) for w in cause_table()[cause_id].withhold if isinstance(w, str) or w.applies(engine, phase)}
+    """Remedy ids that cannot change the budget this cause exhausts (in this engine and phase).
+
+    Besides the table's own list: where the cause lowers a knob (``<knob>.lower``), raising that
+    knob (``<knob>.raise``, ``<knob>.raise-…``) would undo it, so it is withheld too.
+    """
+    out = {_rid(w) for w in cause_table()[cause_id].withhold if isinstance(w, str) or w.applies(engine, phase)}
+    lowered = [rid[: -len("lower")] for rid in prescribed(cause_id, engine, phase) if rid.endswith(".lower")]
+    if lowered:
+        out |= {rid for rid in remedy_table() for knob in lowered if rid.startswith(knob + "raise")}
+    return out
 
 
 class RemedyEntry(_Strict):

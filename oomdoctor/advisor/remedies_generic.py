@@ -147,7 +147,14 @@ def _free_unlisted(inp: AdviceInput) -> Remedy | None:
     held = acc.get("other-processes") or acc.get("outside-pytorch")
     total, free, req = acc.get("capacity"), acc.get("free"), acc.get("request")
     if held is None or total is None:
-        return None
+        # the cause was read from where it failed, not from sizes: say how to look, promise nothing
+        return Remedy(
+            id="gpu.free-other-processes",
+            title=remedy_text("gpu.free-other-processes", "title"),
+            settings={"list GPU processes": "nvidia-smi --query-compute-apps=pid,used_memory --format=csv"},
+            confidence="low",
+            why=remedy_text("gpu.free-other-processes", "why_unsized"),
+        )
     gpu = inp.fig("gpu_index")
     return Remedy(
         id="gpu.free-other-processes",

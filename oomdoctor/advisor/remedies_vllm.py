@@ -117,6 +117,10 @@ def covers(saves: int | None, inp: AdviceInput) -> bool | None:
 
 #: the remedy whose texts word the shortage and the utilization ceiling
 _KV = "vllm.gpu-memory-utilization.raise-for-kv"
+#: raising utilization when the log does not size the shortage against the KV cache
+_RAISE = "vllm.gpu-memory-utilization.raise"
+#: lowering utilization to leave room for what runs outside vLLM's budget
+_LOWER = "vllm.gpu-memory-utilization.lower"
 
 
 def shortage(inp: AdviceInput) -> tuple[int, str] | None:
@@ -206,7 +210,7 @@ def _util_cap(f: Facts, inp: AdviceInput) -> tuple[float, str]:
     return MAX_UTILIZATION, remedy_text(_KV, "cap_ceiling")
 
 
-@remedy("vllm.gpu-memory-utilization.raise-for-kv")
+@remedy(_KV)
 def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
     if not is_vllm(inp):
         return None
@@ -231,11 +235,11 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
     if nominal:
         notes.append(remedy_text(_KV, "why_nominal"))
     key = ("why_at_least" if lower_bound else "why") + ("" if fits else "_over")
-    title = remedy_text("vllm.gpu-memory-utilization.raise-for-kv", "title", fraction=fmt_fraction(target))
+    title = remedy_text(_KV, "title", fraction=fmt_fraction(target))
     if not fits:
-        title = remedy_text("vllm.gpu-memory-utilization.raise-for-kv", "title_cannot")
+        title = remedy_text(_KV, "title_cannot")
     return Remedy(
-        id="vllm.gpu-memory-utilization.raise-for-kv",
+        id=_KV,
         title=title,
         flags={"--gpu-memory-utilization": fmt_fraction(target)} if fits else {},
         saves_bytes=None,
@@ -260,7 +264,7 @@ TAKEN_SHARE = 0.2
 UTILIZATION_STEP = 0.05
 
 
-@remedy("vllm.gpu-memory-utilization.raise")
+@remedy(_RAISE)
 def raise_utilization(inp: AdviceInput) -> Remedy | None:
     """vLLM's own advice ("Try increasing gpu_memory_utilization") when the log shows no shortfall.
 
@@ -280,25 +284,25 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
     told = "gpu_memory_utilization" in inp.finding.message
     src = f.utilization.source
     base = (
-        remedy_text("vllm.gpu-memory-utilization.raise", "base_default") if src == "default"
-        else remedy_text("vllm.gpu-memory-utilization.raise", "base_log") if src in ("message", "context") else src
+        remedy_text(_RAISE, "base_default") if src == "default"
+        else remedy_text(_RAISE, "base_log") if src in ("message", "context") else src
     )
     short = shortage(inp)
     unknown = (
-        remedy_text("vllm.gpu-memory-utilization.raise", "missing_no_total", missing=short[0])
-        if short and short[0] > 0 else remedy_text("vllm.gpu-memory-utilization.raise", "missing_unknown")
+        remedy_text(_RAISE, "missing_no_total", missing=short[0])
+        if short and short[0] > 0 else remedy_text(_RAISE, "missing_unknown")
     )
     return Remedy(
-        id="vllm.gpu-memory-utilization.raise",
-        title=remedy_text("vllm.gpu-memory-utilization.raise", "title", fraction=fmt_fraction(target)),
+        id=_RAISE,
+        title=remedy_text(_RAISE, "title", fraction=fmt_fraction(target)),
         flags={"--gpu-memory-utilization": fmt_fraction(target)},
         saves_bytes=None,
         fits=None,
         confidence="medium" if told else "low",
         why=join_sentences([
-            *([remedy_text("vllm.gpu-memory-utilization.raise", "why_told")] if told else []),
+            *([remedy_text(_RAISE, "why_told")] if told else []),
             remedy_text(
-                "vllm.gpu-memory-utilization.raise", "why_capped" if target == cap else "why", unknown=unknown, util=fmt_fraction(util), base=base,
+                _RAISE, "why_capped" if target == cap else "why", unknown=unknown, util=fmt_fraction(util), base=base,
                 step=f"{UTILIZATION_STEP:.2f}", cap=fmt_fraction(cap), cap_basis=cap_why, target=fmt_fraction(target),
             ),
         ]),
@@ -406,7 +410,7 @@ def kv_cache_fp8(inp: AdviceInput) -> Remedy | None:
 _FREE = "vllm.gpu-memory-utilization.fit-free"
 
 
-@remedy("vllm.gpu-memory-utilization.fit-free")
+@remedy(_FREE)
 def utilization_fit_free(inp: AdviceInput) -> Remedy | None:
     if not is_vllm(inp):
         return None
@@ -432,8 +436,8 @@ def utilization_fit_free(inp: AdviceInput) -> Remedy | None:
         fits = None
         note = remedy_text(_FREE, "why_tiny", left=int(value * total))
     return Remedy(
-        id="vllm.gpu-memory-utilization.fit-free",
-        title=remedy_text("vllm.gpu-memory-utilization.fit-free", "title", fraction=fmt_fraction(value)),
+        id=_FREE,
+        title=remedy_text(_FREE, "title", fraction=fmt_fraction(value)),
         flags={"--gpu-memory-utilization": fmt_fraction(value)},
         saves_bytes=saves,
         fits=fits,
@@ -590,12 +594,17 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
     )
 
 
-@remedy("vllm.gpu-memory-utilization.lower")
+@remedy(_LOWER)
 def lower_utilization(inp: AdviceInput) -> Remedy | None:
     if not is_vllm(inp):
         return None
-    if inp.finding.phase in ("profiling", "weights-load", "startup-check", "kv-cache-alloc", "training"):
-        return None  # before the KV cache exists the budget does not limit this allocation (research §7)
+    phase = inp.finding.phase
+    if phase in ("profiling", "weights-load", "startup-check", "training") or (
+        phase == "kv-cache-alloc" and not inp.finding.kind.startswith("torch.")
+    ):
+        # before the KV cache exists the budget does not limit this allocation (research §7); an
+        # allocator OOM while the KV cache is allocated is that cache, sized as a share of the GPU
+        return None
     f = get_facts(inp)
     req = inp.fig("requested_bytes")
     if not (f.utilization and f.total and req):
@@ -608,14 +617,14 @@ def lower_utilization(inp: AdviceInput) -> Remedy | None:
     if value <= 0.1:
         return None
     return Remedy(
-        id="vllm.gpu-memory-utilization.lower",
-        title=remedy_text("vllm.gpu-memory-utilization.lower", "title", fraction=fmt_fraction(value)),
+        id=_LOWER,
+        title=remedy_text(_LOWER, "title", fraction=fmt_fraction(value)),
         flags={"--gpu-memory-utilization": fmt_fraction(value)},
         saves_bytes=int((util - value) * total),
         fits=True,
         confidence="medium" if f.utilization.source != "default" else "low",
         why=remedy_text(
-            "vllm.gpu-memory-utilization.lower", "why_capped" if value < exact else "why",
+            _LOWER, "why_capped" if value < exact else "why",
             request=req, util=fmt_fraction(util), total=total, exact=fmt_fraction(exact), cap=fmt_fraction(MAX_UTILIZATION),
         ),
         sources=f.sources("utilization", "total"),
@@ -965,7 +974,7 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
                         ids.append("vllm.kv-cache-dtype-fp8")
                     if util != util0:
                         flags["--gpu-memory-utilization"] = fmt_fraction(util)
-                        ids.append("vllm.gpu-memory-utilization.raise-for-kv")
+                        ids.append(_KV)
                     if new_len != length:
                         flags["--max-model-len"] = str(new_len)
                         ids.append("vllm.max-model-len")
