@@ -36,7 +36,11 @@ def test_flags_by_version() -> None:
     assert flag_exists("vllm", "--swap-space", "0.34.0") is False
     assert flag_exists("vllm", "--no-enable-prefix-caching", "0.11.0") is True
     assert flag_exists("sglang", "--mem-fraction-static", "0.4.6") is True
-    assert flag_exists("tgi", "--max-input-tokens", "3.0.0") is None  # no generated data, not in the hand table
+    # TGI: no generated data, the hand table answers; the input limit's two spellings
+    assert flag_exists("tgi", "--max-input-tokens", "3.0.0") is True
+    assert flag_exists("tgi", "--max-input-tokens", "1.4.5") is False
+    assert flag_exists("tgi", "--max-input-length", "1.4.5") is True
+    assert flag_exists("tgi", "--speculate", "3.0.0") is None  # in neither
 
 
 def test_one_gate_answers_from_the_generated_data_first() -> None:
