@@ -12,7 +12,9 @@ def test_the_profile_line_gives_the_max_len_failure_its_figures() -> None:
     errors = [f for f in report.findings if f.severity == "error"]
     assert len(errors) == 1
     f = errors[0]
-    assert f.kind == "vllm.kv-cache.max-len-exceeds"
+    # the max-len message names the failure; the profile two lines above opened it
+    assert (f.rule, f.kind) == ("vllm.v0.kv-cache.max-len-exceeds", "vllm.kv-cache.max-len-exceeds")
+    assert f.message.startswith("The model's max seq len (29000) is larger than")
     assert f.phase == "kv-cache-alloc"
     assert (f.location.line, f.location.end_line) == (2, 5)
     # total_gpu_memory=23.58GiB, kv_cache_size=2.89GiB, gpu_memory_utilization=0.90, # GPU blocks: 1478
