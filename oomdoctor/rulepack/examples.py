@@ -33,13 +33,13 @@ def check_rule(pack: RulePack, rule: CompiledRule) -> list[ExampleResult]:
     for i, ex in enumerate(rule.rule.match):
         report = _run(pack, ex.log)
         problem = ""
-        mine = [f for f in report.findings if f.rule == rule.id]
+        mine = [f for f in report.findings if f.rule == (ex.named_by or rule.id)]
         if not mine:
             winners = ", ".join(sorted({f.rule for f in report.findings})) or "nothing"
             problem = f"not matched by this rule (won by {winners})"
         else:
             f = mine[0]
-            others = [g.rule for g in report.findings if g.rule != rule.id and g.location.line == f.location.line]
+            others = [g.rule for g in report.findings if g.rule not in (rule.id, f.rule) and g.location.line == f.location.line]
             if others:
                 problem = f"also matched by {', '.join(others)}"
             elif ex.figures != f.figures:

@@ -39,6 +39,13 @@ class MatchExample(_Strict):
     flags: dict[str, str] | None = Field(
         default=None, description="Expected flags of the first remedy."
     )
+    named_by: str | None = Field(
+        default=None,
+        description=(
+            "Another rule that names the finding this example opens: its message, read in the window"
+            " with a higher priority, takes the finding over and keeps this rule's figures."
+        ),
+    )
     note: str = ""
 
 
