@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import regex
 
 from oomdoctor.report import Context
 from oomdoctor.rulepack import default_pack
@@ -55,3 +56,21 @@ def test_context_rules_set_no_error() -> None:
     scanner.feed(logs.encode("utf-8") + b"\n")
     report = scanner.close()
     assert [f.rule for f in report.findings if f.severity == "error"] == []
+
+
+NO_MATCH = [
+    pytest.param(ctx.rule.id, line, id=f"{ctx.rule.id}-no[{i}]")
+    for ctx in PACK.contexts
+    for i, line in enumerate(ctx.rule.no_match)
+]
+
+
+@pytest.mark.parametrize(("rule_id", "line"), NO_MATCH)
+def test_context_no_match(rule_id: str, line: str) -> None:
+    """A near miss sets none of the values the rule's pattern names."""
+    rule = next(c for c in PACK.contexts if c.rule.id == rule_id)
+    ctx = _context(line)
+    names = [n for n in regex.compile(rule.rule.pattern).groupindex if n != "args"]
+    assert names
+    set_ = {n: ctx.extra.get(n, getattr(ctx, n, None)) for n in names if n not in ("extra", "launch_args")}
+    assert not any(v is not None for v in set_.values()), set_

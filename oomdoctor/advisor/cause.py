@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from oomdoctor.advisor.prescription import summary
+from oomdoctor.advisor.training_frames import frame_stage, shows_training_state
 from oomdoctor.report import Account, Cause, Context, Finding
 from oomdoctor.units import format_size
 
@@ -110,6 +111,9 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     if free is not None and req is not None and free >= req and kind.startswith("torch."):
         return "fragmentation", ["free", "request"]
     # -- what was running ----------------------------------------------------------------------
+    if kind.startswith("torch.") and shows_training_state(context.extra):
+        # the traceback is in a ZeRO optimizer or the optimizer step: training state, not activations
+        return "training-state", []
     if phase == "weights-load":
         if engine in ("vllm", "sglang", "llama.cpp", "ollama") or kind.startswith(("ggml.", "vllm.", "sglang.")):
             return "weights-exceed-device", ["capacity", "weights", "request", "free"]
@@ -123,7 +127,7 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     return "unknown", []
 
 
-def _values(finding: Finding, account: Account) -> dict[str, Any]:
+def _values(finding: Finding, account: Account, context: Context) -> dict[str, Any]:
     a = account.get
     fig = finding.figures
     held = a("this-process")
@@ -142,12 +146,20 @@ def _values(finding: Finding, account: Account) -> dict[str, Any]:
         "tokens": tokens, "graphs": a("cudagraphs"), "seqs": fig.get("num_dummy_requests"),
         "rss": a("rss"), "limit": a("limit"),
         "want_tokens": fig.get("requested_tokens"), "left_tokens": fig.get("available_tokens"),
+        "zero_stage": _zero_stage(fig, context),
         "kv_alloc": req if finding.phase == "kv-cache-alloc" and finding.kind.startswith("torch.") else None,
     }  # fmt: skip
+
+
+def _zero_stage(fig: dict[str, Any], context: Context) -> str | None:
+    stage = fig.get("zero_stage")
+    if stage is None:
+        stage = context.extra.get("zero_stage")
+    return str(stage) if stage is not None else frame_stage(context.extra)
 
 
 def name_cause(finding: Finding, context: Context, account: Account) -> Cause:
     """The cause of ``finding``, its summary in words (with the account's numbers) and its evidence."""
     cause_id, names = _pick(finding, context, account)
-    return Cause(id=cause_id, summary=summary(cause_id, _values(finding, account)),
+    return Cause(id=cause_id, summary=summary(cause_id, _values(finding, account, context)),
                  evidence=_evidence(account, *names))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, setting
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.advisor.training_frames import frame_stage, shows_training_state
 from oomdoctor.report import Remedy
 
 _TRAINING_TOOLS = ("transformers", "deepspeed", "accelerate", "lightning")
@@ -19,11 +20,13 @@ _OTHER_FRAMEWORKS = ("jax", "tensorflow", "xla")
 def _training(inp: AdviceInput) -> bool:
     if engine_of(inp) in _OTHER_FRAMEWORKS or inp.finding.kind.startswith("xla."):
         return False
-    return inp.finding.phase == "training" or engine_of(inp) in _TRAINING_TOOLS
+    return (inp.finding.phase == "training" or engine_of(inp) in _TRAINING_TOOLS
+            or shows_training_state(inp.context.extra))
 
 
 def _is_deepspeed(inp: AdviceInput) -> bool:
-    return engine_of(inp) == "deepspeed" or setting(inp, "zero_stage") is not None
+    return (engine_of(inp) == "deepspeed" or setting(inp, "zero_stage") is not None
+            or frame_stage(inp.context.extra) is not None)
 
 
 @remedy("training.batch-accumulation")
@@ -114,6 +117,20 @@ def deepspeed_zero(inp: AdviceInput) -> Remedy | None:
     if not _training(inp) or not _is_deepspeed(inp):
         return None
     stage = as_int(setting(inp, "zero_stage"))
+    named = frame_stage(inp.context.extra)
+    if stage is None and named == "3":
+        stage = 3
+    elif stage is None and named == "1 or 2":
+        # stage_1_and_2.py runs both; stage 3 shards the parameters that both keep whole
+        return Remedy(
+            id="training.deepspeed-zero",
+            title=remedy_text("training.deepspeed-zero", "title_next", next=3),
+            settings={"zero_optimization.stage": "3"},
+            fits=None,
+            confidence="medium",
+            why=remedy_text("training.deepspeed-zero", "why_next_1_or_2"),
+            tradeoff=remedy_text("training.deepspeed-zero", "cost_next"),
+        )
     if stage is None:
         return None
     if stage < 3:

@@ -138,6 +138,9 @@ class ContextRule(_Strict):
     match: list[dict[str, Any]] = Field(
         default_factory=list, description="Examples: {log = ..., values = {...}}"
     )
+    no_match: list[str] = Field(
+        default_factory=list, description="Near misses: lines that set none of the pattern's values."
+    )
 
 
 class PhaseRule(_Strict):
