@@ -202,8 +202,9 @@ PREFIX_PATTERNS: tuple[str, ...] = (
     r" *(?P<rank>\d+): ",
     # pdsh (DeepSpeed's multi-node launcher): the host, an IPv4 address or a lowercase name ending in a digit
     r"(?:\d{1,3}(?:\.\d{1,3}){3}|[a-z][a-z0-9\-]*\d): ",
-    # torch.distributed and torchrun
-    r"\[rank(?P<rank>\d+)\]:\s?",
+    # torch.distributed and torchrun; also with its start cut by the paste ("rank0]:", "nk0]:"),
+    # as the first line of a copied excerpt often is
+    r"(?:\[rank|rank|ank|nk)(?P<rank>\d+)\]:\s?",
     r"\[default(?P<rank>\d+)\]:\s?",
     r"\[[\w.\-]+:\d+\]:\s?",
     # vLLM's logger: INFO 06-28 23:40:03 llm_engine.py:164]  /  INFO 04-12 08:21:19 [worker.py:267]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import re
 
@@ -75,6 +77,24 @@ def test_prefixes_stack_and_name_the_rank() -> None:
     )
     assert split_prefix("[rank3]: torch.OutOfMemoryError: CUDA out of memory.")[2] == "rank3"
     assert split_prefix("[default1]:RuntimeError: x")[2] == "rank1"
+
+
+@pytest.mark.parametrize("cut", ["rank0]:", "ank0]:", "nk0]:"])
+def test_a_torchrun_prefix_cut_by_the_paste_still_names_the_rank(cut: str) -> None:
+    """A copied excerpt often starts mid-prefix; its frame must count for rank 0's failure below."""
+    line = f'{cut}   File "/x/deepspeed/runtime/zero/stage_1_and_2.py", line 1885, in step'
+    assert split_prefix(line) == (cut, '  File "/x/deepspeed/runtime/zero/stage_1_and_2.py", line 1885, in step', "rank0")
+
+
+def test_a_frame_behind_a_cut_prefix_gives_the_phase() -> None:
+    import oomdoctor
+
+    log = (
+        'nk0]:   File "/opt/conda/lib/python3.10/site-packages/deepspeed/runtime/zero/stage_1_and_2.py", line 1885, in step\n'
+        "[rank0]:     int(self.partition_size[i])).to(self.single_partition_of_fp32_groups[i].dtype)\n"
+        "[rank0]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 25.10 GiB.\n"
+    )
+    assert oomdoctor.diagnose(log).findings[0].phase == "training"
 
 
 def test_quote_markers_and_indentation_before_a_prefix_are_transport() -> None:
