@@ -7,6 +7,7 @@ look-ahead after each) are decoded, normalised and matched against the full rule
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -19,6 +20,7 @@ from oomdoctor.context import ContextCollector
 from oomdoctor.fallback import is_fallback, kind_for, role_figures
 from oomdoctor.figures import groups_to_figures
 from oomdoctor.prefilter import Prefilter, make_prefilter, needles
+from oomdoctor.prefilter.markers import marker_finder
 from oomdoctor.reader import Line, LineSplitter, normalise, only_cut_by_normalise, only_cut_in
 from oomdoctor.report import Finding, Location, Report, Summary, Tool
 from oomdoctor.rulepack import CompiledRule, RulePack, default_pack
@@ -75,6 +77,9 @@ PASTE_BYTES = 256 << 10
 #: and their bytes (lines may be 64 KiB long: memory stays bounded either way)
 DEFER_KEEP = 4096
 DEFER_BYTES = 8 << 20
+#: bytes of a stretch between candidates searched for phase evidence at a time, going backwards
+#: from its end for the latest progress line, or forwards while a failure is pending or open
+EVIDENCE_PIECE = 16 << 10
 
 
 #: rule engines that name a library, not the tool that printed the log: such findings take the
@@ -83,6 +88,12 @@ _GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda", "ggml", "xla", "host"
 
 
 _FOLDED: dict[str, Any] = {}
+
+
+def scan_triggers(pack: RulePack) -> list[str]:
+    """Every literal a scan with ``pack`` looks for: the pack's triggers and the scanner's own
+    (a prefilter built for these, passed to :class:`Scanner`, finds every candidate line)."""
+    return [*pack.all_triggers(), *_BUILTIN_TRIGGERS]
 
 
 def _folded(pattern: Any) -> Any:
@@ -208,13 +219,26 @@ class Scanner:
         self.pack = pack or default_pack()
         self.hints = dict(hints or {})
         self._advise = advise
-        triggers = [*self.pack.all_triggers(), *_BUILTIN_TRIGGERS]
-        self._prefilter = prefilter or make_prefilter(triggers)
+        triggers = scan_triggers(self.pack)
+        self._index_triggers()
+        #: the prefilter of the phase-evidence needles (see :meth:`_between`); None: the main
+        #: prefilter finds every candidate line, evidence lines among them
+        self._ev_prefilter: Prefilter | None = None
+        if prefilter is None:
+            main, evidence = self._split_needles(triggers)
+            self._prefilter = make_prefilter([n.decode("utf-8") for n in main])
+            if evidence:
+                self._ev_prefilter = make_prefilter([n.decode("utf-8") for n in evidence])
+        else:
+            self._prefilter = prefilter
         #: candidate masks name needles of these triggers (a prefilter built for other triggers
         #: cannot say which of ours a line holds: every trigger is then tried)
         self._masks_ok = prefilter is None or getattr(prefilter, "needles", None) == needles(triggers)
+        #: every needle a mask may name: the main prefilter's bits first, then the evidence ones
+        self._needles = list(self._prefilter.needles) + list(self._ev_prefilter.needles if self._ev_prefilter else [])
+        self._ev_shift = len(self._prefilter.needles)
+        self._ev_bits_of = [(1 << (self._ev_shift + i), n) for i, n in enumerate(self._needles[self._ev_shift :])]
         self._lookahead = min(48, max([r.rule.window for r in self.pack.rules] + [0]) * 4)
-        self._index_triggers()
         self._index_deferrable()
         self.sources: list[str] = []
         self._collector = ContextCollector()
@@ -258,13 +282,28 @@ class Scanner:
         self._markers = [list(ph.markers) for ph in self.pack.phases]
         self._progress_patterns = [list(ph.progress) for ph in self.pack.phases]
 
+    def _split_needles(self, triggers: list[str]) -> tuple[list[bytes], list[bytes]]:
+        """The needles of the lines that may start or continue a failure or carry a run fact
+        (main), and those of the lines that can only be phase evidence (vLLM's throughput lines,
+        progress bars, loss lines): the main prefilter never reports the latter, so printing them
+        often costs no Python per line (see :meth:`_between`). An evidence needle that holds a
+        main one is left out: its lines are main candidates anyway."""
+        only_phase = {
+            t for t in self._phase_by_trigger if t not in self._ctx_by_trigger and t not in self._rule_by_trigger
+        }
+        main = needles([t for t in triggers if t not in only_phase])
+        evidence = [n for n in needles(sorted(only_phase)) if not any(m in n for m in main)]
+        return main, evidence
+
     def _index_deferrable(self) -> None:
         """What :meth:`_defers` needs: the needles of the scanner's own triggers (tracebacks,
         frames), and whether the prefilter's answers are exact for non-ASCII lines too."""
         own = [t.lower().encode("utf-8") for t in _BUILTIN_TRIGGERS]
-        needles_ = self._prefilter.needles
+        needles_ = self._needles
         self._own_bits = sum(1 << i for i, n in enumerate(needles_) if any(n in t for t in own))
         self._ascii_needles = all(n.isascii() for n in needles_)
+        #: finds the lines :meth:`_defers` would not set aside (see :meth:`_odd_evidence`)
+        self._odd_finder = marker_finder(type(self._ev_prefilter).__name__ == "HyperscanPrefilter")
         self._deferrable_by_mask: dict[int, bool] = {}
         #: phase-evidence lines not read yet: (line number, bytes, needles mask), in order
         self._deferred: list[tuple[int, bytes, int]] = []
@@ -277,7 +316,7 @@ class Scanner:
         if found is None:
             if len(self._triggers_by_mask) >= 4096:
                 self._triggers_by_mask.clear()
-            lits = [lit for i, lit in enumerate(self._prefilter.needles) if mask >> i & 1]
+            lits = [lit for i, lit in enumerate(self._needles) if mask >> i & 1]
             found = [t for t in self._all_triggers if any(lit in t.encode("utf-8") for lit in lits)]
             self._triggers_by_mask[mask] = found
         return found
@@ -375,14 +414,24 @@ class Scanner:
                 pos, line, owe = e + 1, line + 1, owe - 1
             return pos, line, owe
 
+        between = self._between if self._ev_prefilter is not None else None
         pos, line = lo, first  # the next line not yet processed or skipped
         for start, end, mask in spans:
             if owe > 0:
                 pos, line, owe = ahead(pos, line, owe, start)
+            while between is not None and pos < start:  # phase evidence between candidates
+                pos, line, owe = between(block, lo, pos, start, line)
+                if owe > 0:
+                    pos, line, owe = ahead(pos, line, owe, start)
             if pos < start:
                 line += count(b"\n", pos, start)
             has_rule = False
             raw = block[start:end]
+            if between is not None:
+                low = raw.lower()
+                for bit, needle in self._ev_bits_of:
+                    if needle in low:
+                        mask |= bit
             if not (clean or (masks_ok and only_cut_by_normalise(raw, ascii_needles))):
                 mask = 0  # normalising may change what the line holds: look for every trigger
             elif not owe and not self._pending and self._defers(line, raw, mask):
@@ -397,6 +446,10 @@ class Scanner:
             if has_rule:
                 owe = lookahead
         pos, line, owe = ahead(pos, line, owe, n)
+        while between is not None and pos < n:
+            pos, line, owe = between(block, lo, pos, n, line)
+            if owe > 0:
+                pos, line, owe = ahead(pos, line, owe, n)
         if pos < n:
             line += count(b"\n", pos, n)
         self._need_lookahead = owe
@@ -510,11 +563,165 @@ class Scanner:
             self._age_open(final=False, last_line=number - 1)
             if self._open:
                 return False
+        self._defer(number, raw, mask)
+        return True
+
+    def _between(self, block: bytes, lo: int, a: int, b: int, number: int) -> tuple[int, int, int]:
+        """Read the phase evidence in ``block[a:b]``, lines the main prefilter skipped (``a`` at a
+        line start, line ``number``), as reading each evidence line through :meth:`_defers`
+        would, at a cost that does not grow with how many there are.
+
+        While a failure is pending or open, evidence lines are read one by one as they come.
+        Otherwise they would all be set aside, and of those more than ``BEFORE_LINES`` before
+        the stretch's end only the latest progress line can ever be read
+        (:meth:`_resolve_deferred`): so only that one is looked for, searching backwards in
+        pieces, and the evidence lines of the last ``BEFORE_LINES`` lines are set aside. A line
+        :meth:`_defers` would not set aside (one that normalising changes, or one with a
+        frame's "File ") is read where it is. Returns where reading stopped, its line number
+        and the look-ahead owed (non-zero when a line read held a rule trigger: normalising a
+        record may show one)."""
+        while a < b:
+            if self._pending or self._open_before(number):
+                a, number, owe = self._read_evidence(block, lo, a, b, number, until_calm=True)
+                if owe:
+                    return a, number, owe
+                continue
+            odd = self._odd_evidence(block, a, b)
+            c = b if odd is None else odd[0]
+            if c > a:
+                number = self._set_aside(block, a, c, number)
+            if odd is None:
+                break
+            a, number, owe = self._read_evidence(block, lo, odd[0], odd[1], number, until_calm=False)
+            if owe:
+                return a, number, owe
+        return b, number, 0
+
+    def _open_before(self, number: int) -> bool:
+        """Whether a finding is still open at line ``number`` (closing those behind it)."""
+        if self._open:
+            self._age_open(final=False, last_line=number - 1)
+        return bool(self._open)
+
+    def _read_evidence(
+        self, block: bytes, lo: int, a: int, b: int, number: int, *, until_calm: bool
+    ) -> tuple[int, int, int]:
+        """Read the evidence lines of ``block[a:b]`` one by one (``until_calm``: until no
+        failure is pending or open); see :meth:`_between` for what is returned."""
+        assert self._ev_prefilter is not None
+        count = block.count
+        shift = self._ev_shift
+        pos = a
+        while pos < b:
+            piece = b if b - pos <= EVIDENCE_PIECE else block.find(b"\n", pos + EVIDENCE_PIECE, b) + 1 or b
+            for s, e, m in self._ev_prefilter.candidates(block, pos, piece):
+                number += count(b"\n", pos, s)
+                pos = s
+                if until_calm and not (self._pending or self._open_before(number)):
+                    return s, number, 0
+                raw = block[s:e]
+                mask = m << shift
+                if not only_cut_by_normalise(raw, self._ascii_needles):
+                    mask = 0
+                self._here = (block, lo, s, number)
+                has_rule = False
+                for ln in normalise(number, raw):
+                    has_rule = self._process(ln, mask) or has_rule
+                pos, number = min(e + 1, b), number + 1
+                if has_rule:
+                    return pos, number, self._lookahead
+            number += count(b"\n", pos, piece)
+            pos = piece
+        return b, number, 0
+
+    def _odd_evidence(self, block: bytes, a: int, b: int) -> tuple[int, int] | None:
+        """The first evidence line of ``block[a:b]`` that :meth:`_defers` would not set aside:
+        one that normalising may change (a JSON record, ANSI or NUL bytes, a character folding
+        to ASCII, or anything non-ASCII when a needle is not ASCII) or that holds "File ", as
+        ``(start, end + 1)``, or None.
+
+        Two sorted streams are walked side by side, each jumping to the other's position: the
+        lines with such a marker (C searches) and the evidence lines (the evidence prefilter, a
+        piece at a time). The steps are about as many as the rarer of the two kinds of line."""
+        assert self._ev_prefilter is not None
+        if not self._ascii_needles and not block[a:b].isascii():
+            return a, b  # every line, one by one
+        find = block.find
+        pieces: list[tuple[int, int, list[tuple[int, int, int]]]] = []  # (lo, hi, candidates)
+
+        def next_odd(pos: int) -> int:
+            """Start of the first line at or after ``pos`` (a line start) with a marker, or -1."""
+            at = self._odd_finder.first(block, pos, b)
+            return at if at < 0 else (block.rfind(b"\n", pos, at) + 1) or pos
+
+        def next_evidence(pos: int) -> tuple[int, int] | None:
+            """The first evidence line at or after ``pos`` (a line start), as (start, end)."""
+            while pos < b:
+                if not pieces or not pieces[-1][0] <= pos < pieces[-1][1]:
+                    hi = b if b - pos <= EVIDENCE_PIECE else (find(b"\n", pos + EVIDENCE_PIECE, b) + 1 or b)
+                    pieces[:] = [(pos, hi, self._ev_prefilter.candidates(block, pos, hi))]  # type: ignore[union-attr]
+                _, hi, cands = pieces[-1]
+                i = bisect.bisect_left(cands, (pos, -1, -1))
+                if i < len(cands):
+                    return cands[i][0], cands[i][1]
+                pos = hi
+            return None
+
+        pos = a
+        while pos < b:
+            odd = next_odd(pos)
+            if odd < 0:
+                return None
+            ev = next_evidence(odd)
+            if ev is None:
+                return None
+            if ev[0] == odd:
+                return odd, min(ev[1] + 1, b)
+            pos = ev[0]
+        return None
+
+    def _set_aside(self, block: bytes, a: int, b: int, number: int) -> int:
+        """Set aside the evidence of ``block[a:b]`` (no failure pending or open, no odd line):
+        the latest progress line before its last ``BEFORE_LINES`` lines, and the evidence lines
+        of those. Returns the line number at ``b``."""
+        assert self._ev_prefilter is not None
+        count = block.count
+        shift = self._ev_shift
+        lines = count(b"\n", a, b)
+        near = a
+        if lines > BEFORE_LINES:
+            near = b - 1
+            rfind = block.rfind
+            for _ in range(BEFORE_LINES):
+                near = rfind(b"\n", a, near)
+            near += 1
+            hi, width = near, EVIDENCE_PIECE
+            while hi > a:
+                cut = (block.rfind(b"\n", a, hi - width) + 1 or a) if hi - width > a else a
+                latest = None
+                for s, e, m in reversed(self._ev_prefilter.candidates(block, cut, hi)):
+                    raw = block[s:e]
+                    if any(self._is_progress(ln, m << shift) for ln in normalise(0, raw)):
+                        latest = (number + count(b"\n", a, s), raw, m << shift)
+                        break
+                if latest is not None:
+                    self._defer(*latest)
+                    break
+                hi, width = cut, width * 4
+        number_near = number + (lines - BEFORE_LINES if lines > BEFORE_LINES else 0)
+        pos = near
+        for s, e, m in self._ev_prefilter.candidates(block, near, b):
+            number_near += count(b"\n", pos, s)
+            pos = s
+            self._defer(number_near, block[s:e], m << shift)
+        return number + lines
+
+    def _defer(self, number: int, raw: bytes, mask: int) -> None:
+        """Add a line to the deferred ones, settling the older ones when too many are held."""
         self._deferred.append((number, raw, mask))
         self._deferred_bytes += len(raw)
         if len(self._deferred) >= 2 * DEFER_KEEP or self._deferred_bytes >= DEFER_BYTES:
             self._resolve_deferred(number + 1, keep=DEFER_KEEP)
-        return True
 
     def _resolve_deferred(self, upto: int, keep: int = 0) -> None:
         """Read the deferred lines a line at ``upto`` or after may need: those within
