@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported by the analyser thread: the passthrough starts before pydantic loads
     from oomdoctor.report import Finding, Report
@@ -108,6 +108,8 @@ class PipeResult:
         self.output_error: str | None = None
         self.downstream_closed = False
         self.skipped_bytes = 0
+        #: bytes only sifted for failures under a flood (see :mod:`oomdoctor.prefilter.triage`)
+        self.sifted_bytes = 0
         self.bytes_in = 0
         #: signal number that stopped the pipe (SIGINT/SIGTERM), else None
         self.signal: int | None = None
@@ -152,6 +154,12 @@ class _Analyser(threading.Thread):
         self.ended = threading.Event()
         #: how the analyser steps aside under a flood: a sleep that the end of input cuts short
         self.nap: Callable[[float], object] = self.ended.wait
+        #: sifting under a flood (see :mod:`oomdoctor.prefilter.triage`): ``holds(chunk)``, or None
+        self.triage: Any = None
+        #: the next chunk is read in full: it may continue a failure the last one held
+        self._keep_next = False
+        #: ids of queued chunks sifting kept (they may hold a failure): skipped last
+        self._kept: set[int] = set()
 
     # -- producer side (main thread) ------------------------------------------------------------
 
@@ -192,26 +200,45 @@ class _Analyser(threading.Thread):
             return
         with self.q.mutex:  # the analyser takes from the front meanwhile, never in the middle
             items = self.q.queue
-            i = 0
-            while i < len(items) and (self._queued + nbytes > self.max_bytes or len(items) >= self.q.maxsize):
-                item = items[i]
-                if not isinstance(item, bytes):
-                    i += 1
-                    continue
-                self._count(-len(item))
-                prev = items[i - 1] if i else None
-                gap = self._skip(item, prev if isinstance(prev, _Gap) else _Gap())
-                if gap is prev:
-                    del items[i]
-                else:
-                    items[i] = gap
-                    i += 1
+            kept = self._kept
+            # chunks that may hold a failure (sifted ahead by the analyser, or here) go last: a
+            # failure is skipped only when such chunks alone fill the queue
+            self._skip_oldest(items, nbytes, kept, sift=True)
+            self._skip_oldest(items, nbytes, set(), sift=False)
 
-    def _skip(self, data: bytes, gap: _Gap) -> _Gap:
-        """Skip ``data`` for analysis into ``gap``, which keeps its bytes and lines."""
+    def _skip_oldest(self, items: Any, nbytes: int, spare: set[int], *, sift: bool) -> None:
+        """Turn the oldest queued reads not in ``spare`` into gaps until ``nbytes`` more fit
+        (``sift``: sparing those that may hold a failure too)."""
+        i = 0
+        while i < len(items) and (self._queued + nbytes > self.max_bytes or len(items) >= self.q.maxsize):
+            item = items[i]
+            if not isinstance(item, bytes) or id(item) in spare:
+                i += 1
+                continue
+            if sift and self.triage is not None and self.triage.holds(item):
+                # never sifted, and it may hold a failure: kept, and skipped only if nothing else can be
+                spare.add(id(item))
+                i += 1
+                continue
+            self._kept.discard(id(item))
+            self._count(-len(item))
+            prev = items[i - 1] if i else None
+            gap = self._skip(item, prev if isinstance(prev, _Gap) else _Gap(), searched=sift and self.triage is not None)
+            if gap is prev:
+                del items[i]
+            else:
+                items[i] = gap
+                i += 1
+
+    def _skip(self, data: bytes, gap: _Gap, *, searched: bool = False) -> _Gap:
+        """Skip ``data`` for analysis into ``gap``, which keeps its bytes and lines
+        (``searched``: sifting found nothing in it that may start a failure)."""
         gap.nbytes += len(data)
         gap.newlines += data.count(b"\n")
-        self.result.skipped_bytes += len(data)
+        if searched:
+            self.result.sifted_bytes += len(data)
+        else:
+            self.result.skipped_bytes += len(data)
         self.last_skip = time.monotonic()
         return gap
 
@@ -245,6 +272,7 @@ class _Analyser(threading.Thread):
         self._context.run(self._run)
 
     def _run(self) -> None:
+        self._guard(self._make_triage)
         if self._make is not None:  # the rule pack and the scanner load here, off the passthrough
             self._wait_out_flood()
             self._guard(self._build)
@@ -260,10 +288,15 @@ class _Analyser(threading.Thread):
                 if self.active:
                     self._guard(self._decide)
                 continue
-            if item is _END:
-                break
             if isinstance(item, bytes):
                 self._count(-len(item))
+                with self.q.mutex:
+                    sifted = id(item) in self._kept
+                    self._kept.discard(id(item))
+                if not sifted and self.flooding() and self.active:
+                    item = self._sift(item)
+            if item is _END:
+                break
             if not self.active:
                 continue
             if self.deadline is not None and time.monotonic() > self.deadline:
@@ -278,7 +311,7 @@ class _Analyser(threading.Thread):
                 self._guard(functools.partial(self._feed, item))
                 dirty = True
             if self.flooding():
-                self.nap((time.monotonic() - started) * (1 / FLOOD_SHARE - 1))
+                self._step_aside((time.monotonic() - started) * (1 / FLOOD_SHARE - 1))
         if self.active:
             try:
                 self.result.report = scanner.close()
@@ -294,15 +327,98 @@ class _Analyser(threading.Thread):
         which the passthrough needs between its reads and writes.
 
         The first wait lets a flood show itself: it fills the queue (16 MiB) within
-        ``FLOOD_WINDOW`` only above about 330 MB/s, far above what a server writes."""
+        ``FLOOD_WINDOW`` only above about 330 MB/s, far above what a server writes. Meanwhile,
+        with sifting, the queue is sifted into held items (the chunks that may hold a failure,
+        up to ``HELD_BYTES``, and the line counts of the others), so that a failure in the
+        flood is not skipped before the scanner exists."""
         limit = time.monotonic() + FLOOD_BUILD_WAIT
         self.nap(FLOOD_WINDOW)
         while self.flooding() and time.monotonic() < limit and self.deadline is None:
-            self.nap(FLOOD_WINDOW)
+            self._step_aside(FLOOD_WINDOW)
+
+    def _step_aside(self, seconds: float) -> None:
+        """Under a flood: sift the queued chunks ahead (the scans release the GIL) for up to
+        ``seconds``, then sleep out the rest."""
+        until = time.monotonic() + seconds
+        while self.triage is not None and self.active and time.monotonic() < until and self._sift_ahead():
+            pass
+        left = until - time.monotonic()
+        if left > 0:
+            self.nap(left)
+
+    def _sift_ahead(self) -> bool:
+        """Sift the oldest queued chunk not sifted yet, in place: a gap when nothing in it may
+        start a failure, else kept (see :meth:`_make_room`). False when there is none."""
+        with self.q.mutex:
+            target = next(
+                (it for it in self.q.queue if isinstance(it, bytes) and id(it) not in self._kept), None
+            )
+        if target is None:
+            return False
+        kept = self._sift(target) is target
+        with self.q.mutex:
+            items = self.q.queue
+            i = next((i for i, it in enumerate(items) if it is target), -1)
+            if i < 0:  # taken or skipped meanwhile
+                return True
+            if kept:
+                self._kept.add(id(target))
+                return True
+            self._count(-len(target))
+            gap = _Gap()
+            gap.nbytes, gap.newlines = len(target), target.count(b"\n")
+            prev = items[i - 1] if i else None
+            if isinstance(prev, _Gap):
+                prev.nbytes += gap.nbytes
+                prev.newlines += gap.newlines
+                del items[i]
+            else:
+                items[i] = gap
+        return True
+
+    def prepare_sifting(self) -> None:
+        """Build the sifting for the shipped rules now (hyperscan only; see
+        :mod:`oomdoctor.prefilter.triage`); the analyser replaces it with its rule pack's."""
+        try:
+            from oomdoctor.prefilter.triage import builtin_triage
+
+            self.triage = builtin_triage()
+        except Exception:  # sifting is an optimisation: without it, floods skip blindly as before
+            self.triage = None
+
+    def _make_triage(self) -> None:
+        if self._make is None:  # a scanner handed in ready: its own pack
+            self._triage_for_pack()
+        elif self.triage is None and not self.lossless:
+            self.prepare_sifting()
+
+    def _triage_for_pack(self) -> None:
+        from oomdoctor.prefilter.triage import triage_for
+
+        pack = getattr(self.scanner, "pack", None)
+        if pack is not None:
+            self.triage = triage_for(pack.rules, pack.contexts)
+
+    def _sift(self, data: bytes) -> bytes | _Gap:
+        """``data``, or only its line count when sifting finds nothing in it that may start a
+        failure (neither does the chunk before: its failure may go on here)."""
+        if self.triage is None:
+            return data
+        if self.triage.holds(data):
+            self._keep_next = True
+            return data
+        if self._keep_next:
+            self._keep_next = False
+            return data
+        gap = _Gap()
+        gap.nbytes, gap.newlines = len(data), data.count(b"\n")
+        self.result.sifted_bytes += len(data)
+        return gap
 
     def _build(self) -> None:
         assert self._make is not None
         self.scanner = self._make()
+        self._triage_for_pack()  # the rules in force (a custom pack's too)
 
     def _feed(self, data: bytes) -> None:
         self.scanner.feed(data)
@@ -396,6 +512,10 @@ def run_pipe(
         except OSError:
             lossless = False
     analyser.lossless = lossless
+    if not lossless:
+        # sifting is ready before the first read (~50 ms, once): a burst at the start (a log
+        # piped in whole) comes before the analyser thread could have loaded anything
+        analyser.prepare_sifting()
     _widen_pipes(in_fd, out_fd)
     switch = sys.getswitchinterval()
     # the passthrough thread needs the GIL back quickly after each read and write
@@ -456,6 +576,11 @@ def run_pipe(
             f"oomdoctor: analysis skipped {result.skipped_bytes} bytes "
             "(input arrived faster than it could be analysed; all of it was passed through). "
             "To analyse a saved log whole, name it: oomdoctor FILE"
+        )
+    if result.sifted_bytes:
+        say(
+            f"oomdoctor: {result.sifted_bytes} bytes arrived faster than they could be analysed and were only "
+            "searched for failures: none can start in them (run facts and phase lines in them were not read)"
         )
     return result
 
