@@ -7,7 +7,10 @@ Guarantees (tested in tests/test_pipe*.py):
 * Analysis never blocks the upstream. Chunks go to an analyser thread through a bounded queue
   (at most ``QUEUE_BYTES``, 16 MiB, and ``QUEUE_CHUNKS`` reads); when the queue is full the oldest
   queued chunks are skipped for analysis, so the latest input (where a dying server prints its
-  failure) is always analysed; skipped newlines are still counted, so line numbers stay exact,
+  failure) is always analysed. With hyperscan, what is skipped is sifted first (one scan per
+  chunk, :mod:`oomdoctor.prefilter.triage`): a chunk holding a rule's or context rule's trigger
+  is kept, so a failure in a flood is still found unless such chunks alone fill the queue;
+  the others keep only their line count. Skipped newlines are still counted, so line numbers stay exact,
   and one line on stderr says how many bytes analysis skipped (never when stdin is a regular file: then
   there is no upstream to protect and the reader waits for the analyser, within the same 16 MiB, so
   ``oomdoctor < huge.log`` runs in constant memory like ``oomdoctor huge.log``). The remaining coupling is the GIL: a regex
@@ -201,8 +204,8 @@ class _Analyser(threading.Thread):
         with self.q.mutex:  # the analyser takes from the front meanwhile, never in the middle
             items = self.q.queue
             kept = self._kept
-            # chunks that may hold a failure (sifted ahead by the analyser, or here) go last: a
-            # failure is skipped only when such chunks alone fill the queue
+            # what is skipped is sifted first, and the chunks that may hold a failure go last: a
+            # failure is skipped only when such chunks alone fill the queue (16 MiB)
             self._skip_oldest(items, nbytes, kept, sift=True)
             self._skip_oldest(items, nbytes, set(), sift=False)
 
@@ -311,7 +314,7 @@ class _Analyser(threading.Thread):
                 self._guard(functools.partial(self._feed, item))
                 dirty = True
             if self.flooding():
-                self._step_aside((time.monotonic() - started) * (1 / FLOOD_SHARE - 1))
+                self.nap((time.monotonic() - started) * (1 / FLOOD_SHARE - 1))
         if self.active:
             try:
                 self.result.report = scanner.close()
@@ -327,54 +330,13 @@ class _Analyser(threading.Thread):
         which the passthrough needs between its reads and writes.
 
         The first wait lets a flood show itself: it fills the queue (16 MiB) within
-        ``FLOOD_WINDOW`` only above about 330 MB/s, far above what a server writes. Meanwhile,
-        with sifting, the queue is sifted into held items (the chunks that may hold a failure,
-        up to ``HELD_BYTES``, and the line counts of the others), so that a failure in the
-        flood is not skipped before the scanner exists."""
+        ``FLOOD_WINDOW`` only above about 330 MB/s, far above what a server writes. Meanwhile
+        the producer sifts what it skips (see :meth:`_make_room`), so a failure in the flood
+        is kept for the scanner."""
         limit = time.monotonic() + FLOOD_BUILD_WAIT
         self.nap(FLOOD_WINDOW)
         while self.flooding() and time.monotonic() < limit and self.deadline is None:
-            self._step_aside(FLOOD_WINDOW)
-
-    def _step_aside(self, seconds: float) -> None:
-        """Under a flood: sift the queued chunks ahead (the scans release the GIL) for up to
-        ``seconds``, then sleep out the rest."""
-        until = time.monotonic() + seconds
-        while self.triage is not None and self.active and time.monotonic() < until and self._sift_ahead():
-            pass
-        left = until - time.monotonic()
-        if left > 0:
-            self.nap(left)
-
-    def _sift_ahead(self) -> bool:
-        """Sift the oldest queued chunk not sifted yet, in place: a gap when nothing in it may
-        start a failure, else kept (see :meth:`_make_room`). False when there is none."""
-        with self.q.mutex:
-            target = next(
-                (it for it in self.q.queue if isinstance(it, bytes) and id(it) not in self._kept), None
-            )
-        if target is None:
-            return False
-        kept = self._sift(target) is target
-        with self.q.mutex:
-            items = self.q.queue
-            i = next((i for i, it in enumerate(items) if it is target), -1)
-            if i < 0:  # taken or skipped meanwhile
-                return True
-            if kept:
-                self._kept.add(id(target))
-                return True
-            self._count(-len(target))
-            gap = _Gap()
-            gap.nbytes, gap.newlines = len(target), target.count(b"\n")
-            prev = items[i - 1] if i else None
-            if isinstance(prev, _Gap):
-                prev.nbytes += gap.nbytes
-                prev.newlines += gap.newlines
-                del items[i]
-            else:
-                items[i] = gap
-        return True
+            self.nap(FLOOD_WINDOW)
 
     def prepare_sifting(self) -> None:
         """Build the sifting for the shipped rules now (hyperscan only; see
