@@ -276,7 +276,7 @@ def only_cut_by_normalise(raw: bytes, ascii_literals: bool = False) -> bool:
     prefilter answer."""
     # (``in`` one literal at a time: a C search each, faster on long lines than one regex)
     if (
-        raw.startswith(b"{")  # a JSON record: its message is unescaped
+        (raw.startswith(b"{") and not raw.startswith(b"{'"))  # a JSON record: its message is unescaped
         or b"\x1b" in raw
         or b"\x00" in raw
         or (b"[" in raw and (b"^[[" in raw or b"033[" in raw or b"1b[" in raw))
@@ -289,7 +289,11 @@ def only_cut_in(block: bytes, lo: int = 0, hi: int | None = None, ascii_literals
     """Whether :func:`only_cut_by_normalise` holds for every line of ``block[lo:hi]`` (``lo`` at a
     line start): one C search per marker over the whole block instead of per line."""
     hi = len(block) if hi is None else hi
-    if block.startswith(b"{", lo) or block.find(b"\n{", lo, hi) >= 0:
+    # a line that starts with "{" is a JSON record (its message is unescaped), unless "{'" (a
+    # Python dict, a trainer's loss line: no JSON)
+    if (block.startswith(b"{", lo) and not block.startswith(b"{'", lo)) or block.count(b"\n{", lo, hi) != block.count(
+        b"\n{'", lo, hi
+    ):
         return False
     if any(block.find(m, lo, hi) >= 0 for m in (b"\x1b", b"\x00", *_ANSI_MARKER_BYTES)):
         return False

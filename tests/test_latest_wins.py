@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from oomdoctor.prefilter import make_prefilter
 from oomdoctor.report import Report
 from oomdoctor.rulepack import default_pack
-from oomdoctor.scanner import DEFER_BYTES, DEFER_KEEP, Scanner
+from oomdoctor.scanner import DEFER_BYTES, DEFER_KEEP, Scanner, scan_triggers
 
 PACK = default_pack()
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -19,9 +20,11 @@ STATS = "INFO 08-19 00:00:20 [loggers.py:123] Engine 000: Avg prompt throughput:
 
 
 def scan(data: bytes, *, every_line: bool = False, chunk: int = 1 << 20) -> Report:
-    scanner = Scanner(PACK, source="<test>", advise=False)
-    if every_line:
+    if every_line:  # one prefilter for every trigger: evidence lines are candidates, read as they come
+        scanner = Scanner(PACK, source="<test>", advise=False, prefilter=make_prefilter(scan_triggers(PACK)))
         scanner._defers = lambda *_: False  # type: ignore[method-assign]
+    else:
+        scanner = Scanner(PACK, source="<test>", advise=False)
     for i in range(0, len(data), chunk):
         scanner.feed(data[i : i + chunk])
     return scanner.close()

@@ -7,7 +7,10 @@ Guarantees (tested in tests/test_pipe*.py):
 * Analysis never blocks the upstream. Chunks go to an analyser thread through a bounded queue
   (at most ``QUEUE_BYTES``, 16 MiB, and ``QUEUE_CHUNKS`` reads); when the queue is full the oldest
   queued chunks are skipped for analysis, so the latest input (where a dying server prints its
-  failure) is always analysed; skipped newlines are still counted, so line numbers stay exact,
+  failure) is always analysed. With hyperscan, what is skipped is sifted first (one scan per
+  chunk, :mod:`oomdoctor.prefilter.triage`): a chunk holding a rule's or context rule's trigger
+  is kept, so a failure in a flood is still found unless such chunks alone fill the queue;
+  the others keep only their line count. Skipped newlines are still counted, so line numbers stay exact,
   and one line on stderr says how many bytes analysis skipped (never when stdin is a regular file: then
   there is no upstream to protect and the reader waits for the analyser, within the same 16 MiB, so
   ``oomdoctor < huge.log`` runs in constant memory like ``oomdoctor huge.log``). The remaining coupling is the GIL: a regex
@@ -40,7 +43,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from oomdoctor.i18n import _
 
@@ -110,6 +113,8 @@ class PipeResult:
         self.output_error: str | None = None
         self.downstream_closed = False
         self.skipped_bytes = 0
+        #: bytes only sifted for failures under a flood (see :mod:`oomdoctor.prefilter.triage`)
+        self.sifted_bytes = 0
         self.bytes_in = 0
         #: signal number that stopped the pipe (SIGINT/SIGTERM), else None
         self.signal: int | None = None
@@ -154,6 +159,12 @@ class _Analyser(threading.Thread):
         self.ended = threading.Event()
         #: how the analyser steps aside under a flood: a sleep that the end of input cuts short
         self.nap: Callable[[float], object] = self.ended.wait
+        #: sifting under a flood (see :mod:`oomdoctor.prefilter.triage`): ``holds(chunk)``, or None
+        self.triage: Any = None
+        #: the next chunk is read in full: it may continue a failure the last one held
+        self._keep_next = False
+        #: ids of queued chunks sifting kept (they may hold a failure): skipped last
+        self._kept: set[int] = set()
 
     # -- producer side (main thread) ------------------------------------------------------------
 
@@ -194,26 +205,45 @@ class _Analyser(threading.Thread):
             return
         with self.q.mutex:  # the analyser takes from the front meanwhile, never in the middle
             items = self.q.queue
-            i = 0
-            while i < len(items) and (self._queued + nbytes > self.max_bytes or len(items) >= self.q.maxsize):
-                item = items[i]
-                if not isinstance(item, bytes):
-                    i += 1
-                    continue
-                self._count(-len(item))
-                prev = items[i - 1] if i else None
-                gap = self._skip(item, prev if isinstance(prev, _Gap) else _Gap())
-                if gap is prev:
-                    del items[i]
-                else:
-                    items[i] = gap
-                    i += 1
+            kept = self._kept
+            # what is skipped is sifted first, and the chunks that may hold a failure go last: a
+            # failure is skipped only when such chunks alone fill the queue (16 MiB)
+            self._skip_oldest(items, nbytes, kept, sift=True)
+            self._skip_oldest(items, nbytes, set(), sift=False)
 
-    def _skip(self, data: bytes, gap: _Gap) -> _Gap:
-        """Skip ``data`` for analysis into ``gap``, which keeps its bytes and lines."""
+    def _skip_oldest(self, items: Any, nbytes: int, spare: set[int], *, sift: bool) -> None:
+        """Turn the oldest queued reads not in ``spare`` into gaps until ``nbytes`` more fit
+        (``sift``: sparing those that may hold a failure too)."""
+        i = 0
+        while i < len(items) and (self._queued + nbytes > self.max_bytes or len(items) >= self.q.maxsize):
+            item = items[i]
+            if not isinstance(item, bytes) or id(item) in spare:
+                i += 1
+                continue
+            if sift and self.triage is not None and self.triage.holds(item):
+                # never sifted, and it may hold a failure: kept, and skipped only if nothing else can be
+                spare.add(id(item))
+                i += 1
+                continue
+            self._kept.discard(id(item))
+            self._count(-len(item))
+            prev = items[i - 1] if i else None
+            gap = self._skip(item, prev if isinstance(prev, _Gap) else _Gap(), searched=sift and self.triage is not None)
+            if gap is prev:
+                del items[i]
+            else:
+                items[i] = gap
+                i += 1
+
+    def _skip(self, data: bytes, gap: _Gap, *, searched: bool = False) -> _Gap:
+        """Skip ``data`` for analysis into ``gap``, which keeps its bytes and lines
+        (``searched``: sifting found nothing in it that may start a failure)."""
         gap.nbytes += len(data)
         gap.newlines += data.count(b"\n")
-        self.result.skipped_bytes += len(data)
+        if searched:
+            self.result.sifted_bytes += len(data)
+        else:
+            self.result.skipped_bytes += len(data)
         self.last_skip = time.monotonic()
         return gap
 
@@ -247,6 +277,7 @@ class _Analyser(threading.Thread):
         self._context.run(self._run)
 
     def _run(self) -> None:
+        self._guard(self._make_triage)
         if self._make is not None:  # the rule pack and the scanner load here, off the passthrough
             self._wait_out_flood()
             self._guard(self._build)
@@ -262,10 +293,15 @@ class _Analyser(threading.Thread):
                 if self.active:
                     self._guard(self._decide)
                 continue
-            if item is _END:
-                break
             if isinstance(item, bytes):
                 self._count(-len(item))
+                with self.q.mutex:
+                    sifted = id(item) in self._kept
+                    self._kept.discard(id(item))
+                if not sifted and self.flooding() and self.active:
+                    item = self._sift(item)
+            if item is _END:
+                break
             if not self.active:
                 continue
             if self.deadline is not None and time.monotonic() > self.deadline:
@@ -296,15 +332,57 @@ class _Analyser(threading.Thread):
         which the passthrough needs between its reads and writes.
 
         The first wait lets a flood show itself: it fills the queue (16 MiB) within
-        ``FLOOD_WINDOW`` only above about 330 MB/s, far above what a server writes."""
+        ``FLOOD_WINDOW`` only above about 330 MB/s, far above what a server writes. Meanwhile
+        the producer sifts what it skips (see :meth:`_make_room`), so a failure in the flood
+        is kept for the scanner."""
         limit = time.monotonic() + FLOOD_BUILD_WAIT
         self.nap(FLOOD_WINDOW)
         while self.flooding() and time.monotonic() < limit and self.deadline is None:
             self.nap(FLOOD_WINDOW)
 
+    def prepare_sifting(self) -> None:
+        """Build the sifting for the shipped rules now (hyperscan only; see
+        :mod:`oomdoctor.prefilter.triage`); the analyser replaces it with its rule pack's."""
+        try:
+            from oomdoctor.prefilter.triage import builtin_triage
+
+            self.triage = builtin_triage()
+        except Exception:  # sifting is an optimisation: without it, floods skip blindly as before
+            self.triage = None
+
+    def _make_triage(self) -> None:
+        if self._make is None:  # a scanner handed in ready: its own pack
+            self._triage_for_pack()
+        elif self.triage is None and not self.lossless:
+            self.prepare_sifting()
+
+    def _triage_for_pack(self) -> None:
+        from oomdoctor.prefilter.triage import triage_for
+
+        pack = getattr(self.scanner, "pack", None)
+        if pack is not None:
+            self.triage = triage_for(pack.rules, pack.contexts)
+
+    def _sift(self, data: bytes) -> bytes | _Gap:
+        """``data``, or only its line count when sifting finds nothing in it that may start a
+        failure (neither does the chunk before: its failure may go on here)."""
+        if self.triage is None:
+            return data
+        if self.triage.holds(data):
+            self._keep_next = True
+            return data
+        if self._keep_next:
+            self._keep_next = False
+            return data
+        gap = _Gap()
+        gap.nbytes, gap.newlines = len(data), data.count(b"\n")
+        self.result.sifted_bytes += len(data)
+        return gap
+
     def _build(self) -> None:
         assert self._make is not None
         self.scanner = self._make()
+        self._triage_for_pack()  # the rules in force (a custom pack's too)
 
     def _feed(self, data: bytes) -> None:
         self.scanner.feed(data)
@@ -398,6 +476,10 @@ def run_pipe(
         except OSError:
             lossless = False
     analyser.lossless = lossless
+    if not lossless:
+        # sifting is ready before the first read (~50 ms, once): a burst at the start (a log
+        # piped in whole) comes before the analyser thread could have loaded anything
+        analyser.prepare_sifting()
     _widen_pipes(in_fd, out_fd)
     switch = sys.getswitchinterval()
     # the passthrough thread needs the GIL back quickly after each read and write
@@ -459,6 +541,11 @@ def run_pipe(
                 "analysis skipped {count} bytes (input arrived faster than it could be analysed; all of it "
                 "was passed through). To analyse a saved log whole, name it: oomdoctor FILE"
             ).format(count=result.skipped_bytes)
+        )
+    if result.sifted_bytes:
+        say(
+            f"oomdoctor: {result.sifted_bytes} bytes arrived faster than they could be analysed and were only "
+            "searched for failures: none can start in them (run facts and phase lines in them were not read)"
         )
     return result
 

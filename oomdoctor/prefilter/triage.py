@@ -1,0 +1,96 @@
+"""Tell at C speed whether a chunk of input may hold a failure (pipe mode under a flood).
+
+When input arrives faster than it can be analysed, pipe mode still passes every byte through and
+skips the oldest queued input for analysis. What it skips is *sifted* first: a chunk that holds
+none of the rules' triggers (nor a context rule's: a start-up banner) cannot start a failure, so
+only its line count is kept, while a chunk that does is kept for the scanner (and, once the
+analyser takes chunks off a flooded queue itself, the one after it too: the rest of its
+message). Sifting is one hyperscan scan per chunk that stops at the first hit and releases the
+GIL (about 1.6 GB/s here). Without hyperscan (the ``fast`` extra) there is no sifting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from oomdoctor.prefilter.interface import needles
+
+
+class Triage:
+    """``holds(data)``: whether ``data`` holds one of the literals (ASCII case folded)."""
+
+    def __init__(self, literals: Iterable[str]) -> None:
+        import hyperscan
+
+        self._hs = hyperscan
+        lits = needles(list(literals))
+        self.size = len(lits)
+        self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        self._db.compile(
+            expressions=[b"".join(b"\\x%02x" % c for c in lit) for lit in lits],
+            ids=list(range(len(lits))),
+            elements=len(lits),
+            flags=[hyperscan.HS_FLAG_CASELESS | hyperscan.HS_FLAG_SINGLEMATCH] * len(lits),
+        )
+        self._local = threading.local()
+
+    def holds(self, data: bytes) -> bool:
+        found: list[int] = []
+
+        def on_match(_id: int, _start: int, _end: int, _flags: int, _ctx: object) -> bool:
+            found.append(_id)
+            return True  # one is enough
+
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = self._hs.Scratch(self._db)
+        with contextlib.suppress(self._hs.ScanTerminated):
+            self._db.scan(data, match_event_handler=on_match, scratch=scratch)
+        return bool(found)
+
+
+def _literals_of_files(paths: list[Path]) -> list[str]:
+    """The triggers of every rule and context rule in the TOML rule files ``paths`` (cached)."""
+    from oomdoctor import cache
+
+    key = cache.source_key("triage-literals 1", paths)
+    got = cache.load("triage", key) if key else None
+    if isinstance(got, list) and all(isinstance(x, str) for x in got):
+        return got
+    out: list[str] = []
+    for path in paths:
+        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+        for table in ("rule", "context"):
+            for entry in data.get(table, []):
+                out.extend(t for t in entry.get("triggers", []) if isinstance(t, str))
+    if key:
+        cache.store("triage", key, out)
+    return out
+
+
+def builtin_triage() -> Triage | None:
+    """Sifting for the shipped rule pack (read from its files, without loading the pack), or
+    None without hyperscan."""
+    try:
+        import hyperscan  # noqa: F401
+    except ImportError:
+        return None
+    from oomdoctor.rulepack.loader import builtin_rules_dir
+
+    paths = sorted(p for p in builtin_rules_dir().glob("*.toml") if p.name != "phases.toml")
+    return Triage(_literals_of_files(paths))
+
+
+def triage_for(rules: Iterable[Any], contexts: Iterable[Any]) -> Triage | None:
+    """Sifting for a loaded rule pack's rules and context rules, or None without hyperscan."""
+    try:
+        import hyperscan  # noqa: F401
+    except ImportError:
+        return None
+    return Triage([t for r in [*rules, *contexts] for t in r.triggers])

@@ -1,0 +1,190 @@
+"""Folding retellings into one finding: every rank, re-raise and wrapper telling one failure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oomdoctor.fallback import is_fallback
+from oomdoctor.i18n import current_lang
+from oomdoctor.reader import Line
+from oomdoctor.report import Finding, Location
+from oomdoctor.rulepack import CompiledRule, RulePack
+from oomdoctor.scan.state import (
+    _GENERIC_ENGINES,
+    AFTER_LINES,
+    BEFORE_LINES,
+    MARKER_LEAD,
+    MAX_FINDINGS,
+    SAME_FAILURE_LINES,
+    SAME_RUN_LINES,
+    ScanState,
+    _Open,
+)
+
+#: a line that re-prints another process's failure (vLLM's engine core quoting a worker's
+#: exception): merged into that failure without counting as another occurrence
+_REPRINTS = ("worker failed with error",)
+
+
+def _agree(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Figures that do not contradict each other (every shared name has the same value)."""
+    return all(a[k] == b[k] for k in a.keys() & b.keys())
+
+
+def _specificity(rule: CompiledRule) -> tuple[int, int]:
+    return (rule.rule.engine not in _GENERIC_ENGINES, rule.rule.priority)
+
+
+def _specificity_of(pack: RulePack, rule_id: str) -> tuple[int, int]:
+    try:
+        return _specificity(pack.rule(rule_id))
+    except KeyError:
+        return (0, 0)
+
+
+class Folding(ScanState):
+    """Turn a match into a new open finding, or fold it into the finding it retells (another
+    rank's copy, a re-raise, a more specific message about it)."""
+
+    def _add_finding(
+        self, rule: CompiledRule, m: Any, text: str, figures: dict[str, Any], anchor: Line, end_line: int
+    ) -> None:
+        message = " ".join(m.group(0).split())
+        if len(message) < 400:
+            # keep the whole anchor sentence for readers
+            line_text = " ".join(text.split("\n", 1)[0].split())
+            if len(line_text) > len(message) and len(line_text) <= 2000:
+                message = line_text
+        message = message[:2000]
+        rank = anchor.rank
+        if self._same_failure(rule, figures, anchor, message, end_line):
+            return
+        if len(self._findings) + len(self._open) >= MAX_FINDINGS:
+            return
+        finding = Finding(
+            rule=rule.id,
+            kind=rule.rule.kind,
+            engine=rule.rule.engine,
+            severity=rule.rule.severity,
+            phase=rule.rule.phase or "unknown",
+            title=rule.rule.title_in(current_lang()),
+            message=message,
+            location=Location(source=self.source, line=anchor.number, end_line=end_line),
+            occurrences=1,
+            ranks=[rank] if rank else [],
+            figures=figures,
+        )
+        if rule.rule.engine not in _GENERIC_ENGINES:
+            self._collector.vote_engine(rule.rule.engine, anchor.number)
+        o = _Open(finding, rank, anchor.number, last_line=anchor.number)
+        self._seen[id(finding)] = (anchor.number, {rank})
+        o.frames.extend(self._evidence(anchor, rank))
+        o.foreign.extend(
+            func for number, func, frank in self._frames if frank != rank and 0 < number - anchor.number <= AFTER_LINES
+        )
+        before = [ph for number, ph in self._progress if number <= anchor.number]
+        if before:
+            o.progress_phase = before[-1]
+        self._open.append(o)
+
+    def _evidence(self, anchor: Line, rank: str | None) -> list[str]:
+        """Frames (and "@phase" markers) of ``rank`` already seen for a failure at ``anchor``:
+        the traceback that precedes it, and what came while its look-ahead window filled."""
+        out: list[str] = []
+        # the traceback this failure ends (headers read in its look-ahead belong to later ones)
+        tb = max((n for n in self._traceback_at.get(rank, ()) if n <= anchor.number), default=None)
+        for number, func, frank in self._frames:
+            if frank != rank:
+                continue
+            if number > anchor.number:
+                if number - anchor.number <= AFTER_LINES:
+                    out.append(func)
+                continue
+            if anchor.number - number > BEFORE_LINES:
+                continue
+            # before its traceback only the line that announced it ("Exception in worker X
+            # while processing method M.", "Error executing method M") still counts
+            if tb is not None and number < tb and not (func.startswith("@") and tb - number <= MARKER_LEAD):
+                continue
+            out.append(func)
+        return out
+
+    def _same_failure(
+        self, rule: CompiledRule, figures: dict[str, Any], anchor: Line, message: str, end_line: int
+    ) -> bool:
+        """Merge this match into a finding it repeats; ``True`` when it did.
+
+        The same failure is told several times: by every rank, by the process that logs it and
+        again by the traceback that re-raises it, by vLLM's wrappers quoting the worker's error,
+        and by a vLLM message that explains a PyTorch one. It is the same failure when it is the
+        same rule with the same figures in the same run (:meth:`_same_run`), or, within ``SAME_FAILURE_LINES``, the same rule from
+        another rank, or a message whose figures agree with it (same kind, or a shared figure).
+        A memory warning repeated any number of times stays one finding with its latest figures.
+        """
+        rank = anchor.rank
+        r = rule.rule
+        opened = {id(o.finding): o for o in self._open}
+        candidates = [o.finding for o in self._open] + list(reversed(self._findings[-20:]))
+        for f in candidates:
+            if f.location.source != self.source or f.severity != r.severity:
+                continue
+            last, seen = self._seen.get(id(f), (f.location.end_line, set(f.ranks)))
+            near = anchor.number - last <= SAME_FAILURE_LINES
+            if is_fallback(rule.id) or is_fallback(f.rule):
+                # the fallback's reading of a line near a failure a specific rule names is that
+                # failure, and so is the fallback's reading of the lines that retell it
+                same = near
+            elif f.rule == rule.id:
+                same = (
+                    (f.figures == figures and self._same_run(last, anchor.number))
+                    or r.severity == "warning"
+                    or (near and (rank not in seen or _agree(f.figures, figures)))
+                    # the next line telling it again with other sizes: an allocator retrying smaller
+                    or 0 < anchor.number - last <= 1
+                )
+            else:
+                shared = set(f.figures) & set(figures)
+                same = near and _agree(f.figures, figures) and (f.kind == r.kind or bool(shared))
+            if not same:
+                continue
+            if is_fallback(rule.id) and not is_fallback(f.rule):
+                return True  # a line of (or about) a failure a specific rule has read: nothing to add
+            retold = any(t in anchor.text.lower() for t in _REPRINTS)
+            # another rank's copy of the same message keeps the first rank's figures (its own GPU);
+            # a retelling by the same process, or another message about it, adds what it knows
+            adds = f.rule != rule.id or rank in seen
+            again = f.rule == rule.id and (r.severity == "warning" or (f.figures == figures and not near))
+            if not retold and (rank not in seen or again):
+                f.occurrences += 1
+                if rank and rank not in f.ranks:
+                    f.ranks.append(rank)
+            seen.add(rank)
+            self._seen[id(f)] = (max(last, anchor.number), seen)
+            o = opened.get(id(f))
+            if o is not None:
+                o.last_line = max(o.last_line, anchor.number)
+                if rank != o.rank and rank not in o.merged_ranks:
+                    o.merged_ranks.add(rank)
+                    o.frames.extend(self._evidence(anchor, rank))
+                if f.rule != rule.id and _specificity(rule) > _specificity_of(self.pack, f.rule):
+                    # the more specific message names the failure (a vLLM wrapper over PyTorch's OOM)
+                    if is_fallback(f.rule):
+                        # the fallback's figures are guesses from nearby words: the rule's are read
+                        f.figures = dict(figures)
+                        f.location.line = anchor.number
+                    f.rule, f.kind, f.engine, f.title, f.message = rule.id, r.kind, r.engine, r.title_in(current_lang()), message
+                    if r.phase:
+                        f.phase = r.phase
+                f.location.end_line = max(f.location.end_line, end_line)
+            if r.severity == "warning" and f.rule == rule.id:
+                f.figures.update(figures)
+            elif adds:
+                for k, v in figures.items():
+                    f.figures.setdefault(k, v)
+            return True
+        return False
+
+    def _same_run(self, last: int, line: int) -> bool:
+        """Whether line ``line`` is in the same run of the program as line ``last`` before it: no
+        start-up banner between them, and at most ``SAME_RUN_LINES`` apart."""
+        return line - last <= SAME_RUN_LINES and not last < self._run_start <= line

@@ -1,0 +1,131 @@
+"""Open-finding lifetime: findings stay open while evidence of their step may follow, then close."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oomdoctor import __version__
+from oomdoctor.fallback import is_fallback, kind_for
+from oomdoctor.reader import normalise
+from oomdoctor.report import Finding, Report, Summary, Tool
+from oomdoctor.scan.state import (
+    _GENERIC_ENGINES,
+    AFTER_LINES,
+    PROGRESS_LAG,
+    ScanState,
+    _Open,
+)
+
+
+class Lifetime(ScanState):
+    """Close open findings ``AFTER_LINES`` after their line (deciding their phase), finish a
+    source, and hand out findings (``poll``) and the report (``close``)."""
+
+    def _phase_for(self, o: _Open) -> str:
+        if o.finding.phase != "unknown":
+            return o.finding.phase
+        names = {f for f in o.frames if not f.startswith("@")}
+        markers = set(o.marker_phases) | {f[1:] for f in o.frames if f.startswith("@")}
+        # traceback frames name the failing code exactly; a marker line ("while processing
+        # method initialize_cache") names only the outer step, so frames are asked first
+        # (a frame's file counts as "%phase" when its package belongs to the phase)
+        for ph in self.pack.phases:
+            if ph.frames & names or "%" + ph.rule.phase in names:
+                return ph.rule.phase
+        for ph in self.pack.phases:
+            if ph.rule.phase in markers:
+                return ph.rule.phase
+        # then what the other ranks' tracebacks and markers show right after it
+        foreign = set(o.foreign)
+        for ph in self.pack.phases:
+            if ph.frames & foreign or "@" + ph.rule.phase in foreign or "%" + ph.rule.phase in foreign:
+                return ph.rule.phase
+        if o.progress_phase:
+            return o.progress_phase
+        # none before it: a progress line interleaved right after it (another worker still
+        # loading), counted from the failure's last line, so that the other ranks' copies of the
+        # failure and its own traceback lines do not use up the lag
+        end = max(o.last_line, o.finding.location.end_line)
+        after = [ph for number, ph in self._progress if o.line < number <= end + PROGRESS_LAG]
+        return after[0] if after else "unknown"
+
+    def _age_open(self, final: bool, last_line: int | None = None) -> None:
+        """Close the open findings ``AFTER_LINES`` behind ``last_line`` (default: the last line
+        read), or all of them (``final``)."""
+        last = self._last_line if last_line is None else last_line
+        still: list[_Open] = []
+        for o in self._open:
+            if final or last - o.line > AFTER_LINES:
+                o.finding.phase = self._phase_for(o)  # type: ignore[assignment]
+                self._findings.append(o.finding)
+                self._ready.append(o.finding)
+            else:
+                still.append(o)
+        self._open = still
+
+    def _end_of_source(self) -> None:
+        self._resolve_deferred(self._last_line + 1)
+        number, last = self._splitter.close()
+        if last:
+            for line in normalise(number, last[:-1]):
+                self._process(line)
+            self._last_line = number
+        self._evaluate_pending(final=True)
+        if self._paste is not None and not any(
+            f.location.source == self.source for f in self._findings + [o.finding for o in self._open]
+        ):
+            self._match_across_breaks(bytes(self._paste))
+        self._age_open(final=True)
+
+    def flush(self) -> None:
+        """Decide everything seen so far (after a quiet spell in pipe mode); input may continue."""
+        self._resolve_deferred(self._last_line + 1)
+        self._evaluate_pending(final=True)
+        self._age_open(final=True)
+
+    def findings_so_far(self) -> int:
+        """How many findings the scan has made so far (for progress displays)."""
+        return len(self._findings) + len(self._open)
+
+    def poll(self) -> list[Finding]:
+        """Findings finished since the last poll, with their remedies (for live output)."""
+        ready, self._ready = self._ready, []
+        if ready and self._advise:
+            from oomdoctor.advisor import advise_findings
+
+            ctx = self.context()
+            advise_findings(ready, ctx, self.hints, self.pack)
+        return ready
+
+    def context(self) -> Any:
+        ctx = self._collector.finish().model_copy(deep=True)
+        for f in self._findings + [o.finding for o in self._open]:
+            if f.engine in _GENERIC_ENGINES and ctx.engine and ctx.engine not in ("pytorch",):
+                f.engine = ctx.engine
+            if is_fallback(f.rule):
+                # the fallback's finding is named after the log's engine once it is known
+                f.kind = kind_for(ctx.engine, self.pack.rule(f.rule).rule.kind)
+        return ctx
+
+    def close(self) -> Report:
+        """End of input: finish every finding, run the advisor, return the report."""
+        if not self._done:
+            self._end_of_source()
+            self._done = True
+        ctx = self.context()
+        findings = list(self._findings)
+        report = Report(
+            tool=Tool(version=__version__),
+            sources=list(self.sources),
+            findings=findings,
+            context=ctx,
+            summary=Summary(
+                errors=sum(f.severity == "error" for f in findings),
+                warnings=sum(f.severity == "warning" for f in findings),
+            ),
+        )
+        if self._advise:
+            from oomdoctor.advisor import advise
+
+            advise(report, self.hints, self.pack)
+        return report

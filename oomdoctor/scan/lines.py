@@ -1,0 +1,503 @@
+"""Line assembly and windows: bytes in, candidate lines read, phase evidence set aside."""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from typing import Any
+
+import regex
+
+from oomdoctor.reader import Line, normalise, only_cut_by_normalise, only_cut_in
+from oomdoctor.rulepack import CompiledRule
+from oomdoctor.rulepack.loader import REGEX_TIMEOUT
+from oomdoctor.scan.matching import RuleTimeout, _Pending
+from oomdoctor.scan.state import (
+    AFTER_LINES,
+    BEFORE_LINES,
+    DEFER_BYTES,
+    DEFER_KEEP,
+    EVIDENCE_PIECE,
+    LEAD_LINES,
+    PASTE_BYTES,
+    ScanState,
+)
+
+_FRAME = regex.compile(
+    r'(?:^|(?<=\s))File "(?P<path>[^"]*)", line \d+, in (?P<func>[\w<>.\-]+)'
+    # IPython >= 8 / Jupyter: "File ~/x/cache_engine.py:64, in CacheEngine._allocate_kv_cache(self, ...)",
+    # rendered as "File [~/x/cache_engine.py:64](http://...), in ..." when pasted from a notebook
+    r"|(?:^|(?<=\s))File \[?(?P<path>[^\s\]]+?\.py):\d+(?:\]\([^)]*\))?, in (?:[\w<>]+\.)*(?P<func>[\w<>\-]+)\("
+    # IPython <= 7: "~/lib/python3.7/site-packages/torch/nn/modules/module.py in _call_impl(self, *input)"
+    r"|(?:^|(?<=\s))(?P<path>\S+\.py) in (?P<func>[\w<>\-]+)\("
+    # the second half of a frame line wrapped by a terminal: 'io\queueing.py", line 536, in process_events'
+    r'|^\s*(?P<path>[^"\s]*)", line \d+, in (?P<func>[\w<>.\-]+)\s*$'
+)
+
+
+_TRACEBACK = "Traceback (most recent call last)"
+
+
+#: process names that only vLLM's output prefixer prints (shared/research/upstream-messages.md,
+#: "Log-line prefix formats"): the line comes from vLLM whatever it says
+_VLLM_PROCESS = regex.compile(
+    r"(?:VllmWorkerProcess|VllmWorker rank=\d+|EngineCore(?:_\w+)?|DPEngineCore_\d+|APIServer(?:_\d+)?"
+    r"|Worker(?:_(?:DP|PP|TP|EP)\d+)+|RayWorkerWrapper) pid="
+)
+
+
+def _search_any(patterns: list[Any], text: str) -> bool:
+    """Whether one of ``patterns`` is found in ``text``; a pattern that matches moves to the front
+    (all of a phase's markers mean the same, so their order does not change the answer)."""
+    for i, pat in enumerate(patterns):
+        if pat.search(text, timeout=REGEX_TIMEOUT):
+            if i:
+                patterns.insert(0, patterns.pop(i))
+            return True
+    return False
+
+
+class LineAssembly(ScanState):
+    """Feed blocks of bytes; read the candidate lines the prefilters find (and the look-ahead
+    after a trigger); keep the recent lines, frames, markers and progress lines; set phase
+    evidence aside and read it lazily; queue rule candidates for :class:`~oomdoctor.scan.matching.RuleMatching`."""
+
+    def feed(self, data: bytes) -> None:
+        """Consume a chunk of bytes (any size, any split)."""
+        if self._paste is not None:
+            if len(self._paste) + len(data) > PASTE_BYTES:
+                self._paste = None
+            else:
+                self._paste += data
+        head, lo, hi = self._splitter.feed_spans(data)  # no copy of ``data``
+        try:
+            if head:
+                self._scan_block(self._splitter.line_number + 1, head)
+            if hi > lo:
+                self._scan_block(self._splitter.line_number + 1, data, lo, hi)
+        except TimeoutError:  # a context or phase regex (rule patterns raise RuleTimeout)
+            raise RuleTimeout(f"{self._timing}: regex timed out (catastrophic backtracking?)") from None
+
+    def _scan_block(self, first: int, block: bytes, lo: int = 0, hi: int | None = None) -> None:
+        # Only candidate lines (a trigger on them) are decoded and matched. A line holding a
+        # rule's trigger also brings the next ``lookahead`` lines (its window); other candidates
+        # (context, phase, traceback frames) stand alone. Line numbers come from counting
+        # newlines between candidates (C speed); the splitter is told the block's total.
+        n = len(block) if hi is None else hi
+        spans = self._prefilter.candidates(block, lo, n)
+        count = block.count
+        find = block.find
+        lookahead = self._lookahead
+        owe = self._need_lookahead
+        process = self._process
+        masks_ok = self._masks_ok
+        ascii_needles = self._ascii_needles
+        # where candidates are dense, one check of the whole block (~10 ms/MiB) instead of one per
+        # line (~5 µs each): then no line needs its own
+        clean = masks_ok and len(spans) * 640 > n - lo and only_cut_in(block, lo, n, ascii_needles)
+
+        def ahead(pos: int, line: int, owe: int, stop: int) -> tuple[int, int, int]:
+            """Process the look-ahead lines still owed, up to offset ``stop``."""
+            while owe > 0 and pos < stop:
+                e = find(b"\n", pos)
+                for ln in normalise(line, block[pos:e]):
+                    process(ln)
+                pos, line, owe = e + 1, line + 1, owe - 1
+            return pos, line, owe
+
+        between = self._between if self._ev_prefilter is not None else None
+        pos, line = lo, first  # the next line not yet processed or skipped
+        for start, end, mask in spans:
+            if owe > 0:
+                pos, line, owe = ahead(pos, line, owe, start)
+            while between is not None and pos < start:  # phase evidence between candidates
+                pos, line, owe = between(block, lo, pos, start, line)
+                if owe > 0:
+                    pos, line, owe = ahead(pos, line, owe, start)
+            if pos < start:
+                line += count(b"\n", pos, start)
+            has_rule = False
+            raw = block[start:end]
+            if between is not None:
+                low = raw.lower()
+                for bit, needle in self._ev_bits_of:
+                    if needle in low:
+                        mask |= bit
+            if not (clean or (masks_ok and only_cut_by_normalise(raw, ascii_needles))):
+                mask = 0  # normalising may change what the line holds: look for every trigger
+            elif not owe and not self._pending and self._defers(line, raw, mask):
+                pos, line = end + 1, line + 1
+                continue
+            self._here = (block, lo, start, line)  # where _lead_from_block finds the lines above
+            for ln in normalise(line, raw):
+                has_rule = process(ln, mask) or has_rule
+            pos, line = end + 1, line + 1
+            if owe > 0:
+                owe -= 1
+            if has_rule:
+                owe = lookahead
+        pos, line, owe = ahead(pos, line, owe, n)
+        while between is not None and pos < n:
+            pos, line, owe = between(block, lo, pos, n, line)
+            if owe > 0:
+                pos, line, owe = ahead(pos, line, owe, n)
+        if pos < n:
+            line += count(b"\n", pos, n)
+        self._need_lookahead = owe
+        self._splitter.advance(line - first)
+        self._last_line = line - 1
+        self._evaluate_pending(final=False)
+        self._age_open(final=False)
+
+    def _process(self, line: Line, mask: int = 0) -> bool:
+        """Match one logical line; True when it holds a rule trigger (it then needs look-ahead).
+
+        ``mask``: the prefilter's needles found on the line (0: unknown, try every trigger)."""
+        if self._deferred:
+            self._resolve_deferred(line.number)
+        if self._open:  # findings the lines before this one closed, however the input was cut
+            self._age_open(final=False, last_line=line.number - 1)
+        self._recent.append(line)
+        if line.rank is not None and _VLLM_PROCESS.match(line.rank):
+            self._collector.vote_engine("vllm", line.number)
+        text = line.text
+        low = text.lower()
+        # traceback frames
+        if _TRACEBACK in text:
+            self._traceback_at.setdefault(line.rank, deque(maxlen=64)).append(line.number)
+        if "file " in low or ".py in " in low or '", line ' in low:
+            m = _FRAME.search(text)
+            if m:
+                path = (m["path"] or "").replace("\\", "/")
+                # a frame counts by its function's name, and by its file's package ("%phase")
+                for func in (m["func"], *("%" + ph.rule.phase for ph in self.pack.phases
+                                           if any(p in path for p in ph.paths))):
+                    self._frames.append((line.number, func, line.rank))
+                    for o in self._open:
+                        if o.line < line.number <= o.line + AFTER_LINES:
+                            if o.rank == line.rank or line.rank in o.merged_ranks:
+                                o.frames.append(func)
+                            else:
+                                o.foreign.append(func)
+        # which triggers does the line hold? (one pass over the pack's literals, then an index)
+        present = [t for t in (self._triggers_for(mask) if mask else self._all_triggers) if t in low]
+        phases = self._phases_always
+        contexts: list[Any] = []
+        rules: list[CompiledRule] = []
+        if present:
+            ph_idx: set[int] = set()
+            ctx_idx: set[int] = set()
+            rule_idx: set[int] = set()
+            for t in present:
+                ph_idx.update(self._phase_by_trigger.get(t, ()))
+                ctx_idx.update(self._ctx_by_trigger.get(t, ()))
+                rule_idx.update(self._rule_by_trigger.get(t, ()))
+            if ph_idx:
+                phases = sorted(set(phases) | ph_idx)
+            contexts = [self.pack.contexts[i] for i in sorted(ctx_idx)]
+            rules = [self.pack.rules[i] for i in sorted(rule_idx)]
+        # phase markers and progress lines
+        for i in phases:
+            ph = self.pack.phases[i]
+            self._timing = f'phase "{ph.rule.phase}"'
+            if _search_any(self._markers[i], text):
+                for o in self._open:
+                    if o.line <= line.number <= o.line + AFTER_LINES:
+                        o.marker_phases.append(ph.rule.phase)
+                self._frames.append((line.number, "@" + ph.rule.phase, line.rank))
+            if _search_any(self._progress_patterns[i], text):
+                self._progress.append((line.number, ph.rule.phase))
+        # context lines
+        for ctx in contexts:
+            self._timing = f'{ctx.source}: context "{ctx.rule.id}": pattern'
+            m = ctx.pattern.search(text, timeout=REGEX_TIMEOUT)
+            if m is None:
+                continue
+            if ctx.rule.engine:
+                self._collector.vote_engine(ctx.rule.engine, line.number)
+            groups = {k: v for k, v in m.groupdict().items() if k != "engine"}
+            if groups.get("engine_version"):
+                self._run_start = line.number
+            self._collector.apply_groups(groups, ctx.rule.parser, ctx.rule.units)
+        # rule candidates
+        if rules:
+            self._lead_from_block(line)
+            self._pending.append(_Pending(line, rules, self.source))
+        self._evaluate_pending(final=False)
+        return bool(rules)
+
+    def _defers(self, number: int, raw: bytes, mask: int) -> bool:
+        """Set aside a candidate line that can only be phase evidence (vLLM's throughput lines,
+        a trainer's loss dicts: printed all the time, needed only as the latest before a failure
+        or as a marker near one), while no failure is pending or open; True when it did.
+
+        It is read later, if at all, by :meth:`_resolve_deferred`. Such a line casts no engine
+        vote of its own unless it is read."""
+        ok = self._deferrable_by_mask.get(mask)
+        if ok is None:
+            if len(self._deferrable_by_mask) >= 4096:
+                self._deferrable_by_mask.clear()
+            ok = not mask & self._own_bits and all(
+                t in self._phase_by_trigger and t not in self._ctx_by_trigger and t not in self._rule_by_trigger
+                for t in self._triggers_for(mask)
+            )
+            self._deferrable_by_mask[mask] = ok
+        if not ok:
+            return False
+        if b"File " in raw or b".py in " in raw or b'", line ' in raw:  # what _FRAME needs
+            return False
+        if self._open:
+            self._age_open(final=False, last_line=number - 1)
+            if self._open:
+                return False
+        self._defer(number, raw, mask)
+        return True
+
+    def _between(self, block: bytes, lo: int, a: int, b: int, number: int) -> tuple[int, int, int]:
+        """Read the phase evidence in ``block[a:b]``, lines the main prefilter skipped (``a`` at a
+        line start, line ``number``), as reading each evidence line through :meth:`_defers`
+        would, at a cost that does not grow with how many there are.
+
+        While a failure is pending or open, evidence lines are read one by one as they come.
+        Otherwise they would all be set aside, and of those more than ``BEFORE_LINES`` before
+        the stretch's end only the latest progress line can ever be read
+        (:meth:`_resolve_deferred`): so only that one is looked for, searching backwards in
+        pieces, and the evidence lines of the last ``BEFORE_LINES`` lines are set aside. A line
+        :meth:`_defers` would not set aside (one that normalising changes, or one with a
+        frame's "File ") is read where it is. Returns where reading stopped, its line number
+        and the look-ahead owed (non-zero when a line read held a rule trigger: normalising a
+        record may show one)."""
+        while a < b:
+            if self._pending or self._open_before(number):
+                a, number, owe = self._read_evidence(block, lo, a, b, number, until_calm=True)
+                if owe:
+                    return a, number, owe
+                continue
+            odd = self._odd_evidence(block, a, b)
+            c = b if odd is None else odd[0]
+            if c > a:
+                number = self._set_aside(block, a, c, number)
+            if odd is None:
+                break
+            a, number, owe = self._read_evidence(block, lo, odd[0], odd[1], number, until_calm=False)
+            if owe:
+                return a, number, owe
+        return b, number, 0
+
+    def _open_before(self, number: int) -> bool:
+        """Whether a finding is still open at line ``number`` (closing those behind it)."""
+        if self._open:
+            self._age_open(final=False, last_line=number - 1)
+        return bool(self._open)
+
+    def _read_evidence(
+        self, block: bytes, lo: int, a: int, b: int, number: int, *, until_calm: bool
+    ) -> tuple[int, int, int]:
+        """Read the evidence lines of ``block[a:b]`` one by one (``until_calm``: until no
+        failure is pending or open); see :meth:`_between` for what is returned."""
+        assert self._ev_prefilter is not None
+        count = block.count
+        shift = self._ev_shift
+        pos = a
+        while pos < b:
+            piece = b if b - pos <= EVIDENCE_PIECE else block.find(b"\n", pos + EVIDENCE_PIECE, b) + 1 or b
+            for s, e, m in self._ev_prefilter.candidates(block, pos, piece):
+                number += count(b"\n", pos, s)
+                pos = s
+                if until_calm and not (self._pending or self._open_before(number)):
+                    return s, number, 0
+                raw = block[s:e]
+                mask = m << shift
+                if not only_cut_by_normalise(raw, self._ascii_needles):
+                    mask = 0
+                self._here = (block, lo, s, number)
+                has_rule = False
+                for ln in normalise(number, raw):
+                    has_rule = self._process(ln, mask) or has_rule
+                pos, number = min(e + 1, b), number + 1
+                if has_rule:
+                    return pos, number, self._lookahead
+            number += count(b"\n", pos, piece)
+            pos = piece
+        return b, number, 0
+
+    def _odd_evidence(self, block: bytes, a: int, b: int) -> tuple[int, int] | None:
+        """The first evidence line of ``block[a:b]`` that :meth:`_defers` would not set aside:
+        one that normalising may change (a JSON record, ANSI or NUL bytes, a character folding
+        to ASCII, or anything non-ASCII when a needle is not ASCII) or that holds "File ", as
+        ``(start, end + 1)``, or None.
+
+        Two sorted streams are walked side by side, each jumping to the other's position: the
+        lines with such a marker (C searches) and the evidence lines (the evidence prefilter, a
+        piece at a time). The steps are about as many as the rarer of the two kinds of line."""
+        assert self._ev_prefilter is not None
+        if not self._ascii_needles and not block[a:b].isascii():
+            return a, b  # every line, one by one
+        find = block.find
+        pieces: list[tuple[int, int, list[tuple[int, int, int]]]] = []  # (lo, hi, candidates)
+
+        def next_odd(pos: int) -> int:
+            """Start of the first line at or after ``pos`` (a line start) with a marker, or -1."""
+            at = self._odd_finder.first(block, pos, b)
+            return at if at < 0 else (block.rfind(b"\n", pos, at) + 1) or pos
+
+        def next_evidence(pos: int) -> tuple[int, int] | None:
+            """The first evidence line at or after ``pos`` (a line start), as (start, end)."""
+            while pos < b:
+                if not pieces or not pieces[-1][0] <= pos < pieces[-1][1]:
+                    hi = b if b - pos <= EVIDENCE_PIECE else (find(b"\n", pos + EVIDENCE_PIECE, b) + 1 or b)
+                    pieces[:] = [(pos, hi, self._ev_prefilter.candidates(block, pos, hi))]  # type: ignore[union-attr]
+                _, hi, cands = pieces[-1]
+                i = bisect.bisect_left(cands, (pos, -1, -1))
+                if i < len(cands):
+                    return cands[i][0], cands[i][1]
+                pos = hi
+            return None
+
+        pos = a
+        while pos < b:
+            odd = next_odd(pos)
+            if odd < 0:
+                return None
+            ev = next_evidence(odd)
+            if ev is None:
+                return None
+            if ev[0] == odd:
+                return odd, min(ev[1] + 1, b)
+            pos = ev[0]
+        return None
+
+    def _set_aside(self, block: bytes, a: int, b: int, number: int) -> int:
+        """Set aside the evidence of ``block[a:b]`` (no failure pending or open, no odd line):
+        the latest progress line before its last ``BEFORE_LINES`` lines, and the evidence lines
+        of those. Returns the line number at ``b``."""
+        assert self._ev_prefilter is not None
+        count = block.count
+        shift = self._ev_shift
+        lines = count(b"\n", a, b)
+        near = a
+        if lines > BEFORE_LINES:
+            near = b - 1
+            rfind = block.rfind
+            for _ in range(BEFORE_LINES):
+                near = rfind(b"\n", a, near)
+            near += 1
+            hi, width = near, EVIDENCE_PIECE
+            while hi > a:
+                cut = (block.rfind(b"\n", a, hi - width) + 1 or a) if hi - width > a else a
+                latest = None
+                for s, e, m in reversed(self._ev_prefilter.candidates(block, cut, hi)):
+                    raw = block[s:e]
+                    if any(self._is_progress(ln, m << shift) for ln in normalise(0, raw)):
+                        latest = (number + count(b"\n", a, s), raw, m << shift)
+                        break
+                if latest is not None:
+                    self._defer(*latest)
+                    break
+                hi, width = cut, width * 4
+        number_near = number + (lines - BEFORE_LINES if lines > BEFORE_LINES else 0)
+        pos = near
+        for s, e, m in self._ev_prefilter.candidates(block, near, b):
+            number_near += count(b"\n", pos, s)
+            pos = s
+            self._defer(number_near, block[s:e], m << shift)
+        return number + lines
+
+    def _defer(self, number: int, raw: bytes, mask: int) -> None:
+        """Add a line to the deferred ones, settling the older ones when too many are held."""
+        self._deferred.append((number, raw, mask))
+        self._deferred_bytes += len(raw)
+        if len(self._deferred) >= 2 * DEFER_KEEP or self._deferred_bytes >= DEFER_BYTES:
+            self._resolve_deferred(number + 1, keep=DEFER_KEEP)
+
+    def _resolve_deferred(self, upto: int, keep: int = 0) -> None:
+        """Read the deferred lines a line at ``upto`` or after may need: those within
+        ``BEFORE_LINES`` before it (markers of a failure's step) and, of the older ones, only the
+        latest progress line (the step the run had reached). Nothing else in the older ones can
+        reach a finding. ``keep``: leave up to that many of the newest ones deferred."""
+        deferred, self._deferred = self._deferred, []
+        near = len(deferred)
+        while near and deferred[near - 1][0] >= upto - BEFORE_LINES:
+            near -= 1
+        held = deferred[max(near, len(deferred) - keep) :] if keep else []
+        for number, raw, mask in reversed(deferred[:near]):
+            lines = normalise(number, raw)
+            if any(self._is_progress(ln, mask) for ln in lines):
+                for ln in lines:
+                    self._process(ln, mask)
+                break
+        for number, raw, mask in deferred[near : len(deferred) - len(held)]:
+            for ln in normalise(number, raw):
+                self._process(ln, mask)
+        self._deferred = held
+        self._deferred_bytes = sum(len(raw) for _, raw, _ in held)
+
+    def _is_progress(self, line: Line, mask: int) -> bool:
+        """Whether ``line`` matches a progress pattern of a phase whose trigger it holds."""
+        low = line.text.lower()
+        phases = set(self._phases_always)
+        for t in self._triggers_for(mask):
+            if t in low:
+                phases.update(self._phase_by_trigger.get(t, ()))
+        return any(_search_any(self._progress_patterns[i], line.text) for i in sorted(phases))
+
+    def _lead_from_block(self, line: Line) -> None:
+        """Put the ``LEAD_LINES`` lines above a rule's trigger line into the recent lines when the
+        prefilter skipped them (they hold no trigger): a message wrapped before its trigger
+        starts there (see :meth:`_lead_lines`)."""
+        block, lo, start, number = self._here
+        if number != line.number or not self._recent or self._recent[-1] is not line:
+            return
+        known = {ln.number for ln in self._recent}
+        lead: list[Line] = []
+        end = start - 1
+        for n in range(number - 1, number - LEAD_LINES - 1, -1):
+            if end < lo or n in known:
+                break
+            begin = block.rfind(b"\n", lo, end) + 1 or lo
+            lead[:0] = normalise(n, block[max(begin, lo) : end])
+            end = begin - 1
+        if lead:
+            self._recent.pop()
+            self._recent.extend(lead)
+            self._recent.append(line)
+
+    def _window(self, anchor: Line, size: int) -> list[Line]:
+        """The lines after ``anchor`` that may continue its message: the same rank's, and the
+        bare lines right after it or after one of those (a terminal wraps a prefixed line into
+        pieces without the prefix)."""
+        out: list[Line] = []
+        limit = anchor.number + max(size, 1) * 4
+        last = anchor.number
+        for ln in self._recent:
+            if ln is anchor or ln.number < anchor.number:
+                continue
+            if ln.number > limit:
+                break
+            same = ln.rank == anchor.rank
+            wrapped = anchor.rank is not None and ln.rank is None and not ln.prefix and ln.number <= last + 1
+            if same or wrapped:
+                if ln.number == anchor.number and ln.text == anchor.text:
+                    continue
+                out.append(ln)
+                last = ln.number
+                if len(out) >= size:
+                    break
+        return out
+
+    def _lead_lines(self, anchor: Line) -> list[Line]:
+        """The lines right above ``anchor`` whose text a wrap may have continued on it (nearest
+        first): up to ``LEAD_LINES``, each one continued by the next (same rank, or a bare piece
+        after a prefixed line), none claimed by a finding already."""
+        recent = {ln.number: ln for ln in self._recent if anchor.number - LEAD_LINES <= ln.number < anchor.number}
+        out: list[Line] = []
+        below = anchor
+        for number in range(anchor.number - 1, anchor.number - LEAD_LINES - 1, -1):
+            ln = recent.get(number)
+            if ln is None or self._claimed_until.get(ln.rank, 0) >= ln.number:
+                break
+            if not (ln.rank == below.rank or (below.rank is None and not below.prefix)):
+                break
+            out.append(ln)
+            below = ln
+        return out

@@ -1,0 +1,197 @@
+"""What the scanner's parts share: its limits, the state of a scan, and an open finding.
+
+The scan is split along its seams (see :mod:`oomdoctor.scanner`); each part is a mixin over
+:class:`ScanState`, which declares the attributes :class:`~oomdoctor.scanner.Scanner` sets up and,
+for type checking only, the methods the parts call on one another.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oomdoctor.context import ContextCollector
+    from oomdoctor.prefilter import Prefilter
+    from oomdoctor.reader import Line, LineSplitter
+    from oomdoctor.report import Finding, Report
+    from oomdoctor.rulepack import CompiledRule, RulePack
+    from oomdoctor.scan.matching import _Pending
+
+#: lines after a finding during which traceback frames and markers still count for its phase
+AFTER_LINES = 80
+
+#: lines before a finding during which frames of the same traceback count
+BEFORE_LINES = 200
+
+#: lines above a trigger line in which a message wrapped before its trigger may start
+LEAD_LINES = 2
+
+#: lines before a traceback header in which a marker line still names the failing step
+MARKER_LEAD = 3
+
+#: lines after a failure (after its last line and the last copy of it another rank printed) in
+#: which a progress line still names its step, when none came before (another stream's line
+#: interleaved after the error: "Loading checkpoint shards: 3%")
+PROGRESS_LAG = 3
+
+#: a failure repeated by another rank within this many lines is the same failure
+SAME_FAILURE_LINES = 400
+
+#: the same failure (same rule, same figures) told again further on than this is the program
+#: failing again in a later run (a server restarted after its OOM), not a retelling
+SAME_RUN_LINES = 10_000
+
+#: findings kept at most (a log with endless OOMs still costs bounded memory)
+MAX_FINDINGS = 500
+
+#: a source up to this size is a paste: when nothing was found in it, triggers cut by a line
+#: break (a terminal or an issue tracker wrapped the message) are looked for across each break
+PASTE_BYTES = 256 << 10
+
+#: deferred phase-evidence lines held before the older ones are settled (see ``Scanner._defers``),
+#: and their bytes (lines may be 64 KiB long: memory stays bounded either way)
+DEFER_KEEP = 4096
+
+DEFER_BYTES = 8 << 20
+
+#: bytes of a stretch between candidates searched for phase evidence at a time, going backwards
+#: from its end for the latest progress line, or forwards while a failure is pending or open
+EVIDENCE_PIECE = 16 << 10
+
+#: rule engines that name a library, not the tool that printed the log: such findings take the
+#: detected engine's name, do not vote for one, and yield to a more specific rule's message
+_GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda", "ggml", "xla", "host", "nccl", "generic"})
+
+#: literals every scan needs besides the rules' own triggers
+_BUILTIN_TRIGGERS = (
+    'file "', "traceback (most recent call last)", ".py in ", "file [", "file ~", "file /", '", line ',
+)
+
+
+@dataclass
+class _Open:
+    finding: Finding
+    rank: str | None
+    line: int
+    frames: list[str] = field(default_factory=list)
+    marker_phases: list[str] = field(default_factory=list)
+    before_phase: str | None = None
+    progress_phase: str | None = None
+    last_line: int = 0
+    #: ranks of merged occurrences: their frames count as evidence too
+    merged_ranks: set[str | None] = field(default_factory=set)
+    #: frames and "@phase" markers of other ranks after the failure: the ranks run the same code,
+    #: so they say where it was when nothing of its own rank does
+    foreign: list[str] = field(default_factory=list)
+
+
+class ScanState:
+    """The attributes of a scan (set up by :class:`~oomdoctor.scanner.Scanner`)."""
+
+    pack: RulePack
+    hints: dict[str, str]
+    source: str
+    sources: list[str]
+    _advise: bool
+    # prefilters and what their masks mean
+    _prefilter: Prefilter
+    _ev_prefilter: Prefilter | None
+    _masks_ok: bool
+    _needles: list[bytes]
+    _ev_shift: int
+    _ev_bits_of: list[tuple[int, bytes]]
+    _own_bits: int
+    _ascii_needles: bool
+    _odd_finder: Any
+    _lookahead: int
+    # the pack's triggers, indexed
+    _phase_by_trigger: dict[str, list[int]]
+    _ctx_by_trigger: dict[str, list[int]]
+    _rule_by_trigger: dict[str, list[int]]
+    _phases_always: list[int]
+    _all_triggers: list[str]
+    _triggers_by_mask: dict[int, list[str]]
+    _markers: list[list[Any]]
+    _progress_patterns: list[list[Any]]
+    _deferrable_by_mask: dict[int, bool]
+    # line assembly (per source)
+    _splitter: LineSplitter
+    _recent: deque[Line]
+    _pending: deque[_Pending]
+    _need_lookahead: int
+    _here: tuple[bytes, int, int, int]
+    _last_line: int
+    _paste: bytearray | None
+    _deferred: list[tuple[int, bytes, int]]
+    _deferred_bytes: int
+    # evidence near failures (per source)
+    _frames: deque[tuple[int, str, str | None]]
+    _traceback_at: dict[str | None, deque[int]]
+    _progress: deque[tuple[int, str]]
+    _run_start: int
+    # matching
+    _claimed_until: dict[str | None, int]
+    _fold: bool
+    _anchor_len: int
+    _timing: str
+    # findings
+    _collector: ContextCollector
+    _findings: list[Finding]
+    _open: list[_Open]
+    _ready: list[Finding]
+    _seen: dict[int, tuple[int, set[str | None]]]
+    _done: bool
+
+    if TYPE_CHECKING:  # the methods the parts call on one another
+        def _triggers_for(self, mask: int) -> list[str]: ...
+        def _start_source(self, name: str) -> None: ...
+        def feed(self, data: bytes) -> None: ...
+        def _scan_block(self, first: int, block: bytes, lo: int = 0, hi: int | None = None) -> None: ...
+        def _process(self, line: Line, mask: int = 0) -> bool: ...
+        def _defers(self, number: int, raw: bytes, mask: int) -> bool: ...
+        def _between(self, block: bytes, lo: int, a: int, b: int, number: int) -> tuple[int, int, int]: ...
+        def _open_before(self, number: int) -> bool: ...
+        def _read_evidence(
+            self, block: bytes, lo: int, a: int, b: int, number: int, *, until_calm: bool
+        ) -> tuple[int, int, int]: ...
+        def _odd_evidence(self, block: bytes, a: int, b: int) -> tuple[int, int] | None: ...
+        def _set_aside(self, block: bytes, a: int, b: int, number: int) -> int: ...
+        def _defer(self, number: int, raw: bytes, mask: int) -> None: ...
+        def _resolve_deferred(self, upto: int, keep: int = 0) -> None: ...
+        def _is_progress(self, line: Line, mask: int) -> bool: ...
+        def _lead_from_block(self, line: Line) -> None: ...
+        def _window(self, anchor: Line, size: int) -> list[Line]: ...
+        def _lead_lines(self, anchor: Line) -> list[Line]: ...
+        def _evaluate_pending(self, final: bool) -> None: ...
+        def _match(self, p: _Pending) -> None: ...
+        def _search(
+            self, rule: CompiledRule, anchor: Line, window: list[Line], clauses: bool = True
+        ) -> tuple[Any, str, int, dict[str, Any]] | None: ...
+        def _search_clauses(
+            self,
+            rule: CompiledRule,
+            anchor: Line,
+            window: list[Line],
+            readings: list[tuple[list[str], list[str]]],
+        ) -> tuple[Any, str, int, dict[str, Any]] | None: ...
+        def _extract(self, rule: CompiledRule, m: Any, text: str) -> dict[str, Any]: ...
+        def _extract_figures(self, rule: CompiledRule, m: Any, text: str) -> dict[str, Any]: ...
+        def _match_across_breaks(self, data: bytes) -> None: ...
+        def _add_finding(
+            self, rule: CompiledRule, m: Any, text: str, figures: dict[str, Any], anchor: Line, end_line: int
+        ) -> None: ...
+        def _evidence(self, anchor: Line, rank: str | None) -> list[str]: ...
+        def _same_failure(
+            self, rule: CompiledRule, figures: dict[str, Any], anchor: Line, message: str, end_line: int
+        ) -> bool: ...
+        def _same_run(self, last: int, line: int) -> bool: ...
+        def _phase_for(self, o: _Open) -> str: ...
+        def _age_open(self, final: bool, last_line: int | None = None) -> None: ...
+        def _end_of_source(self) -> None: ...
+        def flush(self) -> None: ...
+        def findings_so_far(self) -> int: ...
+        def poll(self) -> list[Finding]: ...
+        def context(self) -> Any: ...
+        def close(self) -> Report: ...
