@@ -27,11 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _lang_of(args: list[str]) -> str:
-    """The language the command line asks for (``--lang`` before any ``--``), else the environment's;
-    an unknown ``--lang`` is reported later by the command, in the environment's language."""
-    from oomdoctor.i18n import resolve_lang
-
+def _explicit_lang(args: list[str]) -> str | None:
+    """The value of the last ``--lang`` before any ``--``, else None."""
     explicit = None
     for i, arg in enumerate(args):
         if arg == "--":
@@ -40,19 +37,26 @@ def _lang_of(args: list[str]) -> str:
             explicit = args[i + 1]
         elif arg.startswith("--lang="):
             explicit = arg.split("=", 1)[1]
+    return explicit
+
+
+def _lang_of(args: list[str]) -> str:
+    """The language the command line asks for (``--lang`` before any ``--``), else the environment's;
+    an unknown ``--lang`` is reported later by the command, in the environment's language."""
+    from oomdoctor.i18n import resolve_lang
+
     try:
-        return resolve_lang(explicit)
+        return resolve_lang(_explicit_lang(args))
     except ValueError:
         return resolve_lang(None)
 
 
 def _unknown_lang(args: list[str]) -> str | None:
-    """The error of a leading ``--lang`` whose value is no language oomdoctor speaks, else None."""
+    """The error of a ``--lang`` whose value is no language oomdoctor speaks, else None."""
     from oomdoctor.i18n import resolve_lang
 
-    value = args[0].split("=", 1)[1] if args[0].startswith("--lang=") else args[1]
     try:
-        resolve_lang(value)
+        resolve_lang(_explicit_lang(args))
     except ValueError as exc:
         return str(exc)
     return None
