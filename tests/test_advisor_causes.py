@@ -350,3 +350,44 @@ def test_a_rule_from_a_rules_directory_gets_its_remedies(tmp_path: Path) -> None
     assert f.rule == "mine.kv-short"
     # 4512 tokens, a multiple of vLLM's 16-token block: the largest length that fits
     assert {"--max-model-len": "4512"} in [r.flags for r in f.remedies]
+
+
+# -- the KV cache's own allocation is not an activation ---------------------------------------------
+
+_VLLM_KV_ALLOC = """\
+(EngineCore pid=500) ERROR 06-01 10:00:00 [core.py:700]   File "/venv/lib/python3.12/site-packages/vllm/v1/worker/gpu_model_runner.py", line 6537, in _allocate_kv_cache_tensors
+(EngineCore pid=500) ERROR 06-01 10:00:00 [core.py:700]     tensor = torch.zeros(
+(EngineCore pid=500) ERROR 06-01 10:00:00 [core.py:700] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 200.00 MiB is free. Including non-PyTorch memory, this process has 78.98 GiB memory in use. Of the allocated memory 77.50 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.
+"""
+
+
+def test_vllm_kv_cache_allocation_is_named_as_the_kv_cache_and_its_budget() -> None:
+    f = only_error(oomdoctor.diagnose(_VLLM_KV_ALLOC.encode(), source="<kv>"))
+    assert f.phase == "kv-cache-alloc" and f.cause is not None
+    assert f.cause.id == "kv-cache-exceeds-free"
+    assert f.cause.summary.startswith("Allocating the KV cache (2.00 GiB more) failed with this process already holding 78.98 GiB")
+    assert "activation" not in f.cause.summary
+    top = f.remedies[0]
+    # no utilization in the log: vLLM's default 0.90; 0.90 − 2.00 GiB / 79.19 GiB = 0.8747… → 0.87
+    assert top.id == "vllm.gpu-memory-utilization.lower" and top.flags == {"--gpu-memory-utilization": "0.87"}
+    assert top.title == "Size vLLM's budget to what the GPU can give (0.87)"
+    assert "outside" not in top.title and "allocating 2.00 GiB more of it failed" in top.why
+    # nothing that leaves the budget as it is: smaller weights only grow a budget-sized cache
+    assert not {"vllm.quantization", "vllm.cpu-offload-gb", "vllm.enforce-eager", "torch.reduce-batch"} & {
+        r.id for r in f.remedies
+    }
+
+
+def test_llamacpp_kv_cache_allocation_gets_the_context_not_flash_attention() -> None:
+    log = (
+        "llama_context: n_ctx         = 65536\n"
+        "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 8192.00 MiB on device 0: cudaMalloc failed: out of memory\n"
+        "alloc_tensor_range: failed to allocate CUDA0 buffer of size 8589934592\n"
+        "llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache\n"
+    )
+    f = only_error(oomdoctor.diagnose(log.encode(), source="<kv>"))
+    assert f.phase == "kv-cache-alloc" and f.cause is not None and f.cause.id == "kv-cache-exceeds-free"
+    assert f.cause.summary == "Allocating the KV cache for 65536 tokens of context (8.00 GiB) failed: it is more than the GPU had free."
+    ids = [r.id for r in f.remedies]
+    assert ids[0] == "ggml.ctx-size" and {"-c": "32768"} == f.remedies[0].flags
+    assert "ggml.flash-attn" not in ids and "ggml.ubatch-size" not in ids  # the compute buffer is not what failed

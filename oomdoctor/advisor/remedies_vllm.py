@@ -616,15 +616,17 @@ def lower_utilization(inp: AdviceInput) -> Remedy | None:
         value = round(util - 0.01, 2)
     if value <= 0.1:
         return None
+    # the KV cache is inside the budget: while it is allocated, the budget itself is what does not fit
+    kv = "_kv" if phase == "kv-cache-alloc" else ""
     return Remedy(
         id=_LOWER,
-        title=remedy_text(_LOWER, "title", fraction=fmt_fraction(value)),
+        title=remedy_text(_LOWER, "title" + kv, fraction=fmt_fraction(value)),
         flags={"--gpu-memory-utilization": fmt_fraction(value)},
         saves_bytes=int((util - value) * total),
         fits=True,
         confidence="medium" if f.utilization.source != "default" else "low",
         why=remedy_text(
-            _LOWER, "why_capped" if value < exact else "why",
+            _LOWER, ("why" + kv + "_capped") if value < exact else "why" + kv,
             request=req, util=fmt_fraction(util), total=total, exact=fmt_fraction(exact), cap=fmt_fraction(MAX_UTILIZATION),
         ),
         sources=f.sources("utilization", "total"),
