@@ -389,5 +389,5 @@ def test_llamacpp_kv_cache_allocation_gets_the_context_not_flash_attention() -> 
     assert f.phase == "kv-cache-alloc" and f.cause is not None and f.cause.id == "kv-cache-exceeds-free"
     assert f.cause.summary == "Allocating the KV cache for 65536 tokens of context (8.00 GiB) failed: it is more than the GPU had free."
     ids = [r.id for r in f.remedies]
-    assert ids[0] == "ggml.ctx-size" and {"-c": "32768"} == f.remedies[0].flags
+    assert ids[0] == "ggml.ctx-size" and f.remedies[0].flags == {"-c": "32768"}
     assert "ggml.flash-attn" not in ids and "ggml.ubatch-size" not in ids  # the compute buffer is not what failed
