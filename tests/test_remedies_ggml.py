@@ -43,3 +43,43 @@ def test_runtime_oom_halves_ubatch() -> None:
     f = only_error(diagnose("llamacpp/synthetic-runtime-cuda-error.log"))
     assert remedy(f, "ggml.ubatch-size").flags == {"-ub": "256", "-b": "256"}
     assert remedy(f, "ggml.ctx-size").flags == {"-c": "16384"}
+
+
+_OLLAMA_RUNNER = (
+    'time=2025-12-02T17:06:47.184-05:00 level=INFO source=runner.go:1271 msg=load request="{Operation:alloc LoraPath:[] '
+    "Parallel:2 BatchSize:1024 FlashAttention:false KvSize:8192 KvCacheType: NumThreads:8 GPULayers:30[ID:GPU-0 Layers:30(2..31) ] "
+    'MultiUserCache:false ProjectorPath: MainGPU:0 UseMmap:false}"\n'
+    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 3072.00 MiB on device 0: cudaMalloc failed: out of memory\n"
+    "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 3221225472\n"
+)
+
+
+def test_ollama_runner_load_request_gives_ollama_options_from_its_own_numbers() -> None:
+    import oomdoctor
+
+    f = only_error(oomdoctor.diagnose(_OLLAMA_RUNNER.encode(), source="<ollama>"))
+    assert f.engine == "ollama"
+    # an ollama user sets options and variables, never the runner's llama.cpp flags
+    assert all(not r.flags for r in f.remedies), [(r.id, r.flags) for r in f.remedies]
+    # KvSize is num_ctx × Parallel: 8192 / 2 = 4096 per slot, halved
+    assert remedy(f, "ollama.num-ctx").settings == {"num_ctx": "2048"}
+    # BatchSize 1024 → 512; the compute buffer of 3.00 GiB roughly halves
+    nb = remedy(f, "ollama.num-batch")
+    assert nb.settings == {"num_batch": "512"} and nb.saves_bytes == 3221225472 // 2
+    assert "num_batch (1024)" in nb.why
+    assert remedy(f, "ollama.flash-attention").env == {"OLLAMA_FLASH_ATTENTION": "1"}  # FlashAttention:false
+    assert remedy(f, "ollama.num-parallel").env == {"OLLAMA_NUM_PARALLEL": "1"}  # Parallel:2
+    assert remedy(f, "ollama.num-gpu").settings == {"num_gpu": "15"}  # half of GPULayers:30
+
+
+def test_no_ollama_fixture_gets_a_llamacpp_flag() -> None:
+    from pathlib import Path
+
+    import oomdoctor
+
+    logs = sorted((Path(__file__).parent.parent / "fixtures" / "ollama").glob("*.log"))
+    assert len(logs) >= 8
+    for log in logs:
+        for f in oomdoctor.diagnose(log.read_bytes(), source=log.name).findings:
+            assert f.engine == "ollama", (log.name, f.engine)
+            assert all(not r.flags for r in f.remedies), (log.name, [(r.id, r.flags) for r in f.remedies])

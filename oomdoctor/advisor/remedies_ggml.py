@@ -1,6 +1,8 @@
 """llama.cpp and ollama remedies. llama.cpp flags: common/arg.cpp (-ngl, -c, -ub, -ctk/-ctv, -fa);
 ollama: envconfig (OLLAMA_NUM_PARALLEL, OLLAMA_FLASH_ATTENTION, OLLAMA_KV_CACHE_TYPE) and the
-Modelfile/API options num_ctx and num_gpu. ``ggml.*`` answer for llama.cpp logs, ``ollama.*`` for ollama.
+Modelfile/API options num_ctx, num_gpu and num_batch (``Options`` in the ollama Python client 0.6.3,
+``ollama/_types.py``). ``ggml.*`` answer for llama.cpp logs, ``ollama.*`` for ollama: an ollama user
+never gets a llama.cpp flag, since ollama starts its runner itself.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ GGML_HEADROOM_BYTES = 2**30
 Q8_0_RATIO = 8.5 / 16
 #: context sizes are rounded down to this many tokens
 CTX_STEP = 256
+#: ollama's default num_batch (api.DefaultOptions), used when the log does not show the batch
+OLLAMA_NUM_BATCH = 512
 
 
 def _gpu_kv(inp: AdviceInput) -> int | None:
@@ -287,4 +291,30 @@ def ubatch_size(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why=remedy_text("ggml.ubatch-size", "why_sized" if req else "why", current=cur, request=req),
+    )
+
+
+@remedy("ollama.num-batch")
+def ollama_num_batch(inp: AdviceInput) -> Remedy | None:
+    """ollama's counterpart of -ub/-b: the runner's batch (num_batch, default 512) sizes the compute buffer."""
+    if not _is_ollama(inp) or inp.finding.phase != "inference":
+        return None
+    stated = as_int(setting(inp, "ollama_num_batch", "batch_size"))
+    cur = stated or OLLAMA_NUM_BATCH
+    if cur < 64:
+        return None
+    value = cur // 2
+    req = inp.fig("requested_bytes") or inp.fig("buffer_bytes")
+    key = ("why_sized" if req else "why") + ("" if stated else "_default")
+    return Remedy(
+        id="ollama.num-batch",
+        title=remedy_text("ollama.num-batch", "title", batch=value),
+        settings={"num_batch": str(value)},
+        saves_bytes=req // 2 if req else None,
+        fits=None,
+        confidence="medium",
+        why=join_sentences([
+            remedy_text("ollama.num-batch", key, current=cur, request=req),
+            remedy_text("ollama.num-batch", "why_set"),
+        ]),
     )
