@@ -83,3 +83,42 @@ def test_no_ollama_fixture_gets_a_llamacpp_flag() -> None:
         for f in oomdoctor.diagnose(log.read_bytes(), source=log.name).findings:
             assert f.engine == "ollama", (log.name, f.engine)
             assert all(not r.flags for r in f.remedies), (log.name, [(r.id, r.flags) for r in f.remedies])
+
+
+def test_llamacpp_context_is_cut_by_the_kv_bytes_per_token_it_printed() -> None:
+    import oomdoctor
+
+    log = (
+        "llama_context: n_ctx         = 32768\n"
+        "llama_kv_cache_unified:      CUDA0 KV buffer size =  4096.00 MiB\n"
+        "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 1000.00 MiB on device 0: cudaMalloc failed: out of memory\n"
+        "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 1048576000\n"
+        "llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers\n"
+    )
+    f = only_error(oomdoctor.diagnose(log.encode(), source="<cut>"))
+    r = remedy(f, "ggml.ctx-size")
+    # 4096 MiB / 32768 tokens = 128 KiB per token; ⌈1000 MiB / 128 KiB⌉ = 8000 tokens;
+    # 32768 − 8000 = 24768 → 24576 (a multiple of 256), which frees 8192 × 128 KiB = 1 GiB
+    assert r.flags == {"-c": "24576"} and r.saves_bytes == 2**30
+    assert r.title == "Lower the context to 24576 tokens" and "= 8000 tokens fewer" in r.why
+
+
+def test_llamacpp_kv_allocation_is_the_cache_for_n_ctx_tokens() -> None:
+    f = only_error(diagnose("llamacpp/synthetic-kv-cache-oom.log"))
+    r = remedy(f, "ggml.ctx-size")
+    # the failed 7168 MiB is the cache for 131072 tokens (56 KiB each): half the context, half of it
+    assert r.flags == {"-c": "65536"} and r.saves_bytes == 7168 * 2**20 // 2
+    assert "56.00 KiB per token" in r.why
+
+
+def test_a_cache_on_another_gpu_is_not_used_to_size_the_cut() -> None:
+    import oomdoctor
+
+    log = (
+        "llama_context: n_ctx         = 32768\n"
+        "llama_kv_cache_unified:      CUDA1 KV buffer size =  4096.00 MiB\n"
+        "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 1000.00 MiB on device 0: cudaMalloc failed: out of memory\n"
+        "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 1048576000\n"
+    )
+    f = only_error(oomdoctor.diagnose(log.encode(), source="<other-gpu>"))
+    assert remedy(f, "ggml.ctx-size").flags == {"-c": "16384"}  # halved: CUDA1's cache says nothing of CUDA0
