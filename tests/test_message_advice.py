@@ -138,7 +138,7 @@ def test_the_advice_carries_the_messages_own_numbers() -> None:
     )
     f = oomdoctor.diagnose(mamba.encode(), source="<mamba>").findings[0]
     r = next(r for r in f.remedies if r.id == "vllm.max-num-seqs")
-    assert r.flags == {"--max-num-seqs": "612"} and r.fits is True
+    assert r.flags == {"--max-num-seqs": "612"} and r.confidence == "high"
     mm = (
         "ValueError: Chunked MM input disabled but max_tokens_per_mm_item (16384) is larger than max_num_batched_tokens "
         "(8192). Please increase max_num_batched_tokens."
