@@ -40,3 +40,19 @@ def test_lightning_and_accelerate_detection() -> None:
     assert only_error(lit).phase == "training"
     acc = diagnose_text("Distributed environment: MULTI_GPU  Backend: nccl\n" + oom)
     assert acc.context.engine == "accelerate"
+
+
+def test_a_library_frame_is_the_folder_the_file_is_in_not_an_env_named_after_it() -> None:
+    """other-067: a conda env named "diffusers" running DeepSpeed is a DeepSpeed frame, not diffusers'."""
+    import oomdoctor
+
+    frames = (
+        '  File "/home/n/anaconda3/envs/{env}/lib/python3.9/site-packages/deepspeed/runtime/engine.py", line 1446, in _configure_zero_optimizer\n'
+        "RuntimeError: CUDA error: out of memory\n"
+    )
+    for env in ("diffusers", "transformers"):
+        f = only_error(oomdoctor.diagnose(frames.format(env=env).encode(), source="<env>"))
+        assert f.engine == "deepspeed", env
+    # the library's own files still name it, installed or from a source checkout
+    src = '  File "/home/me/src/diffusers/src/diffusers/models/unet_2d_condition.py", line 900, in forward\nRuntimeError: CUDA error: out of memory\n'
+    assert only_error(oomdoctor.diagnose(src.encode(), source="<src>")).engine == "diffusers"

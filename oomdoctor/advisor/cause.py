@@ -85,7 +85,7 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     # -- engine budgets ------------------------------------------------------------------------
     if kind == "vllm.weights.not-enough-memory" or rule == "sglang.weights-leave-no-kv" or startup:
         return "weights-exceed-device", ["capacity", "weights", "cap"]
-    if kind == "vllm.kv-cache.max-len-exceeds" or rule == "llama.kv-cache-failed":
+    if kind == "vllm.kv-cache.max-len-exceeds":
         return "kv-cache-too-small", ["kv-needed", "kv-available", "kv-tokens", "max-len-tokens"]
     if kind == "vllm.kv-cache.no-blocks" or rule in ("sglang.not-enough-memory",):
         graphs = a("cudagraphs")
@@ -110,6 +110,14 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         return "fragmentation", ["fragmentation", "request"]
     if free is not None and req is not None and free >= req and kind.startswith("torch."):
         return "fragmentation", ["free", "request"]
+    # -- the KV cache itself ------------------------------------------------------------------
+    if phase == "kv-cache-alloc" and (
+        rule == "llama.kv-cache-failed"
+        or kind.startswith("ggml.")
+        or (kind.startswith("torch.") and engine in ("vllm", "sglang"))
+    ):
+        # the failing allocation is the cache (sized from the budget, or from n_ctx), not an activation
+        return "kv-cache-exceeds-free", ["capacity", "this-process", "free", "request", "kv-cache"]
     # -- what was running ----------------------------------------------------------------------
     if kind.startswith("torch.") and shows_training_state(context.extra):
         # the traceback is in a ZeRO optimizer or the optimizer step: training state, not activations
@@ -148,6 +156,7 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "want_tokens": fig.get("requested_tokens"), "left_tokens": fig.get("available_tokens"),
         "zero_stage": _zero_stage(fig, context),
         "kv_alloc": req if finding.phase == "kv-cache-alloc" and finding.kind.startswith("torch.") else None,
+        "n_ctx": context.max_model_len if engine_for(finding, context) in ("llama.cpp", "ggml", "ollama") else None,
     }  # fmt: skip
 
 

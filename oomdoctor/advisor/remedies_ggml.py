@@ -1,9 +1,14 @@
 """llama.cpp and ollama remedies. llama.cpp flags: common/arg.cpp (-ngl, -c, -ub, -ctk/-ctv, -fa);
 ollama: envconfig (OLLAMA_NUM_PARALLEL, OLLAMA_FLASH_ATTENTION, OLLAMA_KV_CACHE_TYPE) and the
-Modelfile/API options num_ctx and num_gpu. ``ggml.*`` answer for llama.cpp logs, ``ollama.*`` for ollama.
+Modelfile/API options num_ctx, num_gpu and num_batch (``Options`` in the ollama Python client 0.6.3,
+``ollama/_types.py``). ``ggml.*`` answer for llama.cpp logs, ``ollama.*`` for ollama: an ollama user
+never gets a llama.cpp flag, since ollama starts its runner itself.
 """
 
 from __future__ import annotations
+
+import math
+from typing import NamedTuple
 
 from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, setting
 from oomdoctor.advisor.prescription import remedy_text
@@ -18,6 +23,8 @@ GGML_HEADROOM_BYTES = 2**30
 Q8_0_RATIO = 8.5 / 16
 #: context sizes are rounded down to this many tokens
 CTX_STEP = 256
+#: ollama's default num_batch (api.DefaultOptions), used when the log does not show the batch
+OLLAMA_NUM_BATCH = 512
 
 
 def _gpu_kv(inp: AdviceInput) -> int | None:
@@ -132,6 +139,42 @@ def _ctx_value(inp: AdviceInput) -> tuple[int, int] | None:
     return n_ctx, round_down(n_ctx // 2, CTX_STEP)
 
 
+class CtxPlan(NamedTuple):
+    """A context size (total tokens, every slot together) and the figures that chose it."""
+
+    total: int  #: tokens of context, all slots together (llama.cpp's n_ctx)
+    key: str  #: the why template: ``why`` / ``why_kv`` (halved), ``why_alloc`` / ``why_cut`` (computed)
+    kv: int | None  #: KV-cache bytes on the failing GPU for the current n_ctx
+    per_token: float | None  #: kv / n_ctx
+    cut: int | None  #: tokens fewer that free the failed request (why_cut)
+    saves: int | None
+
+
+def _ctx_plan(inp: AdviceInput, n_ctx: int, half: int) -> CtxPlan:
+    """The context to use, from the KV bytes per token the log prints where it can (named formula):
+
+    * the KV cache's own allocation failed (kv-cache-alloc): that request *is* the cache for n_ctx
+      tokens, so per_token = request / n_ctx; the free memory is not in the log, so the context is
+      halved, saving half the request;
+    * a later allocation failed on the GPU holding the printed KV cache: per_token = KV / n_ctx, and
+      cut = ⌈request / per_token⌉ tokens fewer free the request: n_ctx − cut, rounded down to 256;
+    * otherwise half of n_ctx.
+    """
+    req = inp.fig("requested_bytes") or inp.fig("buffer_bytes")
+    if inp.finding.phase == "kv-cache-alloc" and req:
+        per = req / n_ctx
+        return CtxPlan(half, "why_alloc", int(req), per, None, int(req - half * per))
+    kv = _gpu_kv(inp)
+    same_gpu = str(inp.context.extra.get("llama_kv_buffer_type") or "") == str(inp.fig("buffer_type") or "")
+    if kv and req and same_gpu:
+        per = kv / n_ctx
+        cut = math.ceil(req / per)
+        total = round_down(n_ctx - cut, CTX_STEP)
+        if total >= CTX_STEP:
+            return CtxPlan(total, "why_cut", int(kv), per, cut, int((n_ctx - total) * per))
+    return CtxPlan(half, "why_kv" if kv else "why", kv, None, None, kv // 2 if kv else None)
+
+
 @remedy("ggml.ctx-size")
 def ctx_size(inp: AdviceInput) -> Remedy | None:
     if not _is_llamacpp(inp):
@@ -139,16 +182,20 @@ def ctx_size(inp: AdviceInput) -> Remedy | None:
     v = _ctx_value(inp)
     if v is None:
         return None
-    n_ctx, value = v
-    kv = _gpu_kv(inp)
+    n_ctx, half = v
+    plan = _ctx_plan(inp, n_ctx, half)
+    value = plan.total
     return Remedy(
         id="ggml.ctx-size",
-        title=remedy_text("ggml.ctx-size", "title", tokens=value),
+        title=remedy_text("ggml.ctx-size", "title" if value == half else "title_cut", tokens=value),
         flags={"-c": str(value)},
-        saves_bytes=kv // 2 if kv else None,
+        saves_bytes=plan.saves,
         fits=None,
         confidence="medium",
-        why=remedy_text("ggml.ctx-size", "why_kv" if kv else "why", n_ctx=n_ctx, kv=kv),
+        why=remedy_text(
+            "ggml.ctx-size", plan.key, n_ctx=n_ctx, kv=plan.kv, per_token=plan.per_token, cut=plan.cut,
+            request=inp.fig("requested_bytes") or inp.fig("buffer_bytes"), tokens=value,
+        ),
         tradeoff=remedy_text("ggml.ctx-size", "cost", value=value),
     )
 
@@ -160,23 +207,31 @@ def num_ctx(inp: AdviceInput) -> Remedy | None:
     v = _ctx_value(inp)
     if v is None:
         return None
-    n_ctx, _ = v
+    n_ctx, half = v
     parallel = as_int(setting(inp, "ollama_num_parallel", "parallel")) or 1
     per_slot = n_ctx // parallel
-    value = round_down(per_slot // 2, CTX_STEP)
+    # ollama's runner holds num_ctx × slots tokens: the same plan over the total, shared by the slots
+    plan = _ctx_plan(inp, n_ctx, half)
+    value = round_down(plan.total // parallel, CTX_STEP)
     if value < CTX_STEP:
         return None
-    kv = _gpu_kv(inp)
+    computed = plan.key == "why_cut"
     return Remedy(
         id="ollama.num-ctx",
-        title=remedy_text("ollama.num-ctx", "title", tokens=value),
+        title=remedy_text("ollama.num-ctx", "title_cut" if computed else "title", tokens=value),
         settings={"num_ctx": str(value)},
-        saves_bytes=kv // 2 if kv else None,
+        saves_bytes=plan.saves,
         fits=None,
         confidence="medium",
-        why=remedy_text(
-            "ollama.num-ctx", "why_parallel" if parallel > 1 else "why", n_ctx=n_ctx, parallel=parallel, per_slot=per_slot
-        ),
+        why=join_sentences(t for t in (
+            remedy_text(
+                "ollama.num-ctx", "why_parallel" if parallel > 1 else "why", n_ctx=n_ctx, parallel=parallel, per_slot=per_slot
+            ),
+            remedy_text(
+                "ggml.ctx-size", plan.key, n_ctx=n_ctx, kv=plan.kv, per_token=plan.per_token, cut=plan.cut,
+                request=inp.fig("requested_bytes") or inp.fig("buffer_bytes"), tokens=plan.total,
+            ) if plan.key in ("why_alloc", "why_cut") else "",
+        ) if t),
         tradeoff=remedy_text("ollama.num-ctx", "cost", value=value),
     )
 
@@ -287,4 +342,30 @@ def ubatch_size(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why=remedy_text("ggml.ubatch-size", "why_sized" if req else "why", current=cur, request=req),
+    )
+
+
+@remedy("ollama.num-batch")
+def ollama_num_batch(inp: AdviceInput) -> Remedy | None:
+    """ollama's counterpart of -ub/-b: the runner's batch (num_batch, default 512) sizes the compute buffer."""
+    if not _is_ollama(inp) or inp.finding.phase != "inference":
+        return None
+    stated = as_int(setting(inp, "ollama_num_batch", "batch_size"))
+    cur = stated or OLLAMA_NUM_BATCH
+    if cur < 64:
+        return None
+    value = cur // 2
+    req = inp.fig("requested_bytes") or inp.fig("buffer_bytes")
+    key = ("why_sized" if req else "why") + ("" if stated else "_default")
+    return Remedy(
+        id="ollama.num-batch",
+        title=remedy_text("ollama.num-batch", "title", batch=value),
+        settings={"num_batch": str(value)},
+        saves_bytes=req // 2 if req else None,
+        fits=None,
+        confidence="medium",
+        why=join_sentences([
+            remedy_text("ollama.num-batch", key, current=cur, request=req),
+            remedy_text("ollama.num-batch", "why_set"),
+        ]),
     )

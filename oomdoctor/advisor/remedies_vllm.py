@@ -7,6 +7,7 @@ missing, or when the flag is already at the value it would recommend.
 
 from __future__ import annotations
 
+from oomdoctor.advisor._engine_util import as_int
 from oomdoctor.advisor.catalog import ModelGeometry
 from oomdoctor.advisor.memory_model import (
     PRINT_HALF_STEP,
@@ -521,6 +522,9 @@ def cudagraph_capture_size(inp: AdviceInput) -> Remedy | None:
 def max_num_seqs(inp: AdviceInput) -> Remedy | None:
     if not is_vllm(inp):
         return None
+    mamba = _mamba_bound(inp)
+    if mamba is not None:
+        return mamba
     dummy = inp.fig("num_dummy_requests") or inp.context.max_num_seqs
     if not dummy or dummy <= 1:
         return None
@@ -552,6 +556,45 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
         confidence="medium",
         why=why,
         sources={"dummy requests": src, **f.sources("geometry")},
+    )
+
+
+def _mamba_bound(inp: AdviceInput) -> Remedy | None:
+    """vLLM's own bound for hybrid (Mamba) models: each decoding sequence holds one Mamba cache
+    block, so max_num_seqs ≤ the blocks the message prints (its "at most N")."""
+    if "mamba" not in inp.finding.rule and inp.finding.rule != "vllm.v1.cudagraph.capture-sizes-capped":
+        return None  # (capture sizes are capped to the Mamba cache blocks)
+    blocks = as_int(inp.fig("num_gpu_blocks"))
+    cur = as_int(inp.fig("max_num_seqs")) or inp.context.max_num_seqs
+    if not blocks or (cur is not None and blocks >= cur):
+        return None
+    return Remedy(
+        id="vllm.max-num-seqs",
+        title=remedy_text("vllm.max-num-seqs", "title", seqs=blocks),
+        flags={"--max-num-seqs": str(blocks)},
+        fits=True,
+        confidence="high",
+        why=remedy_text("vllm.max-num-seqs", "why_mamba", blocks=blocks),
+    )
+
+
+@remedy("vllm.max-num-batched-tokens.raise")
+def raise_max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
+    """vLLM's own advice when one multimodal item needs more tokens than one step holds: raise
+    --max-num-batched-tokens to the item's tokens (the message's max_tokens_per_mm_item)."""
+    if not is_vllm(inp):
+        return None
+    item, cur = as_int(inp.fig("item_tokens")), as_int(inp.fig("max_num_batched_tokens"))
+    if not item or (cur is not None and item <= cur):
+        return None
+    rid = "vllm.max-num-batched-tokens.raise"
+    return Remedy(
+        id=rid,
+        title=remedy_text(rid, "title", tokens=item),
+        flags={"--max-num-batched-tokens": str(item)},
+        fits=True,
+        confidence="high",
+        why=remedy_text(rid, "why", item=item, current=cur) if cur else remedy_text(rid, "why_item", item=item),
     )
 
 
@@ -616,15 +659,17 @@ def lower_utilization(inp: AdviceInput) -> Remedy | None:
         value = round(util - 0.01, 2)
     if value <= 0.1:
         return None
+    # the KV cache is inside the budget: while it is allocated, the budget itself is what does not fit
+    kv = "_kv" if phase == "kv-cache-alloc" else ""
     return Remedy(
         id=_LOWER,
-        title=remedy_text(_LOWER, "title", fraction=fmt_fraction(value)),
+        title=remedy_text(_LOWER, "title" + kv, fraction=fmt_fraction(value)),
         flags={"--gpu-memory-utilization": fmt_fraction(value)},
         saves_bytes=int((util - value) * total),
         fits=True,
         confidence="medium" if f.utilization.source != "default" else "low",
         why=remedy_text(
-            _LOWER, "why_capped" if value < exact else "why",
+            _LOWER, ("why" + kv + "_capped") if value < exact else "why" + kv,
             request=req, util=fmt_fraction(util), total=total, exact=fmt_fraction(exact), cap=fmt_fraction(MAX_UTILIZATION),
         ),
         sources=f.sources("utilization", "total"),
