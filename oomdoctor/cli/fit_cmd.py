@@ -90,24 +90,35 @@ def parse_memory(text: str) -> int:
 
 
 def list_gpus() -> str:
+    """The GPU catalog, one card a line: name, memory, whether the figure is usable or nominal,
+    and where it comes from (in the language in force; names and cases stay as they are)."""
     from oomdoctor.advisor.catalog import gpus
+    from oomdoctor.render.text import cell_len, pad_cells
     from oomdoctor.units import format_size
 
     rows = [
-        (g.name, format_size(g.memory_bytes), "usable" if g.reported else "nominal",
-         f"{g.reported_by}, {g.case} ({g.source})" if g.reported else f"sold as {g.nominal_gib:g} GB")
+        (g.name, format_size(g.memory_bytes), _("usable") if g.reported else _("nominal"),
+         f"{g.reported_by}, {g.case} ({g.source})" if g.reported
+         else _("sold as {size} GB").format(size=f"{g.nominal_gib:g}"))
         for g in gpus()
     ]
     width = max(len(r[0]) for r in rows)
-    return "".join(f"{n:<{width}}  {m:>10}  {kind:<7}  {src}\n" for n, m, kind, src in rows)
+    kinds = max(7, *(cell_len(r[2]) for r in rows))
+    return "".join(f"{n:<{width}}  {m:>10}  {pad_cells(kind, kinds)}  {src}\n" for n, m, kind, src in rows)
 
 
 def list_models() -> str:
+    """The model catalog, one model a line: name, parameters, layers and the config.json it is
+    copied from (in the language in force)."""
     from oomdoctor.advisor.catalog import models
+    from oomdoctor.render.text import cell_len
 
-    rows = [(g.name, f"{g.params}B" if g.params else "?", f"{g.layers} layers", g.source) for g in models()]
+    rows = [(g.name, f"{g.params}B" if g.params else "?", _("{layers} layers").format(layers=g.layers),
+             g.source_text()) for g in models()]
     width = max(len(r[0]) for r in rows)
-    return "".join(f"{n:<{width}}  {p:>7}  {layers:>10}  {src}\n" for n, p, layers, src in rows)
+    layers_w = max(10, *(cell_len(r[2]) for r in rows))
+    return "".join(f"{n:<{width}}  {p:>7}  {' ' * (layers_w - cell_len(layers))}{layers}  {src}\n"
+                   for n, p, layers, src in rows)
 
 
 def register(app: typer.Typer) -> None:
