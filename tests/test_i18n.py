@@ -227,7 +227,7 @@ def _cli(args: list[str], **env: str) -> str:
     return proc.stdout.decode("utf-8")
 
 
-@pytest.mark.parametrize("fmt", ["text", "json"])
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown", "slack"])
 def test_lang_flag_and_locale_give_the_same_output(fmt: str) -> None:
     log = "fixtures/vllm/vllm-001.log"
     by_flag = _cli(["--lang", "ja", "-f", fmt, log])
