@@ -282,8 +282,9 @@ def test_json_differs_from_english_only_in_human_text(case: str) -> None:
 
 
 def _is_prose(value: str) -> bool:
-    """Words, not a value: three or more words, two of them lower-case words."""
-    return len([w for w in re.findall(r"[A-Za-z][A-Za-z'-]*", value) if w.islower() and len(w) > 1]) >= 2
+    """Words, not a value: two or more lower-case words ("at least 2 GiB"; not a command line such
+    as "nvidia-smi --query-compute-apps=pid,used_memory", nor "low_cpu_mem_usage=True")."""
+    return len([w for w in value.replace(";", " ").replace(",", " ").split() if re.fullmatch(r"[a-z]{2,}", w)]) >= 2
 
 
 # -- the server: lang on /v1/diagnose, a chat language per deployment ---------------------------------

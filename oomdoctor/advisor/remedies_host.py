@@ -47,7 +47,7 @@ def add_swap(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="host.add-swap",
         title=remedy_text("host.add-swap", "title"),
-        settings={"swap size": f"at least {math.ceil(rss / 2**30)} GiB"},
+        settings={"swap size": remedy_text("host.add-swap", "setting", gib=math.ceil(rss / 2**30))},
         fits=None,
         confidence="medium",
         why=remedy_text("host.add-swap", "why", rss=rss),
