@@ -92,3 +92,18 @@ def test_the_net_catches_english_and_lets_echoed_text_through() -> None:
     assert english_sentences("使い方: `vllm serve the model --max-model-len 4096`", known) == []  # code
     assert english_sentences("  preemption_mode  RECOMPUTE\n  $ vllm serve my own model", known) == []
     assert english_sentences("KVキャッシュをfp8で保持する（max_batch_total_tokensが下がる）", known) == []
+
+
+def test_no_setting_value_is_english_prose() -> None:
+    """A remedy's setting value is a value (``4``, ``cpu``, ``low_cpu_mem_usage=True``) or words in
+    the report's language (a command inside, such as ``docker run``, may stay); two or more English
+    words and nothing Japanese ("at least 2 GiB") are a missed translation, however short."""
+    prose = {}
+    for log in FIXTURES:
+        for f in _report(log).findings:
+            for r in f.remedies:
+                for name, value in r.settings.items():
+                    words = [w for w in re.split(r"[\s,;]+", value) if re.fullmatch(r"[a-z]{2,}", w)]
+                    if len(words) >= 2 and T.cell_len(value) == len(value):  # English words, no Japanese
+                        prose[f"{log.name} {r.id} {name}"] = value
+    assert prose == {}
