@@ -1,7 +1,8 @@
 """Shipped catalogs (``oomdoctor/data/*.toml``): model geometry and GPUs, plus ``config.json`` reading.
 
 Every :class:`ModelGeometry` carries ``source``: the config.json it was copied from, or the path of
-the config the user passed. Lookups are by exact name, alias, or the repo's basename (case-insensitive).
+the config the user passed. A catalog entry carries its Japanese beside the English (``ja.source``);
+:meth:`ModelGeometry.source_text` gives the one of the language in force. Lookups are by exact name, alias, or the repo's basename (case-insensitive).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from oomdoctor.i18n import _, current_lang
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -47,6 +50,12 @@ class ModelGeometry:
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
     vocab_size: int | None = None
+    #: ``source`` in Japanese (catalog entries: ``ja.source``); empty for a config the user passed
+    source_ja: str = ""
+
+    def source_text(self) -> str:
+        """``source`` in the language in force (a path stays as it is)."""
+        return self.source_ja if current_lang() == "ja" and self.source_ja else self.source
 
     @property
     def is_mla(self) -> bool:
@@ -98,6 +107,7 @@ def _geometry(entry: dict[str, Any]) -> ModelGeometry:
         kv_lora_rank=entry.get("kv_lora_rank"),
         qk_rope_head_dim=entry.get("qk_rope_head_dim"),
         vocab_size=entry.get("vocab_size"),
+        source_ja=str(entry.get("ja", {}).get("source", "")),
     )
 
 
@@ -148,12 +158,16 @@ class GpuSpec:
 
     @property
     def memory_label(self) -> str:
-        """How the memory figure is known: "usable, as PyTorch reports it (CASE: SOURCE)" or
-        "nominal (sold as N GB, counted as GiB); the usable memory is less"."""
+        """How the memory figure is known, in the language in force: "usable, as PyTorch reports it
+        (CASE: SOURCE)" or "nominal (sold as N GB, counted as GiB); the usable memory is less"."""
         if not self.reported:
-            return f"nominal (sold as {self.nominal_gib:g} GB, counted as GiB); the usable memory is less"
+            return _("nominal (sold as {size} GB, counted as GiB); the usable memory is less").format(
+                size=f"{self.nominal_gib:g}")
         where = ": ".join(x for x in (self.case, self.source) if x)
-        return f"usable, as {self.reported_by or 'PyTorch'} reports it" + (f" ({where})" if where else "")
+        who = self.reported_by or "PyTorch"
+        if where:
+            return _("usable, as {who} reports it ({where})").format(who=who, where=where)
+        return _("usable, as {who} reports it").format(who=who)
 
     @property
     def fp8_tensor_cores(self) -> bool:

@@ -151,7 +151,7 @@ def fit(
     cap = capacity_tokens(geo, budget, kvb, BLOCK_SIZE, tp, 1, limit=length, max_num_batched_tokens=batched)
     headroom = total - requested - (0 if graphs_in_budget else graphs)
     wsrc = (_("config.json (parameters estimated from tensor shapes)") if model_config
-            else _("catalog: {source}").format(source=geo.source))
+            else _("catalog: {source}").format(source=geo.source_text()))
     gpu_src = (_("catalog: {gpu}, {label}").format(gpu=gpu.name, label=gpu.memory_label)
                if gpu and not total_bytes else _("given"))
     estimate = _("estimate")

@@ -190,7 +190,7 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="torch.reduce-batch",
         title=remedy_text("torch.reduce-batch", "title"),
-        settings={"batch_size": "half of the current value"},
+        settings={"batch_size": remedy_text("torch.reduce-batch", "setting")},
         saves_bytes=None,
         fits=None,
         confidence="low",

@@ -10,7 +10,7 @@ from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.remedies_vllm import SWAP_SPACE_DEFAULT, swap_space_flag_exists
 from oomdoctor.report import Remedy
-from oomdoctor.units import format_quantity, format_size
+from oomdoctor.units import format_quantity
 
 #: headroom on top of the resident size the kernel reported when the process was killed
 HOST_LIMIT_HEADROOM = 1.25
@@ -47,7 +47,7 @@ def add_swap(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="host.add-swap",
         title=remedy_text("host.add-swap", "title"),
-        settings={"swap size": f"at least {math.ceil(rss / 2**30)} GiB"},
+        settings={"swap size": remedy_text("host.add-swap", "setting", gib=math.ceil(rss / 2**30))},
         fits=None,
         confidence="medium",
         why=remedy_text("host.add-swap", "why", rss=rss),
@@ -107,7 +107,7 @@ def container_limit(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="host.container-memory-limit",
         title=remedy_text(RID, "title_unknown"),
-        settings={"resources.limits.memory": "2 × the current limit"},
+        settings={"resources.limits.memory": remedy_text(RID, "setting_unknown")},
         fits=None,
         confidence="low",
         why=remedy_text(RID, "why_unknown"),
@@ -135,7 +135,7 @@ def shm_size(inp: AdviceInput) -> Remedy | None:
         id="host.shm-size",
         title=remedy_text("host.shm-size", "title", size=SHM_SIZE),
         flags={"--shm-size": SHM_SIZE},
-        settings={"alternative": "docker run --ipc=host; on Kubernetes an emptyDir with medium: Memory mounted at /dev/shm"},
+        settings={"alternative": remedy_text("host.shm-size", "setting")},
         fits=None,
         confidence="high",
         why=remedy_text("host.shm-size", "why_segment", segment=seg) if seg else remedy_text("host.shm-size", "why"),
@@ -162,7 +162,7 @@ def smaller_model(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="host.smaller-model",
         title=remedy_text("host.smaller-model", "title", available=avail),
-        settings={"model": f"a smaller quantization or size (≤ {format_size(avail)})"},
+        settings={"model": remedy_text("host.smaller-model", "setting", available=avail)},
         fits=None,
         confidence="medium",
         why=remedy_text("host.smaller-model", "why", required=req, available=avail, share=f"{avail / req:.0%}"),

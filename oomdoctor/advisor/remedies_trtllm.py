@@ -83,7 +83,7 @@ def max_batch_size(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="trtllm.max-batch-size",
         title=remedy_text("trtllm.max-batch-size", "title"),
-        settings={"max_batch_size (trtllm-build)": "half of the built value"},
+        settings={"max_batch_size (trtllm-build)": remedy_text("trtllm.max-batch-size", "setting")},
         fits=None,
         confidence="low",
         why=remedy_text("trtllm.max-batch-size", "why"),

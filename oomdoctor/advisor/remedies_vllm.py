@@ -41,6 +41,13 @@ from oomdoctor.units import format_size
 FOUR_BIT_BYTES_PER_PARAM = 0.53
 
 
+def _four_bit_checkpoint(model: str | None) -> str:
+    """The ``model`` setting of a 4-bit remedy: which checkpoint to serve, in the language in force."""
+    if model:
+        return remedy_text("vllm.quantization-4bit", "setting", model=model)
+    return remedy_text("vllm.quantization-4bit", "setting_unnamed")
+
+
 def is_vllm(inp: AdviceInput) -> bool:
     return inp.finding.engine == "vllm" or inp.context.engine == "vllm"
 
@@ -883,11 +890,11 @@ def quantization_4bit(inp: AdviceInput) -> Remedy | None:
         return None
     saves = now - after
     fits = covers(saves, inp)
-    model = inp.context.model or (geo.name if geo else "this model")
+    model = inp.context.model or (geo.name if geo else None)
     return Remedy(
         id="vllm.quantization-4bit",
         title=remedy_text("vllm.quantization-4bit", "title"),
-        settings={"model": f"an AWQ or GPTQ 4-bit checkpoint of {model}"},
+        settings={"model": _four_bit_checkpoint(model)},
         saves_bytes=saves,
         fits=fits,
         confidence="medium",
@@ -1012,7 +1019,7 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
                         flags["--quantization"] = "fp8"
                         ids.append("vllm.quantization")
                     elif wname == "4bit":
-                        settings["model"] = f"an AWQ or GPTQ 4-bit checkpoint of {inp.context.model or 'this model'}"
+                        settings["model"] = _four_bit_checkpoint(inp.context.model)
                         ids.append("vllm.quantization-4bit")
                     if kvname:
                         flags["--kv-cache-dtype"] = kvname

@@ -76,7 +76,7 @@ def memory_growth(inp: AdviceInput) -> Remedy | None:
         id="tf.memory-growth",
         title=remedy_text("tf.memory-growth", "title"),
         env={"TF_FORCE_GPU_ALLOW_GROWTH": "true"},
-        settings={"tf.config.experimental.set_memory_growth(gpu, True)": "for each GPU, before first use"},
+        settings={"tf.config.experimental.set_memory_growth(gpu, True)": remedy_text("tf.memory-growth", "setting")},
         fits=None,
         confidence="low",
         why=remedy_text("tf.memory-growth", "why"),

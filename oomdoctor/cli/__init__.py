@@ -123,15 +123,19 @@ def _completing_subcommand() -> bool:
 
 
 def _invoke(app, args: list[str]) -> int:
-    """Run a typer app without its own exit handling; usage errors become one line, exit 2.
+    """Run a typer app without its own exit handling, its help in the language in force; usage
+    errors become one line, exit 2.
 
     typer vendors click from 0.22 on, so click's exception classes are recognised by shape
     (``format_message`` + ``exit_code``) rather than imported.
     """
-    from oomdoctor.cli.errors import fail
+    from typer.main import get_command
 
-    try:
-        result = app(args=args, prog_name="oomdoctor", standalone_mode=False)
+    from oomdoctor.cli.errors import fail
+    from oomdoctor.cli.help_text import localized
+
+    try:  # typer builds a fresh click command for each call; its help is put in the language in force
+        result = localized(get_command(app))(args=args, prog_name="oomdoctor", standalone_mode=False)
     except Exception as exc:
         name = type(exc).__name__
         if name == "Exit":

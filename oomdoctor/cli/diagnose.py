@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from oomdoctor import __version__
 from oomdoctor.cli.errors import color_for, fail, warn
-from oomdoctor.i18n import _
+from oomdoctor.i18n import N_, _
 from oomdoctor.render import FORMATS, renderer
 
 if TYPE_CHECKING:
@@ -33,13 +33,16 @@ HINT_KEYS: dict[str, str] = {
     "vllm-version": "vLLM version (alias: version)",
     "version": "the engine version",
 }
-HINT_HELP = "Fact KEY=VALUE (repeatable), KEY one of: " + ", ".join(HINT_KEYS) + ". E.g. gpus=2."
-LANG_HELP = (
+HINT_HELP = N_(
+    "Fact KEY=VALUE (repeatable), KEY one of: gpus, gpu, gpu-memory, model, model-config, vllm-version, "
+    "version. E.g. gpus=2."
+)  # names every key of HINT_KEYS (a test checks it)
+LANG_HELP = N_(
     "Language of the explanations: en or ja (default: OOMDOCTOR_LANG, then LC_ALL/LC_MESSAGES/LANG, "
     "then en). Flags, kinds and JSON keys stay English."
 )
 
-HELP = (
+HELP = N_(
     "Diagnose GPU out-of-memory failures in log FILEs (.gz/.bz2/.xz ok; '-' is stdin). With no FILE and "
     "stdin a pipe, pass the input through to stdout and print the diagnosis on stderr.\n\n"
     "Commands: oomdoctor run -- COMMAND (run and diagnose live), oomdoctor fit (pre-flight), "
@@ -112,35 +115,35 @@ def _build_app() -> typer.Typer:
             typer.Argument(metavar="FILE", show_default=False, hidden=True, autocompletion=_complete_first_word),
         ] = None,
         fmt: Annotated[
-            str, typer.Option("--format", "-f", help=f"One of: {', '.join(FORMATS)}.", metavar="FORMAT")
+            str, typer.Option("--format", "-f", help=N_("One of: text, json, jsonl, markdown, slack."), metavar="FORMAT")
         ] = "text",
         output: Annotated[
-            str | None, typer.Option("--output", "-o", help="Write the report here.", metavar="PATH")
+            str | None, typer.Option("--output", "-o", help=N_("Write the report here."), metavar="PATH")
         ] = None,
-        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Pipe mode: do not pass input through.")] = False,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help=N_("Pipe mode: do not pass input through."))] = False,
         hint: Annotated[list[str] | None, typer.Option("--hint", help=HINT_HELP, metavar="KEY=VALUE")] = None,
         model_config: Annotated[
             str | None,
-            typer.Option("--model-config", help="The model's config.json (KV geometry).", metavar="PATH"),
+            typer.Option("--model-config", help=N_("The model's config.json (KV geometry)."), metavar="PATH"),
         ] = None,
         rules: Annotated[
-            list[str] | None, typer.Option("--rules", help="Extra rule directory (repeatable).", metavar="DIR")
+            list[str] | None, typer.Option("--rules", help=N_("Extra rule directory (repeatable)."), metavar="DIR")
         ] = None,
         fail_on: Annotated[
-            str, typer.Option("--fail-on", help="Exit 1 on: error or warning.", metavar="LEVEL")
+            str, typer.Option("--fail-on", help=N_("Exit 1 on: error or warning."), metavar="LEVEL")
         ] = "error",
         follow: Annotated[
-            str | None, typer.Option("--follow", "-F", help="Follow FILE like tail -F.", metavar="FILE")
+            str | None, typer.Option("--follow", "-F", help=N_("Follow FILE like tail -F."), metavar="FILE")
         ] = None,
         plain: Annotated[
-            bool, typer.Option("--plain", help="No colour, no rules (also when not a terminal or NO_COLOR is set).")
+            bool, typer.Option("--plain", help=N_("No colour, no rules (also when not a terminal or NO_COLOR is set)."))
         ] = False,
         lang: Annotated[
             str | None,
             typer.Option("--lang", help=LANG_HELP, metavar="LANG"),
         ] = None,
         version: Annotated[
-            bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+            bool, typer.Option("--version", callback=_version, is_eager=True, help=N_("Print the version."))
         ] = False,
     ) -> int:
         return run(files, fmt, output, quiet, hint, model_config, rules, fail_on, follow, plain, lang)

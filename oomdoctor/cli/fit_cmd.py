@@ -9,7 +9,7 @@ import typer
 
 from oomdoctor.cli.diagnose import LANG_HELP
 from oomdoctor.cli.errors import fail
-from oomdoctor.i18n import _, resolve_lang, use_lang
+from oomdoctor.i18n import N_, _, resolve_lang, use_lang
 
 
 def _size(n: int) -> str:
@@ -90,70 +90,83 @@ def parse_memory(text: str) -> int:
 
 
 def list_gpus() -> str:
+    """The GPU catalog, one card a line: name, memory, whether the figure is usable or nominal,
+    and where it comes from (in the language in force; names and cases stay as they are)."""
     from oomdoctor.advisor.catalog import gpus
+    from oomdoctor.render.text import cell_len, pad_cells
     from oomdoctor.units import format_size
 
     rows = [
-        (g.name, format_size(g.memory_bytes), "usable" if g.reported else "nominal",
-         f"{g.reported_by}, {g.case} ({g.source})" if g.reported else f"sold as {g.nominal_gib:g} GB")
+        (g.name, format_size(g.memory_bytes), _("usable") if g.reported else _("nominal"),
+         f"{g.reported_by}, {g.case} ({g.source})" if g.reported
+         else _("sold as {size} GB").format(size=f"{g.nominal_gib:g}"))
         for g in gpus()
     ]
     width = max(len(r[0]) for r in rows)
-    return "".join(f"{n:<{width}}  {m:>10}  {kind:<7}  {src}\n" for n, m, kind, src in rows)
+    kinds = max(7, *(cell_len(r[2]) for r in rows))
+    return "".join(f"{n:<{width}}  {m:>10}  {pad_cells(kind, kinds)}  {src}\n" for n, m, kind, src in rows)
 
 
 def list_models() -> str:
+    """The model catalog, one model a line: name, parameters, layers and the config.json it is
+    copied from (in the language in force)."""
     from oomdoctor.advisor.catalog import models
+    from oomdoctor.render.text import cell_len
 
-    rows = [(g.name, f"{g.params}B" if g.params else "?", f"{g.layers} layers", g.source) for g in models()]
+    rows = [(g.name, f"{g.params}B" if g.params else "?", _("{layers} layers").format(layers=g.layers),
+             g.source_text()) for g in models()]
     width = max(len(r[0]) for r in rows)
-    return "".join(f"{n:<{width}}  {p:>7}  {layers:>10}  {src}\n" for n, p, layers, src in rows)
+    layers_w = max(10, *(cell_len(r[2]) for r in rows))
+    return "".join(f"{n:<{width}}  {p:>7}  {' ' * (layers_w - cell_len(layers))}{layers}  {src}\n"
+                   for n, p, layers, src in rows)
 
 
 def register(app: typer.Typer) -> None:
     @app.command(
         "fit",
-        help="Pre-flight: will a model fit on a GPU under vLLM? Budget table, how many full-length requests "
-        "fit at once, and the flags that make it fit. Exit status: 0 fits, 1 does not fit, 2 usage error.",
+        help=N_(
+            "Pre-flight: will a model fit on a GPU under vLLM? Budget table, how many full-length requests "
+            "fit at once, and the flags that make it fit. Exit status: 0 fits, 1 does not fit, 2 usage error."
+        ),
     )
     def fit_command(
         model_config: Annotated[
-            str | None, typer.Option("--model-config", help="The model's config.json.", metavar="PATH")
+            str | None, typer.Option("--model-config", help=N_("The model's config.json."), metavar="PATH")
         ] = None,
         model: Annotated[
-            str | None, typer.Option("--model", help="A model from the catalog (see --list-models).", metavar="NAME")
+            str | None, typer.Option("--model", help=N_("A model from the catalog (see --list-models)."), metavar="NAME")
         ] = None,
         gpu: Annotated[
-            str | None, typer.Option("--gpu", help="GPU name, e.g. A10G, L4, H100 (see --list-gpus).", metavar="NAME")
+            str | None, typer.Option("--gpu", help=N_("GPU name, e.g. A10G, L4, H100 (see --list-gpus)."), metavar="NAME")
         ] = None,
         gpu_memory: Annotated[
             str | None,
-            typer.Option("--gpu-memory", help="Memory per GPU: 24GB is decimal, 24GiB binary (bare: GiB).",
+            typer.Option("--gpu-memory", help=N_("Memory per GPU: 24GB is decimal, 24GiB binary (bare: GiB)."),
                          metavar="SIZE"),
         ] = None,
-        gpus: Annotated[int, typer.Option("--gpus", help="GPUs available.", metavar="N")] = 1,
+        gpus: Annotated[int, typer.Option("--gpus", help=N_("GPUs available."), metavar="N")] = 1,
         tensor_parallel_size: Annotated[
-            int, typer.Option("--tensor-parallel-size", "-tp", help="Tensor-parallel size.", metavar="N")
+            int, typer.Option("--tensor-parallel-size", "-tp", help=N_("Tensor-parallel size."), metavar="N")
         ] = 1,
         max_model_len: Annotated[
-            int | None, typer.Option("--max-model-len", help="Context length (default: the model's).", metavar="TOKENS")
+            int | None, typer.Option("--max-model-len", help=N_("Context length (default: the model's)."), metavar="TOKENS")
         ] = None,
         dtype: Annotated[
-            str | None, typer.Option("--dtype", help="auto, bfloat16, float16, float32.", metavar="DTYPE")
+            str | None, typer.Option("--dtype", help=N_("auto, bfloat16, float16, float32."), metavar="DTYPE")
         ] = None,
         kv_cache_dtype: Annotated[
-            str | None, typer.Option("--kv-cache-dtype", help="auto or fp8.", metavar="DTYPE")
+            str | None, typer.Option("--kv-cache-dtype", help=N_("auto or fp8."), metavar="DTYPE")
         ] = None,
         gpu_memory_utilization: Annotated[
-            float | None, typer.Option("--gpu-memory-utilization", help="vLLM's budget fraction.", metavar="FRACTION")
+            float | None, typer.Option("--gpu-memory-utilization", help=N_("vLLM's budget fraction."), metavar="FRACTION")
         ] = None,
         vllm_version: Annotated[
-            str | None, typer.Option("--vllm-version", help="vLLM version (flags and defaults).", metavar="VERSION")
+            str | None, typer.Option("--vllm-version", help=N_("vLLM version (flags and defaults)."), metavar="VERSION")
         ] = None,
-        enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs.")] = False,
-        fmt: Annotated[str, typer.Option("--format", help="text or json.", metavar="FORMAT")] = "text",
-        show_gpus: Annotated[bool, typer.Option("--list-gpus", help="List the GPUs of the catalog.")] = False,
-        show_models: Annotated[bool, typer.Option("--list-models", help="List the models of the catalog.")] = False,
+        enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help=N_("No CUDA graphs."))] = False,
+        fmt: Annotated[str, typer.Option("--format", help=N_("text or json."), metavar="FORMAT")] = "text",
+        show_gpus: Annotated[bool, typer.Option("--list-gpus", help=N_("List the GPUs of the catalog."))] = False,
+        show_models: Annotated[bool, typer.Option("--list-models", help=N_("List the models of the catalog."))] = False,
         lang: Annotated[str | None, typer.Option("--lang", help=LANG_HELP, metavar="LANG")] = None,
     ) -> int:
         try:

@@ -26,7 +26,7 @@ import typer
 
 from oomdoctor.cli.diagnose import HINT_HELP, LANG_HELP
 from oomdoctor.cli.errors import fail
-from oomdoctor.i18n import _
+from oomdoctor.i18n import N_, _
 
 #: after the command exits, wait this long for output still held by its children
 DRAIN_SECONDS = 2.0
@@ -36,10 +36,12 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 def register(app: typer.Typer) -> None:
     app.command(
         "run",
-        help="Run COMMAND (after --), pass its merged stdout/stderr through and diagnose it live. "
-        "Example: oomdoctor run -- vllm serve MODEL --max-model-len 32768. Exit status: the command's "
-        "(128+N when killed by signal N), or with --exit-status findings 1 when an out-of-memory failure "
-        "was found and 0 otherwise; 127/126 when the command cannot be started.",
+        help=N_(
+            "Run COMMAND (after --), pass its merged stdout/stderr through and diagnose it live. "
+            "Example: oomdoctor run -- vllm serve MODEL --max-model-len 32768. Exit status: the command's "
+            "(128+N when killed by signal N), or with --exit-status findings 1 when an out-of-memory failure "
+            "was found and 0 otherwise; 127/126 when the command cannot be started."
+        ),
         context_settings={
             "allow_extra_args": True,
             "ignore_unknown_options": True,
@@ -53,25 +55,25 @@ def run(
     command: Annotated[
         list[str] | None, typer.Argument(metavar="COMMAND", hidden=True)
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="Report format at the end.", metavar="FORMAT")] = "text",
+    fmt: Annotated[str, typer.Option("--format", "-f", help=N_("Report format at the end."), metavar="FORMAT")] = "text",
     output: Annotated[
-        str | None, typer.Option("--output", "-o", help="Write the report here.", metavar="PATH")
+        str | None, typer.Option("--output", "-o", help=N_("Write the report here."), metavar="PATH")
     ] = None,
     hint: Annotated[list[str] | None, typer.Option("--hint", help=HINT_HELP, metavar="KEY=VALUE")] = None,
     model_config: Annotated[
-        str | None, typer.Option("--model-config", help="The model's config.json (KV geometry).", metavar="PATH")
+        str | None, typer.Option("--model-config", help=N_("The model's config.json (KV geometry)."), metavar="PATH")
     ] = None,
     rules: Annotated[
-        list[str] | None, typer.Option("--rules", help="Extra rule directory (repeatable).", metavar="DIR")
+        list[str] | None, typer.Option("--rules", help=N_("Extra rule directory (repeatable)."), metavar="DIR")
     ] = None,
     use_pty: Annotated[
-        bool, typer.Option("--pty", help="Give the command a pseudo-terminal (line-buffered C output).")
+        bool, typer.Option("--pty", help=N_("Give the command a pseudo-terminal (line-buffered C output)."))
     ] = False,
     exit_status: Annotated[
-        str, typer.Option("--exit-status", help="command (its status) or findings (1 if an OOM was found).",
+        str, typer.Option("--exit-status", help=N_("command (its status) or findings (1 if an OOM was found)."),
                           metavar="FROM")
     ] = "command",
-    plain: Annotated[bool, typer.Option("--plain", help="No colour, no rules.")] = False,
+    plain: Annotated[bool, typer.Option("--plain", help=N_("No colour, no rules."))] = False,
     lang: Annotated[str | None, typer.Option("--lang", help=LANG_HELP, metavar="LANG")] = None,
 ) -> int:
     from oomdoctor.cli.diagnose import HintError, parse_hints

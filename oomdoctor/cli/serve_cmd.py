@@ -7,13 +7,13 @@ from typing import Annotated
 import typer
 
 from oomdoctor.cli.errors import fail
-from oomdoctor.i18n import _
+from oomdoctor.i18n import N_, _
 
 
 def register(app: typer.Typer) -> None:
     @app.command(
         "serve",
-        help=(
+        help=N_(
             "Run the HTTP service: POST /v1/diagnose, /slack/commands, /slack/events, /mattermost/commands, "
             "GET /healthz, /v1/rules, /openapi.json. Secrets come from the environment: OOMDOCTOR_API_TOKEN, "
             "OOMDOCTOR_SLACK_SIGNING_SECRET, OOMDOCTOR_SLACK_BOT_TOKEN, OOMDOCTOR_MATTERMOST_TOKEN; limits from "
@@ -24,14 +24,14 @@ def register(app: typer.Typer) -> None:
     )
     def serve(
         host: Annotated[
-            str | None, typer.Option("--host", help="Address to listen on (default 127.0.0.1).", metavar="ADDRESS")
+            str | None, typer.Option("--host", help=N_("Address to listen on (default 127.0.0.1)."), metavar="ADDRESS")
         ] = None,
-        port: Annotated[int | None, typer.Option("--port", help="Port (default 8080).", metavar="PORT")] = None,
-        workers: Annotated[int, typer.Option("--workers", help="Worker processes.", metavar="N")] = 1,
+        port: Annotated[int | None, typer.Option("--port", help=N_("Port (default 8080)."), metavar="PORT")] = None,
+        workers: Annotated[int, typer.Option("--workers", help=N_("Worker processes."), metavar="N")] = 1,
         insecure: Annotated[
-            bool, typer.Option("--insecure", help="Allow a non-loopback address without OOMDOCTOR_API_TOKEN.")
+            bool, typer.Option("--insecure", help=N_("Allow a non-loopback address without OOMDOCTOR_API_TOKEN."))
         ] = False,
-        log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.", metavar="LEVEL")] = "info",
+        log_level: Annotated[str, typer.Option("--log-level", help=N_("uvicorn log level."), metavar="LEVEL")] = "info",
     ) -> int:
         try:
             import fastapi  # noqa: F401

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from oomdoctor.cli.errors import fail
-from oomdoctor.i18n import _, current_lang, use_lang
+from oomdoctor.i18n import N_, _, current_lang, use_lang
 from oomdoctor.rulepack import RulePackError, load_pack
 
 app = typer.Typer(
@@ -20,7 +20,7 @@ app = typer.Typer(
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-rules_app = typer.Typer(help="Inspect and test rule packs.", no_args_is_help=True)
+rules_app = typer.Typer(help=N_("Inspect and test rule packs."), no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
 
 
@@ -34,10 +34,10 @@ def _pack(dirs: list[str] | None, builtin: bool = True):
     return load_pack([Path(d) for d in (dirs or [])], include_builtin=builtin)
 
 
-@rules_app.command("list", help="List every rule: id, kind, engine, title.")
+@rules_app.command("list", help=N_("List every rule: id, kind, engine, title."))
 def rules_list(
-    rules: Annotated[list[str] | None, typer.Option("--rules", help="Extra rule directory (repeatable).", metavar="DIR")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+    rules: Annotated[list[str] | None, typer.Option("--rules", help=N_("Extra rule directory (repeatable)."), metavar="DIR")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help=N_("JSON output."))] = False,
 ) -> int:
     try:
         pack = _pack(rules)
@@ -61,10 +61,10 @@ def rules_list(
     return 0
 
 
-@rules_app.command("show", help="Show the rule RULE_ID in full (see 'oomdoctor rules list').")
+@rules_app.command("show", help=N_("Show the rule RULE_ID in full (see 'oomdoctor rules list')."))
 def rules_show(
     rule_id: Annotated[str, typer.Argument(metavar="RULE_ID", hidden=True)],
-    rules: Annotated[list[str] | None, typer.Option("--rules", help="Extra rule directory (repeatable).", metavar="DIR")] = None,
+    rules: Annotated[list[str] | None, typer.Option("--rules", help=N_("Extra rule directory (repeatable)."), metavar="DIR")] = None,
 ) -> int:
     try:
         pack = _pack(rules)
@@ -80,10 +80,10 @@ def rules_show(
     return 0
 
 
-@rules_app.command("test", help="Run every example of the built-in pack, or of DIR (with the built-in pack).")
+@rules_app.command("test", help=N_("Run every example of the built-in pack, or of DIR (with the built-in pack)."))
 def rules_test(
     directory: Annotated[str | None, typer.Argument(metavar="DIR", hidden=True)] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every example.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help=N_("List every example."))] = False,
 ) -> int:
     from oomdoctor.rulepack.examples import check_rule
 
