@@ -156,10 +156,18 @@ class Context(_Model):
     #: the launch arguments the user typed (a ``non-default args`` dump), as opposed to those of an
     #: engine-config dump: only these may rebuild a command line (not part of the report)
     _typed_args: dict[str, str] = PrivateAttr(default_factory=dict)
+    #: a dump of every launch argument, defaults included (vLLM's ``args: Namespace(...)``,
+    #: SGLang's ``server_args=ServerArgs(...)``): rebuilds a command from what differs from the
+    #: defaults (not part of the report)
+    _dump_args: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @property
     def typed_args(self) -> dict[str, str]:
         return self._typed_args
+
+    @property
+    def dump_args(self) -> dict[str, str]:
+        return self._dump_args
 
 
 class Tool(_Model):

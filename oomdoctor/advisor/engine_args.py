@@ -122,6 +122,47 @@ def sampled(engine: str | None, flag: str, version: str | None) -> bool | None:
     return states.pop() if len(states) == 1 else None
 
 
+#: :func:`default_of`'s answer when the data cannot tell a flag's default
+UNKNOWN_DEFAULT = "\0unknown"
+
+
+@cache
+def _dests(engine: str) -> dict[str, str]:
+    """Namespace / dataclass attribute name -> the flag that sets it."""
+    data = _data(engine)
+    out: dict[str, str] = {}
+    for flag, rec in (data or {}).get("flags", {}).items():
+        if flag.startswith("--"):
+            out.setdefault(rec.get("dest") or flag[2:].replace("-", "_"), flag)
+    return out
+
+
+def flag_of_dest(engine: str, dest: str) -> str | None:
+    """The flag whose value a ``Namespace(...)`` / ``ServerArgs(...)`` dump shows as ``dest``
+    (``max_model_len`` -> ``--max-model-len``), or None when no sampled parser has one."""
+    return _dests(engine).get(dest)
+
+
+def default_of(engine: str, flag: str, version: str | None) -> str:
+    """``flag``'s default at ``version``, written as a dump shows it (``None``, ``False``, ``0.9``,
+    ``auto``), from the samples that decide for that version (the newest for an unknown one), or
+    :data:`UNKNOWN_DEFAULT` when the flag is not there, the default is computed at run time, or
+    the samples around the version disagree."""
+    found = _lookup(engine, flag)
+    if found is None or not found[0]:
+        return UNKNOWN_DEFAULT
+    rec, samples, _ = found
+    near = _near(samples, version)
+    if not near:
+        return UNKNOWN_DEFAULT
+    seen: set[str | None] = set()
+    for s in near:
+        ranges = [d for d in rec.get("defaults", []) if _key(d[0]) <= _key(s) <= _key(d[1])]
+        seen.add(ranges[0][2] if ranges else None)
+    value = seen.pop() if len(seen) == 1 else None
+    return UNKNOWN_DEFAULT if value is None else str(value)
+
+
 def flag_spec(engine: str, flag: str, version: str | None) -> FlagSpec | None:
     """How ``flag`` is written at ``version`` (None when it does not exist, is unknown there, or the
     samples do not describe it)."""
