@@ -237,6 +237,19 @@ def _engine_flags(argv: list[str]) -> list[str]:
     return argv[1:]
 
 
+def _llamacpp_env(env_prefix: list[str], remedy: Remedy, version: str | None) -> list[str] | None:
+    """The ``LLAMA_ARG_*`` assignments before a llama.cpp command, less those a remedy flag now sets
+    (``-c`` supersedes ``LLAMA_ARG_CTX_SIZE``); None when one names no variable of that build."""
+    from oomdoctor.advisor.engine_args import env_of
+    from oomdoctor.advisor.versions import flag_exists
+
+    superseded = {env_of("llama.cpp", flag) for flag in remedy.flags}
+    kept = [a for a in env_prefix if a.split("=", 1)[0] not in superseded]
+    if any(flag_exists("llama.cpp", a.split("=", 1)[0], version) is False for a in kept):
+        return None
+    return kept
+
+
 def _changed(flags: dict[str, str]) -> list[str]:
     out: list[str] = []
     for flag, value in flags.items():
@@ -269,6 +282,10 @@ def corrected_command(context: Context, remedy: Remedy) -> str | None:
             env_prefix.append(argv[0])
         argv = argv[1:]
     engine = engine_of(argv)
+    if engine == "llama.cpp" and env_prefix:
+        env_prefix = _llamacpp_env(env_prefix, remedy, context.engine_version)
+        if env_prefix is None:
+            return None
     if engine is None:
         # a user script: only flags it already takes can be changed safely
         present = {tok.split("=", 1)[0] for tok in argv}

@@ -6,8 +6,8 @@ and :mod:`~oomdoctor.advisor.engine_args` checks rebuilt command lines with it. 
 - the flag lists generated from vLLM's and SGLang's own argument parsers and llama.cpp's
   ``common/arg.cpp`` (``oomdoctor/data/engine_args/``, :func:`oomdoctor.advisor.engine_args.sampled`),
   which answer for every ``--flag`` and ``--flag=value`` of those engines from the oldest sampled
-  release on (llama.cpp's samples are llama-cpp-python releases, and its logs carry no version:
-  the newest sample answers);
+  release on (llama.cpp's samples are release builds, matched with the ``build: NNNN (hash)`` line
+  its programs print; its ``LLAMA_ARG_*`` variables answer as the options they stand for);
 - the hand table ``rules/advice/flags.toml``, only for what those samples cannot tell: engines without
   generated data (TGI, TensorRT-LLM, ...), environment variables and programs
   (``vllm serve``), versions older than the oldest sample, and versions between two samples that
