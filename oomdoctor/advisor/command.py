@@ -283,9 +283,10 @@ def corrected_command(context: Context, remedy: Remedy) -> str | None:
         argv = argv[1:]
     engine = engine_of(argv)
     if engine == "llama.cpp" and env_prefix:
-        env_prefix = _llamacpp_env(env_prefix, remedy, context.engine_version)
-        if env_prefix is None:
+        kept = _llamacpp_env(env_prefix, remedy, context.engine_version)
+        if kept is None:
             return None
+        env_prefix = kept
     if engine is None:
         # a user script: only flags it already takes can be changed safely
         present = {tok.split("=", 1)[0] for tok in argv}
