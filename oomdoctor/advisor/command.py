@@ -14,12 +14,14 @@ import shlex
 
 from oomdoctor.report import Context, Remedy
 
-#: short or alternative spellings of vLLM flags (research §5)
+#: short or alternative spellings of vLLM flags (research §5), and TGI's old input-limit name
 ALIASES: dict[str, tuple[str, ...]] = {
     "--tensor-parallel-size": ("-tp",),
     "--pipeline-parallel-size": ("-pp",),
     "--quantization": ("-q",),
     "--gpu-memory-utilization": ("--device-memory-utilization",),
+    # TGI 2.0+ keeps its 1.x name of the input limit but refuses it beside the new one
+    "--max-input-tokens": ("--max-input-length",),
 }
 
 #: launch-arg keys that are not flags of ``vllm serve``
@@ -216,7 +218,14 @@ def engine_of(argv: list[str]) -> str | None:
         return "sglang"
     if is_llamacpp_cli(argv):
         return "llama.cpp"
+    if is_tgi_cli(argv):
+        return "tgi"
     return None
+
+
+def is_tgi_cli(argv: list[str]) -> bool:
+    """``text-generation-launcher ...`` (TGI's launcher; its flags are the hand table's)."""
+    return bool(argv) and argv[0].rsplit("/", 1)[-1] == "text-generation-launcher"
 
 
 def is_llamacpp_cli(argv: list[str]) -> bool:
@@ -293,7 +302,13 @@ def corrected_command(context: Context, remedy: Remedy) -> str | None:
         if any(not (_spellings(flag) & present) for flag in remedy.flags):
             return None
     argv = apply_flags(argv, remedy.flags, context.engine_version)
-    if engine is not None:
+    if engine == "tgi":
+        # no generated data (crates.io is out of reach): each changed flag must be in the hand table
+        from oomdoctor.advisor.versions import flag_exists
+
+        if any(flag_exists("tgi", flag, context.engine_version) is not True for flag in remedy.flags):
+            return None
+    elif engine is not None:
         from oomdoctor.advisor.engine_args import check_argv
 
         check = list(_changed(remedy.flags)) if typed else _engine_flags(argv)

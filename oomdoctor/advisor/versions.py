@@ -38,9 +38,12 @@ def _table() -> dict[str, dict[str, dict[str, Any]]]:
     data = tomllib.loads((builtin_rules_dir() / "advice" / "flags.toml").read_text("utf-8"))
     for engine, flags in data.items():
         for flag, span in flags.items():
-            extra = set(span) - {"since", "until"}
-            if extra or not all(parse_version(str(v)) for v in span.values()):
-                raise ValueError(f"flags.toml: [{engine}] {flag!r}: only since/until = \"x.y.z\" are allowed")
+            extra = set(span) - {"since", "until", "seen", "source"}
+            versions = [str(v) for k, v in span.items() if k != "source"]
+            if extra or not all(parse_version(v) for v in versions) or not isinstance(span.get("source", ""), str):
+                raise ValueError(
+                    f"flags.toml: [{engine}] {flag!r}: only since/until/seen = \"x.y.z\" and source = \"...\" are allowed"
+                )
     return data
 
 
