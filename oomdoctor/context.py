@@ -14,9 +14,10 @@ import regex
 from oomdoctor.figures import convert
 from oomdoctor.report import Context
 
-# key=value scanning for Namespace(...) and "with config: a=b, c=d" dumps
+# key=value scanning for Namespace(...) and "with config: a=b, c=d" dumps (an object's repr,
+# ``<ConfigFormat.AUTO: 'auto'>``, is one value)
 _KV = regex.compile(
-    r"(?P<key>[A-Za-z_][\w.]*)=(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|"
+    r"(?P<key>[A-Za-z_][\w.]*)=(?P<value><[^<>\n]*>|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|"
     r"\((?:[^()]|\((?:[^()])*\))*\)|\[(?:[^\[\]]|\[[^\[\]]*\])*\]|\{(?:[^{}]|\{[^{}]*\})*\}|[^,()\s]+(?:\([^()]*\))?)"
 )
 _DICT_ITEM = regex.compile(
@@ -168,12 +169,16 @@ class ContextCollector:
         pool = [e for e in pool if e not in wrapped] or pool
         return max(pool, key=lambda e: (self._engines[e], -self._engine_first[e]))
 
-    def apply_args(self, args: dict[str, str], argv: list[str] | None = None, *, typed: bool = False) -> None:
-        """``typed``: the user wrote these (``non-default args``), not an engine's config dump."""
+    def apply_args(self, args: dict[str, str], argv: list[str] | None = None, *, typed: bool = False,
+                   dump: bool = False) -> None:
+        """``typed``: the user wrote these (``non-default args``), not an engine's config dump;
+        ``dump``: every launch argument with its default (``Namespace(...)``, ``ServerArgs(...)``)."""
         ctx = self.context
         ctx.launch_args.update(args)
         if typed:
             ctx.typed_args.update(args)
+        if dump:
+            ctx.dump_args.update(args)
         if argv:
             ctx.command = argv
         for key, value in args.items():
@@ -193,7 +198,7 @@ class ContextCollector:
                 if parser == "python-dict":
                     self.apply_args(parse_python_dict(text), typed=True)
                 elif parser in ("namespace", "config"):
-                    self.apply_args(parse_key_values(text))
+                    self.apply_args(parse_key_values(text), dump=parser == "namespace")
                 elif parser == "argv":
                     argv, args = parse_argv(text)
                     self.apply_args(args, argv)

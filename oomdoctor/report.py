@@ -1,6 +1,6 @@
 """The report contract (DESIGN §3): the one structure every renderer and the HTTP server read.
 
-``schema_version`` 2 (2 added ``finding.cause`` and ``finding.account``). The JSON Schema generated from these models is committed as
+``schema_version`` 3 (2 added ``finding.cause`` and ``finding.account``; 3 added ``remedy.run``). The JSON Schema generated from these models is committed as
 ``oomdoctor/report.schema.json`` and a test checks it does not drift.
 """
 
@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from oomdoctor.i18n import current_lang
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 Severity = Literal["error", "warning"]
 Confidence = Literal["high", "medium", "low"]
@@ -34,6 +34,14 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class RunStep(_Model):
+    """A shell command the user runs by hand for a remedy (to look before changing anything):
+    not a launch command, and no flag of the engine."""
+
+    label: str = Field(description="What running it does, in the report's language.")
+    command: str = Field(description="The command line, to paste as it is.")
+
+
 class Remedy(_Model):
     """One thing to try, with the concrete values to use."""
 
@@ -49,6 +57,10 @@ class Remedy(_Model):
     why: str = ""
     tradeoff: str = ""
     command: str | None = None
+    run: list[RunStep] = Field(
+        default_factory=list,
+        description="Shell commands to run by hand for this remedy (e.g. listing the processes on the GPU).",
+    )
     sources: dict[str, str] = Field(
         default_factory=dict,
         description="Where each input of the calculation came from (message, context, config, catalog, hint).",
@@ -156,10 +168,18 @@ class Context(_Model):
     #: the launch arguments the user typed (a ``non-default args`` dump), as opposed to those of an
     #: engine-config dump: only these may rebuild a command line (not part of the report)
     _typed_args: dict[str, str] = PrivateAttr(default_factory=dict)
+    #: a dump of every launch argument, defaults included (vLLM's ``args: Namespace(...)``,
+    #: SGLang's ``server_args=ServerArgs(...)``): rebuilds a command from what differs from the
+    #: defaults (not part of the report)
+    _dump_args: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @property
     def typed_args(self) -> dict[str, str]:
         return self._typed_args
+
+    @property
+    def dump_args(self) -> dict[str, str]:
+        return self._dump_args
 
 
 class Tool(_Model):

@@ -93,7 +93,7 @@ def test_2_memory_outside_the_process_comes_first() -> None:
     assert f.account is not None
     assert f.account.get("outside-pytorch") == fig["total_bytes"] - fig["free_bytes"] - fig["reserved_bytes"]
     top = f.remedies[0]
-    assert top.id == "gpu.free-other-processes" and "nvidia-smi" in " ".join(top.settings.values())
+    assert top.id == "gpu.free-other-processes" and top.run[0].command.startswith("nvidia-smi ")
     assert "torch.reduce-batch" not in remedy_ids(f)
 
 
@@ -277,7 +277,7 @@ def test_cause_and_account_in_the_json_report() -> None:
     from oomdoctor.render import renderer
 
     data = json.loads(renderer("json")(diagnose("deepspeed/other-079.log")))
-    assert data["schema_version"] == 2
+    assert data["schema_version"] >= 2  # cause and account came with 2
     f = data["findings"][0]
     assert f["cause"]["id"] == "host-ram"
     rss = next(e for e in f["account"]["entries"] if e["name"] == "rss")

@@ -191,14 +191,14 @@ def test_llamacpp_flags_from_arg_cpp() -> None:
     # spellings, kinds and environment variables as common/arg.cpp declares them
     assert flag_exists("llama.cpp", "--n-gpu-layers", None) is True
     assert flag_exists("llama.cpp", "--max-model-len", None) is False  # a vLLM flag
-    assert flag_spec("llama.cpp", "-c", None) == flag_spec("llama.cpp", "-c", "0.3.2")
+    assert flag_spec("llama.cpp", "-c", None) == flag_spec("llama.cpp", "-c", "4514")
     spec = flag_spec("llama.cpp", "--no-mmap", None)
     assert spec is not None and spec.kind == "switch"
     from oomdoctor.advisor.engine_args import _data
 
     data = _data("llama.cpp")
     assert data is not None and data["flags"]["--ctx-size"]["env"] == "LLAMA_ARG_CTX_SIZE"
-    assert data["vendored"]["0.3.16"] == "4227c9be4268ac844921b90f31595f81236bd317"
+    assert data["samples"][0] == "b3889" and data["node_llama_cpp"]["b3889"] == "3.1.1"
 
 
 def test_llamacpp_commands_are_checked() -> None:

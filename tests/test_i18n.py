@@ -245,7 +245,7 @@ def test_an_unknown_lang_is_a_usage_error() -> None:
 
 
 #: the human text of a report; everything else is the same in every language (settings: see below)
-HUMAN = {"summary", "title", "why", "tradeoff", "lang"}
+HUMAN = {"summary", "title", "why", "tradeoff", "lang", "label"}  # label: a run step's
 
 
 def _without_human_text(value: Any, parent: str = "") -> Any:
@@ -253,7 +253,7 @@ def _without_human_text(value: Any, parent: str = "") -> Any:
         return {
             k: _without_human_text(v, k)
             for k, v in value.items()
-            if not (k in HUMAN and isinstance(v, str) and parent in ("cause", "remedies", "findings", ""))
+            if not (k in HUMAN and isinstance(v, str) and parent in ("cause", "remedies", "findings", "run", ""))
             and not (k == "settings" and parent == "remedies")  # compared name by name below
         }
     if isinstance(value, list):

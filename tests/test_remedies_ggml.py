@@ -36,7 +36,8 @@ def test_ollama_num_gpu_halves_when_its_estimate_was_wrong() -> None:
 def test_kv_failure_suggests_smaller_context_and_q8_cache() -> None:
     f = only_error(diagnose("llamacpp/synthetic-kv-cache-oom.log"))
     assert remedy(f, "ggml.ctx-size").flags == {"-c": "65536"}
-    assert remedy(f, "ggml.kv-cache-type").flags == {"--cache-type-k": "q8_0", "--cache-type-v": "q8_0", "-fa": ""}
+    # no build line: the newest sample answers, where -fa takes on|off|auto (b6431+)
+    assert remedy(f, "ggml.kv-cache-type").flags == {"--cache-type-k": "q8_0", "--cache-type-v": "q8_0", "-fa": "on"}
 
 
 def test_runtime_oom_halves_ubatch() -> None:

@@ -18,7 +18,10 @@ a time, wheels are large, only the Python sources are kept)::
     python tools/gen_engine_args.py vllm src/vllm-0.5.5 src/vllm-0.6.6 ... > oomdoctor/data/engine_args/vllm.json
 
 Each SRC directory is named ``<engine>-<version>``. The output keeps, per flag, the sampled
-versions where it exists as ``[first, last]`` ranges; :mod:`oomdoctor.advisor.engine_args`
+versions where it exists as ``[first, last]`` ranges, and its default as ``[first, last, default]``
+ranges: the default as a ``Namespace(...)`` / ``ServerArgs(...)`` dump prints it (``None``,
+``False``, ``0.9``, ``auto``), null where it is not a literal (computed at run time), so that a
+command rebuilt from such a dump keeps only what the user changed; :mod:`oomdoctor.advisor.engine_args`
 answers for the versions in between (and says "unknown" where two samples disagree).
 """
 
@@ -42,11 +45,16 @@ PARSER_FILES: dict[str, list[str]] = {
 }
 #: where the config dataclasses live (searched for the classes named by ``get_kwargs``)
 CLASS_FILES: dict[str, list[str]] = {
-    "vllm": ["vllm/config.py", "vllm/config/*.py", "vllm/engine/arg_utils.py", "vllm/entrypoints/**/cli_args.py",
+    "vllm": ["vllm/config.py", "vllm/config/*.py", "vllm/transformers_utils/config.py", "vllm/engine/arg_utils.py", "vllm/entrypoints/**/cli_args.py",
              "vllm/v1/**/config.py", "vllm/compilation/*.py", "vllm/kernels/**/config.py"],
     "sglang": ["sglang/srt/server_args.py"],
 }
 _TYPE_ALIAS = getattr(ast, "TypeAlias", ())  # Python 3.12+
+#: a default that is not a literal (a function call, a computed value): unknown to the data
+UNKNOWN: Any = object()
+_FACTORIES: dict[str, Any] = {"list": [], "dict": {}, "set": set(), "tuple": ()}
+#: standard-library constants the parsers use as defaults (their values are fixed by Python)
+_STDLIB: dict[str, Any] = {"ssl.CERT_NONE": 0, "ssl.CERT_OPTIONAL": 1, "ssl.CERT_REQUIRED": 2}
 SWITCH_ACTIONS = {"store_true", "store_false", "store_const", "count"}
 
 
@@ -105,6 +113,57 @@ class Source:
                 if not node.target.id.startswith("_"):
                     out[node.target.id] = ann
         return out
+
+    def class_default(self, cls_name: str, attr: str, depth: int = 0) -> Any:
+        """The default of ``cls_name.attr`` (a dataclass field or class constant, bases searched),
+        or :data:`UNKNOWN` when it has none or it is not a literal."""
+        cls = self.classes.get(cls_name)
+        if cls is None or depth > 8:
+            return UNKNOWN
+        for node in cls.body:
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == attr:
+                return UNKNOWN if node.value is None else self.value_of(node.value, depth + 1, field=True)
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id == attr):
+                return self.value_of(node.value, depth + 1, field=True)
+        for base in cls.bases:
+            got = self.class_default(_name(base), attr, depth + 1)
+            if got is not UNKNOWN:
+                return got
+        return UNKNOWN
+
+    def value_of(self, node: ast.expr, depth: int = 0, field: bool = False) -> Any:
+        """The Python value ``node`` evaluates to when it is a literal, a module constant, a class
+        attribute (``EngineArgs.dtype``) or a dataclass ``field(default=...)``; else :data:`UNKNOWN`."""
+        if depth > 8:
+            return UNKNOWN
+        try:
+            return ast.literal_eval(node)
+        except (ValueError, SyntaxError, TypeError):
+            pass
+        if isinstance(node, ast.Name):
+            alias = self.aliases.get(node.id)
+            return UNKNOWN if alias is None else self.value_of(alias, depth + 1)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in self.classes:
+            return self.class_default(node.value.id, node.attr, depth + 1)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            return _STDLIB.get(f"{node.value.id}.{node.attr}", UNKNOWN)
+        if isinstance(node, ast.Call):
+            func = _name(node.func)
+            kw = {k.arg: k.value for k in node.keywords if k.arg}
+            if func in ("int", "str", "float") and len(node.args) == 1 and not node.keywords:
+                inner = self.value_of(node.args[0], depth + 1)  # int(ssl.CERT_NONE)
+                return UNKNOWN if inner is UNKNOWN else {"int": int, "str": str, "float": float}[func](inner)
+            if field and func in ("field", "Field"):
+                if "default" in kw:
+                    return self.value_of(kw["default"], depth + 1)
+                if node.args and func == "Field":
+                    return self.value_of(node.args[0], depth + 1)
+                factory = _name(kw["default_factory"]) if "default_factory" in kw else ""
+                return _FACTORIES.get(factory, UNKNOWN)
+            if func in _FACTORIES and not node.args and not node.keywords:
+                return _FACTORIES[func]
+        return UNKNOWN
 
     def subclasses(self, cls_name: str) -> list[str]:
         return [n for n, c in self.classes.items() if any(_name(b) == cls_name for b in c.bases)]
@@ -199,6 +258,17 @@ def _owner_class(tree: ast.Module, func: ast.AST) -> str:
     return ""
 
 
+def default_text(value: Any) -> str | None:
+    """A default as a ``Namespace(...)`` / ``ServerArgs(...)`` dump shows it once read back
+    (:func:`oomdoctor.context.parse_key_values`): ``None``, ``False``, ``0.9``, ``auto``, ``[]``;
+    None when unknown."""
+    if value is UNKNOWN:
+        return None
+    if isinstance(value, str):
+        return value
+    return "None" if value is None else str(value)
+
+
 def _entry(kind: str, no_flag: bool = False, choices: list[str] | None = None) -> dict[str, Any]:
     e: dict[str, Any] = {"kind": kind}
     if no_flag:
@@ -209,12 +279,17 @@ def _entry(kind: str, no_flag: bool = False, choices: list[str] | None = None) -
 
 
 def _dataclass_entry(src: Source, cls: str, field: str) -> dict[str, Any]:
+    """A flag built from a config dataclass field; its default is the field's (vLLM's get_kwargs)."""
     ann = src.fields(cls).get(field)
+    default = default_text(src.class_default(cls, field))
     if ann is None:
-        return _entry("value")
-    if src.is_bool(ann):
-        return _entry("switch", no_flag=True)
-    return _entry("value", choices=src.literal_choices(ann))
+        entry = _entry("value")
+    elif src.is_bool(ann):
+        entry = _entry("switch", no_flag=True)
+    else:
+        entry = _entry("value", choices=src.literal_choices(ann))
+    entry["default"] = default
+    return entry
 
 
 def extract(src: Source) -> dict[str, dict[str, Any]]:
@@ -274,6 +349,7 @@ def _one_call(src: Source, call: ast.Call, func: ast.AST, bindings: dict[str, st
                 entry = _dataclass_entry(src, bindings[s.value.id], field_name)
     if entry is None:
         entry = _entry("value")
+    field_default = entry.get("default", UNKNOWN)  # a dataclass-built flag's field default
     action = kw.get("action")
     if action is not None:
         aname = action.value if isinstance(action, ast.Constant) else _name(action)
@@ -293,6 +369,16 @@ def _one_call(src: Source, call: ast.Call, func: ast.AST, bindings: dict[str, st
             entry = dict(entry, choices=sorted(set(choices)))
         else:
             entry.pop("choices", None)
+    if "default" in kw:
+        entry = dict(entry, default=default_text(src.value_of(kw["default"])))
+    elif field_default is not UNKNOWN:
+        entry = dict(entry, default=field_default)
+    else:
+        aname = "" if action is None else (action.value if isinstance(action, ast.Constant) else _name(action))
+        entry = dict(entry, default={"store_true": "False", "store_false": "True"}.get(str(aname), "None"))
+    dest = kw.get("dest")
+    if isinstance(dest, ast.Constant) and isinstance(dest.value, str) and dest.value != longs[0][2:].replace("-", "_"):
+        entry = dict(entry, dest=dest.value)  # the name a Namespace dump shows it under
     for n in longs:
         flags[n] = entry
     for n in names:
@@ -313,6 +399,7 @@ def build(engine: str, roots: list[Path]) -> dict[str, Any]:
         last: dict[str, Any] = {}
         choices: dict[str, list[str]] = {}
         kinds: dict[str, str] = {}
+        defaults: list[list[str | None]] = []  # [first, last, default] over consecutive samples
         prev_in = False
         for v, fl in samples:
             if flag in fl:
@@ -324,8 +411,14 @@ def build(engine: str, roots: list[Path]) -> dict[str, Any]:
                 kinds[v] = fl[flag]["kind"]
                 if "choices" in fl[flag]:
                     choices[v] = fl[flag]["choices"]
+                default = fl[flag].get("default")
+                if prev_in and defaults[-1][2] == default:
+                    defaults[-1][1] = v
+                else:
+                    defaults.append([v, v, default])
             prev_in = flag in fl
-        rec = {k: val for k, val in last.items() if k != "choices"}
+        rec = {k: val for k, val in last.items() if k not in ("choices", "default")}
+        rec["defaults"] = defaults
         rec["versions"] = ranges
         if len(set(kinds.values())) > 1:  # e.g. a switch that once took an optional value
             rec["kinds"] = kinds

@@ -11,6 +11,7 @@ say how a flag is written and check a command line through that one function.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -22,9 +23,18 @@ from oomdoctor.advisor.memory_model import Version, parse_version
 ENGINES = ("vllm", "sglang", "llama.cpp")
 
 
+_BUILD = re.compile(r"b?(\d+)")
+
+
+def _parse(version: str) -> Version | None:
+    """A release version (``0.6.6``), or a llama.cpp build (``4514``, its release tag ``b4514``)."""
+    m = _BUILD.fullmatch(version.strip())
+    return (int(m.group(1)), 0, 0) if m else parse_version(version)
+
+
 def _key(version: str) -> Version:
-    parsed = parse_version(version)
-    assert parsed is not None, version  # sample names are release versions
+    parsed = _parse(version)
+    assert parsed is not None, version  # sample names are release versions or builds
     return parsed
 
 
@@ -89,7 +99,7 @@ def _near(samples: list[str], version: str | None) -> list[str] | None:
     or not a release number."""
     if version is None:
         return samples[-1:]
-    v = parse_version(version)
+    v = _parse(version)
     if v is None:
         return None
     lower = [s for s in samples if _key(s) <= v]
@@ -101,15 +111,39 @@ def _near(samples: list[str], version: str | None) -> list[str] | None:
     return [lower[-1]] if lower[-1] == upper[0] else [lower[-1], upper[0]]
 
 
+@cache
+def _envs(engine: str) -> dict[str, str]:
+    data = _data(engine)
+    out: dict[str, str] = {}
+    for flag, rec in (data or {}).get("flags", {}).items():
+        if "env" in rec and flag.startswith("--"):
+            out.setdefault(rec["env"], flag)
+    return out
+
+
+def option_of_env(engine: str, name: str) -> str | None:
+    """The option an environment variable stands for (llama.cpp's ``LLAMA_ARG_CTX_SIZE`` is
+    ``--ctx-size``, as common/arg.cpp's ``set_env`` says), or None."""
+    return _envs(engine).get(name) if name.isupper() else None
+
+
 def sampled(engine: str | None, flag: str, version: str | None) -> bool | None:
     """What the sampled parsers alone say of ``flag`` (``--name`` or ``--name=value``) at ``version``.
 
-    True/False when the samples that decide agree (see :func:`_near`); None when this engine has no
-    generated data, ``flag`` is not an option (an environment variable, a program), the version is
+    True/False when the samples that decide agree (see :func:`_near`); an environment variable that
+    stands for an option (llama.cpp's ``LLAMA_ARG_*``) answers as that option. None when this engine
+    has no generated data, ``flag`` is not an option (another variable, a program), the version is
     older than every sample or not a release number, or the samples around it disagree.
     """
     if not flag.startswith("-"):
-        return None
+        name = flag.split("=", 1)[0]
+        option = option_of_env(engine or "", name)
+        if option is None:  # LLAMA_ARG_BOGUS is no variable of common/arg.cpp
+            data = _data(engine or "")
+            if engine == "llama.cpp" and name.startswith("LLAMA_ARG_") and data and _near(data["samples"], version):
+                return False
+            return None
+        flag = option  # LLAMA_ARG_CTX_SIZE: as its option, without checking a value
     found = _lookup(engine or "", flag)
     if found is None:
         return None
@@ -120,6 +154,47 @@ def sampled(engine: str | None, flag: str, version: str | None) -> bool | None:
     value = flag.split("=", 1)[1] if "=" in flag else None
     states = {_accepts(rec, s, value) for s in near}
     return states.pop() if len(states) == 1 else None
+
+
+#: :func:`default_of`'s answer when the data cannot tell a flag's default
+UNKNOWN_DEFAULT = "\0unknown"
+
+
+@cache
+def _dests(engine: str) -> dict[str, str]:
+    """Namespace / dataclass attribute name -> the flag that sets it."""
+    data = _data(engine)
+    out: dict[str, str] = {}
+    for flag, rec in (data or {}).get("flags", {}).items():
+        if flag.startswith("--"):
+            out.setdefault(rec.get("dest") or flag[2:].replace("-", "_"), flag)
+    return out
+
+
+def flag_of_dest(engine: str, dest: str) -> str | None:
+    """The flag whose value a ``Namespace(...)`` / ``ServerArgs(...)`` dump shows as ``dest``
+    (``max_model_len`` -> ``--max-model-len``), or None when no sampled parser has one."""
+    return _dests(engine).get(dest)
+
+
+def default_of(engine: str, flag: str, version: str | None) -> str:
+    """``flag``'s default at ``version``, written as a dump shows it (``None``, ``False``, ``0.9``,
+    ``auto``), from the samples that decide for that version (the newest for an unknown one), or
+    :data:`UNKNOWN_DEFAULT` when the flag is not there, the default is computed at run time, or
+    the samples around the version disagree."""
+    found = _lookup(engine, flag)
+    if found is None or not found[0]:
+        return UNKNOWN_DEFAULT
+    rec, samples, _ = found
+    near = _near(samples, version)
+    if not near:
+        return UNKNOWN_DEFAULT
+    seen: set[str | None] = set()
+    for s in near:
+        ranges = [d for d in rec.get("defaults", []) if _key(d[0]) <= _key(s) <= _key(d[1])]
+        seen.add(ranges[0][2] if ranges else None)
+    value = seen.pop() if len(seen) == 1 else None
+    return UNKNOWN_DEFAULT if value is None else str(value)
 
 
 def flag_spec(engine: str, flag: str, version: str | None) -> FlagSpec | None:
@@ -152,6 +227,19 @@ def takes_value(engine: str, flag: str, version: str | None) -> bool | None:
     rec = found[0] if found else {}
     kinds = set((rec.get("kinds") or {}).values()) or ({rec["kind"]} if "kind" in rec else set())
     return {"switch": False, "value": True}.get(kinds.pop()) if len(kinds) == 1 else None
+
+
+def switch_value(engine: str, flag: str, version: str | None, on: str) -> str:
+    """What turns ``flag`` on at ``version``: nothing where it is a switch, ``on`` where it takes a
+    value (llama.cpp's ``-fa`` is a switch up to b5590 and ``-fa on|off|auto`` from b6431)."""
+    return on if takes_value(engine, flag, version) else ""
+
+
+def env_of(engine: str, flag: str) -> str | None:
+    """The environment variable that sets ``flag`` (``-c`` -> ``LLAMA_ARG_CTX_SIZE``), or None."""
+    found = _lookup(engine, flag)
+    env = found[0].get("env") if found else None
+    return str(env) if env else None
 
 
 def value_ok(engine: str, flag: str, value: str, version: str | None) -> bool | None:

@@ -6,6 +6,7 @@ from oomdoctor.advisor.account import other_processes
 from oomdoctor.advisor.cause import OTHERS_SHARE
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.advisor.run_steps import list_gpu_processes
 from oomdoctor.advisor.values import ceil_to, floor_to, fmt_fraction
 from oomdoctor.report import Remedy
 
@@ -151,7 +152,7 @@ def _free_unlisted(inp: AdviceInput) -> Remedy | None:
         return Remedy(
             id="gpu.free-other-processes",
             title=remedy_text("gpu.free-other-processes", "title"),
-            settings={"list GPU processes": "nvidia-smi --query-compute-apps=pid,used_memory --format=csv"},
+            run=[list_gpu_processes()],
             confidence="low",
             why=remedy_text("gpu.free-other-processes", "why_unsized"),
         )
@@ -163,7 +164,7 @@ def _free_unlisted(inp: AdviceInput) -> Remedy | None:
             if gpu is not None
             else remedy_text("gpu.free-other-processes", "title_held", held=held)
         ),
-        settings={"list GPU processes": "nvidia-smi --query-compute-apps=pid,used_memory --format=csv"},
+        run=[list_gpu_processes()],
         saves_bytes=held,
         fits=(free or 0) + held >= req if req else None,
         # a small share held elsewhere: sizing this process to the free memory is the cheaper change

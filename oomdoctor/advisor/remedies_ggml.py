@@ -43,6 +43,14 @@ def _is_llamacpp(inp: AdviceInput) -> bool:
     return engine_of(inp) in ("llama.cpp", "ggml")
 
 
+def _fa_flag_value(inp: AdviceInput) -> str:
+    """``-fa`` as the detected build takes it: a switch up to b5590, ``-fa on`` from b6431."""
+    from oomdoctor.advisor.engine_args import switch_value
+
+    version = inp.context.engine_version if inp.context.engine in ("llama.cpp", None) else None
+    return switch_value("llama.cpp", "-fa", version, "on")
+
+
 def _layers_fit(
     rid: str, offloaded: int | None, free: int | None, per_layer: float | None
 ) -> tuple[int, str, bool] | None:
@@ -266,7 +274,7 @@ def kv_cache_type(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="ggml.kv-cache-type",
         title=remedy_text("ggml.kv-cache-type", "title"),
-        flags={"--cache-type-k": "q8_0", "--cache-type-v": "q8_0", "-fa": ""},
+        flags={"--cache-type-k": "q8_0", "--cache-type-v": "q8_0", "-fa": _fa_flag_value(inp)},
         saves_bytes=int(kv * (1 - Q8_0_RATIO)) if kv else None,
         fits=None,
         confidence="medium",
@@ -304,7 +312,7 @@ def flash_attn(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="ggml.flash-attn",
         title=remedy_text("ggml.flash-attn", "title"),
-        flags={"-fa": ""},
+        flags={"-fa": _fa_flag_value(inp)},
         fits=None,
         confidence="medium",
         why=remedy_text("ggml.flash-attn", "why"),

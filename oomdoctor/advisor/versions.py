@@ -6,8 +6,8 @@ and :mod:`~oomdoctor.advisor.engine_args` checks rebuilt command lines with it. 
 - the flag lists generated from vLLM's and SGLang's own argument parsers and llama.cpp's
   ``common/arg.cpp`` (``oomdoctor/data/engine_args/``, :func:`oomdoctor.advisor.engine_args.sampled`),
   which answer for every ``--flag`` and ``--flag=value`` of those engines from the oldest sampled
-  release on (llama.cpp's samples are llama-cpp-python releases, and its logs carry no version:
-  the newest sample answers);
+  release on (llama.cpp's samples are release builds, matched with the ``build: NNNN (hash)`` line
+  its programs print; its ``LLAMA_ARG_*`` variables answer as the options they stand for);
 - the hand table ``rules/advice/flags.toml``, only for what those samples cannot tell: engines without
   generated data (TGI, TensorRT-LLM, ...), environment variables and programs
   (``vllm serve``), versions older than the oldest sample, and versions between two samples that
@@ -38,9 +38,12 @@ def _table() -> dict[str, dict[str, dict[str, Any]]]:
     data = tomllib.loads((builtin_rules_dir() / "advice" / "flags.toml").read_text("utf-8"))
     for engine, flags in data.items():
         for flag, span in flags.items():
-            extra = set(span) - {"since", "until"}
-            if extra or not all(parse_version(str(v)) for v in span.values()):
-                raise ValueError(f"flags.toml: [{engine}] {flag!r}: only since/until = \"x.y.z\" are allowed")
+            extra = set(span) - {"since", "until", "seen", "source"}
+            versions = [str(v) for k, v in span.items() if k != "source"]
+            if extra or not all(parse_version(v) for v in versions) or not isinstance(span.get("source", ""), str):
+                raise ValueError(
+                    f"flags.toml: [{engine}] {flag!r}: only since/until/seen = \"x.y.z\" and source = \"...\" are allowed"
+                )
     return data
 
 

@@ -100,6 +100,8 @@ def finding_markdown(f: Finding) -> str:
                 out.append(f"   - {_('cost:')} {r.tradeoff}")
             if r.command:
                 out.append(f"   - {_('command:')} {code_span(r.command)}")
+            for step in r.run:
+                out.append(f"   - {step.label} {code_span(step.command)}")
     return "\n".join(out)
 
 

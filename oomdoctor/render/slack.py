@@ -95,6 +95,8 @@ def finding_blocks(f: Finding, max_remedies: int = 6) -> list[dict[str, Any]]:
             lines.append(f"      _{esc(_clip(r.why, 300))}_")
         if r.command:
             lines.append(f"      {code(r.command)}")
+        for step in r.run:
+            lines.append(f"      {esc(step.label)} {code(step.command)}")
     if len(f.remedies) > max_remedies:
         lines.append("_" + _("…and {n} more remedies (see the full report).").format(n=len(f.remedies) - max_remedies) + "_")
     blocks += [_section(t) for t in _chunks(lines)]

@@ -208,6 +208,9 @@ def finding_lines(f: Finding, out: TextLayout) -> None:
                 out.code(snippet)
             if r.command:
                 out.code("$ " + r.command)
+            for step in r.run:  # a command to run by hand: its label, then the command on its own line
+                out.prose(step.label, REMEDY)
+                out.code("$ " + step.command)
             if r.why:
                 out.labelled(_("why:"), r.why, REMEDY)
             if r.tradeoff:
