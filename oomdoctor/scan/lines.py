@@ -376,6 +376,7 @@ class LineAssembly(ScanState):
         shift = self._ev_shift
         lines = count(b"\n", a, b)
         near = a
+        number_near = number + (lines - BEFORE_LINES if lines > BEFORE_LINES else 0)  # at ``near``
         if lines > BEFORE_LINES:
             near = b - 1
             rfind = block.rfind
@@ -389,13 +390,13 @@ class LineAssembly(ScanState):
                 for s, e, m in reversed(self._ev_prefilter.candidates(block, cut, hi)):
                     raw = block[s:e]
                     if any(self._is_progress(ln, m << shift) for ln in normalise(0, raw)):
-                        latest = (number + count(b"\n", a, s), raw, m << shift)
+                        # counted back from ``near``: the stretch is counted once, not twice
+                        latest = (number_near - count(b"\n", s, near), raw, m << shift)
                         break
                 if latest is not None:
                     self._defer(*latest)
                     break
                 hi, width = cut, width * 4
-        number_near = number + (lines - BEFORE_LINES if lines > BEFORE_LINES else 0)
         pos = near
         for s, e, m in self._ev_prefilter.candidates(block, near, b):
             number_near += count(b"\n", pos, s)
