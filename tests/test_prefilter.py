@@ -165,6 +165,19 @@ def test_random_blocks_agree_with_a_line_by_line_search(planned: bool) -> None:
                 assert _spans(hs, block, lo, hi) == inner, block
 
 
+def test_hyperscan_mask_names_every_needle_the_text_holds() -> None:
+    """``mask`` (what the scanner asks of a line normalising changed) is the needles held, by hand."""
+    hs = _hyperscan()
+    rng = random.Random(7)
+    words = [b"x", b"cuda", b"out of", b"memory", b"CUDA Out Of Memory", b"\n", b'file "', b"Traceback",
+             b"(most recent call last)", b"avg prompt", b" throughput", "\u00fcber".encode(), b"{}"]
+    texts = [b"", b"torch.OutOfMemoryError: CUDA out of memory.", *(log.read_bytes()[:4000] for log in LOGS[:20])]
+    texts += [b" ".join(rng.choice(words) for _ in range(rng.randint(1, 30))) for _ in range(200)]
+    for text in texts:
+        low = text.lower()
+        assert hs.mask(text) == sum(1 << i for i, n in enumerate(hs.needles) if n in low), text
+
+
 def test_whole_fixture_suite_reports_are_identical_with_each_prefilter() -> None:
     """Every fixture's JSON report with hyperscan equals the one with the pure-Python path."""
     hs = _hyperscan()

@@ -40,6 +40,22 @@ class HyperscanPrefilter:
         # service shares the cached prefilter between request threads)
         self._local = threading.local()
 
+    def mask(self, text: bytes) -> int:
+        """The needles ``text`` holds anywhere (ASCII case folded), as a bit mask: one scan."""
+        if self._db is None or not text:
+            return 0
+        bits = 0
+
+        def on_match(id_: int, _start: int, _end: int, _flags: int, _ctx: object) -> None:
+            nonlocal bits
+            bits |= 1 << id_
+
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = hyperscan.Scratch(self._db)
+        self._db.scan(text, match_event_handler=on_match, scratch=scratch)
+        return bits
+
     def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
         n = len(block) if hi is None else hi
         if self._db is None or n <= lo:

@@ -13,6 +13,13 @@ from typing import Protocol
 
 
 class Prefilter(Protocol):
+    """Finds a block's candidate lines.
+
+    A prefilter may also have ``mask(text: bytes) -> int``, the bit mask of the needles ``text``
+    holds anywhere (ASCII case folded), where one call costs much less than testing each trigger
+    (hyperscan: one scan). The scanner asks it about lines that normalising changed; without it,
+    every trigger is tested on such a line."""
+
     #: the literals searched (see :func:`needles`); bit ``i`` of a candidate's mask is ``needles[i]``
     needles: list[bytes]
 

@@ -180,7 +180,10 @@ class LineAssembly(ScanState):
                             else:
                                 o.foreign.append(func)
         # which triggers does the line hold? (one pass over the pack's literals, then an index)
-        present = [t for t in (self._triggers_for(mask) if mask else self._all_triggers) if t in low]
+        if not mask:
+            mask = self._text_mask(low)
+        present = [t for t in (self._triggers_for(mask) if mask > 0 else () if mask == 0 else self._all_triggers)
+                   if t in low]
         phases = self._phases_always
         contexts: list[Any] = []
         rules: list[CompiledRule] = []
@@ -225,6 +228,23 @@ class LineAssembly(ScanState):
             self._pending.append(_Pending(line, rules, self.source))
         self._evaluate_pending(final=False)
         return bool(rules)
+
+    def _text_mask(self, low: str) -> int:
+        """The needles the lower-cased text of a line holds (a line whose mask the prefilter could
+        not give: normalising changed it), from one prefilter call per kind of needle instead of
+        a test of every trigger; -1 when the prefilter cannot say (one built for other needles).
+
+        Exact: ``low`` is lower-cased, so ASCII case folding finds in its UTF-8 exactly the
+        (lower-case) needles that are substrings of it."""
+        main = getattr(self._prefilter, "mask", None)  # optional (see Prefilter)
+        ev = getattr(self._ev_prefilter, "mask", None)
+        if not self._masks_ok or main is None or (ev is None and self._ev_prefilter is not None):
+            return -1
+        data = low.encode("utf-8", "surrogatepass")
+        mask: int = main(data)
+        if ev is not None:
+            mask |= ev(data) << self._ev_shift
+        return mask
 
     def _defers(self, number: int, raw: bytes, mask: int) -> bool:
         """Set aside a candidate line that can only be phase evidence (vLLM's throughput lines,
