@@ -514,3 +514,29 @@ def test_gates_planned_on_a_sample_sweep_for_short_shared_pieces() -> None:
     assert sorted(i for g in gates for i, _ in g.members) == list(range(len(lits)))
     assert len(gates) < len(plan(lits)) // 3  # a sweep covers what several find gates did
     assert not any(g.sweep is not None for g in plan(lits))  # no sample, no sweep
+
+
+def test_hyperscan_databases_are_read_back_from_the_cache_and_a_bad_entry_is_compiled_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("hyperscan")
+    from oomdoctor import cache
+    from oomdoctor.prefilter.hsdb import database
+    from oomdoctor.prefilter.hyperscan_path import HyperscanPrefilter
+
+    monkeypatch.setenv("OOMDOCTOR_CACHE_DIR", str(tmp_path))
+    trigs = _triggers()
+    block = b"x\nRuntimeError: CUDA out of memory. Tried\nTraceback (most recent call last):\ny\n"
+    want = HyperscanPrefilter(trigs).candidates(block)
+    assert len(want) == 2
+    (entry,) = tmp_path.glob("hyperscan-*.json")
+    stored = cache.load("hyperscan", entry.stem.removeprefix("hyperscan-"))
+    assert isinstance(stored, str)
+    assert HyperscanPrefilter(trigs).candidates(block) == want  # read back
+    # an entry holding another database fails the probe, a damaged one does not load: compiled again
+    database([b"zzzq"], [0], b"zzzq")
+    (other,) = set(tmp_path.glob("hyperscan-*.json")) - {entry}
+    for bad in (other.read_bytes(), b"damaged"):
+        entry.write_bytes(bad)
+        assert HyperscanPrefilter(trigs).candidates(block) == want
+        assert cache.load("hyperscan", entry.stem.removeprefix("hyperscan-")) == stored

@@ -13,6 +13,7 @@ from typing import Any
 
 import hyperscan
 
+from oomdoctor.prefilter.hsdb import database
 from oomdoctor.prefilter.interface import needles
 
 
@@ -28,14 +29,7 @@ class HyperscanPrefilter:
         self.needles = lits = needles(triggers)
         self._db: hyperscan.Database | None = None
         if lits:
-            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            db.compile(
-                expressions=[_literal(x) for x in lits],
-                ids=list(range(len(lits))),
-                elements=len(lits),
-                flags=[hyperscan.HS_FLAG_CASELESS] * len(lits),
-            )
-            self._db = db
+            self._db = database([_literal(x) for x in lits], [hyperscan.HS_FLAG_CASELESS] * len(lits), lits[0])
         # hyperscan scratch space may be used by one scan at a time: one per thread (the HTTP
         # service shares the cached prefilter between request threads)
         self._local = threading.local()
