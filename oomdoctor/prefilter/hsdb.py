@@ -18,6 +18,9 @@ from typing import Any
 
 import hyperscan
 
+#: entries kept (each up to ~0.4 MB): a run uses three or four; a custom rule pack, a few more
+KEEP = 12
+
 #: the layout of an entry (a new value orphans the old entries)
 _TAG = b"hyperscan-db 1"
 
@@ -42,7 +45,7 @@ def database(expressions: Sequence[bytes], flags: Sequence[int], probe: bytes) -
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
     db.compile(expressions=list(expressions), ids=list(range(len(expressions))), elements=len(expressions),
                flags=list(flags))
-    cache.store("hyperscan", key, base64.b64encode(hyperscan.dumpb(db)).decode("ascii"))
+    cache.store("hyperscan", key, base64.b64encode(hyperscan.dumpb(db)).decode("ascii"), keep=KEEP)
     return db
 
 

@@ -32,8 +32,10 @@ class Prefilter(Protocol):
 
 def needles(triggers: Sequence[str]) -> list[bytes]:
     """The literals to search: lower-cased UTF-8, without blanks, duplicates, and literals that
-    contain another one (a line holding the longer one holds the shorter one too)."""
-    lits = sorted({t.lower().encode("utf-8") for t in triggers if t}, key=len)
+    contain another one (a line holding the longer one holds the shorter one too); shortest
+    first, in an order that does not change from run to run (a mask's bits name them, and a
+    compiled database is cached under them)."""
+    lits = sorted({t.lower().encode("utf-8") for t in triggers if t}, key=lambda lit: (len(lit), lit))
     kept: list[bytes] = []
     for lit in lits:
         if not any(k in lit for k in kept):
