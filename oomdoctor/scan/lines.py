@@ -153,7 +153,7 @@ class LineAssembly(ScanState):
         """Match one logical line; True when it holds a rule trigger (it then needs look-ahead).
 
         ``mask``: the prefilter's needles found on the line (0: unknown, try every trigger)."""
-        if self._deferred:
+        if self._deferred or self._tail is not None:
             self._resolve_deferred(line.number)
         if self._open:  # findings the lines before this one closed, however the input was cut
             self._age_open(final=False, last_line=line.number - 1)
@@ -389,8 +389,14 @@ class LineAssembly(ScanState):
 
     def _set_aside(self, block: bytes, a: int, b: int, number: int) -> int:
         """Set aside the evidence of ``block[a:b]`` (no failure pending or open, no odd line):
-        the latest progress line before its last ``BEFORE_LINES`` lines, and the evidence lines
-        of those. Returns the line number at ``b``."""
+        the latest progress line before its last ``BEFORE_LINES`` lines, and those last lines,
+        kept as a raw span (the *tail*) that is searched for evidence only when something reads
+        the deferred lines. Returns the line number at ``b``.
+
+        A stretch's latest progress line supersedes every line deferred before it, the previous
+        tail included: of the lines more than ``BEFORE_LINES`` before the next line read, only
+        the latest progress line is ever read (:meth:`_resolve_deferred`). So a stretch (most end
+        where a block ends) leaves one span, not one deferred line per evidence line near its end."""
         assert self._ev_prefilter is not None
         count = block.count
         shift = self._ev_shift
@@ -414,18 +420,35 @@ class LineAssembly(ScanState):
                         latest = (number_near - count(b"\n", s, near), raw, m << shift)
                         break
                 if latest is not None:
+                    self._tail = None  # superseded, like every line deferred before
+                    self._deferred.clear()
+                    self._deferred_bytes = 0
                     self._defer(*latest)
                     break
                 hi, width = cut, width * 4
-        pos = near
-        for s, e, m in self._ev_prefilter.candidates(block, near, b):
-            number_near += count(b"\n", pos, s)
-            pos = s
-            self._defer(number_near, block[s:e], m << shift)
+        self._expand_tail()
+        if near < b:
+            self._tail = (block, near, b, number_near)
         return number + lines
+
+    def _expand_tail(self) -> None:
+        """Defer the evidence lines of the tail span (see :meth:`_set_aside`), in order."""
+        tail, self._tail = self._tail, None
+        if tail is None:
+            return
+        assert self._ev_prefilter is not None
+        block, pos, b, number = tail
+        count = block.count
+        shift = self._ev_shift
+        for s, e, m in self._ev_prefilter.candidates(block, pos, b):
+            number += count(b"\n", pos, s)
+            pos = s
+            self._defer(number, block[s:e], m << shift)
 
     def _defer(self, number: int, raw: bytes, mask: int) -> None:
         """Add a line to the deferred ones, settling the older ones when too many are held."""
+        if self._tail is not None:
+            self._expand_tail()
         self._deferred.append((number, raw, mask))
         self._deferred_bytes += len(raw)
         if len(self._deferred) >= 2 * DEFER_KEEP or self._deferred_bytes >= DEFER_BYTES:
@@ -436,6 +459,7 @@ class LineAssembly(ScanState):
         ``BEFORE_LINES`` before it (markers of a failure's step) and, of the older ones, only the
         latest progress line (the step the run had reached). Nothing else in the older ones can
         reach a finding. ``keep``: leave up to that many of the newest ones deferred."""
+        self._expand_tail()
         deferred, self._deferred = self._deferred, []
         near = len(deferred)
         while near and deferred[near - 1][0] >= upto - BEFORE_LINES:
