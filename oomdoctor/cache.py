@@ -62,8 +62,9 @@ def load(kind: str, key: str) -> Any:
         return None
 
 
-def store(kind: str, key: str, value: Any) -> bool:
-    """Store ``value`` (only if JSON carries it exactly); False when it was not stored."""
+def store(kind: str, key: str, value: Any, keep: int | None = None) -> bool:
+    """Store ``value`` (only if JSON carries it exactly); False when it was not stored.
+    ``keep``: entries of ``kind`` kept at most (default ``MAX_ENTRIES``; big ones: fewer)."""
     try:
         payload = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         if json.loads(payload) != value:  # e.g. TOML dates or tuples: no entry
@@ -76,15 +77,15 @@ def store(kind: str, key: str, value: Any) -> bool:
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(hashlib.sha256(payload).hexdigest().encode("ascii") + b"\n" + payload)
         os.replace(tmp, path)
-        _prune(path.parent, kind)
+        _prune(path.parent, kind, MAX_ENTRIES if keep is None else keep)
     except OSError:
         return False
     return True
 
 
-def _prune(folder: Path, kind: str) -> None:
+def _prune(folder: Path, kind: str, keep: int) -> None:
     entries = list(folder.glob(f"{kind}-*.json"))
-    if len(entries) <= MAX_ENTRIES:
+    if len(entries) <= keep:
         return
 
     def age(p: Path) -> float:
@@ -93,6 +94,6 @@ def _prune(folder: Path, kind: str) -> None:
         except OSError:
             return 0.0
     entries.sort(key=age)
-    for old in entries[: len(entries) - MAX_ENTRIES]:
+    for old in entries[: len(entries) - keep]:
         with contextlib.suppress(OSError):
             old.unlink()

@@ -94,6 +94,8 @@ def test_needles_drop_blanks_duplicates_and_containing_literals() -> None:
         b"capturing",
         b"load_model",
     ]
+    # shortest first, then by bytes: the same order in every process (hash seeds differ)
+    assert needles(["zeta", "beta", "alpha", "xy"]) == [b"xy", b"beta", b"zeta", b"alpha"]
 
 
 @pytest.mark.parametrize("planned", [True, False])
@@ -163,6 +165,19 @@ def test_random_blocks_agree_with_a_line_by_line_search(planned: bool) -> None:
             assert _spans(pure, block, lo, hi) == inner, block
             if hs is not None:
                 assert _spans(hs, block, lo, hi) == inner, block
+
+
+def test_hyperscan_mask_names_every_needle_the_text_holds() -> None:
+    """``mask`` (what the scanner asks of a line normalising changed) is the needles held, by hand."""
+    hs = _hyperscan()
+    rng = random.Random(7)
+    words = [b"x", b"cuda", b"out of", b"memory", b"CUDA Out Of Memory", b"\n", b'file "', b"Traceback",
+             b"(most recent call last)", b"avg prompt", b" throughput", "\u00fcber".encode(), b"{}"]
+    texts = [b"", b"torch.OutOfMemoryError: CUDA out of memory.", *(log.read_bytes()[:4000] for log in LOGS[:20])]
+    texts += [b" ".join(rng.choice(words) for _ in range(rng.randint(1, 30))) for _ in range(200)]
+    for text in texts:
+        low = text.lower()
+        assert hs.mask(text) == sum(1 << i for i, n in enumerate(hs.needles) if n in low), text
 
 
 def test_whole_fixture_suite_reports_are_identical_with_each_prefilter() -> None:
@@ -501,3 +516,29 @@ def test_gates_planned_on_a_sample_sweep_for_short_shared_pieces() -> None:
     assert sorted(i for g in gates for i, _ in g.members) == list(range(len(lits)))
     assert len(gates) < len(plan(lits)) // 3  # a sweep covers what several find gates did
     assert not any(g.sweep is not None for g in plan(lits))  # no sample, no sweep
+
+
+def test_hyperscan_databases_are_read_back_from_the_cache_and_a_bad_entry_is_compiled_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("hyperscan")
+    from oomdoctor import cache
+    from oomdoctor.prefilter.hsdb import database
+    from oomdoctor.prefilter.hyperscan_path import HyperscanPrefilter
+
+    monkeypatch.setenv("OOMDOCTOR_CACHE_DIR", str(tmp_path))
+    trigs = _triggers()
+    block = b"x\nRuntimeError: CUDA out of memory. Tried\nTraceback (most recent call last):\ny\n"
+    want = HyperscanPrefilter(trigs).candidates(block)
+    assert len(want) == 2
+    (entry,) = tmp_path.glob("hyperscan-*.json")
+    stored = cache.load("hyperscan", entry.stem.removeprefix("hyperscan-"))
+    assert isinstance(stored, str)
+    assert HyperscanPrefilter(trigs).candidates(block) == want  # read back
+    # an entry holding another database fails the probe, a damaged one does not load: compiled again
+    database([b"zzzq"], [0], b"zzzq")
+    (other,) = set(tmp_path.glob("hyperscan-*.json")) - {entry}
+    for bad in (other.read_bytes(), b"damaged"):
+        entry.write_bytes(bad)
+        assert HyperscanPrefilter(trigs).candidates(block) == want
+        assert cache.load("hyperscan", entry.stem.removeprefix("hyperscan-")) == stored

@@ -13,6 +13,7 @@ from typing import Any
 
 import hyperscan
 
+from oomdoctor.prefilter.hsdb import database
 from oomdoctor.prefilter.interface import needles
 
 
@@ -28,17 +29,26 @@ class HyperscanPrefilter:
         self.needles = lits = needles(triggers)
         self._db: hyperscan.Database | None = None
         if lits:
-            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            db.compile(
-                expressions=[_literal(x) for x in lits],
-                ids=list(range(len(lits))),
-                elements=len(lits),
-                flags=[hyperscan.HS_FLAG_CASELESS] * len(lits),
-            )
-            self._db = db
+            self._db = database([_literal(x) for x in lits], [hyperscan.HS_FLAG_CASELESS] * len(lits), lits[0])
         # hyperscan scratch space may be used by one scan at a time: one per thread (the HTTP
         # service shares the cached prefilter between request threads)
         self._local = threading.local()
+
+    def mask(self, text: bytes) -> int:
+        """The needles ``text`` holds anywhere (ASCII case folded), as a bit mask: one scan."""
+        if self._db is None or not text:
+            return 0
+        bits = 0
+
+        def on_match(id_: int, _start: int, _end: int, _flags: int, _ctx: object) -> None:
+            nonlocal bits
+            bits |= 1 << id_
+
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = hyperscan.Scratch(self._db)
+        self._db.scan(text, match_event_handler=on_match, scratch=scratch)
+        return bits
 
     def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
         n = len(block) if hi is None else hi

@@ -13,6 +13,13 @@ from typing import Protocol
 
 
 class Prefilter(Protocol):
+    """Finds a block's candidate lines.
+
+    A prefilter may also have ``mask(text: bytes) -> int``, the bit mask of the needles ``text``
+    holds anywhere (ASCII case folded), where one call costs much less than testing each trigger
+    (hyperscan: one scan). The scanner asks it about lines that normalising changed; without it,
+    every trigger is tested on such a line."""
+
     #: the literals searched (see :func:`needles`); bit ``i`` of a candidate's mask is ``needles[i]``
     needles: list[bytes]
 
@@ -25,8 +32,10 @@ class Prefilter(Protocol):
 
 def needles(triggers: Sequence[str]) -> list[bytes]:
     """The literals to search: lower-cased UTF-8, without blanks, duplicates, and literals that
-    contain another one (a line holding the longer one holds the shorter one too)."""
-    lits = sorted({t.lower().encode("utf-8") for t in triggers if t}, key=len)
+    contain another one (a line holding the longer one holds the shorter one too); shortest
+    first, in an order that does not change from run to run (a mask's bits name them, and a
+    compiled database is cached under them)."""
+    lits = sorted({t.lower().encode("utf-8") for t in triggers if t}, key=lambda lit: (len(lit), lit))
     kept: list[bytes] = []
     for lit in lits:
         if not any(k in lit for k in kept):

@@ -54,12 +54,12 @@ class _Hyperscan:
 
         import hyperscan
 
+        from oomdoctor.prefilter.hsdb import database
+
         self._hs = hyperscan
         literals = [b"".join(b"\\x%02x" % c for c in mk) for mk in MARKERS]
         patterns = [*literals, rb"\n\{[^']", rb"^\{[^']"]
-        self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self._db.compile(expressions=patterns, ids=list(range(len(patterns))), elements=len(patterns),
-                         flags=[0] * len(patterns))
+        self._db = database(patterns, [0] * len(patterns), MARKERS[0])
         self._local = threading.local()
 
     def first(self, block: bytes, pos: int, end: int) -> int:

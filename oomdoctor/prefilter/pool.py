@@ -52,6 +52,8 @@ class Precomputed:
     def __init__(self, inner: Prefilter) -> None:
         self.inner = inner
         self.needles = inner.needles
+        if hasattr(inner, "mask"):  # (see interface.py)
+            self.mask = inner.mask
         self._block: bytes | None = None
         self._spans: Spans = []
 

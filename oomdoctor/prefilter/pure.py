@@ -39,7 +39,10 @@ class PurePrefilter:
     #: (bench/genlog.py, 32 MiB): at 0.4 / 0.15 µs the common gates of ordinary logs were bypassed
     #: and every shape was 10-35 % slower than with no bypass at all; at these values no shape
     #: bypasses a gate, and a gate on every line still costs 0.045 s/MiB, as bypassed (without
-    #: the bypass: 0.13-0.17 s/MiB)
+    #: the bypass: 0.13-0.17 s/MiB). Re-measured for issue 17 (64 MiB of each of the seven
+    #: shapes): no gate is ever bypassed, and candidates cost the same with the bypass as
+    #: never or always bypassing (k8s-json 0.011 / 0.010 / 0.009 s/MiB, vllm-stats 0.013 /
+    #: 0.011 / 0.011, within noise): kept only for a log where a gate is on every line
     _HIT_COST = 0.1e-6
     _MEMBER_COST = 0.04e-6
 

@@ -28,15 +28,15 @@ class Triage:
     def __init__(self, literals: Iterable[str]) -> None:
         import hyperscan
 
+        from oomdoctor.prefilter.hsdb import database
+
         self._hs = hyperscan
         lits = needles(list(literals))
         self.size = len(lits)
-        self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self._db.compile(
-            expressions=[b"".join(b"\\x%02x" % c for c in lit) for lit in lits],
-            ids=list(range(len(lits))),
-            elements=len(lits),
-            flags=[hyperscan.HS_FLAG_CASELESS | hyperscan.HS_FLAG_SINGLEMATCH] * len(lits),
+        self._db = database(
+            [b"".join(b"\\x%02x" % c for c in lit) for lit in lits],
+            [hyperscan.HS_FLAG_CASELESS | hyperscan.HS_FLAG_SINGLEMATCH] * len(lits),
+            lits[0] if lits else b"",
         )
         self._local = threading.local()
 

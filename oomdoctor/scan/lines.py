@@ -153,7 +153,7 @@ class LineAssembly(ScanState):
         """Match one logical line; True when it holds a rule trigger (it then needs look-ahead).
 
         ``mask``: the prefilter's needles found on the line (0: unknown, try every trigger)."""
-        if self._deferred:
+        if self._deferred or self._tail is not None:
             self._resolve_deferred(line.number)
         if self._open:  # findings the lines before this one closed, however the input was cut
             self._age_open(final=False, last_line=line.number - 1)
@@ -180,7 +180,10 @@ class LineAssembly(ScanState):
                             else:
                                 o.foreign.append(func)
         # which triggers does the line hold? (one pass over the pack's literals, then an index)
-        present = [t for t in (self._triggers_for(mask) if mask else self._all_triggers) if t in low]
+        if not mask:
+            mask = self._text_mask(low)
+        present = [t for t in (self._triggers_for(mask) if mask > 0 else () if mask == 0 else self._all_triggers)
+                   if t in low]
         phases = self._phases_always
         contexts: list[Any] = []
         rules: list[CompiledRule] = []
@@ -225,6 +228,23 @@ class LineAssembly(ScanState):
             self._pending.append(_Pending(line, rules, self.source))
         self._evaluate_pending(final=False)
         return bool(rules)
+
+    def _text_mask(self, low: str) -> int:
+        """The needles the lower-cased text of a line holds (a line whose mask the prefilter could
+        not give: normalising changed it), from one prefilter call per kind of needle instead of
+        a test of every trigger; -1 when the prefilter cannot say (one built for other needles).
+
+        Exact: ``low`` is lower-cased, so ASCII case folding finds in its UTF-8 exactly the
+        (lower-case) needles that are substrings of it."""
+        main = getattr(self._prefilter, "mask", None)  # optional (see Prefilter)
+        ev = getattr(self._ev_prefilter, "mask", None)
+        if not self._masks_ok or main is None or (ev is None and self._ev_prefilter is not None):
+            return -1
+        data = low.encode("utf-8", "surrogatepass")
+        mask: int = main(data)
+        if ev is not None:
+            mask |= ev(data) << self._ev_shift
+        return mask
 
     def _defers(self, number: int, raw: bytes, mask: int) -> bool:
         """Set aside a candidate line that can only be phase evidence (vLLM's throughput lines,
@@ -369,13 +389,20 @@ class LineAssembly(ScanState):
 
     def _set_aside(self, block: bytes, a: int, b: int, number: int) -> int:
         """Set aside the evidence of ``block[a:b]`` (no failure pending or open, no odd line):
-        the latest progress line before its last ``BEFORE_LINES`` lines, and the evidence lines
-        of those. Returns the line number at ``b``."""
+        the latest progress line before its last ``BEFORE_LINES`` lines, and those last lines,
+        kept as a raw span (the *tail*) that is searched for evidence only when something reads
+        the deferred lines. Returns the line number at ``b``.
+
+        A stretch's latest progress line supersedes every line deferred before it, the previous
+        tail included: of the lines more than ``BEFORE_LINES`` before the next line read, only
+        the latest progress line is ever read (:meth:`_resolve_deferred`). So a stretch (most end
+        where a block ends) leaves one span, not one deferred line per evidence line near its end."""
         assert self._ev_prefilter is not None
         count = block.count
         shift = self._ev_shift
         lines = count(b"\n", a, b)
         near = a
+        number_near = number + (lines - BEFORE_LINES if lines > BEFORE_LINES else 0)  # at ``near``
         if lines > BEFORE_LINES:
             near = b - 1
             rfind = block.rfind
@@ -389,22 +416,39 @@ class LineAssembly(ScanState):
                 for s, e, m in reversed(self._ev_prefilter.candidates(block, cut, hi)):
                     raw = block[s:e]
                     if any(self._is_progress(ln, m << shift) for ln in normalise(0, raw)):
-                        latest = (number + count(b"\n", a, s), raw, m << shift)
+                        # counted back from ``near``: the stretch is counted once, not twice
+                        latest = (number_near - count(b"\n", s, near), raw, m << shift)
                         break
                 if latest is not None:
+                    self._tail = None  # superseded, like every line deferred before
+                    self._deferred.clear()
+                    self._deferred_bytes = 0
                     self._defer(*latest)
                     break
                 hi, width = cut, width * 4
-        number_near = number + (lines - BEFORE_LINES if lines > BEFORE_LINES else 0)
-        pos = near
-        for s, e, m in self._ev_prefilter.candidates(block, near, b):
-            number_near += count(b"\n", pos, s)
-            pos = s
-            self._defer(number_near, block[s:e], m << shift)
+        self._expand_tail()
+        if near < b:
+            self._tail = (block, near, b, number_near)
         return number + lines
+
+    def _expand_tail(self) -> None:
+        """Defer the evidence lines of the tail span (see :meth:`_set_aside`), in order."""
+        tail, self._tail = self._tail, None
+        if tail is None:
+            return
+        assert self._ev_prefilter is not None
+        block, pos, b, number = tail
+        count = block.count
+        shift = self._ev_shift
+        for s, e, m in self._ev_prefilter.candidates(block, pos, b):
+            number += count(b"\n", pos, s)
+            pos = s
+            self._defer(number, block[s:e], m << shift)
 
     def _defer(self, number: int, raw: bytes, mask: int) -> None:
         """Add a line to the deferred ones, settling the older ones when too many are held."""
+        if self._tail is not None:
+            self._expand_tail()
         self._deferred.append((number, raw, mask))
         self._deferred_bytes += len(raw)
         if len(self._deferred) >= 2 * DEFER_KEEP or self._deferred_bytes >= DEFER_BYTES:
@@ -415,6 +459,7 @@ class LineAssembly(ScanState):
         ``BEFORE_LINES`` before it (markers of a failure's step) and, of the older ones, only the
         latest progress line (the step the run had reached). Nothing else in the older ones can
         reach a finding. ``keep``: leave up to that many of the newest ones deferred."""
+        self._expand_tail()
         deferred, self._deferred = self._deferred, []
         near = len(deferred)
         while near and deferred[near - 1][0] >= upto - BEFORE_LINES:

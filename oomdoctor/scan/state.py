@@ -126,6 +126,8 @@ class ScanState:
     _paste: bytearray | None
     _deferred: list[tuple[int, bytes, int]]
     _deferred_bytes: int
+    #: evidence not searched yet, the last lines of a stretch: (block, start, end, line number)
+    _tail: tuple[bytes, int, int, int] | None
     # evidence near failures (per source)
     _frames: deque[tuple[int, str, str | None]]
     _traceback_at: dict[str | None, deque[int]]
