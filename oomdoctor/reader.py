@@ -348,8 +348,10 @@ def split_prefix(text: str) -> tuple[str, str, str | None]:
 #: json-file driver, Kubernetes/fluentd and Azure Container Insights v2 ("log"), JSON loggers,
 #: Elastic and Datadog exports ("message", "msg"), Google Cloud Logging ("textPayload"), AWS
 #: CloudWatch Logs Insights ("@message"), journald's ``journalctl -o json`` ("MESSAGE"), Azure
-#: Monitor's ContainerLog table ("LogEntry"), Grafana Loki's exports ("line")
-ENVELOPE_KEYS = ("log", "message", "msg", "textPayload", "@message", "MESSAGE", "LogEntry", "line")
+#: Monitor's ContainerLog table ("LogEntry") and ContainerLogV2 ("LogMessage", a string unless the
+#: line was JSON), Azure Container Apps' ``az containerapp logs show --format json`` ("Log"),
+#: Grafana Loki's exports ("line")
+ENVELOPE_KEYS = ("log", "message", "msg", "textPayload", "@message", "MESSAGE", "LogEntry", "LogMessage", "Log", "line")
 #: keys whose value is an object holding the message under one of :data:`ENVELOPE_KEYS`: Google
 #: Cloud Logging's structured entries ("jsonPayload"), Datadog's and Elastic's nested records
 ENVELOPE_OBJECTS = ("jsonPayload", "attributes", "_source", "fields")

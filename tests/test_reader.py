@@ -243,6 +243,8 @@ def test_each_collectors_record_layout_stands_for_its_message() -> None:
         {"jsonPayload": {"message": msg, "logger": "vllm"}, "severity": "ERROR"},  # GCP, structured
         {"@timestamp": "2024-05-01 10:00:00.123", "@logStream": "ecs/x", "@message": msg},  # CloudWatch
         {"TimeGenerated": "2024-05-01T10:00:00Z", "LogEntry": msg},  # Azure ContainerLog
+        {"TimeGenerated": "2024-05-01T10:00:00Z", "LogMessage": msg, "LogSource": "stderr"},  # ContainerLogV2
+        {"TimeStamp": "2024-05-01T10:00:00.1234567+00:00", "Log": msg},  # az containerapp logs show
         {"labels": {"app": "vllm"}, "line": msg},  # Loki
         {"attributes": {"message": msg, "service": "vllm"}},  # Datadog
         {"_source": {"message": msg}},  # an Elasticsearch hit

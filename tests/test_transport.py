@@ -71,6 +71,9 @@ ENVELOPES: dict[str, Callable[[bytes], bytes]] = {
     # Azure Monitor ContainerLog (LogEntry) and Container Insights v2 ContainerLogV2 (LogMessage is an
     # object for JSON messages, a string otherwise; exported rows carry "log")
     "Azure ContainerLog": _record(TimeGenerated="2024-05-01T10:00:00Z", LogEntry="MSG", LogEntrySource="stderr"),
+    "Azure ContainerLogV2": _record(TimeGenerated="2024-05-01T10:00:00Z", LogMessage="MSG", LogSource="stderr",
+                                    ContainerName="vllm"),
+    "Azure Container Apps": _record(TimeStamp="2024-05-01T10:00:00.1234567+00:00", Log="MSG"),
     # Grafana Loki (logcli --output=jsonl), Elastic/Datadog exports
     "Loki": _record(labels={"app": "vllm"}, line="MSG", timestamp="2024-05-01T10:00:00Z"),
     "Elastic": _record(**{"@timestamp": "2024-05-01T10:00:00Z", "message": "MSG", "log.level": "error"}),
