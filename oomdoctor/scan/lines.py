@@ -222,6 +222,8 @@ class LineAssembly(ScanState):
             if groups.get("engine_version") and not listed:  # a start banner, not a pasted package list
                 self._run_start = line.number
             self._collector.apply_groups(groups, ctx.rule.parser, ctx.rule.units, engine)
+            if groups.get("oom_recovered"):  # the failure just before was caught and retried
+                self._recovered_at.append((line.number, line.rank))
         # rule candidates
         if rules:
             self._lead_from_block(line)
