@@ -357,11 +357,18 @@ ENVELOPE_KEYS = ("log", "message", "msg", "textPayload", "@message", "MESSAGE", 
 ENVELOPE_OBJECTS = ("jsonPayload", "attributes", "_source", "fields")
 
 
+#: keys of a JSON record holding the formatted traceback beside its message: structlog's
+#: format_exc_info ("exception"; cog, the server of Replicate's models, logs this way),
+#: python-json-logger ("exc_info"), Elastic's ECS loggers ("stack_trace")
+TRACEBACK_KEYS = ("exception", "exc_info", "stack_trace")
+
+
 def _message_of(record: dict[str, object], depth: int = 0) -> str | None:
     for key in ENVELOPE_KEYS:
         value = record.get(key)
         if isinstance(value, str):
-            return value
+            tracebacks = [tb for k in TRACEBACK_KEYS if isinstance(tb := record.get(k), str) and tb.strip()]
+            return "\n".join((value, *tracebacks)) if tracebacks else value
     if depth < 2:
         for key in ENVELOPE_OBJECTS:
             value = record.get(key)

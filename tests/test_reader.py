@@ -258,6 +258,24 @@ def test_each_collectors_record_layout_stands_for_its_message() -> None:
         assert [ln.text for ln in normalise(1, raw.encode())] == [raw]
 
 
+def test_a_records_traceback_field_is_read_after_its_message() -> None:
+    # cog (Replicate's model server) logs through structlog's format_exc_info: the traceback is
+    # the record's "exception", beside its "message"
+    record = {
+        "logger": "cog.server.worker", "timestamp": "2024-05-01T10:00:00.000000Z", "severity": "ERROR",
+        "message": "caught exception while running setup",
+        "exception": 'Traceback (most recent call last):\n  File "/src/predict.py", line 12, in setup\n'
+                     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+    }
+    texts = [ln.text for ln in normalise(1, json.dumps(record).encode())]
+    assert texts[0] == "caught exception while running setup"
+    assert texts[-1] == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    import oomdoctor
+
+    (finding,) = oomdoctor.diagnose(json.dumps(record).encode()).findings
+    assert finding.figures["requested_bytes"] == 2 << 30
+
+
 def test_a_record_nested_deeper_than_the_parser_goes_is_read_as_text() -> None:
     # the server's fuzzer found it: a pasted JSON body with deep "hints" reached json.loads in a
     # worker thread and came back as a 500; the reader must treat it as plain text, like any
