@@ -145,6 +145,17 @@ def _to_field(name: str, value: str) -> Any:
 #: engine -> the engines it runs inside itself, whose lines it prints too (it names the log)
 _WRAPS: dict[str, frozenset[str]] = {"ollama": frozenset({"llama.cpp"})}
 
+#: a package's name, as ``pip list``/``pip freeze``, ``collect_env`` or an environment check prints
+#: it (a context rule's ``engine`` group), -> the engine it is
+LISTED_ENGINES: dict[str, str] = {
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "tensorrt-llm": "tensorrt-llm",
+    "tensorrt_llm": "tensorrt-llm",
+    "torch": "pytorch",
+    "pytorch": "pytorch",
+}
+
 
 class ContextCollector:
     """Accumulates :class:`Context` from context-rule matches as lines pass."""
@@ -153,21 +164,36 @@ class ContextCollector:
         self.context = Context()
         self._engines: Counter[str] = Counter()
         self._engine_first: dict[str, int] = {}
+        #: engines only named by a package list (``pip list``, ``collect_env``): weaker evidence,
+        #: counted only when nothing else names one (SGLang's environment check lists vLLM too)
+        self._listed: Counter[str] = Counter()
+        self._listed_first: dict[str, int] = {}
+        #: engine -> the latest version a line gave for it
+        self._versions: dict[str, str] = {}
 
     def vote_engine(self, engine: str, line: int) -> None:
         self._engines[engine] += 1
         self._engine_first.setdefault(engine, line)
 
+    def list_engine(self, package: str, line: int) -> str | None:
+        """Note a package list's line naming ``package``; return the engine it is, if one."""
+        engine = LISTED_ENGINES.get(package.lower())
+        if engine is not None:
+            self._listed[engine] += 1
+            self._listed_first.setdefault(engine, line)
+        return engine
+
     def engine(self) -> str | None:
-        if not self._engines:
+        votes, first = (self._engines, self._engine_first) if self._engines else (self._listed, self._listed_first)
+        if not votes:
             return None
         generic = {"pytorch", "python", "cuda", "linux", "host"}
-        specific = [e for e in self._engines if e not in generic]
-        pool = specific or list(self._engines)
+        specific = [e for e in votes if e not in generic]
+        pool = specific or list(votes)
         # a tool that runs another one prints that one's lines too: ollama runs llama.cpp
         wrapped = {w for e in pool for w in _WRAPS.get(e, ())}
         pool = [e for e in pool if e not in wrapped] or pool
-        return max(pool, key=lambda e: (self._engines[e], -self._engine_first[e]))
+        return max(pool, key=lambda e: (votes[e], -first[e]))
 
     def apply_args(self, args: dict[str, str], argv: list[str] | None = None, *, typed: bool = False,
                    dump: bool = False) -> None:
@@ -189,10 +215,20 @@ class ContextCollector:
             if parsed is not None:
                 setattr(ctx, name, parsed)
 
-    def apply_groups(self, groups: dict[str, str | None], parser: str | None, units: dict[str, str]) -> None:
+    def apply_groups(
+        self, groups: dict[str, str | None], parser: str | None, units: dict[str, str], engine: str | None = None
+    ) -> None:
+        """Set the Context fields (or ``extra`` entries) a context line's named groups give.
+
+        ``engine``: the engine the line is about; a version it gives is that engine's (the report's
+        ``engine_version`` is the version of the engine the log is found to be, see :meth:`finish`).
+        """
         ctx = self.context
         for name, text in groups.items():
             if text is None:
+                continue
+            if name == "engine_version" and engine is not None:
+                self._versions[engine] = text.strip()
                 continue
             if name == "args":
                 if parser == "python-dict":
@@ -223,4 +259,8 @@ class ContextCollector:
         eng = self.engine()
         if eng is not None:
             self.context.engine = eng
+            if eng in self._versions:
+                self.context.engine_version = self._versions[eng]
+        if "pytorch" in self._versions:  # the framework under any engine
+            self.context.extra["torch_version"] = self._versions["pytorch"]
         return self.context

@@ -171,6 +171,16 @@ _ANSI = re.compile(
 PREFIX_PATTERNS: tuple[str, ...] = (
     # a quoted paste (Markdown, e-mail, chat): > line, > > line
     r"(?:>[ \t]?)+",
+    # AWS CLI v2 `aws logs tail` (its default, detailed format): the event's time as Python's
+    # isoformat() in UTC, then the log stream's name (ECS/EKS/Lambda streams hold "/", EC2's is the
+    # instance id, SageMaker's the host "algo-1-<epoch>")
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{6})?[+-]\d\d:\d\d (?=[^\s:*]*/|i-[0-9a-f]{8}|algo-\d)[^\s:*]+ ",
+    # `aws logs get-log-events --output text`: EVENTS<tab>ingestionTime<tab>message<tab>timestamp, and
+    # filter-log-events': EVENTS<tab>eventId<tab>ingestionTime<tab>logStreamName<tab>message<tab>timestamp
+    # (the trailing timestamp is cut by normalise); the CloudWatch console's rows copied as
+    # epoch-milliseconds<tab>message
+    r"EVENTS\t(?:\d{20,}\t\d{13}\t[^\t]+\t|\d{13}\t)",
+    r"\d{13}\t",
     # Kubernetes CRI: 2024-05-01T10:00:00.123456789Z stdout F
     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] ",
     # docker compose v2 / v1:  vllm-1  | ... , vllm_1  | ...
@@ -188,16 +198,22 @@ PREFIX_PATTERNS: tuple[str, ...] = (
     r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?::\s*|\s+-\s+|\s+)",
     # ISO-ish timestamps, optionally bracketed, optionally followed by ': ' or ' - '
     r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d| ?UTC)?\]?(?::| -|)\s+",
-    # FastChat / fairseq / loguru separators: | ERROR | stderr |   | WARNING | fairseq.trainer |
-    r"\|\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|SUCCESS)\s*\|\s*[\w.:<>\-]+\s*\|\s?",
-    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s*\|\s*[\w.:<>\-]+\s*[|:\-]\s?",
+    # FastChat / fairseq / loguru separators: | ERROR | stderr |   | WARNING | fairseq.trainer |  (loguru: | ERROR | m:f:1 - msg)
+    r"\|\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|SUCCESS)\s*\|\s*[\w.:<>\-]+\s*(?:\||\s-\s)\s?",
+    # (a logger name field, never the exception's name: "ERROR  | torch.OutOfMemoryError: ...")
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s*\|\s*(?![\w.]*(?:Error|Exception|Warning)\b)[\w.:<>\-]+\s*[|:\-]\s?",
+    # a level and a bar alone; RunPod's serverless worker (runpod 1.x rp_logger) pads the level to
+    # 7 and may add "job id | "
+    r"(?:TRACE|DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|TIP) *\| (?:[\w\-]+ \| )?",
+    # Modal (`modal app logs --show-function-id --show-container-id ...`): its object ids after the time
+    r"(?:(?:fu|ta|fc|sb)-[A-Za-z0-9]{8,} )+",
     # vLLM worker/process prefixes: (VllmWorkerProcess pid=1) (Worker_TP1 pid=2) (RayWorkerWrapper pid=3, ip=1.2.3.4)
     r"\((?P<proc>[A-Za-z_][\w.\-]*(?: rank=\d+)?) pid=(?P<pid>\d+)(?:, ip=[\w.:\-]+)?\)\s*",
     r"\((?:raylet|pid=\d+)(?:, ip=[\w.:\-]+)?\)\s*",
     # SkyPilot: (task, pid=2343)  (head, rank=0, pid=2375)  (worker1, rank=1, pid=2357, ip=172.31.18.50)
     r"\((?P<proc>[A-Za-z_][\w.\-]*)(?:, rank=\d+)?, pid=(?P<pid>\d+)(?:, ip=[\w.:\-]+)?\)\s*",
-    # Open MPI --tag-output: [1,0]<stderr>:  (job, rank)
-    r"\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:\s?",
+    # Open MPI --tag-output: [1,0]<stderr>:  (job, rank); SageMaker's MPI jobs: [1,mpirank:0,algo-1]<stdout>:
+    r"\[\d+,(?:mpirank:)?(?P<rank>\d+)(?:,[\w.\-]+)?\]<(?:stdout|stderr|stddiag)>:\s?",
     # Slurm srun --label:  0: / 12:  (task id)
     r" *(?P<rank>\d+): ",
     # pdsh (DeepSpeed's multi-node launcher): the host, an IPv4 address or a lowercase name ending in a digit
@@ -332,18 +348,27 @@ def split_prefix(text: str) -> tuple[str, str, str | None]:
 #: json-file driver, Kubernetes/fluentd and Azure Container Insights v2 ("log"), JSON loggers,
 #: Elastic and Datadog exports ("message", "msg"), Google Cloud Logging ("textPayload"), AWS
 #: CloudWatch Logs Insights ("@message"), journald's ``journalctl -o json`` ("MESSAGE"), Azure
-#: Monitor's ContainerLog table ("LogEntry"), Grafana Loki's exports ("line")
-ENVELOPE_KEYS = ("log", "message", "msg", "textPayload", "@message", "MESSAGE", "LogEntry", "line")
+#: Monitor's ContainerLog table ("LogEntry") and ContainerLogV2 ("LogMessage", a string unless the
+#: line was JSON), Azure Container Apps' ``az containerapp logs show --format json`` ("Log"),
+#: Grafana Loki's exports ("line")
+ENVELOPE_KEYS = ("log", "message", "msg", "textPayload", "@message", "MESSAGE", "LogEntry", "LogMessage", "Log", "line")
 #: keys whose value is an object holding the message under one of :data:`ENVELOPE_KEYS`: Google
 #: Cloud Logging's structured entries ("jsonPayload"), Datadog's and Elastic's nested records
 ENVELOPE_OBJECTS = ("jsonPayload", "attributes", "_source", "fields")
+
+
+#: keys of a JSON record holding the formatted traceback beside its message: structlog's
+#: format_exc_info ("exception"; cog, the server of Replicate's models, logs this way),
+#: python-json-logger ("exc_info"), Elastic's ECS loggers ("stack_trace")
+TRACEBACK_KEYS = ("exception", "exc_info", "stack_trace")
 
 
 def _message_of(record: dict[str, object], depth: int = 0) -> str | None:
     for key in ENVELOPE_KEYS:
         value = record.get(key)
         if isinstance(value, str):
-            return value
+            tracebacks = [tb for k in TRACEBACK_KEYS if isinstance(tb := record.get(k), str) and tb.strip()]
+            return "\n".join((value, *tracebacks)) if tracebacks else value
     if depth < 2:
         for key in ENVELOPE_OBJECTS:
             value = record.get(key)
@@ -370,6 +395,10 @@ def unwrap_envelope(text: str) -> str:
     return text
 
 
+#: the last column of an ``aws logs get-log-events --output text`` row (epoch milliseconds)
+_EVENT_TIMESTAMP_COLUMN = re.compile(r"\t\d{13}$")
+
+
 def normalise(number: int, raw: bytes) -> list[Line]:
     """Decode one physical line and split it into logical :class:`Line` objects.
 
@@ -392,5 +421,7 @@ def normalise(number: int, raw: bytes) -> list[Line]:
             continue
         trimmed = piece.rstrip()
         prefix, message, rank = split_prefix(trimmed)
+        if prefix.startswith("EVENTS\t"):  # the AWS CLI's text output: the event's timestamp ends the row
+            message = _EVENT_TIMESTAMP_COLUMN.sub("", message)
         out.append(Line(number, message, prefix, rank, len(trimmed) < len(piece)))
     return out

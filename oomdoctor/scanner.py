@@ -206,6 +206,7 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         #: line numbers of "Traceback (most recent call last)" headers, per rank
         self._traceback_at: dict[str | None, deque[int]] = {}
         self._progress: deque[tuple[int, str]] = deque(maxlen=64)
+        self._recovered_at: deque[tuple[int, str | None]] = deque(maxlen=64)
         self._last_line = 0
         #: the source's bytes while it is small enough to be a paste (see PASTE_BYTES)
         self._paste: bytearray | None = bytearray()

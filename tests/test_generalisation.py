@@ -69,6 +69,23 @@ def _prefix(text: str) -> str:
     return "\n".join(f"web-7f9c-x2 | stderr F [svc/api] {line}" for line in text.splitlines())
 
 
+#: hosted consoles' and cloud exports' prefixes (tests/test_reader.py has their sources)
+CONSOLES = {
+    "aws-logs-tail": "2024-05-01T10:00:00.123000+00:00 ecs/vllm/1a2b3c4d ",
+    "sagemaker": "[1,mpirank:0,algo-1]<stdout>:",
+    "runpod": "2024-05-01T10:00:00.123456789Z ERROR  | sync-5e1c2f7a-u1 | ",
+    "modal": "2024-05-01 12:00:00+02:00 fu-Ab3dE5gH7jK9mN1pQ3 ta-01HX7Y8Z9ABCDEF ",
+}
+
+
+def _console(name: str) -> Callable[[str], str]:
+    def prefix(text: str) -> str:
+        return "\n".join(CONSOLES[name] + line for line in text.splitlines())
+
+    prefix.__name__ = f"_console_{name}"
+    return prefix
+
+
 def _requote(text: str) -> str:
     flat = _one_line(text).replace("\\", "\\\\").replace('"', '\\"')
     return f'job failed: error="{flat}"'
@@ -88,12 +105,13 @@ PERTURBATIONS: list[Callable[[str], str]] = [
     _wrap(80),
     _wrap(100),
     _prefix,
+    *(_console(name) for name in CONSOLES),
     _requote,
     _upper,
     _lower,
 ]
 #: perturbations that keep every number and its words together
-KEEPS_FIGURES = {"_prefix", "_requote"}
+KEEPS_FIGURES = {"_prefix", "_requote", *(f"_console_{name}" for name in CONSOLES)}
 
 
 def _values(findings: list[Any]) -> dict[str, list[float]]:

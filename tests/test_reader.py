@@ -78,6 +78,58 @@ def test_prefixes_stack_and_name_the_rank() -> None:
     assert split_prefix("[default1]:RuntimeError: x")[2] == "rank1"
 
 
+MSG = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+
+
+@pytest.mark.parametrize(
+    ("line", "prefix", "rank"),
+    [
+        # AWS CLI v2 `aws logs tail` (detailed format): isoformat() time, then the stream's name
+        (f"2024-05-01T10:00:00.123000+00:00 ecs/vllm/1a2b3c4d {MSG}", "2024-05-01T10:00:00.123000+00:00 ecs/vllm/1a2b3c4d", None),
+        (f"2024-05-01T10:00:00+00:00 i-0abc12345def67890 {MSG}", "2024-05-01T10:00:00+00:00 i-0abc12345def67890", None),
+        (f"2024-05-01T10:00:00.500000+00:00 algo-1-1714557600 {MSG}", "2024-05-01T10:00:00.500000+00:00 algo-1-1714557600", None),
+        # CloudWatch console rows copied: epoch milliseconds, a tab
+        (f"1714557600123\t{MSG}", "1714557600123", None),
+        # SageMaker distributed training (Open MPI tags with the host)
+        (f"[1,mpirank:3,algo-2]<stderr>:{MSG}", "[1,mpirank:3,algo-2]<stderr>:", "rank3"),
+        # RunPod serverless worker (runpod rp_logger: level.ljust(7) + "| ", optional "job_id | ")
+        (f"ERROR  | {MSG}", "ERROR  |", None),
+        (f"ERROR  | sync-5e1c2f7a-u1 | {MSG}", "ERROR  | sync-5e1c2f7a-u1 |", None),
+        (f"2024-05-01T10:00:00.123456789Z INFO   | {MSG}", "2024-05-01T10:00:00.123456789Z INFO   |", None),
+        # Modal `modal app logs --timestamps --show-function-id --show-container-id`
+        (f"2024-05-01 12:00:00+02:00 fu-Ab3dE5gH7jK9mN1pQ3 ta-01HX7Y8Z9ABCDEF {MSG}",
+         "2024-05-01 12:00:00+02:00 fu-Ab3dE5gH7jK9mN1pQ3 ta-01HX7Y8Z9ABCDEF", None),
+        # loguru's default format
+        (f"2024-05-01 10:00:00.123 | ERROR    | __main__:main:10 - {MSG}",
+         "2024-05-01 10:00:00.123 | ERROR    | __main__:main:10 -", None),
+        # Slurm srun --label
+        (f" 12: {MSG}", " 12:", "rank12"),
+    ],
+)
+def test_cloud_and_console_prefixes_are_split_off(line: str, prefix: str, rank: str | None) -> None:
+    assert split_prefix(line) == (prefix, MSG, rank)
+
+
+def test_an_exception_name_after_a_level_bar_is_the_message_not_a_logger_name() -> None:
+    assert split_prefix("ERROR | torch.OutOfMemoryError: CUDA out of memory.")[1].startswith("torch.OutOfMemoryError")
+    assert split_prefix("WARNING | UserWarning: x")[1] == "UserWarning: x"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # aws logs get-log-events --output text: EVENTS, ingestionTime, message, timestamp
+        f"EVENTS\t1714557600456\t{MSG}\t1714557600123",
+        # aws logs filter-log-events --output text: EVENTS, eventId, ingestionTime, logStreamName, message, timestamp
+        f"EVENTS\t{'3' * 56}\t1714557600456\tecs/vllm/1a2b3c4d\t{MSG}\t1714557600123",
+    ],
+)
+def test_aws_cli_text_rows_stand_for_their_message(raw: str) -> None:
+    (line,) = normalise(1, raw.encode())
+    assert line.text == MSG
+    assert line.prefix.startswith("EVENTS\t")
+
+
 @pytest.mark.parametrize("cut", ["rank0]:", "ank0]:", "nk0]:"])
 def test_a_torchrun_prefix_cut_by_the_paste_still_names_the_rank(cut: str) -> None:
     """A copied excerpt often starts mid-prefix; its frame must count for rank 0's failure below."""
@@ -191,6 +243,8 @@ def test_each_collectors_record_layout_stands_for_its_message() -> None:
         {"jsonPayload": {"message": msg, "logger": "vllm"}, "severity": "ERROR"},  # GCP, structured
         {"@timestamp": "2024-05-01 10:00:00.123", "@logStream": "ecs/x", "@message": msg},  # CloudWatch
         {"TimeGenerated": "2024-05-01T10:00:00Z", "LogEntry": msg},  # Azure ContainerLog
+        {"TimeGenerated": "2024-05-01T10:00:00Z", "LogMessage": msg, "LogSource": "stderr"},  # ContainerLogV2
+        {"TimeStamp": "2024-05-01T10:00:00.1234567+00:00", "Log": msg},  # az containerapp logs show
         {"labels": {"app": "vllm"}, "line": msg},  # Loki
         {"attributes": {"message": msg, "service": "vllm"}},  # Datadog
         {"_source": {"message": msg}},  # an Elasticsearch hit
@@ -202,6 +256,24 @@ def test_each_collectors_record_layout_stands_for_its_message() -> None:
     # an object without a message stays the line it is
     for raw in ('{"jsonPayload": {"step": 3}}', '{"attributes": "x"}', '{"line": 12}'):
         assert [ln.text for ln in normalise(1, raw.encode())] == [raw]
+
+
+def test_a_records_traceback_field_is_read_after_its_message() -> None:
+    # cog (Replicate's model server) logs through structlog's format_exc_info: the traceback is
+    # the record's "exception", beside its "message"
+    record = {
+        "logger": "cog.server.worker", "timestamp": "2024-05-01T10:00:00.000000Z", "severity": "ERROR",
+        "message": "caught exception while running setup",
+        "exception": 'Traceback (most recent call last):\n  File "/src/predict.py", line 12, in setup\n'
+                     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+    }
+    texts = [ln.text for ln in normalise(1, json.dumps(record).encode())]
+    assert texts[0] == "caught exception while running setup"
+    assert texts[-1] == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    import oomdoctor
+
+    (finding,) = oomdoctor.diagnose(json.dumps(record).encode()).findings
+    assert finding.figures["requested_bytes"] == 2 << 30
 
 
 def test_a_record_nested_deeper_than_the_parser_goes_is_read_as_text() -> None:

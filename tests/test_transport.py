@@ -26,6 +26,11 @@ PREFIXES: dict[str, bytes] = {
     "Slurm srun --label": b"0: ",
     "pdsh (DeepSpeed multi-node)": b"gpu-node-1: ",
     "Open MPI --tag-output": b"[1,0]<stderr>:",
+    "SageMaker (MPI)": b"[1,mpirank:0,algo-1]<stdout>:",
+    "aws logs tail": b"2024-05-01T10:00:00.123000+00:00 ecs/vllm/1a2b3c4d ",
+    "CloudWatch console copy": b"1714557600123\t",
+    "RunPod serverless": b"2024-05-01T10:00:00.123456789Z ERROR  | sync-5e1c2f7a-u1 | ",
+    "Modal": b"2024-05-01 12:00:00+02:00 fu-Ab3dE5gH7jK9mN1pQ3 ta-01HX7Y8Z9ABCDEF ",
     "Python logging": b"2024-05-01 10:00:00,123 INFO ",
     "GitHub Actions": b"2024-05-01T10:00:00.1234567Z ",
     "quoted paste": b"> ",
@@ -66,6 +71,9 @@ ENVELOPES: dict[str, Callable[[bytes], bytes]] = {
     # Azure Monitor ContainerLog (LogEntry) and Container Insights v2 ContainerLogV2 (LogMessage is an
     # object for JSON messages, a string otherwise; exported rows carry "log")
     "Azure ContainerLog": _record(TimeGenerated="2024-05-01T10:00:00Z", LogEntry="MSG", LogEntrySource="stderr"),
+    "Azure ContainerLogV2": _record(TimeGenerated="2024-05-01T10:00:00Z", LogMessage="MSG", LogSource="stderr",
+                                    ContainerName="vllm"),
+    "Azure Container Apps": _record(TimeStamp="2024-05-01T10:00:00.1234567+00:00", Log="MSG"),
     # Grafana Loki (logcli --output=jsonl), Elastic/Datadog exports
     "Loki": _record(labels={"app": "vllm"}, line="MSG", timestamp="2024-05-01T10:00:00Z"),
     "Elastic": _record(**{"@timestamp": "2024-05-01T10:00:00Z", "message": "MSG", "log.level": "error"}),
@@ -83,6 +91,7 @@ ENVELOPES: dict[str, Callable[[bytes], bytes]] = {
 TRANSPORTS: dict[str, Callable[[bytes], bytes]] = {
     **{name: (lambda line, p=prefix: p + line) for name, prefix in PREFIXES.items()},
     "CRLF": lambda line: line + b"\r",
+    "aws logs get-log-events --output text": lambda line: b"EVENTS\t1714557600456\t" + line + b"\t1714557600123",
     "colour": lambda line: b"\x1b[32m" + line + b"\x1b[0m",
     **ENVELOPES,
 }

@@ -49,6 +49,14 @@ class Lifetime(ScanState):
         after = [ph for number, ph in self._progress if o.line < number <= end + PROGRESS_LAG]
         return after[0] if after else "unknown"
 
+    def _recovered(self, o: _Open) -> bool:
+        """Whether a line after the failure, of its rank, says the program recovered from it (a
+        context rule's ``oom_recovered`` group: fairseq's "attempting to recover from OOM"): the
+        failure was caught and retried, a warning, not the error that ended the run."""
+        ranks = {o.rank} | o.merged_ranks
+        end = max(o.last_line, o.finding.location.end_line)
+        return any(end < n <= end + AFTER_LINES and rank in ranks for n, rank in self._recovered_at)
+
     def _age_open(self, final: bool, last_line: int | None = None) -> None:
         """Close the open findings ``AFTER_LINES`` behind ``last_line`` (default: the last line
         read), or all of them (``final``)."""
@@ -57,6 +65,8 @@ class Lifetime(ScanState):
         for o in self._open:
             if final or last - o.line > AFTER_LINES:
                 o.finding.phase = self._phase_for(o)  # type: ignore[assignment]
+                if o.finding.severity == "error" and self._recovered(o):
+                    o.finding.severity = "warning"
                 self._findings.append(o.finding)
                 self._ready.append(o.finding)
             else:

@@ -218,10 +218,15 @@ class LineAssembly(ScanState):
                 continue
             if ctx.rule.engine:
                 self._collector.vote_engine(ctx.rule.engine, line.number)
-            groups = {k: v for k, v in m.groupdict().items() if k != "engine"}
-            if groups.get("engine_version"):
+            groups = m.groupdict()
+            # a package list names its engine in the text ("vllm==0.6.3"): weaker than a rule's engine
+            listed = groups.pop("engine", None)
+            engine = self._collector.list_engine(listed, line.number) if listed else ctx.rule.engine
+            if groups.get("engine_version") and not listed:  # a start banner, not a pasted package list
                 self._run_start = line.number
-            self._collector.apply_groups(groups, ctx.rule.parser, ctx.rule.units)
+            self._collector.apply_groups(groups, ctx.rule.parser, ctx.rule.units, engine)
+            if groups.get("oom_recovered"):  # the failure just before was caught and retried
+                self._recovered_at.append((line.number, line.rank))
         # rule candidates
         if rules:
             self._lead_from_block(line)

@@ -132,6 +132,8 @@ class ScanState:
     _frames: deque[tuple[int, str, str | None]]
     _traceback_at: dict[str | None, deque[int]]
     _progress: deque[tuple[int, str]]
+    #: lines saying the program recovered from an out-of-memory error just before (line, rank)
+    _recovered_at: deque[tuple[int, str | None]]
     _run_start: int
     # matching
     _claimed_until: dict[str | None, int]
