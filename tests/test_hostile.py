@@ -183,6 +183,18 @@ def test_duplicate_rule_ids(tmp_path: Path) -> None:
     )
 
 
+def test_duplicate_context_ids(tmp_path: Path) -> None:
+    # two context rules under one id: both would run, and a user overriding the id could not know which
+    ctx = '[[context]]\nid = "test.ctx"\ntriggers = ["x"]\npattern = \'\'\'x(?P<model>\\w+)\'\'\'\n'
+    (tmp_path / "myrules").mkdir()
+    (tmp_path / "myrules" / "a.toml").write_text(ctx)
+    (tmp_path / "myrules" / "b.toml").write_text(ctx)
+    (tmp_path / "a.log").write_bytes(b"hello\n")
+    assert one_error(oomdoctor("--rules", "myrules", "a.log", cwd=tmp_path)) == (
+        'oomdoctor: error: myrules/b.toml: context "test.ctx": id: duplicate context id (also in myrules/a.toml)'
+    )
+
+
 def test_regex_does_not_compile(tmp_path: Path) -> None:
     rule_dir(tmp_path, GOOD_RULE.replace("(?P<count>\\d+)", "(?P<count>\\d+"))
     (tmp_path / "a.log").write_bytes(b"hello\n")

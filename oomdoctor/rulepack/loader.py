@@ -423,6 +423,7 @@ def load_pack(
         if d.is_dir() and not files:
             raise RulePackError(f"{_display(d)}: no *.toml rule files")
         seen_here: dict[str, str] = {}
+        seen_context: dict[str, str] = {}
         for f in files:
             rf = read_rule_file(f)
             where = _display(f)
@@ -443,6 +444,9 @@ def load_pack(
                     pack.rules.append(compiled)
             for ctx in rf.context:
                 who = f'{where}: context "{ctx.id}"'
+                if ctx.id in seen_context:
+                    raise RulePackError(f"{who}: id: duplicate context id (also in {seen_context[ctx.id]})")
+                seen_context[ctx.id] = where
                 pack.contexts.append(
                     CompiledContext(ctx, where, _compile(ctx.pattern, who, "pattern", lazy),
                                     tuple(t.lower() for t in ctx.triggers))
