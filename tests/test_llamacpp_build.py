@@ -15,6 +15,8 @@ from oomdoctor.report import Context, Remedy
 
 ROOT = Path(__file__).resolve().parents[1]
 KV_OOM = (ROOT / "fixtures/llamacpp/synthetic-kv-cache-oom.log").read_text(encoding="utf-8")
+#: a compute-pool failure (flash attention shrinks that buffer), without the fixture's own build line
+POOL_OOM = (ROOT / "fixtures/llamacpp/synthetic-runtime-cuda-error.log").read_text(encoding="utf-8").split("\n", 1)[1]
 
 
 def _log(*head: str) -> str:
@@ -60,9 +62,10 @@ def test_llama_arg_variables_stand_for_their_options() -> None:
 def test_flash_attention_is_spelled_as_the_build_takes_it() -> None:
     assert switch_value("llama.cpp", "-fa", "4514", "on") == ""
     assert switch_value("llama.cpp", "-fa", "6431", "on") == "on"
-    old = diagnose(_log("build: 4514 (3edfa7d3) with cc (GCC) 13.2.0 for x86_64-linux-gnu"))
-    new = diagnose(_log("build: 6431 (1d660d2f) with cc (GCC) 13.2.0 for x86_64-linux-gnu"))
-    unknown = diagnose(KV_OOM)  # no build line: the newest sample answers
+    old = diagnose("build: 4514 (3edfa7d3) with cc (GCC) 13.2.0 for x86_64-linux-gnu\n" + POOL_OOM)
+    new = diagnose("build: 6431 (1d660d2f) with cc (GCC) 13.2.0 for x86_64-linux-gnu\n" + POOL_OOM)
+    unknown = diagnose(POOL_OOM)  # no build line: the newest sample answers
+    assert unknown.context.engine_version is None
     pick = {r.id: r.flags for r in old.findings[0].remedies}
     assert pick["ggml.flash-attn"] == {"-fa": ""}
     assert {r.id: r.flags for r in new.findings[0].remedies}["ggml.flash-attn"] == {"-fa": "on"}
