@@ -1,4 +1,4 @@
-"""A small on-disk cache of derived data (parsed rule files, the remedy index).
+"""A small on-disk cache of derived data (parsed rule files, the remedy index, parsed TOML tables).
 
 Entries live in ``$OOMDOCTOR_CACHE_DIR`` (default ``$XDG_CACHE_HOME/oomdoctor`` or
 ``~/.cache/oomdoctor``), one JSON file per key. The key is a digest of everything the data was
@@ -13,9 +13,15 @@ import contextlib
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 #: Entries kept per kind; the oldest go first.
 MAX_ENTRIES = 256
@@ -97,3 +103,20 @@ def _prune(folder: Path, kind: str, keep: int) -> None:
     for old in entries[: len(entries) - keep]:
         with contextlib.suppress(OSError):
             old.unlink()
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """The TOML document at ``path``, as ``tomllib.loads(path.read_text("utf-8"))`` gives it.
+
+    Parsed once per content: later reads of the same text load the JSON entry stored then, which
+    costs a fraction of parsing (the advice tables and the model catalog are read on every run
+    that finds a failure). A document JSON cannot carry exactly (TOML dates) is parsed every time.
+    Raises what ``read_text`` and ``tomllib.loads`` raise."""
+    text = path.read_text("utf-8")
+    key = hashlib.sha256(b"toml\0" + text.encode("utf-8")).hexdigest()[:40]
+    got = load("toml", key)
+    if isinstance(got, dict):
+        return got
+    data = tomllib.loads(text)
+    store("toml", key, data)
+    return data

@@ -13,7 +13,8 @@ do not tell is left out: figures are extracted exactly or not at all.
 
 from __future__ import annotations
 
-from typing import Any
+from functools import cache
+from typing import Any, NamedTuple
 
 import regex
 
@@ -39,37 +40,50 @@ _KIND_PREFIX = {
     "jax": "xla",
 }
 
-#: a size with its unit, or a bare byte count right after a role word ("needed 827046512")
-_SIZE = regex.compile(
-    r"(?<![\w.,])(?P<num>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)\s?(?P<unit>[KMGTP]i?B|bytes?|B)\b"
-    r"(?:\s*\((?P<exact>\d+)\s?(?:bytes?|B)\))?"
-    r"|(?<=\b(?:needed|need|requested|required|available|free|remaining|total|allocate|allocating|limit)"
-    r"\s?[:=]?\s?)(?P<bare>\d{5,})(?![\w.])(?!\s*(?:tokens?|blocks?|pages?|elements?|items?|MB|GB|KB|%))",
-    regex.IGNORECASE,
-)
+class _Patterns(NamedTuple):
+    """The extractor's regexes, compiled on first use: only a message no rule knows needs them."""
 
-#: role words, nearest one before the size wins (within its clause); the value is the figure name
-_BEFORE = [
-    (regex.compile(r"\b(?:(?:tried|try|trying|failed|unable|attempt(?:ed|ing)?) to allocate|"
-                   r"(?:could not|couldn't|cannot|can't|can not) allocate|allocating|"
-                   r"requested|request(?:ing)?|needed|needs?|required?|requires)\b", regex.I), "requested_bytes"),
-    (regex.compile(r"\b(?:total|capacity)\b", regex.I), "total_bytes"),
-    (regex.compile(r"\b(?:free|available|remaining|left)\b", regex.I), "free_bytes"),
-    (regex.compile(r"\b(?:limit|allowed|max(?:imum)?)\b", regex.I), "allowed_bytes"),
-    (regex.compile(r"\b(?:in use|used|usage)\b", regex.I), "in_use_bytes"),
-    (regex.compile(r"\ballocated\b", regex.I), "allocated_bytes"),
-]
-#: role words right after the size ("8.81 MiB is free", "79.15 GiB total capacity")
-_AFTER = [
-    (regex.compile(r"^\s?(?:is |are )?(?:free|available|remaining)\b", regex.I), "free_bytes"),
-    (regex.compile(r"^\s?(?:total|capacity)\b", regex.I), "total_bytes"),
-    (regex.compile(r"^\s?(?:is |are )?(?:in use|used)\b", regex.I), "in_use_bytes"),
-    (regex.compile(r"^\s?(?:is |are )?allocated\b", regex.I), "allocated_bytes"),
-    (regex.compile(r"^\s?(?:is |are )?(?:requested|needed|required)\b", regex.I), "requested_bytes"),
-]
-_GPU = regex.compile(r"(?:\bGPU\s?#?|device:GPU:|\bcuda:|\bdevice ordinal\s)(?P<n>\d{1,2})\b", regex.I)
-#: where a clause ends: the words before it do not describe the sizes after it
-_CLAUSE_END = regex.compile(r"[;.!?]\s|,\s(?=\w+\s\w)|\n")
+    #: a size with its unit, or a bare byte count right after a role word ("needed 827046512")
+    size: regex.Pattern[str]
+    #: role words, nearest one before the size wins (within its clause); the value is the figure name
+    before: list[tuple[regex.Pattern[str], str]]
+    #: role words right after the size ("8.81 MiB is free", "79.15 GiB total capacity")
+    after: list[tuple[regex.Pattern[str], str]]
+    gpu: regex.Pattern[str]
+    #: where a clause ends: the words before it do not describe the sizes after it
+    clause_end: regex.Pattern[str]
+
+
+@cache
+def _patterns() -> _Patterns:
+    return _Patterns(
+        size=regex.compile(
+            r"(?<![\w.,])(?P<num>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)\s?(?P<unit>[KMGTP]i?B|bytes?|B)\b"
+            r"(?:\s*\((?P<exact>\d+)\s?(?:bytes?|B)\))?"
+            r"|(?<=\b(?:needed|need|requested|required|available|free|remaining|total|allocate|allocating|limit)"
+            r"\s?[:=]?\s?)(?P<bare>\d{5,})(?![\w.])(?!\s*(?:tokens?|blocks?|pages?|elements?|items?|MB|GB|KB|%))",
+            regex.IGNORECASE,
+        ),
+        before=[
+            (regex.compile(r"\b(?:(?:tried|try|trying|failed|unable|attempt(?:ed|ing)?) to allocate|"
+                           r"(?:could not|couldn't|cannot|can't|can not) allocate|allocating|"
+                           r"requested|request(?:ing)?|needed|needs?|required?|requires)\b", regex.I), "requested_bytes"),
+            (regex.compile(r"\b(?:total|capacity)\b", regex.I), "total_bytes"),
+            (regex.compile(r"\b(?:free|available|remaining|left)\b", regex.I), "free_bytes"),
+            (regex.compile(r"\b(?:limit|allowed|max(?:imum)?)\b", regex.I), "allowed_bytes"),
+            (regex.compile(r"\b(?:in use|used|usage)\b", regex.I), "in_use_bytes"),
+            (regex.compile(r"\ballocated\b", regex.I), "allocated_bytes"),
+        ],
+        after=[
+            (regex.compile(r"^\s?(?:is |are )?(?:free|available|remaining)\b", regex.I), "free_bytes"),
+            (regex.compile(r"^\s?(?:total|capacity)\b", regex.I), "total_bytes"),
+            (regex.compile(r"^\s?(?:is |are )?(?:in use|used)\b", regex.I), "in_use_bytes"),
+            (regex.compile(r"^\s?(?:is |are )?allocated\b", regex.I), "allocated_bytes"),
+            (regex.compile(r"^\s?(?:is |are )?(?:requested|needed|required)\b", regex.I), "requested_bytes"),
+        ],
+        gpu=regex.compile(r"(?:\bGPU\s?#?|device:GPU:|\bcuda:|\bdevice ordinal\s)(?P<n>\d{1,2})\b", regex.I),
+        clause_end=regex.compile(r"[;.!?]\s|,\s(?=\w+\s\w)|\n"),
+    )
 
 
 def kind_for(engine: str | None, kind: str = FALLBACK_KIND) -> str:
@@ -85,7 +99,7 @@ def kind_for(engine: str | None, kind: str = FALLBACK_KIND) -> str:
 
 def _role_before(text: str) -> str | None:
     best: tuple[int, str] | None = None
-    for pat, role in _BEFORE:
+    for pat, role in _patterns().before:
         for m in pat.finditer(text):
             if best is None or m.end() > best[0]:
                 best = (m.end(), role)
@@ -93,7 +107,7 @@ def _role_before(text: str) -> str | None:
 
 
 def _role_after(text: str) -> str | None:
-    for pat, role in _AFTER:
+    for pat, role in _patterns().after:
         if pat.search(text):
             return role
     return None
@@ -102,15 +116,16 @@ def _role_after(text: str) -> str | None:
 def role_figures(text: str) -> dict[str, Any]:
     """Figures of an unknown out-of-memory message: every size whose role its words tell
     (the first size of each role), and the GPU index."""
+    pats = _patterns()
     out: dict[str, Any] = {}
     prev_end = 0
-    for m in _SIZE.finditer(text):
+    for m in pats.size.finditer(text):
         # the words before the size: back to the previous size or the start of its clause
         lead = text[prev_end : m.start()]
-        cut = [c.end() for c in _CLAUSE_END.finditer(lead)]
+        cut = [c.end() for c in pats.clause_end.finditer(lead)]
         lead = lead[cut[-1] :] if cut else lead
         prev_end = m.end()
-        nxt = _SIZE.search(text, m.end())
+        nxt = pats.size.search(text, m.end())
         tail = text[m.end() : nxt.start() if nxt else len(text)][:40]
         role = _role_after(tail) or _role_before(lead[-60:])
         if role is None or role in out:
@@ -125,7 +140,7 @@ def role_figures(text: str) -> dict[str, Any]:
         except (SizeError, ValueError):
             continue
         out[role] = value
-    g = _GPU.search(text)
+    g = pats.gpu.search(text)
     if g is not None:
         out["gpu_index"] = int(g.group("n"))
     return out

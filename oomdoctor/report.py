@@ -31,7 +31,9 @@ PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # each model's validator is built when first used, not at import: a run builds only those it
+    # uses, once each (building all at import was the largest part of a small log's start-up)
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class RunStep(_Model):

@@ -98,6 +98,20 @@ def test_needles_drop_blanks_duplicates_and_containing_literals() -> None:
     assert needles(["zeta", "beta", "alpha", "xy"]) == [b"xy", b"beta", b"zeta", b"alpha"]
 
 
+def test_needles_keep_exactly_the_literals_that_hold_no_shorter_kept_one() -> None:
+    """The definition, tested one by one, on random literals over a small alphabet (the NUL
+    that separates them in the searched text among its letters)."""
+    rng = random.Random(5)
+    for _ in range(2000):
+        triggers = ["".join(rng.choice("aB\0\n") for _ in range(rng.randint(0, 6))) for _ in range(rng.randint(0, 12))]
+        lits = sorted({t.lower().encode() for t in triggers if t}, key=lambda lit: (len(lit), lit))
+        kept: list[bytes] = []
+        for lit in lits:
+            if not any(k in lit for k in kept):
+                kept.append(lit)
+        assert needles(triggers) == kept, triggers
+
+
 @pytest.mark.parametrize("planned", [True, False])
 def test_pure_prefilter_finds_every_case_variant_and_only_whole_lines(planned: bool) -> None:
     trigs = _triggers()

@@ -140,6 +140,43 @@ def test_cache_store_refuses_values_json_cannot_carry(cache_dir: Path) -> None:
     assert cache.load("rules", "k") == {"pair": [1, 2]}
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        loader.builtin_rules_dir() / "advice" / "causes.toml",
+        loader.builtin_rules_dir() / "advice" / "remedies.toml",
+        loader.builtin_rules_dir() / "advice" / "flags.toml",
+        ROOT / "oomdoctor" / "data" / "models.toml",
+        ROOT / "oomdoctor" / "data" / "gpus.toml",
+    ],
+    ids=lambda p: p.name,
+)
+def test_a_cached_toml_table_is_the_parsed_one(cache_dir: Path, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fresh = cache.tomllib.loads(path.read_text("utf-8"))
+    assert cache.load_toml(path) == fresh
+    monkeypatch.setattr(cache.tomllib, "loads", lambda s: pytest.fail("parsed again"))
+    again = cache.load_toml(path)
+    assert again == fresh and json.dumps(again) == json.dumps(fresh)  # same keys, same order
+
+
+def test_a_toml_table_is_parsed_again_when_its_text_changes_or_json_cannot_carry_it(
+    cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = tmp_path / "t.toml"
+    doc.write_text("a = 1\n", encoding="utf-8")
+    assert cache.load_toml(doc) == {"a": 1}
+    doc.write_text("a = 2\n", encoding="utf-8")
+    assert cache.load_toml(doc) == {"a": 2}
+    doc.write_text("when = 2024-01-01\n", encoding="utf-8")
+    import datetime
+
+    assert cache.load_toml(doc) == {"when": datetime.date(2024, 1, 1)}
+    assert cache.load_toml(doc) == {"when": datetime.date(2024, 1, 1)}
+    doc.write_text("a = [\n", encoding="utf-8")
+    with pytest.raises(cache.tomllib.TOMLDecodeError):
+        cache.load_toml(doc)
+
+
 def test_the_cache_keeps_a_bounded_number_of_entries(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cache, "MAX_ENTRIES", 3)
     for i in range(6):

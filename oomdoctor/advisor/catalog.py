@@ -8,18 +8,13 @@ the config the user passed. A catalog entry carries its Japanese beside the Engl
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from oomdoctor import cache
 from oomdoctor.i18n import _, current_lang
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -113,7 +108,7 @@ def _geometry(entry: dict[str, Any]) -> ModelGeometry:
 
 @lru_cache(maxsize=1)
 def _models() -> tuple[dict[str, ModelGeometry], list[ModelGeometry]]:
-    data = tomllib.loads((DATA / "models.toml").read_text("utf-8"))
+    data = cache.load_toml(DATA / "models.toml")
     index: dict[str, ModelGeometry] = {}
     entries: list[ModelGeometry] = []
     for entry in data["model"]:
@@ -181,7 +176,7 @@ class GpuSpec:
 
 @lru_cache(maxsize=1)
 def _gpus() -> dict[str, GpuSpec]:
-    data = tomllib.loads((DATA / "gpus.toml").read_text("utf-8"))
+    data = cache.load_toml(DATA / "gpus.toml")
     out: dict[str, GpuSpec] = {}
     for entry in data["gpu"]:
         major, minor = (int(x) for x in entry["compute_capability"].split("."))
@@ -234,7 +229,7 @@ def repo_name(geo: ModelGeometry, asked: str | None) -> str:
 
 @lru_cache(maxsize=1)
 def _aliases() -> dict[str, list[str]]:
-    data = tomllib.loads((DATA / "models.toml").read_text("utf-8"))
+    data = cache.load_toml(DATA / "models.toml")
     return {e["name"]: list(e.get("aliases", [])) for e in data["model"]}
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from oomdoctor import cache
 from oomdoctor.i18n import LANGS, current_lang
 from oomdoctor.units import format_size
 
@@ -95,7 +96,7 @@ def load_table(path: Path | None = None, known_remedies: set[str] | None = None)
     """Read and check the table: known causes only, each once, every remedy id registered."""
     path = path or table_path()
     try:
-        table = CauseTable.model_validate(tomllib.loads(path.read_text("utf-8")))
+        table = CauseTable.model_validate(cache.load_toml(path))
     except (ValidationError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"{path.name}: {exc}") from exc
     out: dict[str, CauseEntry] = {}
@@ -250,7 +251,7 @@ def load_remedy_table(path: Path | None = None, known_remedies: set[str] | None 
     """Read and check ``remedies.toml``: known keys only, every remedy id registered."""
     path = path or table_path().with_name("remedies.toml")
     try:
-        table = RemedyTable.model_validate(tomllib.loads(path.read_text("utf-8")))
+        table = RemedyTable.model_validate(cache.load_toml(path))
     except (ValidationError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"{path.name}: {exc}") from exc
     if known_remedies is not None:

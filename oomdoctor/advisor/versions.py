@@ -18,24 +18,19 @@ A test checks that the hand table never contradicts the generated data at a samp
 
 from __future__ import annotations
 
-import sys
 from functools import lru_cache
 from typing import Any
 
+from oomdoctor import cache
 from oomdoctor.advisor.engine_args import sampled
 from oomdoctor.advisor.memory_model import Version, parse_version
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 
 @lru_cache(maxsize=1)
 def _table() -> dict[str, dict[str, dict[str, Any]]]:
     from oomdoctor.rulepack.loader import builtin_rules_dir
 
-    data = tomllib.loads((builtin_rules_dir() / "advice" / "flags.toml").read_text("utf-8"))
+    data = cache.load_toml(builtin_rules_dir() / "advice" / "flags.toml")
     for engine, flags in data.items():
         for flag, span in flags.items():
             extra = set(span) - {"since", "until", "seen", "source"}

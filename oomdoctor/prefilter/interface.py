@@ -8,6 +8,7 @@ same spans for the same block.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -36,8 +37,24 @@ def needles(triggers: Sequence[str]) -> list[bytes]:
     first, in an order that does not change from run to run (a mask's bits name them, and a
     compiled database is cached under them)."""
     lits = sorted({t.lower().encode("utf-8") for t in triggers if t}, key=lambda lit: (len(lit), lit))
-    kept: list[bytes] = []
+    # one text of all of them, searched for each kept literal: a few C-level finds per literal
+    # instead of a Python test of every kept one against every longer one (hundreds squared)
+    text = b"\0".join(lits)
+    starts: list[int] = []
+    at = 0
     for lit in lits:
-        if not any(k in lit for k in kept):
-            kept.append(lit)
+        starts.append(at)
+        at += len(lit) + 1
+    held = bytearray(len(lits))  # 1: holds a kept literal (only longer ones, later in the text, can)
+    kept: list[bytes] = []
+    for i, lit in enumerate(lits):
+        if held[i]:
+            continue
+        kept.append(lit)
+        at = text.find(lit, starts[i] + len(lit))
+        while at != -1:
+            j = bisect_right(starts, at) - 1
+            if at + len(lit) <= starts[j] + len(lits[j]):  # inside lits[j], not across a separator
+                held[j] = 1
+            at = text.find(lit, at + 1)
     return kept
