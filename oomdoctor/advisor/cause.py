@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from oomdoctor.advisor.kv_pages import page_shortfall
 from oomdoctor.advisor.prescription import summary
 from oomdoctor.advisor.training_frames import frame_stage, shows_training_state
 from oomdoctor.report import Account, Cause, Context, Finding
@@ -94,6 +95,9 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         ):
             return "cudagraph-capture", ["cudagraphs", "capacity"]
         return "kv-budget-exhausted", ["cap", "weights", "kv-cache", "cudagraphs", "activations"]
+    if rule == "sglang.kv-pool-exhausted" and page_shortfall(fig, context) is not None:
+        # the pool had the tokens asked for, but --page-size > 1 hands them out in whole pages
+        return "kv-page-granularity", ["kv-tokens", "request-tokens"]
     if rule in ("sglang.kv-pool-exhausted", "sglang.req-slots-exhausted", "sglang.kv-pool-retract"):
         return "kv-budget-exhausted", ["kv-cache"]
     if phase == "cudagraph-capture" or "cuda-graph" in rule or "cudagraph" in rule:
@@ -143,6 +147,7 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         held = a("reserved") if a("reserved") is not None else a("allocated")
     tokens = fig.get("kv_cache_tokens") or fig.get("estimated_max_model_len")
     spare, req, capacity = a("fragmentation"), a("request"), a("capacity")
+    pages = page_shortfall(fig, context) if finding.rule == "sglang.kv-pool-exhausted" else None
     return {
         "capacity": a("capacity"), "free": a("free"), "request": a("request"), "cap": a("cap"),
         "others": a("other-processes") if a("other-processes") is not None else a("outside-pytorch"),
@@ -154,6 +159,8 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "tokens": tokens, "graphs": a("cudagraphs"), "seqs": fig.get("num_dummy_requests"),
         "rss": a("rss"), "limit": a("limit"),
         "want_tokens": fig.get("requested_tokens"), "left_tokens": fig.get("available_tokens"),
+        "page": pages.page_size if pages else None, "page_worst": pages.worst if pages else None,
+        "evictable_tokens": fig.get("evictable_tokens") if pages else None,
         "zero_stage": _zero_stage(fig, context),
         "kv_alloc": req if finding.phase == "kv-cache-alloc" and finding.kind.startswith("torch.") else None,
         "n_ctx": context.max_model_len if engine_for(finding, context) in ("llama.cpp", "ggml", "ollama") else None,

@@ -32,7 +32,7 @@ else:  # pragma: no cover
 #: the cause vocabulary (DESIGN §1); the table must have exactly these
 CAUSES: tuple[str, ...] = (
     "other-processes", "memory-cap", "fragmentation", "weights-exceed-device", "kv-cache-too-small",
-    "kv-cache-exceeds-free", "kv-budget-exhausted", "cudagraph-capture", "sampler-warmup", "activation-peak", "training-state",
+    "kv-cache-exceeds-free", "kv-budget-exhausted", "kv-page-granularity", "cudagraph-capture", "sampler-warmup", "activation-peak", "training-state",
     "placement", "host-ram", "container-limit", "shared-memory", "unknown",
 )  # fmt: skip
 

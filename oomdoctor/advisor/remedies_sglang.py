@@ -8,6 +8,8 @@ Every calculator answers only for SGLang logs.
 from __future__ import annotations
 
 from oomdoctor.advisor._engine_util import as_float, as_int, engine_of, setting
+from oomdoctor.advisor.engine_args import default_of
+from oomdoctor.advisor.kv_pages import PageShortfall, forced_backend, page_shortfall
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import ceil_to, floor_to, fmt_fraction, round_down
@@ -178,10 +180,74 @@ def chunked_prefill(inp: AdviceInput) -> Remedy | None:
     )
 
 
+def _pages(inp: AdviceInput) -> PageShortfall | None:
+    """The paged-allocation figures of an SGLang pool failure (see :mod:`oomdoctor.advisor.kv_pages`)."""
+    if inp.finding.rule != "sglang.kv-pool-exhausted":
+        return None
+    return page_shortfall(inp.figures, inp.context)
+
+
+def _page_size_one_is_default(version: str | None) -> bool:
+    """Whether 1 is ``--page-size``'s default at ``version``: ``1`` in ServerArgs 0.4.4-0.4.x, ``None``
+    from 0.5, which ``__post_init__`` turns into 1 unless the attention backend forces a size."""
+    return default_of("sglang", "--page-size", version) in ("1", "None")
+
+
+@remedy("sglang.page-size")
+def page_size_one(inp: AdviceInput) -> Remedy | None:
+    """``--page-size 1`` when whole pages made a pool with the tokens asked for fail."""
+    if not _mine(inp):
+        return None
+    pages = _pages(inp)
+    if pages is None or forced_backend(inp.context) is not None:
+        return None  # FlashMLA, Cutlass MLA, TRT-LLM MLA/MHA and Ascend override the page size
+    key = "why_decode" if pages.worst is not None else "why_prefill"
+    why = remedy_text(
+        "sglang.page-size", key, page=pages.page_size, requests=pages.requested, worst=pages.worst,
+        available=pages.available,
+    )
+    if _page_size_one_is_default(inp.context.engine_version):
+        why = join_sentences([why, remedy_text("sglang.page-size", "why_default")])
+    return Remedy(
+        id="sglang.page-size",
+        title=remedy_text("sglang.page-size", "title"),
+        flags={"--page-size": "1"},
+        fits=True,  # one token per token asked for: the available tokens (evicting as needed) cover them
+        confidence="high",
+        why=why,
+    )
+
+
+def _max_running_for_pages(inp: AdviceInput) -> Remedy | None:
+    """``--max-running-requests ⌊available / page_size⌋``: that many fresh pages fit in what was available."""
+    pages = _pages(inp)
+    if pages is None:
+        return None
+    value = pages.available // pages.page_size
+    cur = as_int(setting(inp, "max_running_requests"))
+    running = pages.requested if pages.worst is not None else as_int(setting(inp, "sglang_running_requests"))
+    ceiling = min(v for v in (cur, running) if v) if (cur or running) else None
+    if value < 1 or (ceiling is not None and value >= ceiling):
+        return None
+    return Remedy(
+        id="sglang.max-running-requests",
+        title=remedy_text("sglang.max-running-requests", "title", requests=value),
+        flags={"--max-running-requests": str(value)},
+        fits=None,
+        confidence="medium",
+        why=remedy_text(
+            "sglang.max-running-requests", "why_pages", available=pages.available, page=pages.page_size, requests=value
+        ),
+    )
+
+
 @remedy("sglang.max-running-requests")
 def max_running_requests(inp: AdviceInput) -> Remedy | None:
     if not _mine(inp):
         return None
+    paged = _max_running_for_pages(inp)
+    if paged is not None:
+        return paged
     cur = as_int(setting(inp, "max_running_requests")) or inp.context.max_num_seqs
     running = as_int(setting(inp, "sglang_running_requests"))
     key = "why_limit"

@@ -53,6 +53,7 @@ MORE_FIGURE_LABELS: dict[str, str] = {
     "total_vm_bytes": N_("total vm"),
     "available_bytes": N_("available"),
     "available_tokens": N_("available tokens"),
+    "evictable_tokens": N_("evictable tokens"),
     "requested_tokens": N_("requested tokens"),
     "required_bytes": N_("required"),
     "limit_bytes": N_("limit"),
