@@ -28,6 +28,7 @@ _DICT_ITEM = regex.compile(
 ARG_FIELDS: dict[str, str] = {
     "model": "model",
     "model_tag": "model",
+    "model_path": "model",  # SGLang's --model-path
     "max_model_len": "max_model_len",
     "max_seq_len": "max_model_len",
     "gpu_memory_utilization": "gpu_memory_utilization",

@@ -118,3 +118,22 @@ def test_non_default_args_in_their_command_line_forms() -> None:
         "vllm", "serve", "m", "--enable-chunked-prefill", "False"]
     # an argument reset to None has no command-line form: no command rather than a different one
     assert argv_from_launch_args({"model": "m", "quantization": "None"}) is None
+
+
+def test_a_logged_sglang_launch_line_is_rebuilt_with_its_program() -> None:
+    # the page-granularity case: the rebuilt command must run as typed, program and environment included
+    report = diagnose(
+        "$ CUDA_VISIBLE_DEVICES=0,1 python3 -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct "
+        "--tp-size 2 --page-size 64\n"
+        "RuntimeError: Decode out of memory. Try to lower your batch size.\n"
+        "Try to allocate 48 tokens.\n"
+        "Avaliable tokens: 2048\n"
+        "self.token_to_kv_pool_allocator.available_size()=2048\n"
+        "self.tree_cache.evictable_size()=0\n"
+    )
+    top = report.findings[0].remedies[0]
+    assert top.flags == {"--page-size": "1"}
+    assert top.command == (
+        "CUDA_VISIBLE_DEVICES=0,1 python3 -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct "
+        "--tp-size 2 --page-size 1"
+    )
