@@ -35,7 +35,6 @@ TEMPLATES: tuple[str, ...] = (
     N_("Missing argument {hint}."),
     N_("Missing option {hint}."),
     N_("Missing parameter {hint}."),
-    N_("Missing parameter: {name}"),
     N_("Invalid value for {hint}: {reason}"),
     N_("Invalid value: {reason}"),
     N_("Value {value} is not a valid {type}."),
