@@ -46,7 +46,7 @@ def resolve_lang(explicit: str | None = None, env: Mapping[str, str] | None = No
     if explicit is not None:
         lang = normalize(explicit)
         if lang is None:
-            raise ValueError(f"unknown language {explicit!r} (choose {', '.join(LANGS)})")
+            raise ValueError(_("unknown language {value} (choose {langs})").format(value=repr(explicit), langs=", ".join(LANGS)))
         return lang
     env = os.environ if env is None else env
     own = normalize(env.get("OOMDOCTOR_LANG"))

@@ -18,6 +18,8 @@ import stat
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from oomdoctor.i18n import _
+
 if TYPE_CHECKING:
     from oomdoctor.prefilter.pool import Precomputed
 
@@ -119,19 +121,22 @@ class _Prefixed(io.RawIOBase):
 
 def _os_message(path: str, exc: OSError, verb: str) -> str:
     if isinstance(exc, FileNotFoundError):
-        return f"{path}: no such file"
+        return _("{path}: no such file").format(path=path)
     if isinstance(exc, PermissionError):
-        return f"{path}: permission denied"
+        return _("{path}: permission denied").format(path=path)
     if isinstance(exc, IsADirectoryError):
-        return f"{path}: is a directory"
-    return f"{path}: cannot {verb}: {exc.strerror or exc}"
+        return _("{path}: is a directory").format(path=path)
+    reason = exc.strerror or exc
+    if verb == "open":
+        return _("{path}: cannot open: {reason}").format(path=path, reason=reason)
+    return _("{path}: cannot read: {reason}").format(path=path, reason=reason)
 
 
 def _open(path: str) -> tuple[BinaryIO, str | None]:
     try:
         st = os.stat(path)
         if stat.S_ISDIR(st.st_mode):
-            raise InputError(f"{path}: is a directory")
+            raise InputError(_("{path}: is a directory").format(path=path))
         raw: BinaryIO = open(path, "rb", buffering=0)  # noqa: SIM115
     except OSError as exc:
         raise InputError(_os_message(path, exc, "open")) from None
@@ -163,7 +168,7 @@ def _open(path: str) -> tuple[BinaryIO, str | None]:
             import zstandard
         except ImportError:
             stream.close()
-            raise InputError(f"{path}: zstd-compressed; install 'zstandard' to read it") from None
+            raise InputError(_("{path}: zstd-compressed; install 'zstandard' to read it").format(path=path)) from None
         return zstandard.ZstdDecompressor().stream_reader(stream), kind
     return stream, None
 
@@ -215,7 +220,8 @@ def read_blocks(path: str, block: int = BLOCK, ahead: Precomputed | None = None)
                     data = f.read1(block) if kind is not None and hasattr(f, "read1") else f.read(block)
             except EOFError:
                 raise InputError(
-                    f"{path}: truncated {kind} file: the report covers the {done} bytes read before the end",
+                    _("{path}: truncated {kind} file: the report covers the {done} bytes read before the end").format(
+                        path=path, kind=kind, done=done),
                     partial=done > 0,
                 ) from None
             except Exception as exc:  # zlib/lzma/bz2/zstd each raise their own error types
@@ -225,7 +231,8 @@ def read_blocks(path: str, block: int = BLOCK, ahead: Precomputed | None = None)
                     raise InputError(_os_message(path, exc, "read"), partial=done > 0) from None
                 detail = " ".join(str(exc).split()) or type(exc).__name__
                 raise InputError(
-                    f"{path}: corrupt {kind} data after {done} bytes ({detail}); the report covers what was read",
+                    _("{path}: corrupt {kind} data after {done} bytes ({detail}); the report covers what was read").format(
+                        path=path, kind=kind, done=done, detail=detail),
                     partial=done > 0,
                 ) from None
             if not data:

@@ -124,7 +124,7 @@ def _completing_subcommand() -> bool:
 
 def _invoke(app, args: list[str]) -> int:
     """Run a typer app without its own exit handling, its help in the language in force; usage
-    errors become one line, exit 2.
+    errors become one line, exit 2, in the language in force (:mod:`oomdoctor.cli.usage_errors`).
 
     typer vendors click from 0.22 on, so click's exception classes are recognised by shape
     (``format_message`` + ``exit_code``) rather than imported.
@@ -146,7 +146,9 @@ def _invoke(app, args: list[str]) -> int:
             sys.stdout.write(str(getattr(exc, "ctx", None) and exc.ctx.get_help()) + "\n")  # type: ignore[attr-defined]
             return 2
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
-            return fail(exc.format_message())
+            from oomdoctor.cli.usage_errors import translate
+
+            return fail(translate(exc.format_message()))
         raise
     return int(result or 0)
 

@@ -62,10 +62,10 @@ def parse_hints(items: list[str]) -> dict[str, str]:
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
-            raise HintError(f"--hint expects KEY=VALUE, got {item!r}")
+            raise HintError(_("--hint expects KEY=VALUE, got {value}").format(value=repr(item)))
         name = key.strip().replace("_", "-")
         if name not in HINT_KEYS:
-            raise HintError(f"unknown --hint key {key.strip()!r} (known: {', '.join(HINT_KEYS)})")
+            raise HintError(_("unknown --hint key {key} (known: {keys})").format(key=repr(key.strip()), keys=", ".join(HINT_KEYS)))
         hints[name] = value.strip()
     return hints
 

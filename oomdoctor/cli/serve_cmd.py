@@ -9,6 +9,9 @@ import typer
 from oomdoctor.cli.errors import fail
 from oomdoctor.i18n import N_, _
 
+#: uvicorn's log levels (uvicorn.config.LOG_LEVELS)
+LOG_LEVELS: tuple[str, ...] = ("critical", "error", "warning", "info", "debug", "trace")
+
 
 def register(app: typer.Typer) -> None:
     @app.command(
@@ -38,6 +41,9 @@ def register(app: typer.Typer) -> None:
             import uvicorn  # noqa: F401
         except ModuleNotFoundError:
             return fail(_("oomdoctor serve needs the server extra: pip install 'oomdoctor[server]'"))
+        if log_level.lower() not in LOG_LEVELS:  # uvicorn looks the name up in its table: a KeyError otherwise
+            return fail(_("unknown --log-level {value} (choose {choices})").format(
+                value=repr(log_level), choices=", ".join(LOG_LEVELS)))
         import os
 
         from oomdoctor.server import ConfigError, ServerConfig

@@ -158,7 +158,7 @@ class ServerConfig:
         return cfg
 
     def validate(self) -> None:
-        from oomdoctor.i18n import LANGS, normalize
+        from oomdoctor.i18n import LANGS, _, normalize
 
         if normalize(self.chat_lang) != self.chat_lang:
             lang = normalize(self.chat_lang)
@@ -168,9 +168,9 @@ class ServerConfig:
         if self.chat_response_type not in ("ephemeral", "in_channel"):
             raise ConfigError(f"chat response type must be ephemeral or in_channel, got {self.chat_response_type!r}")
         if not 0 < self.port < 65536:
-            raise ConfigError(f"port must be 1..65535, got {self.port}")
+            raise ConfigError(_("port must be 1..65535, got {port}").format(port=self.port))
         if self.workers < 1:
-            raise ConfigError(f"--workers must be at least 1, got {self.workers}")
+            raise ConfigError(_("--workers must be at least 1, got {workers}").format(workers=self.workers))
         if self.max_body <= 0 or self.max_log <= 0 or self.body_budget <= 0:
             raise ConfigError("body and log limits must be positive")
         if self.max_connections < 1:
