@@ -72,6 +72,8 @@ LABEL_ALIASES = {
     "threshold": "memory_usage_threshold",
     "usable": "budget_bytes",
     "decode_tokens": "requested_tokens",
+    "evictable_size": "evictable_tokens",
+    "final_n_batch": "n_batch",  # llama.cpp's last "n_batch = N" before the failure
     "non_torch": "non_torch_bytes",
     "activation_peak": "activation_peak_bytes",
     "currently_allocated": "allocated_bytes",
@@ -252,7 +254,18 @@ def _figure(label: Mapping[str, Any], report: Mapping[str, Any], key: str) -> An
             return context[name]
         if (context.get("extra") or {}).get(name) is not None:
             return context["extra"][name]
-    return None
+    # a value the user typed on the launch line (e.g. SGLang's --page-size): the command's own text
+    typed = (context.get("launch_args") or {}).get(key)
+    return _number(typed) if typed is not None else None
+
+
+def _number(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def observe(label: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any]:
