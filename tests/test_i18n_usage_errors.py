@@ -186,3 +186,32 @@ def test_the_forms_click_composes_are_translated(exc: object) -> None:
         japanese = translate(message)
     assert japanese != message
     assert not re.search(r"\b(No such|Missing|Invalid|requires|Value must|Possible)\b", japanese), japanese
+
+
+#: (environment, the English line, the Japanese line): the server's settings read from OOMDOCTOR_*
+SERVER_ENV_CASES: list[tuple[dict[str, str], str, str]] = [
+    ({"OOMDOCTOR_MAX_BODY": "abc"}, "OOMDOCTOR_MAX_BODY: not a size: 'abc'",
+     "OOMDOCTOR_MAX_BODY: サイズとして読めません（指定値：'abc'）"),
+    ({"OOMDOCTOR_MAX_BODY": "0"}, "OOMDOCTOR_MAX_BODY: must be a positive size, got '0'",
+     "OOMDOCTOR_MAX_BODY: 正のサイズを指定してください（指定値：'0'）"),
+    ({"OOMDOCTOR_PORT": "x"}, "OOMDOCTOR_PORT: not a number: 'x'", "OOMDOCTOR_PORT: 数値として読めません（指定値：'x'）"),
+    ({"OOMDOCTOR_PORT": "-1"}, "OOMDOCTOR_PORT: must not be negative, got '-1'",
+     "OOMDOCTOR_PORT: 負の値は指定できません（指定値：'-1'）"),
+    ({"OOMDOCTOR_CHAT_LANG": "xx"}, "chat language must be one of en, ja, got 'xx'",
+     "チャットの言語は en, ja のいずれかを指定してください（指定値：'xx'）"),
+    ({"OOMDOCTOR_HOST": "0.0.0.0"},
+     "refusing to listen on 0.0.0.0 without an API token: set OOMDOCTOR_API_TOKEN (clients then send "
+     "'Authorization: Bearer <token>'), listen on 127.0.0.1, or pass --insecure",
+     "API トークンなしで 0.0.0.0 では待ち受けません: OOMDOCTOR_API_TOKEN を設定する（クライアントは "
+     "'Authorization: Bearer <token>' を送ります）、127.0.0.1 で待ち受ける、または --insecure を指定してください"),
+]
+
+
+@pytest.mark.parametrize(("env", "english", "japanese"), SERVER_ENV_CASES, ids=[next(iter(c[0])) + "=" + next(iter(c[0].values())) for c in SERVER_ENV_CASES])
+def test_server_setting_errors_in_japanese_and_english(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str],
+                                                       env: dict[str, str], english: str, japanese: str) -> None:
+    assert _error(monkeypatch, capsys, ["serve"], **env) == f"oomdoctor: error: {english}\n"
+    by_flag = _error(monkeypatch, capsys, ["--lang", "ja", "serve"], **env)
+    assert by_flag == f"oomdoctor: error: {japanese}\n"
+    assert _error(monkeypatch, capsys, ["serve"], LANG="ja_JP.UTF-8", **env) == by_flag

@@ -16,24 +16,27 @@ class ConfigError(ValueError):
 
 
 def _size(value: str, name: str) -> int:
+    from oomdoctor.i18n import _
     from oomdoctor.units import parse_size
 
     try:
         n = parse_size(value) if not value.strip().isdigit() else int(value)
     except Exception as exc:  # the size parser's own errors vary
-        raise ConfigError(f"{name}: not a size: {value!r}") from exc
+        raise ConfigError(_("{name}: not a size: {value}").format(name=name, value=repr(value))) from exc
     if n is None or n <= 0:
-        raise ConfigError(f"{name}: must be a positive size, got {value!r}")
+        raise ConfigError(_("{name}: must be a positive size, got {value}").format(name=name, value=repr(value)))
     return int(n)
 
 
 def _float(value: str, name: str) -> float:
+    from oomdoctor.i18n import _
+
     try:
         x = float(value)
     except ValueError:
-        raise ConfigError(f"{name}: not a number: {value!r}") from None
+        raise ConfigError(_("{name}: not a number: {value}").format(name=name, value=repr(value))) from None
     if x < 0:
-        raise ConfigError(f"{name}: must not be negative, got {value!r}")
+        raise ConfigError(_("{name}: must not be negative, got {value}").format(name=name, value=repr(value)))
     return x
 
 
@@ -163,29 +166,33 @@ class ServerConfig:
         if normalize(self.chat_lang) != self.chat_lang:
             lang = normalize(self.chat_lang)
             if lang is None:
-                raise ConfigError(f"chat language must be one of {', '.join(LANGS)}, got {self.chat_lang!r}")
+                raise ConfigError(_("chat language must be one of {langs}, got {lang}").format(
+                    langs=", ".join(LANGS), lang=repr(self.chat_lang)))
             object.__setattr__(self, "chat_lang", lang)
         if self.chat_response_type not in ("ephemeral", "in_channel"):
-            raise ConfigError(f"chat response type must be ephemeral or in_channel, got {self.chat_response_type!r}")
+            raise ConfigError(_("chat response type must be ephemeral or in_channel, got {value}").format(
+                value=repr(self.chat_response_type)))
         if not 0 < self.port < 65536:
             raise ConfigError(_("port must be 1..65535, got {port}").format(port=self.port))
         if self.workers < 1:
             raise ConfigError(_("--workers must be at least 1, got {workers}").format(workers=self.workers))
         if self.max_body <= 0 or self.max_log <= 0 or self.body_budget <= 0:
-            raise ConfigError("body and log limits must be positive")
+            raise ConfigError(_("body and log limits must be positive"))
         if self.max_connections < 1:
-            raise ConfigError(f"max connections must be at least 1, got {self.max_connections}")
+            raise ConfigError(_("max connections must be at least 1, got {n}").format(n=self.max_connections))
         if min(self.header_timeout, self.body_timeout, self.keep_alive_timeout) <= 0:
-            raise ConfigError("header, body and keep-alive timeouts must be positive")
+            raise ConfigError(_("header, body and keep-alive timeouts must be positive"))
 
     def check_exposure(self) -> None:
         """Refuse a non-loopback address without an API token unless ``insecure``."""
         if is_loopback(self.host) or self.api_token or self.insecure:
             return
-        raise ConfigError(
-            f"refusing to listen on {self.host} without an API token: set OOMDOCTOR_API_TOKEN "
+        from oomdoctor.i18n import _
+
+        raise ConfigError(_(
+            "refusing to listen on {host} without an API token: set OOMDOCTOR_API_TOKEN "
             "(clients then send 'Authorization: Bearer <token>'), listen on 127.0.0.1, or pass --insecure"
-        )
+        ).format(host=self.host))
 
 
 def is_loopback(host: str) -> bool:
