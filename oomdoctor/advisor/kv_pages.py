@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from oomdoctor.advisor._engine_util import as_int
 from oomdoctor.report import Context
 
 #: attention backends for which sglang 0.4.6-0.5.x's ServerArgs forces a page size of its own
@@ -34,16 +35,9 @@ class PageShortfall:
     worst: int | None
 
 
-def _int(v: Any) -> int | None:
-    try:
-        return int(str(v).strip()) if v is not None and not isinstance(v, bool) else None
-    except ValueError:
-        return None
-
-
 def page_size_of(context: Context) -> int | None:
     """The ``--page-size`` the user launched with (the command line or the ``ServerArgs(...)`` dump)."""
-    return _int(context.launch_args.get("page_size"))
+    return as_int(context.launch_args.get("page_size"))
 
 
 def forced_backend(context: Context) -> str | None:
@@ -58,7 +52,7 @@ def forced_backend(context: Context) -> str | None:
 def page_shortfall(figures: dict[str, Any], context: Context) -> PageShortfall | None:
     """The paged-allocation figures when the pool had at least the tokens asked for and the page size
     is above 1 (in decode, also below the N x P worst case); None otherwise."""
-    step, req, avail = figures.get("step"), _int(figures.get("requested_tokens")), _int(figures.get("available_tokens"))
+    step, req, avail = figures.get("step"), as_int(figures.get("requested_tokens")), as_int(figures.get("available_tokens"))
     page = page_size_of(context)
     if step not in ("Decode", "Prefill") or req is None or avail is None or page is None or page <= 1:
         return None
