@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -264,12 +265,16 @@ class _BlockedScanner(Scanner):
         super().feed(data)
 
 
+#: ~5 MB of healthy lines, 400000 of them
+FILLER = b"".join(b"INFO step %d\n" % i for i in range(400_000))
+
+
 def test_a_stuck_analyser_never_blocks_passthrough_and_line_numbers_stay_exact(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     scanner = _BlockedScanner()
     io = _Copier()
-    filler = b"".join(b"INFO step %d\n" % i for i in range(400_000))  # ~5 MB, 400000 lines
+    filler = FILLER
     found: list[object] = []
     box: dict[str, object] = {}
 
@@ -306,6 +311,30 @@ def test_a_stuck_analyser_never_blocks_passthrough_and_line_numbers_stay_exact(
     assert not sifted or f"oomdoctor: {sifted} bytes arrived faster than they could be analysed and were only searched" in err
 
 
+def _pipe_while_analysis_is_stuck(chunks: list[bytes]) -> tuple[bytes, Any]:
+    """Pipe mode over FILLER, then ``chunks`` written while analysis is stuck on the first read;
+    analysis resumes once everything was copied through. (the bytes copied, the pipe's result)"""
+    scanner = _BlockedScanner()
+    io = _Copier()
+    box: dict[str, object] = {}
+    t = threading.Thread(
+        target=lambda: box.update(r=run_pipe(scanner, lambda f: None, in_fd=io.in_r, out_fd=io.out_w))
+    )
+    t.start()
+    io.write(FILLER)
+    assert scanner.entered.wait(10)
+    for chunk in chunks:
+        io.write(chunk)
+    total = len(FILLER) + sum(map(len, chunks))
+    deadline = time.monotonic() + 10
+    while len(io.out) < total and time.monotonic() < deadline:
+        time.sleep(0.01)
+    io.close_input()
+    scanner.release.set()
+    t.join(30)
+    return io.finish(), box["r"]
+
+
 def test_behind_analysis_skips_the_oldest_input_so_the_last_failure_is_still_found(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -313,30 +342,11 @@ def test_behind_analysis_skips_the_oldest_input_so_the_last_failure_is_still_fou
     the oldest queued input is what gets skipped, and the failure is found at its exact line."""
     from oomdoctor.cli import pipe
 
-    scanner = _BlockedScanner()
-    io = _Copier()
-    filler = b"".join(b"INFO step %d\n" % i for i in range(400_000))  # ~5 MB, 400000 lines
-    box: dict[str, object] = {}
-    t = threading.Thread(
-        target=lambda: box.update(r=run_pipe(scanner, lambda f: None, in_fd=io.in_r, out_fd=io.out_w))
-    )
-    t.start()
-    io.write(filler)
-    assert scanner.entered.wait(10)
-    for _ in range(6):  # 30 MB while analysis is stuck: more than the queue holds
-        io.write(filler)
-    io.write(KV_LOG)
-    deadline = time.monotonic() + 10
-    while len(io.out) < 7 * len(filler) + len(KV_LOG) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    io.close_input()
-    scanner.release.set()
-    t.join(30)
-    assert io.finish() == filler * 7 + KV_LOG
-    result = box["r"]
+    copied, result = _pipe_while_analysis_is_stuck([FILLER] * 6 + [KV_LOG])  # 30 MB: more than the queue holds
+    assert copied == FILLER * 7 + KV_LOG
     # skipped unread, or (sifting: hyperscan) searched and found to hold nothing that starts a failure
     skipped, sifted = result.skipped_bytes, result.sifted_bytes  # type: ignore[attr-defined]
-    assert 7 * len(filler) - pipe.QUEUE_BYTES - len(filler) < skipped + sifted < 7 * len(filler)
+    assert 7 * len(FILLER) - pipe.QUEUE_BYTES - len(FILLER) < skipped + sifted < 7 * len(FILLER)
     report = result.report  # type: ignore[attr-defined]
     assert [f.rule for f in report.findings] == ["vllm.v1.kv-cache.max-len-exceeds"]
     assert report.findings[0].location.line == 7 * 400_000 + 4
@@ -407,7 +417,7 @@ def test_an_analysis_error_is_said_once_and_passthrough_continues(capsys: pytest
 def test_stdin_from_a_regular_file_is_never_skipped(tmp_path: Path) -> None:
     # `oomdoctor < server.log`: there is no upstream to protect, so the analyser is waited for
     path = tmp_path / "server.log"
-    filler = b"".join(b"INFO step %d\n" % i for i in range(400_000))
+    filler = FILLER
     path.write_bytes(filler * 3 + KV_LOG)
     scanner = _BlockedScanner()
     out_r, out_w = os.pipe()
@@ -577,27 +587,8 @@ def test_a_failure_followed_by_a_flood_is_still_found_when_sifting() -> None:
     chunk holding it may start a failure, so sifting keeps it while the chunks around it are
     skipped, and it is found at its exact line (hyperscan only: without it, floods skip blindly)."""
     pytest.importorskip("hyperscan")
-    scanner = _BlockedScanner()
-    io = _Copier()
-    filler = b"".join(b"INFO step %d\n" % i for i in range(400_000))  # ~5 MB, 400000 lines
-    box: dict[str, object] = {}
-    t = threading.Thread(
-        target=lambda: box.update(r=run_pipe(scanner, lambda f: None, in_fd=io.in_r, out_fd=io.out_w))
-    )
-    t.start()
-    io.write(filler)
-    assert scanner.entered.wait(10)
-    io.write(KV_LOG)
-    for _ in range(6):  # 40 MB after it while analysis is stuck: more than the queue holds
-        io.write(filler)
-    deadline = time.monotonic() + 10
-    while len(io.out) < 7 * len(filler) + len(KV_LOG) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    io.close_input()
-    scanner.release.set()
-    t.join(30)
-    assert io.finish() == filler + KV_LOG + filler * 6
-    result = box["r"]
+    copied, result = _pipe_while_analysis_is_stuck([KV_LOG] + [FILLER] * 6)  # 30 MB after it: more than the queue holds
+    assert copied == FILLER + KV_LOG + FILLER * 6
     assert result.sifted_bytes > 0  # type: ignore[attr-defined]
     report = result.report  # type: ignore[attr-defined]
     assert [f.rule for f in report.findings] == ["vllm.v1.kv-cache.max-len-exceeds"]
