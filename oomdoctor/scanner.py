@@ -176,7 +176,9 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         #: phase-evidence lines not read yet: (line number, bytes, needles mask), in order
         self._deferred: list[tuple[int, bytes, int]] = []
         self._deferred_bytes = 0
-        self._tail: tuple[bytes, int, int, int] | None = None
+        self._tail: list[tuple[bytes, int, int, int, int]] = []
+        #: the latest piece of a block searched for evidence (see :meth:`_ev_piece`)
+        self._ev_cache: tuple[bytes, int, int, list[tuple[int, int, int]]] | None = None
 
     def _triggers_for(self, mask: int) -> list[str]:
         """The triggers a candidate line may hold, given the needles ``mask`` says it holds: those

@@ -82,3 +82,64 @@ def test_loss_dicts_between_tqdm_pieces_keep_the_training_phase() -> None:
 def test_fixtures_give_the_findings_reading_every_line_gives(path: Path) -> None:
     data = path.read_bytes()
     assert findings(scan(data)) == findings(scan(data, every_line=True))
+
+
+def _count_calls(scanner: Scanner, name: str) -> list[int]:
+    calls = [0]
+    inner = getattr(scanner, name)
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        return inner(*args, **kwargs)
+
+    setattr(scanner, name, counted)
+    return calls
+
+
+def _scan_counting(data: bytes, chunk: int, name: str) -> tuple[Report, int]:
+    scanner = Scanner(PACK, source="<test>", advise=False)
+    calls = _count_calls(scanner, name)
+    for i in range(0, len(data), chunk):
+        scanner.feed(data[i : i + chunk])
+    return scanner.close(), calls[0]
+
+
+def docker(line: str) -> str:
+    """``line`` as docker's json-file driver writes it (json.dumps escapes what JSON must)."""
+    import json
+
+    return json.dumps({"log": line, "stream": "stdout", "time": "2024-08-19T00:04:14.639941460Z"}) + "\n"
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 64 << 10, 4096])
+def test_stats_lines_cut_by_chunk_boundaries_are_not_all_deferred(chunk: int) -> None:
+    # each chunk boundary cuts a line, read as a stretch of its own: the evidence before it is
+    # kept as raw spans, not deferred line by line (was: every stats line deferred at 64 KiB)
+    stats = "".join(STATS.format(n=i) for i in range(20000))
+    log = ("Loading safetensors checkpoint shards: 100% 4/4\n" + stats + OOM + stats).encode()
+    report, deferred = _scan_counting(log, chunk, "_defer")
+    assert [(f.rule, f.phase) for f in report.findings] == [("torch.cuda-oom", "inference")]
+    assert findings(report) == findings(scan(log, every_line=True))
+    assert deferred < 1000  # of 40,000 stats lines
+
+
+def test_stats_lines_in_docker_json_records_are_set_aside_unread() -> None:
+    # a record whose only escape ends its message unwraps to a piece of itself: its stats line
+    # is set aside like a plain log's, not read where it is (was: every record read)
+    lines = [docker(STATS.format(n=i)) for i in range(20000)]
+    log = (docker("Loading safetensors checkpoint shards: 100% 4/4\n") + "".join(lines) + docker(OOM)).encode()
+    report, processed = _scan_counting(log, 1 << 20, "_process")
+    assert [(f.rule, f.phase) for f in report.findings] == [("torch.cuda-oom", "inference")]
+    assert findings(report) == findings(scan(log, every_line=True))
+    assert processed < 1000
+
+
+def test_a_record_whose_escapes_hide_a_trigger_is_read_where_it_is() -> None:
+    # the trainer's own JSON loss line inside docker's record: its quotes are escaped, so the
+    # raw record does not hold 'loss":' — unwrapped, it does, and it names the training step
+    loss = "".join(docker(f'{{"loss": 0.{i:04d}, "epoch": 0.1}}\n') for i in range(3000))
+    log = (docker("***** Running training *****\n") + docker("Loading safetensors checkpoint shards: 100% 4/4\n")
+           + loss + docker(OOM)).encode()
+    report = scan(log)
+    assert findings(report) == findings(scan(log, every_line=True))
+    assert [(f.rule, f.phase) for f in report.findings] == [("torch.cuda-oom", "training")]

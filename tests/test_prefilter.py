@@ -556,3 +556,53 @@ def test_hyperscan_databases_are_read_back_from_the_cache_and_a_bad_entry_is_com
         entry.write_bytes(bad)
         assert HyperscanPrefilter(trigs).candidates(block) == want
         assert cache.load("hyperscan", entry.stem.removeprefix("hyperscan-")) == stored
+
+
+_MARKER_LINES = [
+    b'{"log":"INFO 08-19 Avg prompt throughput: 1.0 tokens/s\\n","stream":"stdout"}',  # only cut
+    b'{"a":"b\\n","c":"d\\n"}',  # only cut: every escape ends a string
+    b'{"log":"0/17 [00:00\\u003c?, ?it/s]\\n"}',  # an escape that does not end a string
+    b'{"log":"C:\\\\n"}',  # an escaped backslash before "n"
+    b'{"log":"say \\"hi\\"\\n"}',
+    b'{"a":"b\\nc"}',  # a newline inside the message
+    b"{'loss': 0.1, 'epoch': 1}",  # a Python dict, not a record
+    b"{",
+    b"plain C:\\temp\\new line",  # backslashes outside a record: no marker
+    b'  File "x.py", line 1, in f',
+    b"\x1b[0m coloured",
+    b"ANSI as text ^[[0m",
+    b"\x00 nul",
+    b"K\xe2\x84\xaa kelvin",
+]
+
+
+def _marker_line(block: bytes, at: int) -> int:
+    return -1 if at < 0 else block.count(b"\n", 0, at)
+
+
+def test_marker_finders_agree_on_which_line_comes_first() -> None:
+    from oomdoctor.prefilter.markers import _Finds, _Hyperscan
+
+    finds, hs = _Finds(), _Hyperscan()
+    rng = random.Random(17)
+    for _ in range(3000):
+        block = b"\n".join(rng.choice(_MARKER_LINES) for _ in range(rng.randint(1, 8))) + b"\n"
+        pos = block.find(b"\n", 0, rng.randint(0, len(block))) + 1 if rng.random() < 0.5 else 0
+        assert _marker_line(block, finds.first(block, pos, len(block))) == _marker_line(
+            block, hs.first(block, pos, len(block))
+        ), block
+
+
+@pytest.mark.parametrize("use_hyperscan", [False, True])
+def test_a_record_is_a_marker_only_when_unwrapping_may_change_it(use_hyperscan: bool) -> None:
+    from oomdoctor.prefilter.markers import marker_finder
+
+    first = marker_finder(use_hyperscan).first
+    expected = {  # line -> is a marker
+        0: False, 1: False, 2: True, 3: True, 4: True, 5: True, 6: False, 7: False, 8: False,
+        9: True, 10: True, 11: True, 12: True, 13: True,
+    }
+    for i, line in enumerate(_MARKER_LINES):
+        block = b"plain\n" + line + b"\nplain\n"
+        assert (first(block, 0, len(block)) >= 0) is expected[i], line
+        assert first(block, 0, len(block)) in ((-1,) if not expected[i] else range(6, 6 + len(line) + 1))

@@ -1,10 +1,14 @@
 """Find the next line that normalising may change, or that holds a frame's "File ", in one pass.
 
 The scanner sets phase-evidence lines aside unread (:meth:`oomdoctor.scanner.Scanner._between`),
-except the few that normalising may change (a JSON record, ANSI or NUL bytes, a character whose
-lower case is ASCII) or that may be a traceback frame: those it reads where they are. This finds
-the first such line of a stretch: one hyperscan scan that stops at the first hit (the ``fast``
-extra), else one ``bytes.find`` per marker.
+except the few that normalising may change (a JSON record with escapes in it, ANSI or NUL bytes,
+a character whose lower case is ASCII) or that may be a traceback frame: those it reads where
+they are. This finds the first such line of a stretch: one hyperscan scan that stops at the
+first hit (the ``fast`` extra), else one ``bytes.find`` per marker.
+
+A JSON record whose only escapes end a string (docker's json-file lines: ``"log":"...\\n"``,
+see :func:`oomdoctor.reader.record_only_cut`) is not such a line: unwrapping it only cuts, so
+a JSON log's throughput lines are set aside like a plain log's.
 """
 
 from __future__ import annotations
@@ -12,26 +16,37 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from oomdoctor.reader import _ANSI_MARKER_BYTES, FOLDS_TO_ASCII
+from oomdoctor.reader import _ANSI_MARKER_BYTES, FOLDS_TO_ASCII, record_only_cut
 
 #: bytes whose line :func:`oomdoctor.reader.only_cut_by_normalise` rejects, and a frame's "File "
-#: (a line starting with "{" other than a Python dict's "{'" is rejected too: see ``first``)
+#: (a JSON record with an escape that does not end a string is one too: see ``first``)
 MARKERS: tuple[bytes, ...] = (b"File ", b"\x00", *_ANSI_MARKER_BYTES, *FOLDS_TO_ASCII)
 
 
 def _next_record(block: bytes, pos: int, end: int) -> int:
-    """Offset of the first line of ``block[pos:end]`` (``pos`` at a line start) that starts with
-    "{" (a JSON record, which normalising unwraps), or -1; a Python dict ("{'") is none."""
-    if block.startswith(b"{", pos) and not block.startswith(b"{'", pos):
-        return pos
-    at = pos
-    while True:
-        at = block.find(b"\n{", at, end)
-        if at < 0 or at + 1 >= end:
-            return -1
-        if not block.startswith(b"{'", at + 1):
-            return at + 1
-        at += 1
+    """Offset of the first line of ``block[pos:end]`` (``pos`` at a line start) that is a JSON
+    record unwrapping may change (it starts with "{" and :func:`record_only_cut` fails), or -1;
+    a Python dict ("{'") is none."""
+
+    def next_brace(at: int) -> int:
+        """Start of the first line at or after ``at`` (a line start) that starts with "{", or -1."""
+        if block.startswith(b"{", at):
+            return at
+        found = block.find(b"\n{", at, end)
+        return found + 1 if found >= 0 else -1
+
+    at = next_brace(pos)
+    while 0 <= at < end:
+        stop = block.find(b"\n", at, end)
+        if stop < 0:
+            stop = end
+        line = block[at:stop]
+        if not line.startswith(b"{'") and not record_only_cut(line):
+            return at
+        if stop >= end:
+            break
+        at = next_brace(stop + 1)
+    return -1
 
 
 class _Finds:
@@ -47,7 +62,9 @@ class _Finds:
 
 
 class _Hyperscan:
-    """Every marker in one hyperscan database; a scan stops at its first match."""
+    """Every marker in one hyperscan database, and every backslash that does not start a
+    string-ending ``\\n"``; a scan stops at the first marker, or at the first such backslash
+    on a JSON record's line."""
 
     def __init__(self) -> None:
         import threading
@@ -58,15 +75,24 @@ class _Hyperscan:
 
         self._hs = hyperscan
         literals = [b"".join(b"\\x%02x" % c for c in mk) for mk in MARKERS]
-        patterns = [*literals, rb"\n\{[^']", rb"^\{[^']"]
+        self._escapes = len(literals)  # ids from here on: a backslash (see record_only_cut)
+        patterns = [*literals, rb"\\[^n]", rb'\\n[^"]']
         self._db = database(patterns, [0] * len(patterns), MARKERS[0])
         self._local = threading.local()
 
     def first(self, block: bytes, pos: int, end: int) -> int:
         found: list[int] = []
+        escapes = self._escapes
+        startswith = block.startswith
+        rfind = block.rfind
 
-        def on_match(_id: int, _start: int, stop: int, _flags: int, _ctx: object) -> bool:
-            found.append(stop - 1)  # a byte of the marker's line (a record's: the byte after "{")
+        def on_match(id_: int, _start: int, stop: int, _flags: int, _ctx: object) -> bool:
+            at = pos + stop - 1  # a byte of the marker's line (a backslash's: the one after it)
+            if id_ >= escapes:  # only a JSON record's line counts
+                line = rfind(b"\n", pos, at) + 1 or pos
+                if not startswith(b"{", line) or startswith(b"{'", line):
+                    return False
+            found.append(at)
             return True
 
         scratch = getattr(self._local, "scratch", None)
@@ -75,13 +101,13 @@ class _Hyperscan:
         view: Any = memoryview(block)[pos:end]
         with contextlib.suppress(self._hs.ScanTerminated):  # (stopped at the first match)
             self._db.scan(view, match_event_handler=on_match, scratch=scratch)
-        return pos + found[0] if found else -1
+        return found[0] if found else -1
 
 
 def marker_finder(prefer_hyperscan: bool) -> Any:
     """An object whose ``first(block, pos, end)`` is an offset on the first line of
-    ``block[pos:end]`` (``pos`` at a line start) that holds a marker or starts a JSON record,
-    or -1."""
+    ``block[pos:end]`` (``pos`` at a line start) that holds a marker or is a JSON record
+    unwrapping may change, or -1."""
     if prefer_hyperscan:
         try:
             return _Hyperscan()

@@ -20,6 +20,7 @@ from oomdoctor.scan.state import (
     EVIDENCE_PIECE,
     LEAD_LINES,
     PASTE_BYTES,
+    TAIL_SPANS,
     ScanState,
 )
 
@@ -153,7 +154,7 @@ class LineAssembly(ScanState):
         """Match one logical line; True when it holds a rule trigger (it then needs look-ahead).
 
         ``mask``: the prefilter's needles found on the line (0: unknown, try every trigger)."""
-        if self._deferred or self._tail is not None:
+        if self._deferred or self._tail:
             self._resolve_deferred(line.number)
         if self._open:  # findings the lines before this one closed, however the input was cut
             self._age_open(final=False, last_line=line.number - 1)
@@ -326,7 +327,7 @@ class LineAssembly(ScanState):
         pos = a
         while pos < b:
             piece = b if b - pos <= EVIDENCE_PIECE else block.find(b"\n", pos + EVIDENCE_PIECE, b) + 1 or b
-            for s, e, m in self._ev_prefilter.candidates(block, pos, piece):
+            for s, e, m in self._ev_candidates(block, pos, piece):
                 number += count(b"\n", pos, s)
                 pos = s
                 if until_calm and not (self._pending or self._open_before(number)):
@@ -358,8 +359,6 @@ class LineAssembly(ScanState):
         assert self._ev_prefilter is not None
         if not self._ascii_needles and not block[a:b].isascii():
             return a, b  # every line, one by one
-        find = block.find
-        pieces: list[tuple[int, int, list[tuple[int, int, int]]]] = []  # (lo, hi, candidates)
 
         def next_odd(pos: int) -> int:
             """Start of the first line at or after ``pos`` (a line start) with a marker, or -1."""
@@ -369,12 +368,9 @@ class LineAssembly(ScanState):
         def next_evidence(pos: int) -> tuple[int, int] | None:
             """The first evidence line at or after ``pos`` (a line start), as (start, end)."""
             while pos < b:
-                if not pieces or not pieces[-1][0] <= pos < pieces[-1][1]:
-                    hi = b if b - pos <= EVIDENCE_PIECE else (find(b"\n", pos + EVIDENCE_PIECE, b) + 1 or b)
-                    pieces[:] = [(pos, hi, self._ev_prefilter.candidates(block, pos, hi))]  # type: ignore[union-attr]
-                _, hi, cands = pieces[-1]
+                hi, cands = self._ev_piece(block, pos, b)
                 i = bisect.bisect_left(cands, (pos, -1, -1))
-                if i < len(cands):
+                if i < len(cands) and cands[i][0] < b:
                     return cands[i][0], cands[i][1]
                 pos = hi
             return None
@@ -392,67 +388,116 @@ class LineAssembly(ScanState):
             pos = ev[0]
         return None
 
-    def _set_aside(self, block: bytes, a: int, b: int, number: int) -> int:
-        """Set aside the evidence of ``block[a:b]`` (no failure pending or open, no odd line):
-        the latest progress line before its last ``BEFORE_LINES`` lines, and those last lines,
-        kept as a raw span (the *tail*) that is searched for evidence only when something reads
-        the deferred lines. Returns the line number at ``b``.
-
-        A stretch's latest progress line supersedes every line deferred before it, the previous
-        tail included: of the lines more than ``BEFORE_LINES`` before the next line read, only
-        the latest progress line is ever read (:meth:`_resolve_deferred`). So a stretch (most end
-        where a block ends) leaves one span, not one deferred line per evidence line near its end."""
+    def _ev_piece(self, block: bytes, pos: int, b: int) -> tuple[int, list[tuple[int, int, int]]]:
+        """A piece of ``block[pos:b]`` (``pos`` a line start) searched for evidence, from ``pos``
+        on: ``(end, candidates)``. The last piece is kept, so the next stretch of the same block
+        (after an odd line read in between) does not search it again."""
+        got = self._ev_cache
+        if got is not None and got[0] is block and got[1] <= pos < got[2]:
+            return got[2], got[3]
+        width = EVIDENCE_PIECE * 16  # (a call costs ~10 µs: not one per few lines of a JSON log)
+        hi = b if b - pos <= width else (block.find(b"\n", pos + width, b) + 1 or b)
         assert self._ev_prefilter is not None
-        count = block.count
-        shift = self._ev_shift
-        lines = count(b"\n", a, b)
-        near = a
-        number_near = number + (lines - BEFORE_LINES if lines > BEFORE_LINES else 0)  # at ``near``
+        cands = self._ev_prefilter.candidates(block, pos, hi)
+        self._ev_cache = (block, pos, hi, cands)
+        return hi, cands
+
+    def _ev_candidates(self, block: bytes, a: int, b: int) -> list[tuple[int, int, int]]:
+        """The evidence candidates of ``block[a:b]`` (both line bounds), from the kept piece
+        when it covers them."""
+        got = self._ev_cache
+        if got is not None and got[0] is block and got[1] <= a and b <= got[2]:
+            cands = got[3]
+            return cands[bisect.bisect_left(cands, (a, -1, -1)) : bisect.bisect_left(cands, (b, -1, -1))]
+        assert self._ev_prefilter is not None
+        return self._ev_prefilter.candidates(block, a, b)
+
+    def _set_aside(self, block: bytes, a: int, b: int, number: int) -> int:
+        """Set aside the evidence of ``block[a:b]`` (no failure pending or open, no odd line),
+        line ``number`` at ``a``; returns the line number at ``b``.
+
+        Of the lines more than ``BEFORE_LINES`` before the next line read, only the latest
+        progress line is ever read (:meth:`_resolve_deferred`). So a long stretch (most end where
+        a block ends) leaves that line, found searching backwards, and its last ``BEFORE_LINES``
+        lines as a raw span of the *tail*, searched for evidence only when something reads the
+        deferred lines: a found line supersedes every line deferred before it. A short stretch
+        (the line a chunk boundary cut; a pipe's small reads) joins the tail as a span of its own,
+        and a span that falls ``BEFORE_LINES`` behind leaves only its latest progress line."""
+        lines = block.count(b"\n", a, b)
+        end = number + lines
         if lines > BEFORE_LINES:
             near = b - 1
             rfind = block.rfind
             for _ in range(BEFORE_LINES):
                 near = rfind(b"\n", a, near)
             near += 1
-            hi, width = near, EVIDENCE_PIECE
-            while hi > a:
-                cut = (block.rfind(b"\n", a, hi - width) + 1 or a) if hi - width > a else a
-                latest = None
-                for s, e, m in reversed(self._ev_prefilter.candidates(block, cut, hi)):
-                    raw = block[s:e]
-                    if any(self._is_progress(ln, m << shift) for ln in normalise(0, raw)):
-                        # counted back from ``near``: the stretch is counted once, not twice
-                        latest = (number_near - count(b"\n", s, near), raw, m << shift)
-                        break
-                if latest is not None:
-                    self._tail = None  # superseded, like every line deferred before
-                    self._deferred.clear()
-                    self._deferred_bytes = 0
-                    self._defer(*latest)
-                    break
-                hi, width = cut, width * 4
-        self._expand_tail()
-        if near < b:
-            self._tail = (block, near, b, number_near)
-        return number + lines
+            latest = self._latest_progress(block, a, near, end - BEFORE_LINES)
+            if latest is not None:
+                self._tail = []
+                self._supersede(latest)
+            else:  # the tail is as far behind: only its latest progress line may be read
+                while self._tail:
+                    self._retire_oldest()
+            self._tail.append((block, near, b, end - BEFORE_LINES, end))
+            return end
+        if a < b:
+            self._tail.append((block, a, b, number, end))
+        while len(self._tail) > 1 and end - self._tail[0][4] >= BEFORE_LINES:
+            self._retire_oldest()
+        if len(self._tail) > TAIL_SPANS:
+            self._expand_tail(1)
+        return end
 
-    def _expand_tail(self) -> None:
-        """Defer the evidence lines of the tail span (see :meth:`_set_aside`), in order."""
-        tail, self._tail = self._tail, None
-        if tail is None:
+    def _latest_progress(self, block: bytes, a: int, hi: int, number: int) -> tuple[int, bytes, int] | None:
+        """The latest progress line of the evidence in ``block[a:hi]`` (line ``number`` at
+        ``hi``), searched backwards in pieces, as ``(line number, bytes, mask)``; or None."""
+        shift = self._ev_shift
+        width = EVIDENCE_PIECE
+        while hi > a:
+            cut = (block.rfind(b"\n", a, hi - width) + 1 or a) if hi - width > a else a
+            for s, e, m in reversed(self._ev_candidates(block, cut, hi)):
+                raw = block[s:e]
+                if any(self._is_progress(ln, m << shift) for ln in normalise(0, raw)):
+                    # counted back from ``hi``: a stretch is counted once, not twice
+                    return number - block.count(b"\n", s, hi), raw, m << shift
+            number -= block.count(b"\n", cut, hi)
+            hi, width = cut, width * 4
+        return None
+
+    def _supersede(self, latest: tuple[int, bytes, int]) -> None:
+        """Defer ``latest``, a progress line more than ``BEFORE_LINES`` before any line still to
+        be read, in place of every line deferred before it (none of those can be read now)."""
+        self._deferred[:] = [latest]
+        self._deferred_bytes = len(latest[1])
+
+    def _retire_oldest(self) -> None:
+        """Drop the tail's oldest span, ``BEFORE_LINES`` behind: only its latest progress line
+        can still be read, and it supersedes the lines deferred before it."""
+        block, a, b, _, end = self._tail.pop(0)
+        latest = self._latest_progress(block, a, b, end)
+        if latest is not None:
+            self._supersede(latest)
+
+    def _expand_tail(self, spans: int | None = None) -> None:
+        """Defer the evidence lines of the tail's spans (see :meth:`_set_aside`), in order: all
+        of them, or the oldest ``spans``."""
+        if not self._tail:
             return
         assert self._ev_prefilter is not None
-        block, pos, b, number = tail
-        count = block.count
+        cut = len(self._tail) if spans is None else spans
+        todo, rest = self._tail[:cut], self._tail[cut:]
+        self._tail = []  # (deferring reads the tail first: it is empty while these are deferred)
         shift = self._ev_shift
-        for s, e, m in self._ev_prefilter.candidates(block, pos, b):
-            number += count(b"\n", pos, s)
-            pos = s
-            self._defer(number, block[s:e], m << shift)
+        for block, pos, b, number, _ in todo:
+            for s, e, m in self._ev_candidates(block, pos, b):
+                number += block.count(b"\n", pos, s)
+                pos = s
+                self._defer(number, block[s:e], m << shift)
+        self._tail = rest + self._tail
 
     def _defer(self, number: int, raw: bytes, mask: int) -> None:
         """Add a line to the deferred ones, settling the older ones when too many are held."""
-        if self._tail is not None:
+        if self._tail:
             self._expand_tail()
         self._deferred.append((number, raw, mask))
         self._deferred_bytes += len(raw)

@@ -60,6 +60,11 @@ DEFER_BYTES = 8 << 20
 #: from its end for the latest progress line, or forwards while a failure is pending or open
 EVIDENCE_PIECE = 16 << 10
 
+#: spans the tail of set-aside evidence holds before its oldest is read (see
+#: ``LineAssembly._set_aside``): a chunk boundary adds one or two, a span ``BEFORE_LINES``
+#: behind leaves, and a long stretch clears them (a pipe's 4 KiB reads: ~10 spans)
+TAIL_SPANS = 32
+
 #: rule engines that name a library, not the tool that printed the log: such findings take the
 #: detected engine's name, do not vote for one, and yield to a more specific rule's message
 _GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda", "ggml", "xla", "host", "nccl", "generic"})
@@ -126,8 +131,11 @@ class ScanState:
     _paste: bytearray | None
     _deferred: list[tuple[int, bytes, int]]
     _deferred_bytes: int
-    #: evidence not searched yet, the last lines of a stretch: (block, start, end, line number)
-    _tail: tuple[bytes, int, int, int] | None
+    #: evidence not searched yet, the last lines of the latest stretches, oldest first:
+    #: (block, start, end, line number at start, line number at end) each
+    _tail: list[tuple[bytes, int, int, int, int]]
+    #: the latest piece of a block searched for evidence: (block, start, end, candidates)
+    _ev_cache: tuple[bytes, int, int, list[tuple[int, int, int]]] | None
     # evidence near failures (per source)
     _frames: deque[tuple[int, str, str | None]]
     _traceback_at: dict[str | None, deque[int]]
