@@ -62,9 +62,10 @@ class _Finds:
 
 
 class _Hyperscan:
-    """Every marker in one hyperscan database, and every backslash that does not start a
-    string-ending ``\\n"``; a scan stops at the first marker, or at the first such backslash
-    on a JSON record's line."""
+    """Every marker in one hyperscan database, which also stops at a line that starts with "{";
+    from there on, a second one that also finds every backslash not starting a string-ending
+    ``\\n"`` (on a JSON record's line: a marker). So a log without records (most) is scanned
+    once, for the markers only."""
 
     def __init__(self) -> None:
         import threading
@@ -75,33 +76,50 @@ class _Hyperscan:
 
         self._hs = hyperscan
         literals = [b"".join(b"\\x%02x" % c for c in mk) for mk in MARKERS]
-        self._escapes = len(literals)  # ids from here on: a backslash (see record_only_cut)
-        patterns = [*literals, rb"\\[^n]", rb'\\n[^"]']
-        self._db = database(patterns, [0] * len(patterns), MARKERS[0])
+        self._special = len(literals)  # ids from here on: a record's line starts / a backslash
+        plain = [*literals, rb"\n\{"]
+        self._plain = database(plain, [0] * len(plain), MARKERS[0])
+        records = [*literals, rb"\\[^n]", rb'\\n[^"]']
+        self._records = database(records, [0] * len(records), MARKERS[0])
         self._local = threading.local()
 
     def first(self, block: bytes, pos: int, end: int) -> int:
-        found: list[int] = []
-        escapes = self._escapes
+        if not block.startswith(b"{", pos):
+            at, brace = self._scan(self._plain, "plain", block, pos, end)
+            if not brace:
+                return at
+            pos = at  # the first line that starts with "{"
+        return self._scan(self._records, "records", block, pos, end)[0]
+
+    def _scan(self, db: Any, name: str, block: bytes, pos: int, end: int) -> tuple[int, bool]:
+        """The first match of ``db`` in ``block[pos:end]`` that counts, and whether it is the
+        start of a line that starts with "{" (``self._plain``); (-1, False) when none does."""
+        found: list[tuple[int, bool]] = []
+        special = self._special
         startswith = block.startswith
         rfind = block.rfind
 
         def on_match(id_: int, _start: int, stop: int, _flags: int, _ctx: object) -> bool:
-            at = pos + stop - 1  # a byte of the marker's line (a backslash's: the one after it)
-            if id_ >= escapes:  # only a JSON record's line counts
+            at = pos + stop - 1  # a byte of the marker's line ("{" / the byte after a backslash)
+            if id_ < special:
+                found.append((at, False))
+            elif db is self._plain:
+                found.append((at, True))
+            else:  # a backslash: only a JSON record's line counts
                 line = rfind(b"\n", pos, at) + 1 or pos
                 if not startswith(b"{", line) or startswith(b"{'", line):
                     return False
-            found.append(at)
+                found.append((at, False))
             return True
 
-        scratch = getattr(self._local, "scratch", None)
+        scratch = getattr(self._local, name, None)
         if scratch is None:
-            scratch = self._local.scratch = self._hs.Scratch(self._db)
+            scratch = self._hs.Scratch(db)
+            setattr(self._local, name, scratch)
         view: Any = memoryview(block)[pos:end]
         with contextlib.suppress(self._hs.ScanTerminated):  # (stopped at the first match)
-            self._db.scan(view, match_event_handler=on_match, scratch=scratch)
-        return found[0] if found else -1
+            db.scan(view, match_event_handler=on_match, scratch=scratch)
+        return found[0] if found else (-1, False)
 
 
 def marker_finder(prefer_hyperscan: bool) -> Any:

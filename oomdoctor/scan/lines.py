@@ -452,16 +452,15 @@ class LineAssembly(ScanState):
         """The latest progress line of the evidence in ``block[a:hi]`` (line ``number`` at
         ``hi``), searched backwards in pieces, as ``(line number, bytes, mask)``; or None."""
         shift = self._ev_shift
-        width = EVIDENCE_PIECE
+        top, width = hi, EVIDENCE_PIECE
         while hi > a:
             cut = (block.rfind(b"\n", a, hi - width) + 1 or a) if hi - width > a else a
             for s, e, m in reversed(self._ev_candidates(block, cut, hi)):
                 raw = block[s:e]
                 if any(self._is_progress(ln, m << shift) for ln in normalise(0, raw)):
-                    # counted back from ``hi``: a stretch is counted once, not twice
-                    return number - block.count(b"\n", s, hi), raw, m << shift
-            number -= block.count(b"\n", cut, hi)
-            hi, width = cut, width * 4
+                    # counted back from ``top`` now: a stretch is counted once, not twice
+                    return number - block.count(b"\n", s, top), raw, m << shift
+            hi, width = cut, width * 64  # (then the rest: a stretch without one is searched in two calls)
         return None
 
     def _supersede(self, latest: tuple[int, bytes, int]) -> None:
