@@ -49,12 +49,18 @@ def _next_record(block: bytes, pos: int, end: int) -> int:
     return -1
 
 
+#: the markers that are not ASCII: an ASCII stretch (most) is not searched for them
+_NON_ASCII = tuple(mk for mk in MARKERS if not mk.isascii())
+_ASCII = tuple(mk for mk in MARKERS if mk.isascii())
+
+
 class _Finds:
-    """One ``bytes.find`` per marker."""
+    """One ``bytes.find`` per marker (the non-ASCII ones only where the text is not ASCII)."""
 
     def first(self, block: bytes, pos: int, end: int) -> int:
         best = _next_record(block, pos, end)
-        for mk in MARKERS:
+        view = block[pos:end] if pos or end != len(block) else block
+        for mk in _ASCII if view.isascii() else MARKERS:
             at = block.find(mk, pos, best if best >= 0 else end)
             if at >= 0:
                 best = at
