@@ -24,6 +24,7 @@ from logshapes import (
     deepspeed_ranks,
     hf_trainer,
     k8s_json,
+    k8s_stats,
     llamacpp_server,
     memory_noise,
     vllm_serving,
@@ -51,6 +52,7 @@ SHAPES: dict[str, Shape] = {
         hf_trainer.SHAPE,
         deepspeed_ranks.SHAPE,
         k8s_json.SHAPE,
+        k8s_stats.SHAPE,
         llamacpp_server.SHAPE,
         memory_noise.SHAPE,
     )

@@ -282,14 +282,6 @@ def strip_ansi(text: str) -> str:
 FOLDS_TO_ASCII = ("\u0130".encode(), "\u212a".encode())
 
 
-def record_only_cut(raw: bytes) -> bool:
-    """Whether unwrapping the JSON record ``raw`` can only cut it: its only escapes are ``\\n``
-    ending a string (docker's json-file line), so each line of its message is a piece of
-    ``raw``'s text, and a literal such a line holds is in ``raw`` too. Each ``\\n"`` holds one backslash and two
-    cannot overlap: equal counts mean every backslash starts one."""
-    return raw.count(b"\\") == raw.count(b'\\n"')
-
-
 def only_cut_by_normalise(raw: bytes, ascii_literals: bool = False) -> bool:
     """Whether :func:`normalise` only cuts ``raw`` (no ANSI sequence or NUL to remove, nothing
     non-ASCII to decode or case-fold): any literal its lines hold is then in ``raw`` too.

@@ -18,7 +18,6 @@ from collections import deque
 
 from oomdoctor.context import ContextCollector
 from oomdoctor.prefilter import Prefilter, make_prefilter, needles
-from oomdoctor.prefilter.markers import marker_finder
 from oomdoctor.reader import Line, LineSplitter
 from oomdoctor.report import Finding
 from oomdoctor.rulepack import RulePack, default_pack
@@ -170,15 +169,11 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         needles_ = self._needles
         self._own_bits = sum(1 << i for i, n in enumerate(needles_) if any(n in t for t in own))
         self._ascii_needles = all(n.isascii() for n in needles_)
-        #: finds the lines :meth:`_defers` would not set aside (see :meth:`_odd_evidence`)
-        self._odd_finder = marker_finder(type(self._ev_prefilter).__name__ == "HyperscanPrefilter")
         self._deferrable_by_mask: dict[int, bool] = {}
         #: phase-evidence lines not read yet: (line number, bytes, needles mask), in order
         self._deferred: list[tuple[int, bytes, int]] = []
         self._deferred_bytes = 0
         self._tail: list[tuple[bytes, int, int, int, int]] = []
-        #: the latest piece of a block searched for evidence (see :meth:`_ev_piece`)
-        self._ev_cache: tuple[bytes, int, int, list[tuple[int, int, int]]] | None = None
 
     def _triggers_for(self, mask: int) -> list[str]:
         """The triggers a candidate line may hold, given the needles ``mask`` says it holds: those

@@ -123,10 +123,12 @@ def test_stats_lines_cut_by_chunk_boundaries_are_not_all_deferred(chunk: int) ->
     assert deferred < 1000  # of 40,000 stats lines
 
 
-def test_stats_lines_in_docker_json_records_are_set_aside_unread() -> None:
-    # a record whose only escape ends its message unwraps to a piece of itself: its stats line
-    # is set aside like a plain log's, not read where it is (was: every record read)
-    lines = [docker(STATS.format(n=i)) for i in range(20000)]
+@pytest.mark.parametrize("access", [False, True])
+def test_stats_lines_in_docker_json_records_are_set_aside_unread(access: bool) -> None:
+    # a record is set aside like a plain line, though unwrapping changes it (was: every record
+    # read where it is; with escaped access lines between them, 128 s for 256 MiB)
+    get = 'INFO:     10.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+    lines = [docker(STATS.format(n=i)) + (docker(get) if access else "") for i in range(20000)]
     log = (docker("Loading safetensors checkpoint shards: 100% 4/4\n") + "".join(lines) + docker(OOM)).encode()
     report, processed = _scan_counting(log, 1 << 20, "_process")
     assert [(f.rule, f.phase) for f in report.findings] == [("torch.cuda-oom", "inference")]
@@ -134,9 +136,9 @@ def test_stats_lines_in_docker_json_records_are_set_aside_unread() -> None:
     assert processed < 1000
 
 
-def test_a_record_whose_escapes_hide_a_trigger_is_read_where_it_is() -> None:
+def test_records_whose_escapes_hide_a_trigger_give_the_findings_reading_every_line_gives() -> None:
     # the trainer's own JSON loss line inside docker's record: its quotes are escaped, so the
-    # raw record does not hold 'loss":' — unwrapped, it does, and it names the training step
+    # raw record does not hold 'loss":' — unwrapped, it does
     loss = "".join(docker(f'{{"loss": 0.{i:04d}, "epoch": 0.1}}\n') for i in range(3000))
     log = (docker("***** Running training *****\n") + docker("Loading safetensors checkpoint shards: 100% 4/4\n")
            + loss + docker(OOM)).encode()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 from collections import deque
 from typing import Any
 
@@ -285,29 +284,24 @@ class LineAssembly(ScanState):
         would, at a cost that does not grow with how many there are.
 
         While a failure is pending or open, evidence lines are read one by one as they come.
-        Otherwise they would all be set aside, and of those more than ``BEFORE_LINES`` before
-        the stretch's end only the latest progress line can ever be read
-        (:meth:`_resolve_deferred`): so only that one is looked for, searching backwards in
-        pieces, and the evidence lines of the last ``BEFORE_LINES`` lines are set aside. A line
-        :meth:`_defers` would not set aside (one that normalising changes, or one with a
-        frame's "File ") is read where it is. Returns where reading stopped, its line number
-        and the look-ahead owed (non-zero when a line read held a rule trigger: normalising a
-        record may show one)."""
+        Otherwise they are set aside (:meth:`_set_aside`): of those more than ``BEFORE_LINES``
+        before the next line read, only the latest progress line can ever be read
+        (:meth:`_resolve_deferred`), so only that one is looked for, searching backwards, and
+        the last ``BEFORE_LINES`` lines are kept as a raw span, read only if a line after them
+        needs them. A line that normalising changes (a JSON record, ANSI escapes) is asked
+        about its normalised text when it is read: the prefilter's answer for its bytes is
+        not used for it. Returns where reading stopped, its line number and the look-ahead
+        owed (non-zero when a line read held a rule trigger)."""
         while a < b:
             if self._pending or self._open_before(number):
                 a, number, owe = self._read_evidence(block, lo, a, b, number, until_calm=True)
                 if owe:
                     return a, number, owe
                 continue
-            odd = self._odd_evidence(block, a, b)
-            c = b if odd is None else odd[0]
-            if c > a:
-                number = self._set_aside(block, a, c, number)
-            if odd is None:
-                break
-            a, number, owe = self._read_evidence(block, lo, odd[0], odd[1], number, until_calm=False)
-            if owe:
-                return a, number, owe
+            if not self._ascii_needles and not block[a:b].isascii():
+                # a needle that is not ASCII: the prefilter's answers need each line's own check
+                return self._read_evidence(block, lo, a, b, number, until_calm=False)
+            return b, self._set_aside(block, a, b, number), 0
         return b, number, 0
 
     def _open_before(self, number: int) -> bool:
@@ -327,7 +321,7 @@ class LineAssembly(ScanState):
         pos = a
         while pos < b:
             piece = b if b - pos <= EVIDENCE_PIECE else block.find(b"\n", pos + EVIDENCE_PIECE, b) + 1 or b
-            for s, e, m in self._ev_candidates(block, pos, piece):
+            for s, e, m in self._ev_prefilter.candidates(block, pos, piece):
                 number += count(b"\n", pos, s)
                 pos = s
                 if until_calm and not (self._pending or self._open_before(number)):
@@ -347,74 +341,9 @@ class LineAssembly(ScanState):
             pos = piece
         return b, number, 0
 
-    def _odd_evidence(self, block: bytes, a: int, b: int) -> tuple[int, int] | None:
-        """The first evidence line of ``block[a:b]`` that :meth:`_defers` would not set aside:
-        one that normalising may change (a JSON record, ANSI or NUL bytes, a character folding
-        to ASCII, or anything non-ASCII when a needle is not ASCII) or that holds "File ", as
-        ``(start, end + 1)``, or None.
-
-        Two sorted streams are walked side by side, each jumping to the other's position: the
-        lines with such a marker (C searches) and the evidence lines (the evidence prefilter, a
-        piece at a time). The steps are about as many as the rarer of the two kinds of line."""
-        assert self._ev_prefilter is not None
-        if not self._ascii_needles and not block[a:b].isascii():
-            return a, b  # every line, one by one
-
-        def next_odd(pos: int) -> int:
-            """Start of the first line at or after ``pos`` (a line start) with a marker, or -1."""
-            at = self._odd_finder.first(block, pos, b)
-            return at if at < 0 else (block.rfind(b"\n", pos, at) + 1) or pos
-
-        def next_evidence(pos: int) -> tuple[int, int] | None:
-            """The first evidence line at or after ``pos`` (a line start), as (start, end)."""
-            while pos < b:
-                hi, cands = self._ev_piece(block, pos, b)
-                i = bisect.bisect_left(cands, (pos, -1, -1))
-                if i < len(cands) and cands[i][0] < b:
-                    return cands[i][0], cands[i][1]
-                pos = hi
-            return None
-
-        pos = a
-        while pos < b:
-            odd = next_odd(pos)
-            if odd < 0:
-                return None
-            ev = next_evidence(odd)
-            if ev is None:
-                return None
-            if ev[0] == odd:
-                return odd, min(ev[1] + 1, b)
-            pos = ev[0]
-        return None
-
-    def _ev_piece(self, block: bytes, pos: int, b: int) -> tuple[int, list[tuple[int, int, int]]]:
-        """A piece of ``block[pos:b]`` (``pos`` a line start) searched for evidence, from ``pos``
-        on: ``(end, candidates)``. The last piece is kept, so the next stretch of the same block
-        (after an odd line read in between) does not search it again."""
-        got = self._ev_cache
-        if got is not None and got[0] is block and got[1] <= pos < got[2]:
-            return got[2], got[3]
-        width = EVIDENCE_PIECE * 16  # (a call costs ~10 µs: not one per few lines of a JSON log)
-        hi = b if b - pos <= width else (block.find(b"\n", pos + width, b) + 1 or b)
-        assert self._ev_prefilter is not None
-        cands = self._ev_prefilter.candidates(block, pos, hi)
-        self._ev_cache = (block, pos, hi, cands)
-        return hi, cands
-
-    def _ev_candidates(self, block: bytes, a: int, b: int) -> list[tuple[int, int, int]]:
-        """The evidence candidates of ``block[a:b]`` (both line bounds), from the kept piece
-        when it covers them."""
-        got = self._ev_cache
-        if got is not None and got[0] is block and got[1] <= a and b <= got[2]:
-            cands = got[3]
-            return cands[bisect.bisect_left(cands, (a, -1, -1)) : bisect.bisect_left(cands, (b, -1, -1))]
-        assert self._ev_prefilter is not None
-        return self._ev_prefilter.candidates(block, a, b)
-
     def _set_aside(self, block: bytes, a: int, b: int, number: int) -> int:
-        """Set aside the evidence of ``block[a:b]`` (no failure pending or open, no odd line),
-        line ``number`` at ``a``; returns the line number at ``b``.
+        """Set aside the evidence of ``block[a:b]`` (no failure pending or open), line
+        ``number`` at ``a``; returns the line number at ``b``.
 
         Of the lines more than ``BEFORE_LINES`` before the next line read, only the latest
         progress line is ever read (:meth:`_resolve_deferred`). So a long stretch (most end where
@@ -451,15 +380,17 @@ class LineAssembly(ScanState):
     def _latest_progress(self, block: bytes, a: int, hi: int, number: int) -> tuple[int, bytes, int] | None:
         """The latest progress line of the evidence in ``block[a:hi]`` (line ``number`` at
         ``hi``), searched backwards in pieces, as ``(line number, bytes, mask)``; or None."""
+        assert self._ev_prefilter is not None
         shift = self._ev_shift
         top, width = hi, EVIDENCE_PIECE
         while hi > a:
             cut = (block.rfind(b"\n", a, hi - width) + 1 or a) if hi - width > a else a
-            for s, e, m in reversed(self._ev_candidates(block, cut, hi)):
+            for s, e, m in reversed(self._ev_prefilter.candidates(block, cut, hi)):
                 raw = block[s:e]
-                if any(self._is_progress(ln, m << shift) for ln in normalise(0, raw)):
+                mask = self._raw_mask(raw, m << shift)
+                if any(self._is_progress(ln, mask) for ln in normalise(0, raw)):
                     # counted back from ``top`` now: a stretch is counted once, not twice
-                    return number - block.count(b"\n", s, top), raw, m << shift
+                    return number - block.count(b"\n", s, top), raw, mask
             hi, width = cut, width * 64  # (then the rest: a stretch without one is searched in two calls)
         return None
 
@@ -488,11 +419,17 @@ class LineAssembly(ScanState):
         self._tail = []  # (deferring reads the tail first: it is empty while these are deferred)
         shift = self._ev_shift
         for block, pos, b, number, _ in todo:
-            for s, e, m in self._ev_candidates(block, pos, b):
+            for s, e, m in self._ev_prefilter.candidates(block, pos, b):
                 number += block.count(b"\n", pos, s)
                 pos = s
-                self._defer(number, block[s:e], m << shift)
+                raw = block[s:e]
+                self._defer(number, raw, self._raw_mask(raw, m << shift))
         self._tail = rest + self._tail
+
+    def _raw_mask(self, raw: bytes, mask: int) -> int:
+        """``mask``, the needles the prefilter found in a line's bytes, or 0 (ask the text) when
+        normalising may change what the line holds."""
+        return mask if only_cut_by_normalise(raw, self._ascii_needles) else 0
 
     def _defer(self, number: int, raw: bytes, mask: int) -> None:
         """Add a line to the deferred ones, settling the older ones when too many are held."""
@@ -527,10 +464,11 @@ class LineAssembly(ScanState):
         self._deferred_bytes = sum(len(raw) for _, raw, _ in held)
 
     def _is_progress(self, line: Line, mask: int) -> bool:
-        """Whether ``line`` matches a progress pattern of a phase whose trigger it holds."""
+        """Whether ``line`` matches a progress pattern of a phase whose trigger it holds
+        (``mask``: the needles its bytes hold; 0: unknown, every trigger is tried)."""
         low = line.text.lower()
         phases = set(self._phases_always)
-        for t in self._triggers_for(mask):
+        for t in self._triggers_for(mask) if mask else self._all_triggers:
             if t in low:
                 phases.update(self._phase_by_trigger.get(t, ()))
         return any(_search_any(self._progress_patterns[i], line.text) for i in sorted(phases))

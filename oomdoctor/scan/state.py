@@ -109,7 +109,6 @@ class ScanState:
     _ev_bits_of: list[tuple[int, bytes]]
     _own_bits: int
     _ascii_needles: bool
-    _odd_finder: Any
     _lookahead: int
     # the pack's triggers, indexed
     _phase_by_trigger: dict[str, list[int]]
@@ -134,8 +133,6 @@ class ScanState:
     #: evidence not searched yet, the last lines of the latest stretches, oldest first:
     #: (block, start, end, line number at start, line number at end) each
     _tail: list[tuple[bytes, int, int, int, int]]
-    #: the latest piece of a block searched for evidence: (block, start, end, candidates)
-    _ev_cache: tuple[bytes, int, int, list[tuple[int, int, int]]] | None
     # evidence near failures (per source)
     _frames: deque[tuple[int, str, str | None]]
     _traceback_at: dict[str | None, deque[int]]
@@ -168,7 +165,6 @@ class ScanState:
         def _read_evidence(
             self, block: bytes, lo: int, a: int, b: int, number: int, *, until_calm: bool
         ) -> tuple[int, int, int]: ...
-        def _odd_evidence(self, block: bytes, a: int, b: int) -> tuple[int, int] | None: ...
         def _set_aside(self, block: bytes, a: int, b: int, number: int) -> int: ...
         def _defer(self, number: int, raw: bytes, mask: int) -> None: ...
         def _resolve_deferred(self, upto: int, keep: int = 0) -> None: ...
