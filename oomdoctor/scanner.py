@@ -174,6 +174,7 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         self._deferred: list[tuple[int, bytes, int]] = []
         self._deferred_bytes = 0
         self._tail: list[tuple[bytes, int, int, int, int]] = []
+        self._counted: tuple[bytes, dict[int, int] | None] = (b"", None)
 
     def _triggers_for(self, mask: int) -> list[str]:
         """The triggers a candidate line may hold, given the needles ``mask`` says it holds: those

@@ -6,14 +6,15 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from oomdoctor.inputs import read_blocks
-from oomdoctor.prefilter import PurePrefilter
+from oomdoctor.prefilter import Prefilter, PurePrefilter
 from oomdoctor.prefilter import pool as prefilter_pool
-from oomdoctor.prefilter.pool import Precomputed, parallel_blocks, workers_for
+from oomdoctor.prefilter.pool import Precomputed, count_newlines, parallel_blocks, workers_for
 from oomdoctor.rulepack import default_pack
 from oomdoctor.scanner import _BUILTIN_TRIGGERS, Scanner
 from tests.corpus import FIXTURES
@@ -25,6 +26,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _pure() -> PurePrefilter:
     return PurePrefilter([*default_pack().all_triggers(), *_BUILTIN_TRIGGERS])
+
+
+def _hyperscan() -> Prefilter:
+    from oomdoctor.prefilter.hyperscan_path import HyperscanPrefilter
+
+    return HyperscanPrefilter([*default_pack().all_triggers(), *_BUILTIN_TRIGGERS])
 
 
 def _big_log(tmp_path: Path) -> Path:
@@ -42,8 +49,8 @@ def _big_log(tmp_path: Path) -> Path:
     return path
 
 
-def _report(path: Path, ahead: bool) -> dict:
-    scanner = Scanner(default_pack(), source="big.log", prefilter=_pure())
+def _report(path: Path, ahead: bool, prefilter: Prefilter | None = None) -> dict:
+    scanner = Scanner(default_pack(), source="big.log", prefilter=prefilter or _pure())
     pre = Precomputed(scanner.prefilter)
     if ahead:
         scanner.use_prefilter(pre)
@@ -59,24 +66,57 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OOMDOCTOR_WORKERS", "3")
 
 
+@pytest.mark.parametrize("make", [_pure, _hyperscan], ids=["pure", "hyperscan"])
 def test_reports_are_identical_with_and_without_workers(
-    tmp_path: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch, make: Callable[[], Prefilter]
 ) -> None:
+    # line numbers included: the workers count the newlines the scanner then does not
     path = _big_log(tmp_path)
     assert path.stat().st_size > 20 * prefilter_pool.CHUNK
-    without = _report(path, ahead=False)
+    without = _report(path, ahead=False, prefilter=make())
     used: list[int] = []
-    real = Precomputed.expect
+    answered: list[bool] = []  # per block scanned: the worker's answer was used
+    counted: list[bool] = []  # per block scanned: with the worker's newline counts
+    real, real_candidates, real_starts = Precomputed.expect, Precomputed.candidates, Precomputed.line_starts
 
-    def expect(self: Precomputed, block: bytes, spans: list) -> None:
+    def expect(self: Precomputed, block: bytes, spans: list, newlines: object = None) -> None:
         used.append(len(block))
-        real(self, block, spans)
+        real(self, block, spans, newlines)  # type: ignore[arg-type]
+
+    def candidates(self: Precomputed, block: bytes, lo: int = 0, hi: int | None = None) -> list:
+        expected = self._block is block
+        spans = real_candidates(self, block, lo, hi)
+        answered.append(expected and self._block is None)
+        return spans
+
+    def line_starts(self: Precomputed, block: bytes) -> dict[int, int] | None:
+        known = real_starts(self, block)
+        counted.append(known is not None)
+        return known
 
     monkeypatch.setattr(Precomputed, "expect", expect)
-    with_workers = _report(path, ahead=True)
+    monkeypatch.setattr(Precomputed, "candidates", candidates)
+    monkeypatch.setattr(Precomputed, "line_starts", line_starts)
+    with_workers = _report(path, ahead=True, prefilter=make())
     assert with_workers == without
     assert len(with_workers["findings"]) > 20
     assert sum(used) == path.stat().st_size  # every chunk came from a worker
+    assert counted == answered and sum(answered) > 10  # each answer used came with its counts
+
+
+def test_newlines_are_counted_before_each_candidate_and_in_all() -> None:
+    block = b"a\nCUDA out of memory\n\nb\nOOM again\nc"
+    spans = [(2, 20, 1), (24, 33, 1)]
+    assert count_newlines(block, spans) == ([1, 4], 5)
+    assert count_newlines(block, []) == ([], 5)
+    pre = Precomputed(_pure())
+    pre.expect(block, spans, count_newlines(block, spans))
+    assert pre.line_starts(block) is None  # not answered yet
+    assert pre.candidates(block) == spans
+    assert pre.line_starts(block) == {0: 0, 2: 1, 21: 2, 24: 4, 34: 5, len(block): 5}
+    assert pre.line_starts(block + b"") is not None  # (the same object)
+    pre.candidates(b"other\n")
+    assert pre.line_starts(block) is None  # only for the block just answered
 
 
 def test_chunks_cover_the_file_exactly_and_end_at_line_starts(tmp_path: Path, small_chunks: None) -> None:
@@ -126,7 +166,7 @@ def test_a_failing_worker_sends_the_scan_back_to_the_main_process(
     assert _report(path, ahead=True) == want
 
 
-def test_workers_only_for_big_plain_files_on_linux_with_the_pure_prefilter(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workers_only_for_big_plain_files_on_linux_with_a_prefilter_they_can_run(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OOMDOCTOR_WORKERS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     pure = _pure()
@@ -139,6 +179,7 @@ def test_workers_only_for_big_plain_files_on_linux_with_the_pure_prefilter(monke
     monkeypatch.setenv("OOMDOCTOR_WORKERS", "2")
     assert workers_for(pure, 10) == 2
     assert workers_for(Precomputed(pure), 1 << 30) == 0  # not a prefilter it can fork
+    assert workers_for(_hyperscan(), 1 << 30) == 2
     monkeypatch.setenv("OOMDOCTOR_WORKERS", "two")
     with pytest.raises(ValueError, match="OOMDOCTOR_WORKERS='two': expected a whole number"):
         workers_for(pure, 1 << 30)

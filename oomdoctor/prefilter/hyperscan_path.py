@@ -25,6 +25,9 @@ def _literal(lit: bytes) -> bytes:
 class HyperscanPrefilter:
     """All triggers in one database; a scan reports each match's end offset, in order."""
 
+    #: it needs nothing but a block's bytes: worker processes may run it (see pool.py)
+    runs_in_workers = True
+
     def __init__(self, triggers: Sequence[str]) -> None:
         self.needles = lits = needles(triggers)
         self._db: hyperscan.Database | None = None

@@ -1,10 +1,12 @@
 """Find a big file's candidate lines in worker processes, ahead of the scanner.
 
-The pure-Python prefilter is most of a post-mortem's time (about 13 of the 16 s a GiB of serving
-log takes in one process), and it needs nothing but the bytes of a block: so for a plain file of at least
-``MIN_BYTES`` on Linux, worker processes (one per CPU) each take every n-th chunk of the file,
-read it themselves and find its candidate lines, while the main process reads the same chunks
-in order and scans them with those answers. The findings are the same as without workers:
+The prefilter, and counting the newlines between its candidates, need nothing but the bytes of a
+block, and are most of a post-mortem's CPU time (the pure-Python prefilter: about 13 of the 16 s a
+GiB of serving log takes in one process; with hyperscan, scan and count are about half of it):
+so for a plain file of at least ``MIN_BYTES`` on Linux, worker processes (one per CPU) each take
+every n-th chunk of the file, read it themselves, find its candidate lines and count the newlines
+before each (:func:`count_newlines`), while the main process reads the same chunks in order and
+scans them with those answers. The findings are the same as without workers:
 a worker runs the same prefilter on the same bytes, and an answer is used only for the very
 block it was computed for (:class:`Precomputed`); anything else (a chunk that ends inside a line
 longer than ``SLACK``, bytes appended while reading) is prefiltered in the main process.
@@ -45,6 +47,23 @@ AHEAD = 2
 Spans = list[tuple[int, int, int]]
 
 
+#: newlines before each candidate's start, and in the whole chunk
+Newlines = tuple[list[int], int]
+
+
+def count_newlines(block: bytes, spans: Spans) -> Newlines:
+    """How many newlines ``block`` has before each span's start, and in all (a worker counts
+    them with the candidates, so the scanner does not have to)."""
+    before: list[int] = []
+    count = block.count
+    seen = prev = 0
+    for start, _, _ in spans:
+        seen += count(b"\n", prev, start)
+        before.append(seen)
+        prev = start
+    return before, seen + count(b"\n", prev)
+
+
 class Precomputed:
     """A prefilter that answers with candidates found elsewhere for the one block it expects,
     and asks ``inner`` for any other."""
@@ -56,15 +75,34 @@ class Precomputed:
             self.mask = inner.mask
         self._block: bytes | None = None
         self._spans: Spans = []
+        self._newlines: Newlines | None = None
+        self._answered: tuple[bytes, Spans, Newlines] | None = None
 
-    def expect(self, block: bytes, spans: Spans) -> None:
-        self._block, self._spans = block, spans
+    def expect(self, block: bytes, spans: Spans, newlines: Newlines | None = None) -> None:
+        self._block, self._spans, self._newlines = block, spans, newlines
 
     def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> Spans:
+        self._answered = None
         if block is self._block and lo == 0 and (hi is None or hi == len(block)):
             self._block = None
+            if self._newlines is not None:
+                self._answered = (block, self._spans, self._newlines)
             return self._spans
         return self.inner.candidates(block, lo, hi)
+
+    def line_starts(self, block: bytes) -> dict[int, int] | None:
+        """For the block the latest :meth:`candidates` call answered with a worker's counts:
+        the newlines before each line start it knows (the block's start and end, each
+        candidate's line and the line after it); None otherwise."""
+        if self._answered is None or self._answered[0] is not block:
+            return None
+        _, spans, (before, total) = self._answered
+        known = {0: 0, len(block): total}
+        for (start, end, _), seen in zip(spans, before, strict=True):
+            known[start] = seen
+            if end < len(block):
+                known[end + 1] = seen + 1
+        return known
 
 
 def workers_for(prefilter: Prefilter, size: int) -> int:
@@ -78,7 +116,7 @@ def workers_for(prefilter: Prefilter, size: int) -> int:
         n = min(os.cpu_count() or 1, 8)
         if n < 2 or size < MIN_BYTES:
             return 0
-    if n < 1 or sys.platform != "linux" or not isinstance(prefilter, PurePrefilter):
+    if n < 1 or sys.platform != "linux" or not getattr(prefilter, "runs_in_workers", False):
         return 0
     return n
 
@@ -125,7 +163,9 @@ def _work(conn: Any, path: str, size: int, prefilter: Prefilter) -> None:
             if k is None:
                 break
             start, end = bound(fd, k, size), bound(fd, k + 1, size)
-            conn.send((k, start, end, prefilter.candidates(_read(fd, start, end))))
+            block = _read(fd, start, end)
+            spans = prefilter.candidates(block)
+            conn.send((k, start, end, spans, count_newlines(block, spans)))
     except Exception as exc:  # reported to the main process, which goes on alone
         with contextlib.suppress(Exception):
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -181,7 +221,7 @@ def parallel_blocks(path: str, fd: int, size: int, pre: Precomputed, workers: in
                 break
             if got[0] != k or got[1] != pos:  # an error, or not the chunk we are at
                 break
-            _, start, end, spans = got
+            _, start, end, spans, newlines = got
             if not ask():
                 break
             block = _read(fd, start, end)
@@ -189,7 +229,7 @@ def parallel_blocks(path: str, fd: int, size: int, pre: Precomputed, workers: in
                 break
             pos = end
             if block:  # (a chunk is empty when a line without newline runs from its start to EOF)
-                pre.expect(block, spans)
+                pre.expect(block, spans, newlines)
                 yield block
     finally:
         for conn in pipes:

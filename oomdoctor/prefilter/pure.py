@@ -29,6 +29,8 @@ class PurePrefilter:
     after ``_PLAN_AFTER`` bytes; before that, needles are searched one by one.
     """
 
+    #: it needs nothing but a block's bytes: worker processes may run it (see pool.py)
+    runs_in_workers = True
     #: blocks a gate found too frequent is bypassed before it is tried again
     _HOT_BLOCKS = 16
     #: bytes searched needle by needle before the gates are planned: about what planning costs

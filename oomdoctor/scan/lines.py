@@ -85,7 +85,9 @@ class LineAssembly(ScanState):
         # newlines between candidates (C speed); the splitter is told the block's total.
         n = len(block) if hi is None else hi
         spans = self._prefilter.candidates(block, lo, n)
-        count = block.count
+        starts = getattr(self._prefilter, "line_starts", None)  # counted by a worker (pool.py)
+        self._counted = (block, starts(block) if starts is not None else None)
+        count = self._newlines
         find = block.find
         lookahead = self._lookahead
         owe = self._need_lookahead
@@ -115,7 +117,7 @@ class LineAssembly(ScanState):
                 if owe > 0:
                     pos, line, owe = ahead(pos, line, owe, start)
             if pos < start:
-                line += count(b"\n", pos, start)
+                line += count(block, pos, start)
             has_rule = False
             raw = block[start:end]
             if between is not None:
@@ -142,12 +144,22 @@ class LineAssembly(ScanState):
             if owe > 0:
                 pos, line, owe = ahead(pos, line, owe, n)
         if pos < n:
-            line += count(b"\n", pos, n)
+            line += count(block, pos, n)
         self._need_lookahead = owe
         self._splitter.advance(line - first)
         self._last_line = line - 1
         self._evaluate_pending(final=False)
         self._age_open(final=False)
+
+    def _newlines(self, block: bytes, a: int, b: int) -> int:
+        """How many newlines ``block[a:b]`` holds: from a worker's counts when both are line
+        starts it counted at (the bounds of the stretches between candidates), else counted."""
+        counted, known = self._counted
+        if known is not None and counted is block:
+            x, y = known.get(a), known.get(b)
+            if x is not None and y is not None:
+                return y - x
+        return block.count(b"\n", a, b)
 
     def _process(self, line: Line, mask: int = 0) -> bool:
         """Match one logical line; True when it holds a rule trigger (it then needs look-ahead).
@@ -352,7 +364,7 @@ class LineAssembly(ScanState):
         deferred lines: a found line supersedes every line deferred before it. A short stretch
         (the line a chunk boundary cut; a pipe's small reads) joins the tail as a span of its own,
         and a span that falls ``BEFORE_LINES`` behind leaves only its latest progress line."""
-        lines = block.count(b"\n", a, b)
+        lines = self._newlines(block, a, b)
         end = number + lines
         if lines > BEFORE_LINES:
             near = b - 1

@@ -133,6 +133,8 @@ class ScanState:
     #: evidence not searched yet, the last lines of the latest stretches, oldest first:
     #: (block, start, end, line number at start, line number at end) each
     _tail: list[tuple[bytes, int, int, int, int]]
+    #: the block being scanned, and the newlines before the line starts a worker counted in it
+    _counted: tuple[bytes, dict[int, int] | None]
     # evidence near failures (per source)
     _frames: deque[tuple[int, str, str | None]]
     _traceback_at: dict[str | None, deque[int]]
