@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -136,3 +137,16 @@ def test_closed_stdout_with_output_file_still_writes(tmp_path: Path) -> None:
         f"{sys.executable} -m oomdoctor {VLLM_054} -f json -o {out} >&-", shell=True, capture_output=True, timeout=60
     )
     assert proc.returncode == 1 and out.read_text().startswith("{")
+
+
+@pytest.mark.parametrize("args", [["rules", "list"], ["rules", "show", "torch.cuda-oom"], ["rules", "list", "--json"]])
+def test_a_reader_that_closed_the_pipe_is_no_error(args: list[str]) -> None:
+    # `oomdoctor rules list | head`: the reader is gone before the listing is written; like ls,
+    # exit quietly with 0 (was: exit 1, click's answer to a broken pipe)
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "oomdoctor", *args], stdout=write, stderr=subprocess.PIPE, timeout=60)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, b"")

@@ -136,6 +136,13 @@ def _invoke(app, args: list[str]) -> int:
 
     try:  # typer builds a fresh click command for each call; its help is put in the language in force
         result = localized(get_command(app))(args=args, prog_name="oomdoctor", standalone_mode=False)
+    except SystemExit:
+        # click turns a broken pipe (``oomdoctor rules list | head``) into exit 1, with stdout
+        # wrapped to silence the final flush; a reader that stopped early is no error (as for ls)
+        if type(sys.stdout).__name__ == "PacifyFlushWrapper":
+            _quiet_stdout()
+            return 0
+        raise
     except Exception as exc:
         name = type(exc).__name__
         if name == "Exit":
