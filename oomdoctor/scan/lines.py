@@ -394,7 +394,7 @@ class LineAssembly(ScanState):
         ``hi``), searched backwards in pieces, as ``(line number, bytes, mask)``; or None."""
         assert self._ev_prefilter is not None
         shift = self._ev_shift
-        top, width = hi, EVIDENCE_PIECE
+        top, width = hi, EVIDENCE_PIECE // 8  # (the latest is most often among the last lines)
         while hi > a:
             cut = (block.rfind(b"\n", a, hi - width) + 1 or a) if hi - width > a else a
             for s, e, m in reversed(self._ev_prefilter.candidates(block, cut, hi)):
