@@ -339,9 +339,7 @@ class LineAssembly(ScanState):
                 if until_calm and not (self._pending or self._open_before(number)):
                     return s, number, 0
                 raw = block[s:e]
-                mask = m << shift
-                if not only_cut_by_normalise(raw, self._ascii_needles):
-                    mask = 0
+                mask = self._raw_mask(raw, m << shift)
                 self._here = (block, lo, s, number)
                 has_rule = False
                 for ln in normalise(number, raw):
