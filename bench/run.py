@@ -6,12 +6,12 @@
 
 For each log shape (``bench/logshapes/``: vLLM serving, vLLM with a stats line every other line,
 Hugging Face Trainer progress, DeepSpeed behind ``[rankN]:``, docker/Kubernetes JSON-wrapped vLLM
-(request logs; stats every other line), llama.cpp server, "memory" on one line in ten), measured side by side on the same machine (ratios
-are what the targets are about):
+(request logs; stats every other line), llama.cpp server, "memory" on one line in ten), measured
+side by side on the same machine (ratios are what the targets are about):
 
 - post-mortem wall and CPU time (``oomdoctor -f json LOG``) with hyperscan and with the
-  pure-Python prefilter (each with its worker processes, the default, and in one process), against
-  ``grep -c -i -E`` of the same triggers (``LC_ALL=C``); CPU time counts the workers too;
+  pure-Python prefilter (with its worker processes, and in one process), against ``grep -c -i -E``
+  of the same triggers (``LC_ALL=C``); CPU time counts the workers too;
 - pipe passthrough (``cat LOG | oomdoctor > /dev/null``) against ``cat LOG | cat > /dev/null``:
   throughput is the log's size over the seconds until ``cat`` has written all of it, i.e. how
   long the pipe held the writer up, which is what a server writing into oomdoctor feels; the
@@ -278,9 +278,8 @@ def measure(shape: str, size: int, repeat: int, hs: bool, pure: bool, pat: str) 
     # not > /dev/null: GNU grep then stops at the first match
     grep_cmd = f"LC_ALL=C grep -c -i -E {sh_quote(pat)} {log} > {OUT / 'grep-count.txt'}"
     paths: list[tuple[str, dict[str, str]]] = []
-    if hs:  # the default (with its worker processes), and in one process
+    if hs:
         paths.append(("hyperscan", {"OOMDOCTOR_PREFILTER": "hyperscan"}))
-        paths.append(("hyperscan, one process", {"OOMDOCTOR_PREFILTER": "hyperscan", "OOMDOCTOR_WORKERS": "0"}))
     if pure:
         paths.append(("pure, workers", {"OOMDOCTOR_PREFILTER": "python"}))
         paths.append((REFERENCE, {"OOMDOCTOR_PREFILTER": "python", "OOMDOCTOR_WORKERS": "0"}))
@@ -316,8 +315,7 @@ def shape_rows(results: list[ShapeResult], workers: int) -> list[str]:
     """The ratio table: one row per shape, one column per target."""
     head = [
         "shape",
-        f"post-mortem, hyperscan ({workers} workers) ÷ grep (≤ 1.0×)",
-        "hyperscan, one process ÷ grep (≤ 1.0×)",
+        "post-mortem, hyperscan ÷ grep (≤ 1.0×)",
         f"pure Python, {workers} workers ÷ grep (≤ 3×)",
         "pure Python, one process ÷ grep (≤ 3×)",
         "passthrough ÷ cat\\|cat, at the writer (until exit) (≥ 0.5×)",
@@ -341,7 +339,6 @@ def shape_rows(results: list[ShapeResult], workers: int) -> list[str]:
                 [
                     f"{r.shape.name}: {r.shape.about}",
                     ratio_cell(r.runs.get("hyperscan"), r.grep, 1.0),
-                    ratio_cell(r.runs.get("hyperscan, one process"), r.grep, 1.0),
                     ratio_cell(r.runs.get("pure, workers"), r.grep, 3.0),
                     ratio_cell(r.runs.get(REFERENCE), r.grep, 3.0),
                     pipe,
@@ -358,7 +355,7 @@ def shape_rows(results: list[ShapeResult], workers: int) -> list[str]:
 
 def seconds_rows(results: list[ShapeResult]) -> list[str]:
     """The absolute figures behind the ratios, per shape."""
-    head = ["shape", "size", "grep", "hyperscan", "hyperscan, one process", "pure, workers", "pure, one process", "cat\\|cat",
+    head = ["shape", "size", "grep", "hyperscan", "pure, workers", "pure, one process", "cat\\|cat",
             "pipe: writer / exit", "peak RSS by run (MiB)"]
     rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
 
@@ -375,7 +372,6 @@ def seconds_rows(results: list[ShapeResult]) -> list[str]:
                     f"{r.size / 2**20:.0f} MiB",
                     s(r.grep),
                     s(r.runs.get("hyperscan")),
-                    s(r.runs.get("hyperscan, one process")),
                     s(r.runs.get("pure, workers")),
                     s(r.runs.get(REFERENCE)),
                     s(r.catcat),

@@ -1,12 +1,12 @@
 """Find a big file's candidate lines in worker processes, ahead of the scanner.
 
-The prefilter, and counting the newlines between its candidates, need nothing but the bytes of a
-block, and are most of a post-mortem's CPU time (the pure-Python prefilter: about 13 of the 16 s a
-GiB of serving log takes in one process; with hyperscan, scan and count are about half of it):
-so for a plain file of at least ``MIN_BYTES`` on Linux, worker processes (one per CPU) each take
-every n-th chunk of the file, read it themselves, find its candidate lines and count the newlines
-before each (:func:`count_newlines`), while the main process reads the same chunks in order and
-scans them with those answers. The findings are the same as without workers:
+The pure-Python prefilter, and counting the newlines between its candidates, need nothing but
+the bytes of a block, and are most of a post-mortem's time (about 13 of the 16 s a GiB of serving
+log takes in one process): so for a plain file of at least ``MIN_BYTES`` on Linux, worker
+processes (one per CPU) each take every n-th chunk of the file, read it themselves, find its
+candidate lines and count the newlines before each (:func:`count_newlines`), while the main
+process reads the same chunks in order and scans them with those answers. (Hyperscan's prefilter
+is too fast for that to pay: see ``HyperscanPrefilter.runs_in_workers``.) The findings are the same as without workers:
 a worker runs the same prefilter on the same bytes, and an answer is used only for the very
 block it was computed for (:class:`Precomputed`); anything else (a chunk that ends inside a line
 longer than ``SLACK``, bytes appended while reading) is prefiltered in the main process.
