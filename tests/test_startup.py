@@ -361,3 +361,47 @@ def test_the_prefix_shortcut_agrees_with_the_regex_on_every_example() -> None:
             if found is not None:
                 assert found.group(0).startswith(prefix)
         assert lazy.search("\x00") is None and lazy._compiled is None
+
+
+def test_a_plain_run_never_imports_importlib_metadata(cache_dir: Path) -> None:
+    # pydantic's plugin lookup is the only importer on this path (about 20 ms of a small log's run)
+    log = next(p for p in sorted(SMALL_LOG.glob("*.log")))
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    env["OOMDOCTOR_CACHE_DIR"] = str(cache_dir)
+    code = (
+        "import sys, io; from oomdoctor.cli import main; out = sys.stdout; sys.stdout = io.StringIO(); "
+        f"main([{str(log)!r}]); sys.stdout = out; "
+        "from pydantic.plugin._loader import get_plugins; "
+        "print('importlib.metadata' in sys.modules, list(get_plugins()))"
+    )
+    _run(code, env)  # fills the cache
+    assert _run(code, env) == "False []"
+
+
+def test_the_plugin_stand_in_finds_no_plugin_and_hands_anything_else_to_pydantic() -> None:
+    code = (
+        "import sys; from oomdoctor.cli.pydantic_plugins import skip_plugin_lookup as s; "
+        "first = s(); again = s(); "
+        "import pydantic; M = pydantic.create_model('M', x=(int, ...)); m = M(x='3'); "
+        "from pydantic.plugin import _loader; "
+        "print(first, again, m.x, list(_loader.get_plugins()), 'importlib.metadata' in sys.modules, "
+        "_loader.PYDANTIC_ENTRY_POINT_GROUP, 'importlib.metadata' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    assert _run(code, env) == "True False 3 [] False pydantic True"
+    # pydantic's own switch set: pydantic is left to apply it
+    assert _run(code, {**env, "PYDANTIC_DISABLE_PLUGINS": "__all__"}).startswith("False False 3 [] True")
+
+
+def test_the_server_keeps_pydantic_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    from oomdoctor import cli
+    from oomdoctor.cli import pydantic_plugins
+
+    asked: list[list[str]] = []
+    monkeypatch.setattr(pydantic_plugins, "skip_plugin_lookup", lambda: asked.append([]) or True)
+    monkeypatch.setattr(cli, "_invoke", lambda app, args: asked[-1].extend(args) if asked else 0)
+    cli.main(["serve", "--help"])
+    cli.main(["--lang", "en", "serve", "--help"])
+    assert asked == []
+    cli.main(["rules", "list"])
+    assert asked == [["rules", "list"]]
