@@ -53,8 +53,8 @@ def test_the_cache_is_keyed_by_the_bytes_and_skips_parsing(
     text = (loader.builtin_rules_dir() / "trtllm.toml").read_text(encoding="utf-8")
     rules.write_text(text, encoding="utf-8")
     parsed: list[str] = []
-    real = loader.tomllib.loads
-    monkeypatch.setattr(loader.tomllib, "loads", lambda s: parsed.append(s) or real(s))
+    real = cache.toml_module().loads
+    monkeypatch.setattr(cache.toml_module(), "loads", lambda s: parsed.append(s) or real(s))
     first = loader.read_rule_file(rules)
     assert loader.read_rule_file(rules) == first
     assert len(parsed) == 1
@@ -152,9 +152,9 @@ def test_cache_store_refuses_values_json_cannot_carry(cache_dir: Path) -> None:
     ids=lambda p: p.name,
 )
 def test_a_cached_toml_table_is_the_parsed_one(cache_dir: Path, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fresh = cache.tomllib.loads(path.read_text("utf-8"))
+    fresh = cache.toml_module().loads(path.read_text("utf-8"))
     assert cache.load_toml(path) == fresh
-    monkeypatch.setattr(cache.tomllib, "loads", lambda s: pytest.fail("parsed again"))
+    monkeypatch.setattr(cache.toml_module(), "loads", lambda s: pytest.fail("parsed again"))
     again = cache.load_toml(path)
     assert again == fresh and json.dumps(again) == json.dumps(fresh)  # same keys, same order
 
@@ -173,7 +173,7 @@ def test_a_toml_table_is_parsed_again_when_its_text_changes_or_json_cannot_carry
     assert cache.load_toml(doc) == {"when": datetime.date(2024, 1, 1)}
     assert cache.load_toml(doc) == {"when": datetime.date(2024, 1, 1)}
     doc.write_text("a = [\n", encoding="utf-8")
-    with pytest.raises(cache.tomllib.TOMLDecodeError):
+    with pytest.raises(cache.toml_module().TOMLDecodeError):
         cache.load_toml(doc)
 
 

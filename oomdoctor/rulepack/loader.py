@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -21,11 +20,6 @@ import regex
 
 from oomdoctor import cache
 from oomdoctor.rulepack.model import ContextRule, MatchExample, NoMatchExample, PhaseRule, Rule, RuleFile
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 #: Seconds one regex search may take before the rule is reported as pathological.
 REGEX_TIMEOUT = 0.25
@@ -344,6 +338,7 @@ def read_rule_file(path: Path) -> RuleFile:
     cached = _cached(raw)
     if cached is not None:
         return cached
+    tomllib = cache.toml_module()
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
