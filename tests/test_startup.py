@@ -405,3 +405,73 @@ def test_the_server_keeps_pydantic_plugins(monkeypatch: pytest.MonkeyPatch) -> N
     assert asked == []
     cli.main(["rules", "list"])
     assert asked == [["rules", "list"]]
+
+
+# Compiled regexes kept on disk (oomdoctor.regex_cache)
+def test_a_pattern_compiled_in_one_run_is_rebuilt_in_the_next_without_parsing(cache_dir: Path) -> None:
+    env = {**os.environ, "OOMDOCTOR_CACHE_DIR": str(cache_dir)}
+    code = (
+        "import regex._main as m; calls = []; real = m._compile; "
+        "m._compile = lambda p, *a, **k: calls.append(p) or real(p, *a, **k); "
+        "from oomdoctor import regex_cache; "
+        "p = regex_cache.compile(r'(?P<n>\\d+) GiB free', regex_cache.regex.VERSION0); "
+        "print(len(calls), p.search('has 3 GiB free').group('n'), sorted(p.groupindex))"
+    )
+    assert _run(code, env) == "1 3 ['n']"  # compiled, and stored at exit
+    assert _run(code, env) == "0 3 ['n']"  # rebuilt from its compiled form
+
+
+def test_every_pattern_of_the_pack_is_rebuilt_as_compiled() -> None:
+    import pickle
+
+    import regex
+
+    from oomdoctor import regex_cache
+
+    pack = loader.default_pack()
+    patterns = [r.rule.pattern for r in pack.rules] + [c.rule.pattern for c in pack.contexts]
+    patterns += [v for r in pack.rules for v in (*r.rule.extract.values(), *r.rule.extract_all.values())]
+    patterns += [m for p in pack.phases for m in (*p.rule.markers, *p.rule.progress)]
+    texts = [ex.log for r in pack.rules for ex in (*r.rule.match, *r.rule.no_match)]
+    texts += [str(ex.get("log", "")) for c in pack.contexts for ex in c.rule.match]
+    import base64
+
+    for source in dict.fromkeys(patterns):
+        fresh = regex.compile(source, regex.VERSION0)
+        form = base64.b64encode(pickle.dumps(fresh, protocol=4)).decode("ascii")
+        back = regex_cache._rebuild(form, source)
+        assert back is not None and back is not fresh
+        assert (back.pattern, back.flags, back.groupindex, back.groups) == (
+            fresh.pattern, fresh.flags, fresh.groupindex, fresh.groups
+        )
+        for text in texts:
+            a, b = fresh.search(text), back.search(text)
+            assert (a and (a.span(), a.groupdict())) == (b and (b.span(), b.groupdict())), (source, text)
+
+
+def test_a_foreign_or_damaged_form_is_never_used(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import base64
+    import pickle
+
+    from oomdoctor import regex_cache
+
+    class Boom:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (os.system, ("echo pwned > " + str(cache_dir / "pwned"),))
+
+    other = regex_cache.regex.compile("other")
+    forms = {
+        "evil": base64.b64encode(pickle.dumps(Boom())).decode(),
+        "other": base64.b64encode(pickle.dumps(other)).decode(),
+        "junk": "not base64 at all!",
+        "cut": base64.b64encode(pickle.dumps(other)[:-5]).decode(),
+    }
+    for name, form in forms.items():
+        monkeypatch.setattr(regex_cache, "_forms", {f"0\0{int(regex_cache.regex.DEFAULT_VERSION)}\0mine {name}": form})
+        got = regex_cache.compile(f"mine {name}")
+        assert got.pattern == f"mine {name}" and got.search(f"is mine {name}")
+    assert not (cache_dir / "pwned").exists()
+    # a pattern compiled for the locale in force is not kept
+    monkeypatch.setattr(regex_cache, "_new", {})
+    regex_cache.compile(r"(?L)\w+")
+    assert regex_cache._new == {}

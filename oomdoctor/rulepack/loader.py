@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import regex
 
-from oomdoctor import cache
+from oomdoctor import cache, regex_cache
 from oomdoctor.rulepack.model import ContextRule, MatchExample, NoMatchExample, PhaseRule, Rule, RuleFile
 
 #: Seconds one regex search may take before the rule is reported as pathological.
@@ -286,7 +286,7 @@ class LazyPattern:
 
     def compiled(self) -> regex.Pattern[str]:
         if self._compiled is None:
-            self._compiled = regex.compile(self.pattern, regex.VERSION0)
+            self._compiled = regex_cache.compile(self.pattern, regex.VERSION0)
         return self._compiled
 
     def _absent(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
