@@ -16,12 +16,19 @@ import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+
+def toml_module() -> ModuleType:
+    """``tomllib`` (``tomli`` before Python 3.11), imported when a TOML text is first parsed: a run
+    whose rule files and tables all come from the cache parses none (and skips a 2 ms import)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    return tomllib
+
 
 #: Entries kept per kind; the oldest go first.
 MAX_ENTRIES = 256
@@ -117,6 +124,6 @@ def load_toml(path: Path) -> dict[str, Any]:
     got = load("toml", key)
     if isinstance(got, dict):
         return got
-    data = tomllib.loads(text)
+    data: dict[str, Any] = toml_module().loads(text)
     store("toml", key, data)
     return data

@@ -9,18 +9,17 @@ import typing
 from collections import Counter
 from typing import Any
 
-import regex
-
+from oomdoctor import regex_cache
 from oomdoctor.figures import convert
 from oomdoctor.report import Context
 
 # key=value scanning for Namespace(...) and "with config: a=b, c=d" dumps (an object's repr,
 # ``<ConfigFormat.AUTO: 'auto'>``, is one value)
-_KV = regex.compile(
+_KV = regex_cache.compile(
     r"(?P<key>[A-Za-z_][\w.]*)=(?P<value><[^<>\n]*>|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|"
     r"\((?:[^()]|\((?:[^()])*\))*\)|\[(?:[^\[\]]|\[[^\[\]]*\])*\]|\{(?:[^{}]|\{[^{}]*\})*\}|[^,()\s]+(?:\([^()]*\))?)"
 )
-_DICT_ITEM = regex.compile(
+_DICT_ITEM = regex_cache.compile(
     r"'(?P<key>[\w.\-]+)':\s*(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\[[^\]]*\]|\{[^{}]*\}|[^,{}]+)"
 )
 

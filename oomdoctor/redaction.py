@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 import regex
 from pydantic import BaseModel
 
+from oomdoctor import regex_cache
+
 MASK = "[REDACTED]"
 
 #: words that make a key (``HF_TOKEN=``, ``"api_key":``) or a flag (``--api-key``) name a secret
@@ -43,7 +45,7 @@ _PATTERNS: list[tuple[str, regex.Pattern[str], Repl]] = [
     (
         # key=value / key: value / "key": "value" where the key names a secret (keep the key)
         "key-value",
-        regex.compile(
+        regex_cache.compile(
             r"(?i)(?P<keep>" + _WORDS + r"['\"]?\s*+[:=]\s*+['\"]?)"
             r"(?!(?:None|null|true|false)\b|[\d.]++(?:[\s'\",}]|$))[^\s'\",}]{4,}+"
         ),
@@ -52,47 +54,47 @@ _PATTERNS: list[tuple[str, regex.Pattern[str], Repl]] = [
     (
         # command-line flags naming a secret: --api-key X, --hf-token=X, --token 'X'
         "flag",
-        regex.compile(
+        regex_cache.compile(
             r"(?i)(?<![\w-])(?P<keep>--[\w-]*+(?<=[-_]" + _WORDS + r")(?:\s*+=\s*+|\s++)['\"]?)"
             r"(?!-)[^\s'\"]{4,}+"
         ),
         r"\g<keep>" + MASK,
     ),
-    ("bearer", regex.compile(r"(?i)(?P<keep>\bbearer\s++)[A-Za-z0-9._~+/=-]{8,}+"), r"\g<keep>" + MASK),
+    ("bearer", regex_cache.compile(r"(?i)(?P<keep>\bbearer\s++)[A-Za-z0-9._~+/=-]{8,}+"), r"\g<keep>" + MASK),
     (
         "authorization",
-        regex.compile(r"(?i)(?P<keep>\bauthorization\s*+[:=]\s*+(?:token|basic)\s++)\S{4,}+"),
+        regex_cache.compile(r"(?i)(?P<keep>\bauthorization\s*+[:=]\s*+(?:token|basic)\s++)\S{4,}+"),
         r"\g<keep>" + MASK,
     ),
-    ("jwt", regex.compile(r"(?<![\w-])eyJ[\w-]{8,}+\.eyJ[\w-]{8,}+\.[\w-]*+"), MASK),
-    ("huggingface", regex.compile(r"\bhf_[A-Za-z0-9]{16,}+"), "hf_" + MASK),
-    ("openai", regex.compile(r"\bsk-[A-Za-z0-9_-]{16,}+"), "sk-" + MASK),
-    ("stripe", regex.compile(r"\b(?P<keep>[rs]k_(?:live|test)_)[A-Za-z0-9]{16,}+"), r"\g<keep>" + MASK),
-    ("aws-key-id", regex.compile(r"\b(?:AKIA|ASIA|AIDA|AROA)[A-Z0-9]{16}\b"), "AKIA" + MASK),
+    ("jwt", regex_cache.compile(r"(?<![\w-])eyJ[\w-]{8,}+\.eyJ[\w-]{8,}+\.[\w-]*+"), MASK),
+    ("huggingface", regex_cache.compile(r"\bhf_[A-Za-z0-9]{16,}+"), "hf_" + MASK),
+    ("openai", regex_cache.compile(r"\bsk-[A-Za-z0-9_-]{16,}+"), "sk-" + MASK),
+    ("stripe", regex_cache.compile(r"\b(?P<keep>[rs]k_(?:live|test)_)[A-Za-z0-9]{16,}+"), r"\g<keep>" + MASK),
+    ("aws-key-id", regex_cache.compile(r"\b(?:AKIA|ASIA|AIDA|AROA)[A-Z0-9]{16}\b"), "AKIA" + MASK),
     (
         "aws-secret",
-        regex.compile(r"(?i)(?P<keep>\baws[\w.-]{0,30}+['\"]?\s*+[:=]\s*+['\"]?)[A-Za-z0-9/+=]{40}\b"),
+        regex_cache.compile(r"(?i)(?P<keep>\baws[\w.-]{0,30}+['\"]?\s*+[:=]\s*+['\"]?)[A-Za-z0-9/+=]{40}\b"),
         r"\g<keep>" + MASK,
     ),
-    ("google", regex.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), "AIza" + MASK),
-    ("slack", regex.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}+"), "xox-" + MASK),
+    ("google", regex_cache.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), "AIza" + MASK),
+    ("slack", regex_cache.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}+"), "xox-" + MASK),
     (
         "slack-webhook",
-        regex.compile(r"(?P<keep>hooks\.slack\.com/services/)[A-Za-z0-9]++/[A-Za-z0-9]++/[A-Za-z0-9]++"),
+        regex_cache.compile(r"(?P<keep>hooks\.slack\.com/services/)[A-Za-z0-9]++/[A-Za-z0-9]++/[A-Za-z0-9]++"),
         r"\g<keep>" + MASK,
     ),
-    ("github", regex.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}+"), "gh_" + MASK),
-    ("gitlab", regex.compile(r"\bglpat-[A-Za-z0-9_-]{20,}+"), "glpat-" + MASK),
+    ("github", regex_cache.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}+"), "gh_" + MASK),
+    ("gitlab", regex_cache.compile(r"\bglpat-[A-Za-z0-9_-]{20,}+"), "glpat-" + MASK),
     # credentials in URLs: scheme://user:password@host (starts at "://", so never inside a run)
-    ("url-credentials", regex.compile(r"(?<=[A-Za-z0-9+.-])(?P<keep>://[^\s:/@]++:)(?P<rest>[^\s/]++)"), _url_credentials),
+    ("url-credentials", regex_cache.compile(r"(?<=[A-Za-z0-9+.-])(?P<keep>://[^\s:/@]++:)(?P<rest>[^\s/]++)"), _url_credentials),
 ]
 
 #: the names of the patterns, in the order they apply (tests walk them)
 PATTERN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in _PATTERNS)
 
 #: a dict key or an argv element that names a secret: ``api_key``, ``HF_TOKEN``, ``--api-key``
-_SECRET_NAME = regex.compile(r"(?i)(?:^|[-_.])(?<!per[-_.])" + _WORDS + r"$")
-_SECRET_FLAG = regex.compile(r"(?i)^--[\w-]*+(?<=[-_]" + _WORDS + r")$")
+_SECRET_NAME = regex_cache.compile(r"(?i)(?:^|[-_.])(?<!per[-_.])" + _WORDS + r"$")
+_SECRET_FLAG = regex_cache.compile(r"(?i)^--[\w-]*+(?<=[-_]" + _WORDS + r")$")
 
 
 def redact(text: str) -> str:

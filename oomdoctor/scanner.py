@@ -18,6 +18,7 @@ from collections import deque
 
 from oomdoctor.context import ContextCollector
 from oomdoctor.prefilter import Prefilter, make_prefilter, needles
+from oomdoctor.prefilter.interface import Haystacks
 from oomdoctor.reader import Line, LineSplitter
 from oomdoctor.report import Finding
 from oomdoctor.rulepack import RulePack, default_pack
@@ -144,6 +145,9 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
             dict.fromkeys([*self._phase_by_trigger, *self._ctx_by_trigger, *self._rule_by_trigger])
         )
         self._triggers_by_mask: dict[int, list[str]] = {}
+        #: per needle (by bit), the triggers that hold it; built on first use (see :meth:`_triggers_for`)
+        self._holding: dict[int, list[int]] = {}
+        self._trigger_hay: Haystacks | None = None
         # a phase's markers (and its progress patterns) all mean the same: the one that matched
         # last is tried first (lines of one kind repeat: vLLM's throughput lines)
         self._markers = [list(ph.markers) for ph in self.pack.phases]
@@ -159,15 +163,18 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
             t for t in self._phase_by_trigger if t not in self._ctx_by_trigger and t not in self._rule_by_trigger
         }
         main = needles([t for t in triggers if t not in only_phase])
-        evidence = [n for n in needles(sorted(only_phase)) if not any(m in n for m in main)]
+        candidates = needles(sorted(only_phase))
+        hay = Haystacks(candidates)
+        held = {j for m in main for j in hay.holding(m)}
+        evidence = [n for j, n in enumerate(candidates) if j not in held]
         return main, evidence
 
     def _index_deferrable(self) -> None:
         """What :meth:`_defers` needs: the needles of the scanner's own triggers (tracebacks,
         frames), and whether the prefilter's answers are exact for non-ASCII lines too."""
-        own = [t.lower().encode("utf-8") for t in _BUILTIN_TRIGGERS]
+        own = Haystacks([t.lower().encode("utf-8") for t in _BUILTIN_TRIGGERS])
         needles_ = self._needles
-        self._own_bits = sum(1 << i for i, n in enumerate(needles_) if any(n in t for t in own))
+        self._own_bits = sum(1 << i for i, n in enumerate(needles_) if own.holding(n))
         self._ascii_needles = all(n.isascii() for n in needles_)
         self._deferrable_by_mask: dict[int, bool] = {}
         #: phase-evidence lines not read yet: (line number, bytes, needles mask), in order
@@ -183,10 +190,25 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         if found is None:
             if len(self._triggers_by_mask) >= 4096:
                 self._triggers_by_mask.clear()
-            lits = [lit for i, lit in enumerate(self._needles) if mask >> i & 1]
-            found = [t for t in self._all_triggers if any(lit in t.encode("utf-8") for lit in lits)]
+            held: set[int] = set()
+            rest, i = mask, 0
+            while rest:
+                if rest & 1:
+                    held.update(self._triggers_holding(i))
+                rest >>= 1
+                i += 1
+            found = [self._all_triggers[j] for j in sorted(held)]
             self._triggers_by_mask[mask] = found
         return found
+
+    def _triggers_holding(self, i: int) -> list[int]:
+        """The indices of the triggers (in ``_all_triggers``) that hold needle ``i``."""
+        got = self._holding.get(i)
+        if got is None:
+            if self._trigger_hay is None:
+                self._trigger_hay = Haystacks([t.encode("utf-8") for t in self._all_triggers])
+            got = self._holding[i] = self._trigger_hay.holding(self._needles[i])
+        return got
 
     # -- sources -------------------------------------------------------------------------------
 

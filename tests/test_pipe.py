@@ -451,7 +451,9 @@ def test_the_analysis_queue_is_bounded_by_bytes_not_by_reads() -> None:
     big = b"y" * (1 << 20)
     for _ in range(pipe.QUEUE_BYTES // len(big) + 4):
         analyser.offer(big)
-    assert 0 < result.skipped_bytes <= 5 * len(big)
+    # skipped unread, or sifted (searched and found to hold nothing that starts a failure) when the
+    # analyser thread built its sifting before these reads came: which one is a race, not the point
+    assert 0 < result.skipped_bytes + result.sifted_bytes <= 5 * len(big)
     release.set()
     assert analyser.finish(30)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from oomdoctor.prefilter import Prefilter, PurePrefilter, make_prefilter, needles
+from oomdoctor.prefilter.interface import Haystacks
 from oomdoctor.reader import MAX_LINE_BYTES, LineSplitter
 from oomdoctor.rulepack import default_pack
 from oomdoctor.scanner import _BUILTIN_TRIGGERS, Scanner
@@ -110,6 +111,27 @@ def test_needles_keep_exactly_the_literals_that_hold_no_shorter_kept_one() -> No
             if not any(k in lit for k in kept):
                 kept.append(lit)
         assert needles(triggers) == kept, triggers
+
+
+def test_haystacks_answer_what_a_test_of_every_text_answers() -> None:
+    rng = random.Random(5)
+    alphabet = b"ab\0c"
+    for _ in range(300):
+        texts = [bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 7))) for _ in range(rng.randrange(0, 8))]
+        hay = Haystacks(texts)
+        for lit in {bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 4))) for _ in range(10)}:
+            assert hay.holding(lit) == [j for j, t in enumerate(texts) if lit in t], (texts, lit)
+
+
+def test_the_triggers_of_a_mask_are_those_holding_one_of_its_needles() -> None:
+    scanner = Scanner(default_pack())
+    rng = random.Random(9)
+    bits = len(scanner._needles)
+    masks = [1 << i for i in range(bits)] + [sum(1 << rng.randrange(bits) for _ in range(rng.randrange(2, 6))) for _ in range(200)]
+    for mask in masks:
+        lits = [lit for i, lit in enumerate(scanner._needles) if mask >> i & 1]
+        want = [t for t in scanner._all_triggers if any(lit in t.encode("utf-8") for lit in lits)]
+        assert scanner._triggers_for(mask) == want
 
 
 @pytest.mark.parametrize("planned", [True, False])

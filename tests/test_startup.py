@@ -53,8 +53,8 @@ def test_the_cache_is_keyed_by_the_bytes_and_skips_parsing(
     text = (loader.builtin_rules_dir() / "trtllm.toml").read_text(encoding="utf-8")
     rules.write_text(text, encoding="utf-8")
     parsed: list[str] = []
-    real = loader.tomllib.loads
-    monkeypatch.setattr(loader.tomllib, "loads", lambda s: parsed.append(s) or real(s))
+    real = cache.toml_module().loads
+    monkeypatch.setattr(cache.toml_module(), "loads", lambda s: parsed.append(s) or real(s))
     first = loader.read_rule_file(rules)
     assert loader.read_rule_file(rules) == first
     assert len(parsed) == 1
@@ -152,9 +152,9 @@ def test_cache_store_refuses_values_json_cannot_carry(cache_dir: Path) -> None:
     ids=lambda p: p.name,
 )
 def test_a_cached_toml_table_is_the_parsed_one(cache_dir: Path, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fresh = cache.tomllib.loads(path.read_text("utf-8"))
+    fresh = cache.toml_module().loads(path.read_text("utf-8"))
     assert cache.load_toml(path) == fresh
-    monkeypatch.setattr(cache.tomllib, "loads", lambda s: pytest.fail("parsed again"))
+    monkeypatch.setattr(cache.toml_module(), "loads", lambda s: pytest.fail("parsed again"))
     again = cache.load_toml(path)
     assert again == fresh and json.dumps(again) == json.dumps(fresh)  # same keys, same order
 
@@ -173,7 +173,7 @@ def test_a_toml_table_is_parsed_again_when_its_text_changes_or_json_cannot_carry
     assert cache.load_toml(doc) == {"when": datetime.date(2024, 1, 1)}
     assert cache.load_toml(doc) == {"when": datetime.date(2024, 1, 1)}
     doc.write_text("a = [\n", encoding="utf-8")
-    with pytest.raises(cache.tomllib.TOMLDecodeError):
+    with pytest.raises(cache.toml_module().TOMLDecodeError):
         cache.load_toml(doc)
 
 
@@ -361,3 +361,117 @@ def test_the_prefix_shortcut_agrees_with_the_regex_on_every_example() -> None:
             if found is not None:
                 assert found.group(0).startswith(prefix)
         assert lazy.search("\x00") is None and lazy._compiled is None
+
+
+def test_a_plain_run_never_imports_importlib_metadata(cache_dir: Path) -> None:
+    # pydantic's plugin lookup is the only importer on this path (about 20 ms of a small log's run)
+    log = next(p for p in sorted(SMALL_LOG.glob("*.log")))
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    env["OOMDOCTOR_CACHE_DIR"] = str(cache_dir)
+    code = (
+        "import sys, io; from oomdoctor.cli import main; out = sys.stdout; sys.stdout = io.StringIO(); "
+        f"main([{str(log)!r}]); sys.stdout = out; "
+        "from pydantic.plugin._loader import get_plugins; "
+        "print('importlib.metadata' in sys.modules, list(get_plugins()))"
+    )
+    _run(code, env)  # fills the cache
+    assert _run(code, env) == "False []"
+
+
+def test_the_plugin_stand_in_finds_no_plugin_and_hands_anything_else_to_pydantic() -> None:
+    code = (
+        "import sys; from oomdoctor.cli.pydantic_plugins import skip_plugin_lookup as s; "
+        "first = s(); again = s(); "
+        "import pydantic; M = pydantic.create_model('M', x=(int, ...)); m = M(x='3'); "
+        "from pydantic.plugin import _loader; "
+        "print(first, again, m.x, list(_loader.get_plugins()), 'importlib.metadata' in sys.modules, "
+        "_loader.PYDANTIC_ENTRY_POINT_GROUP, 'importlib.metadata' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    assert _run(code, env) == "True False 3 [] False pydantic True"
+    # pydantic's own switch set: pydantic is left to apply it
+    assert _run(code, {**env, "PYDANTIC_DISABLE_PLUGINS": "__all__"}).startswith("False False 3 [] True")
+
+
+def test_the_server_keeps_pydantic_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    from oomdoctor import cli
+    from oomdoctor.cli import pydantic_plugins
+
+    asked: list[list[str]] = []
+    monkeypatch.setattr(pydantic_plugins, "skip_plugin_lookup", lambda: asked.append([]) or True)
+    monkeypatch.setattr(cli, "_invoke", lambda app, args: asked[-1].extend(args) if asked else 0)
+    cli.main(["serve", "--help"])
+    cli.main(["--lang", "en", "serve", "--help"])
+    assert asked == []
+    cli.main(["rules", "list"])
+    assert asked == [["rules", "list"]]
+
+
+# Compiled regexes kept on disk (oomdoctor.regex_cache)
+def test_a_pattern_compiled_in_one_run_is_rebuilt_in_the_next_without_parsing(cache_dir: Path) -> None:
+    env = {**os.environ, "OOMDOCTOR_CACHE_DIR": str(cache_dir)}
+    code = (
+        "import regex._main as m; calls = []; real = m._compile; "
+        "m._compile = lambda p, *a, **k: calls.append(p) or real(p, *a, **k); "
+        "from oomdoctor import regex_cache; "
+        "p = regex_cache.compile(r'(?P<n>\\d+) GiB free', regex_cache.regex.VERSION0); "
+        "print(len(calls), p.search('has 3 GiB free').group('n'), sorted(p.groupindex))"
+    )
+    assert _run(code, env) == "1 3 ['n']"  # compiled, and stored at exit
+    assert _run(code, env) == "0 3 ['n']"  # rebuilt from its compiled form
+
+
+def test_every_pattern_of_the_pack_is_rebuilt_as_compiled() -> None:
+    import pickle
+
+    import regex
+
+    from oomdoctor import regex_cache
+
+    pack = loader.default_pack()
+    patterns = [r.rule.pattern for r in pack.rules] + [c.rule.pattern for c in pack.contexts]
+    patterns += [v for r in pack.rules for v in (*r.rule.extract.values(), *r.rule.extract_all.values())]
+    patterns += [m for p in pack.phases for m in (*p.rule.markers, *p.rule.progress)]
+    texts = [ex.log for r in pack.rules for ex in (*r.rule.match, *r.rule.no_match)]
+    texts += [str(ex.get("log", "")) for c in pack.contexts for ex in c.rule.match]
+    import base64
+
+    for source in dict.fromkeys(patterns):
+        fresh = regex.compile(source, regex.VERSION0)
+        form = base64.b64encode(pickle.dumps(fresh, protocol=4)).decode("ascii")
+        back = regex_cache._rebuild(form, source)
+        assert back is not None and back is not fresh
+        assert (back.pattern, back.flags, back.groupindex, back.groups) == (
+            fresh.pattern, fresh.flags, fresh.groupindex, fresh.groups
+        )
+        for text in texts:
+            a, b = fresh.search(text), back.search(text)
+            assert (a and (a.span(), a.groupdict())) == (b and (b.span(), b.groupdict())), (source, text)
+
+
+def test_a_foreign_or_damaged_form_is_never_used(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import base64
+    import pickle
+
+    from oomdoctor import regex_cache
+
+    class Boom:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (os.system, ("echo pwned > " + str(cache_dir / "pwned"),))
+
+    other = regex_cache.regex.compile("other")
+    forms = {
+        "evil": base64.b64encode(pickle.dumps(Boom())).decode(),
+        "other": base64.b64encode(pickle.dumps(other)).decode(),
+        "junk": "not base64 at all!",
+        "cut": base64.b64encode(pickle.dumps(other)[:-5]).decode(),
+    }
+    for name, form in forms.items():
+        monkeypatch.setattr(regex_cache, "_forms", {f"0\0{int(regex_cache.regex.DEFAULT_VERSION)}\0mine {name}": form})
+        got = regex_cache.compile(f"mine {name}")
+        assert got.pattern == f"mine {name}" and got.search(f"is mine {name}")
+    assert not (cache_dir / "pwned").exists()
+    # a pattern compiled for the locale in force is not kept
+    monkeypatch.setattr(regex_cache, "_new", {})
+    regex_cache.compile(r"(?L)\w+")
+    assert regex_cache._new == {}

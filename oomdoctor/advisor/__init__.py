@@ -20,251 +20,29 @@ command when the launch command is known.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from itertools import combinations
-from typing import TYPE_CHECKING
-
-from oomdoctor.advisor.account import account_for
-from oomdoctor.advisor.cause import engine_for, name_cause
-from oomdoctor.advisor.prescription import planned_wording, prescribed, remedy_info, remedy_tradeoff, withheld
-from oomdoctor.advisor.registry import AdviceInput, calculator
-from oomdoctor.advisor.versions import flag_exists
-from oomdoctor.i18n import _, join_sentences
-from oomdoctor.report import Cause, Context, Finding, Remedy, Report
-from oomdoctor.units import format_size
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from oomdoctor.rulepack import RulePack
+    from oomdoctor.advisor.ranking import (
+        advise,
+        advise_findings,
+        diagnose_finding,
+        prescription_ids,
+        rank_remedies,
+        remedies_for,
+    )
 
-_CONFIDENCE = {"high": 0, "medium": 1, "low": 2}
-_FITS = {True: 0, None: 1, False: 2}
-
-
-def _cost(r: Remedy) -> int:
-    if r.id.startswith("combined:"):
-        return sum(remedy_info(x).cost for x in r.id[len("combined:") :].split("+"))
-    if r.id == "vllm.cpu-offload-gb" and r.confidence == "low":
-        return 20  # most of the weights over PCIe: worse than any model change
-    return remedy_info(r.id).cost
+__all__ = ["advise", "advise_findings", "diagnose_finding", "prescription_ids", "rank_remedies", "remedies_for"]
 
 
-def _rank_key(r: Remedy) -> tuple[int, int, int, int]:
-    return (_FITS[r.fits], _CONFIDENCE[r.confidence], _cost(r), r.rank)
+def __getattr__(name: str) -> Any:
+    """The entry points, from :mod:`oomdoctor.advisor.ranking` on first use: importing the package
+    (for :mod:`~oomdoctor.advisor.registry`, which the rule loader asks for remedy ids) does not
+    import the account, cause and prescription modules, which a log without findings never needs."""
+    if name in __all__:
+        from oomdoctor.advisor import ranking
 
-
-def _changes(r: Remedy) -> dict[str, str]:
-    return {**r.flags, **r.env, **r.settings}
-
-
-def _combine(rems: Sequence[Remedy], missing: int) -> Remedy | None:
-    """The smallest set (then cheapest) of compatible remedies whose savings cover ``missing`` bytes."""
-    pool = [r for r in rems if r.fits is not False and r.saves_bytes and r.saves_bytes > 0 and _changes(r)
-            and remedy_info(r.id).additive]
-    if any((r.saves_bytes or 0) >= missing for r in pool):
-        return None  # one change alone covers it: a combination would say otherwise
-    for size in (2, 3):
-        best: tuple[int, tuple[Remedy, ...]] | None = None
-        for combo in combinations(pool, size):
-            keys = [k for r in combo for k in _changes(r)]
-            if len(keys) != len(set(keys)):
-                continue  # two values for one flag
-            levers = [remedy_info(r.id).lever or r.id for r in combo]
-            if len(levers) != len(set(levers)):
-                continue  # alternatives, not complements
-            if sum(r.saves_bytes or 0 for r in combo) < missing:
-                continue
-            cost = sum(remedy_info(r.id).cost for r in combo)
-            if best is None or cost < best[0]:
-                best = (cost, combo)
-        if best is not None:
-            combo = best[1]
-            total = sum(r.saves_bytes or 0 for r in combo)
-            return Remedy(
-                id="combined:" + "+".join(r.id for r in combo),
-                title=_("Together: {titles}").format(titles=_("; ").join(r.title for r in combo)),
-                flags={k: v for r in combo for k, v in r.flags.items()},
-                env={k: v for r in combo for k, v in r.env.items()},
-                saves_bytes=total,
-                fits=True,
-                confidence="low" if any(r.confidence == "low" for r in combo) else "medium",
-                why=_("No single change covers the {missing} missing; together they save {total} ({parts}).").format(
-                    missing=format_size(missing), total=format_size(total),
-                    parts=", ".join(f"{format_size(r.saves_bytes or 0)}" for r in combo),
-                ),
-                tradeoff=join_sentences(r.tradeoff for r in combo if r.tradeoff),
-                sources={k: v for r in combo for k, v in r.sources.items()},
-            )
-    return None
-
-
-def _already_in_use(rem: Remedy, context: Context) -> bool:
-    """True when every flag of ``rem`` is already set to the same value in this run."""
-    if not rem.flags or rem.env or rem.settings:
-        return False
-    from oomdoctor.advisor.command import apply_flags
-
-    args = context.launch_args
-    for flag, value in rem.flags.items():
-        key = flag[2:].replace("-", "_")
-        cur = args.get(key)
-        if context.command:
-            if apply_flags(context.command, {flag: value}, context.engine_version) != list(context.command):
-                return False
-            continue
-        if cur is None:
-            return False
-        if value == "" and cur not in ("True", "true"):
-            return False
-        if value != "" and str(cur).strip("'\"") != value:
-            return False
-    return True
-
-
-#: inputs that only round a value (a block size), not numbers the value is computed from
-_ROUNDING = {"block_size"}
-
-
-def _stated(source: str) -> bool:
-    """A number the log states (the message, a context line) or derives from stated numbers."""
-    return source.startswith(("message", "context", "derived from the message"))
-
-
-def _missing_flag(rem: Remedy, inp: AdviceInput) -> str | None:
-    """The first flag or variable of ``rem`` that the detected engine version lacks, or None."""
-    engine = engine_for(inp.finding, inp.context)
-    version = inp.context.engine_version if inp.context.engine in (None, engine) else None
-    for key, value in [*rem.flags.items(), *rem.env.items()]:
-        probe = f"{key}={value}" if value else key
-        if flag_exists(engine, probe, version) is False:
-            return probe
-    return None
-
-
-def _command_exists(command: str, inp: AdviceInput) -> bool:
-    """False when the command's program (``vllm serve``) is newer than the detected version."""
-    words = [w for w in command.split() if "=" not in w or w.startswith("-")]
-    if words[:2] != ["vllm", "serve"]:
-        return True
-    version = inp.context.engine_version if inp.context.engine in (None, "vllm") else None
-    return flag_exists("vllm", "vllm serve", version) is not False
-
-
-def _withholds(inp: AdviceInput, ids: Iterable[str]) -> bool:
-    """True when the finding's cause withholds any of ``ids``."""
-    cause = inp.finding.cause
-    if cause is None:
-        return False
-    drop = withheld(cause.id, engine_for(inp.finding, inp.context), inp.finding.phase)
-    return any(i in drop for i in ids)
-
-
-def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
-    """Compute the remedies ``ids`` for one input, drop duplicates, no-ops and flags the version lacks,
-    rank and number them (worded for a plan when ``inp.planned``)."""
-    with planned_wording(inp.planned):
-        return _rank_remedies(ids, inp)
-
-
-def _rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
-    out: list[Remedy] = []
-    seen: set[tuple[tuple[str, str], ...]] = set()
-    for order, rid in enumerate(ids):
-        rem = calculator(rid)(inp)
-        if rem is None:
-            continue
-        if _missing_flag(rem, inp) is not None:
-            continue
-        rem.tradeoff = rem.tradeoff or remedy_tradeoff(rid)
-        if rem.fits is True and inp.finding.account is not None and not inp.finding.account.entries \
-                and not remedy_info(rid).eliminates:
-            rem.fits = None  # "fits" only when the account shows it
-        if rem.confidence == "high" and not all(_stated(v) for k, v in rem.sources.items() if k not in _ROUNDING):
-            rem.confidence = "medium"  # "high" only when every number used is stated by the log
-        key = tuple(sorted(_changes(rem).items()))
-        if key and key in seen:
-            continue
-        if _already_in_use(rem, inp.context):
-            continue
-        seen.add(key)
-        rem.id = rid
-        rem.rank = order
-        out.append(rem)
-    if out and not any(r.fits and r.confidence != "low" for r in out):
-        from oomdoctor.advisor.remedies_vllm import plan_remedy, shortage, shortage_is_lower_bound
-
-        combo = plan_remedy(inp)
-        if combo is not None and _withholds(inp, combo.id[len("combined:"):].split("+")):
-            combo = None  # the plan pulls a lever the cause says cannot change this budget
-        short = shortage(inp)
-        if combo is None and short and short[0] > 0 and not shortage_is_lower_bound(inp):
-            combo = _combine(out, short[0])
-        if combo is not None:
-            combo.rank = -1
-            out.append(combo)
-    out.sort(key=_rank_key)
-    for i, rem in enumerate(out, 1):
-        rem.rank = i
-    if out and out[0].fits is not False:
-        from oomdoctor.advisor.command import corrected_command
-
-        command = corrected_command(inp.context, out[0])
-        out[0].command = command if command is None or _command_exists(command, inp) else None
-    return out
-
-
-def diagnose_finding(finding: Finding, context: Context) -> Cause:
-    """Fill ``finding.account`` and ``finding.cause`` (in place) and return the cause."""
-    finding.account = account_for(finding, context)
-    finding.cause = name_cause(finding, context, finding.account)
-    return finding.cause
-
-
-def prescription_ids(finding: Finding, context: Context, rule_ids: Iterable[str]) -> list[str]:
-    """The remedies to compute: the cause's first, then the rule's, less those the cause withholds."""
-    cause = finding.cause or diagnose_finding(finding, context)
-    engine = engine_for(finding, context)
-    first = prescribed(cause.id, engine, finding.phase)
-    drop = withheld(cause.id, engine, finding.phase)
-    ids = [*first, *(r for r in rule_ids if r not in first)]
-    return [r for r in ids if r not in drop]
-
-
-def _rule_remedies(rule_id: str, pack: RulePack | None) -> list[str]:
-    """The remedy ids of the rule that produced a finding: from ``pack`` (the one that scanned),
-    else the built-in pack, else the newest pack loaded from rule directories that has the rule
-    (``--rules DIR``: its own rules are not in the built-in pack)."""
-    from oomdoctor.rulepack import default_pack
-    from oomdoctor.rulepack.loader import loaded_packs
-
-    for candidate in ([pack] if pack is not None else [default_pack(), *loaded_packs()]):
-        try:
-            return list(candidate.rule(rule_id).rule.remedies)
-        except KeyError:
-            continue
-    return []
-
-
-def remedies_for(
-    finding: Finding, context: Context, hints: Mapping[str, str] | None = None, pack: RulePack | None = None
-) -> list[Remedy]:
-    """Account, cause, then compute, rank and number the remedies of one finding (``pack``: the rule
-    pack that produced it; see :func:`_rule_remedies` when it is not given)."""
-    rule_ids = _rule_remedies(finding.rule, pack)
-    diagnose_finding(finding, context)
-    ids = prescription_ids(finding, context, rule_ids)
-    return rank_remedies(ids, AdviceInput(finding, context, dict(hints or {})))
-
-
-def advise_findings(
-    findings: Iterable[Finding], context: Context, hints: Mapping[str, str] | None = None,
-    pack: RulePack | None = None,
-) -> None:
-    """Fill ``remedies`` of each finding in place."""
-    for f in findings:
-        f.remedies = remedies_for(f, context, hints, pack)
-
-
-def advise(report: Report, hints: Mapping[str, str] | None = None, pack: RulePack | None = None) -> Report:
-    """Fill the remedies of every finding of ``report`` (in place) and return it."""
-    advise_findings(report.findings, report.context, hints, pack)
-    return report
+        value = getattr(ranking, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

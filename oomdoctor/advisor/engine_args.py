@@ -14,13 +14,17 @@ import json
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from oomdoctor.advisor.memory_model import Version, parse_version
 
 #: engines with generated data
 ENGINES = ("vllm", "sglang", "llama.cpp")
+
+#: where the generated data lies (read as files, as the catalogs are: importlib.resources alone
+#: costs a small log's run about 4 ms of imports)
+DATA = Path(__file__).resolve().parent.parent / "data" / "engine_args"
 
 
 _BUILD = re.compile(r"b?(\d+)")
@@ -42,7 +46,7 @@ def _key(version: str) -> Version:
 def _data(engine: str) -> dict[str, Any] | None:
     if engine not in ENGINES:
         return None
-    text = resources.files("oomdoctor.data").joinpath(f"engine_args/{engine}.json").read_text(encoding="utf-8")
+    text = (DATA / f"{engine}.json").read_text(encoding="utf-8")
     data: dict[str, Any] = json.loads(text)
     return data
 

@@ -10,7 +10,6 @@ calculators that give each remedy its values stay in code (``remedies_*`` module
 from __future__ import annotations
 
 import string
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -23,11 +22,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from oomdoctor import cache
 from oomdoctor.i18n import LANGS, current_lang
 from oomdoctor.units import format_size
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 #: the cause vocabulary (DESIGN §1); the table must have exactly these
 CAUSES: tuple[str, ...] = (
@@ -97,7 +91,7 @@ def load_table(path: Path | None = None, known_remedies: set[str] | None = None)
     path = path or table_path()
     try:
         table = CauseTable.model_validate(cache.load_toml(path))
-    except (ValidationError, tomllib.TOMLDecodeError) as exc:
+    except (ValidationError, cache.toml_module().TOMLDecodeError) as exc:
         raise ValueError(f"{path.name}: {exc}") from exc
     out: dict[str, CauseEntry] = {}
     for entry in table.cause:
@@ -252,7 +246,7 @@ def load_remedy_table(path: Path | None = None, known_remedies: set[str] | None 
     path = path or table_path().with_name("remedies.toml")
     try:
         table = RemedyTable.model_validate(cache.load_toml(path))
-    except (ValidationError, tomllib.TOMLDecodeError) as exc:
+    except (ValidationError, cache.toml_module().TOMLDecodeError) as exc:
         raise ValueError(f"{path.name}: {exc}") from exc
     if known_remedies is not None:
         for rid in table.remedy:

@@ -71,6 +71,10 @@ def _bad_lang(message: str) -> int:
 def _main(args: list[str]) -> int:
     from oomdoctor.i18n import _
 
+    if not (args and args[0] == "serve"):  # the server's models are the user's service: left as they are
+        from oomdoctor.cli.pydantic_plugins import skip_plugin_lookup
+
+        skip_plugin_lookup()
     try:
         if (args and args[0] in SUBCOMMANDS) or _completing_subcommand():
             from oomdoctor.cli.tools import app as tools_app

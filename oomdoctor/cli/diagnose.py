@@ -366,7 +366,7 @@ def _file_mode(
 
 def warm_imports() -> None:
     """Import what the first live finding needs (run in the analyser thread, off the passthrough)."""
-    import oomdoctor.advisor
+    import oomdoctor.advisor.ranking
     import oomdoctor.render.text  # noqa: F401
 
 

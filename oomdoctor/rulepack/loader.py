@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,13 +18,8 @@ from typing import Any, cast
 
 import regex
 
-from oomdoctor import cache
+from oomdoctor import cache, regex_cache
 from oomdoctor.rulepack.model import ContextRule, MatchExample, NoMatchExample, PhaseRule, Rule, RuleFile
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 #: Seconds one regex search may take before the rule is reported as pathological.
 REGEX_TIMEOUT = 0.25
@@ -292,7 +286,7 @@ class LazyPattern:
 
     def compiled(self) -> regex.Pattern[str]:
         if self._compiled is None:
-            self._compiled = regex.compile(self.pattern, regex.VERSION0)
+            self._compiled = regex_cache.compile(self.pattern, regex.VERSION0)
         return self._compiled
 
     def _absent(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -344,6 +338,7 @@ def read_rule_file(path: Path) -> RuleFile:
     cached = _cached(raw)
     if cached is not None:
         return cached
+    tomllib = cache.toml_module()
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:

@@ -134,7 +134,7 @@ class Lifetime(ScanState):
                 warnings=sum(f.severity == "warning" for f in findings),
             ),
         )
-        if self._advise:
+        if self._advise and findings:  # (no finding: nothing to advise, and nothing of it to import)
             from oomdoctor.advisor import advise
 
             advise(report, self.hints, self.pack)

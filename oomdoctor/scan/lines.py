@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-import regex
-
+from oomdoctor import regex_cache
 from oomdoctor.reader import Line, normalise, only_cut_by_normalise, only_cut_in
 from oomdoctor.rulepack import CompiledRule
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
@@ -23,7 +22,7 @@ from oomdoctor.scan.state import (
     ScanState,
 )
 
-_FRAME = regex.compile(
+_FRAME = regex_cache.compile(
     r'(?:^|(?<=\s))File "(?P<path>[^"]*)", line \d+, in (?P<func>[\w<>.\-]+)'
     # IPython >= 8 / Jupyter: "File ~/x/cache_engine.py:64, in CacheEngine._allocate_kv_cache(self, ...)",
     # rendered as "File [~/x/cache_engine.py:64](http://...), in ..." when pasted from a notebook
@@ -40,7 +39,7 @@ _TRACEBACK = "Traceback (most recent call last)"
 
 #: process names that only vLLM's output prefixer prints (shared/research/upstream-messages.md,
 #: "Log-line prefix formats"): the line comes from vLLM whatever it says
-_VLLM_PROCESS = regex.compile(
+_VLLM_PROCESS = regex_cache.compile(
     r"(?:VllmWorkerProcess|VllmWorker rank=\d+|EngineCore(?:_\w+)?|DPEngineCore_\d+|APIServer(?:_\d+)?"
     r"|Worker(?:_(?:DP|PP|TP|EP)\d+)+|RayWorkerWrapper) pid="
 )

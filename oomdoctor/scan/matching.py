@@ -9,6 +9,7 @@ from typing import Any
 
 import regex
 
+from oomdoctor import regex_cache
 from oomdoctor.fallback import role_figures
 from oomdoctor.figures import groups_to_figures
 from oomdoctor.reader import Line, normalise
@@ -25,7 +26,7 @@ def _folded(pattern: Any) -> Any:
     """``pattern`` compiled case-insensitively (once per pattern text)."""
     found = _FOLDED.get(pattern.pattern)
     if found is None:
-        found = _FOLDED[pattern.pattern] = regex.compile(pattern.pattern, regex.VERSION0 | regex.IGNORECASE)
+        found = _FOLDED[pattern.pattern] = regex_cache.compile(pattern.pattern, regex.VERSION0 | regex.IGNORECASE)
     return found
 
 
