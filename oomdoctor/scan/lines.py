@@ -474,10 +474,12 @@ class LineAssembly(ScanState):
 
     def _is_progress(self, line: Line, mask: int) -> bool:
         """Whether ``line`` matches a progress pattern of a phase whose trigger it holds
-        (``mask``: the needles its bytes hold; 0: unknown, every trigger is tried)."""
+        (``mask``: the needles its bytes hold; 0: unknown, asked of its text)."""
         low = line.text.lower()
         phases = set(self._phases_always)
-        for t in self._triggers_for(mask) if mask else self._all_triggers:
+        if not mask:
+            mask = self._text_mask(low)
+        for t in self._triggers_for(mask) if mask > 0 else () if mask == 0 else self._all_triggers:
             if t in low:
                 phases.update(self._phase_by_trigger.get(t, ()))
         return any(_search_any(self._progress_patterns[i], line.text) for i in sorted(phases))
