@@ -339,15 +339,22 @@ def test_required_prefix(pattern: str, prefix: str) -> None:
     assert loader.required_prefix(pattern) == prefix
 
 
-def test_the_prefix_shortcut_agrees_with_the_regex_on_every_example() -> None:
-    import regex
-
+def _pack_patterns_and_texts() -> tuple[list[str], list[str]]:
+    """Every pattern of the built-in pack (rules, extractions, contexts, phases), and the logs of
+    its examples."""
     pack = loader.default_pack()
     patterns = [r.rule.pattern for r in pack.rules] + [c.rule.pattern for c in pack.contexts]
     patterns += [v for r in pack.rules for v in (*r.rule.extract.values(), *r.rule.extract_all.values())]
     patterns += [m for p in pack.phases for m in (*p.rule.markers, *p.rule.progress)]
     texts = [ex.log for r in pack.rules for ex in (*r.rule.match, *r.rule.no_match)]
     texts += [str(ex.get("log", "")) for c in pack.contexts for ex in c.rule.match]
+    return patterns, texts
+
+
+def test_the_prefix_shortcut_agrees_with_the_regex_on_every_example() -> None:
+    import regex
+
+    patterns, texts = _pack_patterns_and_texts()
     with_prefix = [(p, loader.required_prefix(p)) for p in patterns]
     assert sum(1 for _, pre in with_prefix if pre) > len(patterns) // 4
     for pattern, prefix in with_prefix:
@@ -428,12 +435,7 @@ def test_every_pattern_of_the_pack_is_rebuilt_as_compiled() -> None:
 
     from oomdoctor import regex_cache
 
-    pack = loader.default_pack()
-    patterns = [r.rule.pattern for r in pack.rules] + [c.rule.pattern for c in pack.contexts]
-    patterns += [v for r in pack.rules for v in (*r.rule.extract.values(), *r.rule.extract_all.values())]
-    patterns += [m for p in pack.phases for m in (*p.rule.markers, *p.rule.progress)]
-    texts = [ex.log for r in pack.rules for ex in (*r.rule.match, *r.rule.no_match)]
-    texts += [str(ex.get("log", "")) for c in pack.contexts for ex in c.rule.match]
+    patterns, texts = _pack_patterns_and_texts()
     import base64
 
     for source in dict.fromkeys(patterns):
