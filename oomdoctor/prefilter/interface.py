@@ -31,35 +31,6 @@ class Prefilter(Protocol):
         ...
 
 
-def needles(triggers: Sequence[str]) -> list[bytes]:
-    """The literals to search: lower-cased UTF-8, without blanks, duplicates, and literals that
-    contain another one (a line holding the longer one holds the shorter one too); shortest
-    first, in an order that does not change from run to run (a mask's bits name them, and a
-    compiled database is cached under them)."""
-    lits = sorted({t.lower().encode("utf-8") for t in triggers if t}, key=lambda lit: (len(lit), lit))
-    # one text of all of them, searched for each kept literal: a few C-level finds per literal
-    # instead of a Python test of every kept one against every longer one (hundreds squared)
-    text = b"\0".join(lits)
-    starts: list[int] = []
-    at = 0
-    for lit in lits:
-        starts.append(at)
-        at += len(lit) + 1
-    held = bytearray(len(lits))  # 1: holds a kept literal (only longer ones, later in the text, can)
-    kept: list[bytes] = []
-    for i, lit in enumerate(lits):
-        if held[i]:
-            continue
-        kept.append(lit)
-        at = text.find(lit, starts[i] + len(lit))
-        while at != -1:
-            j = bisect_right(starts, at) - 1
-            if at + len(lit) <= starts[j] + len(lits[j]):  # inside lits[j], not across a separator
-                held[j] = 1
-            at = text.find(lit, at + 1)
-    return kept
-
-
 class Haystacks:
     """Which of many short texts hold a literal, answered with C-level finds in one joined text
     (a Python test of every text, literal by literal, costs more than a small log's analysis)."""
@@ -73,13 +44,15 @@ class Haystacks:
             self._starts.append(at)
             at += len(text) + 1
 
-    def holding(self, lit: bytes) -> list[int]:
-        """The indices of the texts that hold ``lit`` (``lit in text``), ascending."""
+    def holding(self, lit: bytes, first: int = 0) -> list[int]:
+        """The indices of the texts from ``first`` on that hold ``lit`` (``lit in text``), ascending."""
         out: list[int] = []
+        if first >= len(self._texts):
+            return out
         if not lit:
-            return list(range(len(self._texts)))
+            return list(range(first, len(self._texts)))
         find, starts, texts, last = self._joined.find, self._starts, self._texts, len(self._texts) - 1
-        at = find(lit)
+        at = find(lit, starts[first])
         while at != -1:
             j = bisect_right(starts, at) - 1
             if at + len(lit) <= starts[j] + len(texts[j]):  # inside texts[j], not across a separator
@@ -89,3 +62,23 @@ class Haystacks:
                 break
             at = find(lit, starts[j + 1])
         return out
+
+
+def needles(triggers: Sequence[str]) -> list[bytes]:
+    """The literals to search: lower-cased UTF-8, without blanks, duplicates, and literals that
+    contain another one (a line holding the longer one holds the shorter one too); shortest
+    first, in an order that does not change from run to run (a mask's bits name them, and a
+    compiled database is cached under them)."""
+    lits = sorted({t.lower().encode("utf-8") for t in triggers if t}, key=lambda lit: (len(lit), lit))
+    # each kept literal is searched for in all the longer ones at once (see Haystacks), not
+    # tested against each of them in Python (hundreds squared)
+    hay = Haystacks(lits)
+    held = bytearray(len(lits))  # 1: holds a kept literal (only longer ones, later in the list, can)
+    kept: list[bytes] = []
+    for i, lit in enumerate(lits):
+        if held[i]:
+            continue
+        kept.append(lit)
+        for j in hay.holding(lit, i + 1):
+            held[j] = 1
+    return kept
