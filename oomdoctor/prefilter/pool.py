@@ -6,10 +6,11 @@ log takes in one process): so for a plain file of at least ``MIN_BYTES`` on Linu
 processes (one per CPU) each take every n-th chunk of the file, read it themselves, find its
 candidate lines and count the newlines before each (:func:`count_newlines`), while the main
 process reads the same chunks in order and scans them with those answers. (Hyperscan's prefilter
-is too fast for that to pay: see ``HyperscanPrefilter.runs_in_workers``.) The findings are the same as without workers:
-a worker runs the same prefilter on the same bytes, and an answer is used only for the very
-block it was computed for (:class:`Precomputed`); anything else (a chunk that ends inside a line
-longer than ``SLACK``, bytes appended while reading) is prefiltered in the main process.
+is too fast for that to pay: see ``HyperscanPrefilter.runs_in_workers``.) The findings are the
+same as without workers: a worker runs the same prefilter on the same bytes, and an answer is
+used only for the very block it was computed for (:class:`Precomputed`); anything else (a chunk
+that ends inside a line longer than ``SLACK``, bytes appended while reading) is prefiltered in
+the main process.
 
 A chunk is the lines that start in ``[k * CHUNK, (k + 1) * CHUNK)``: its bounds depend only on
 the file, so each worker finds them alone (a line start is offset 0 or one past a newline; with
