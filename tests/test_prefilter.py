@@ -513,7 +513,7 @@ def test_gates_are_planned_only_once_the_input_is_big_enough() -> None:
     seen = 0
     while seen <= pf._PLAN_AFTER:
         assert pf.candidates(block) == want
-        seen += len(block)
+        seen += len(block) + pf._CALL_BYTES
         assert pf._gates is None or seen > pf._PLAN_AFTER
     assert pf.candidates(block) == want
     assert pf._gates is not None

@@ -1,4 +1,5 @@
-"""The pure-Python prefilter: lower-case a block once, then one pass per gate (see :mod:`.gates`)."""
+"""The pure-Python prefilter: a sieve rules out most of a block (see :mod:`.sieve`); the rest is
+lower-cased and searched exactly, one pass per gate (see :mod:`.gates`)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ from collections.abc import Sequence
 
 from oomdoctor.prefilter.gates import SAMPLE_BYTES, Gate, plan
 from oomdoctor.prefilter.interface import needles
+from oomdoctor.prefilter.sieve import Sieve
 
 
 class PurePrefilter:
-    """Lower-case the block once (C speed), then one pass per gate.
+    """Sieve the block (:mod:`.sieve`); lower-case each stretch the sieve leaves (C speed), then
+    one pass per gate over it.
 
     ``bytes.find`` over a whole block runs at memory speed (a few hundred MB/s to GB/s per
     literal), far faster than a regex alternation or any per-line Python work, but one pass per
@@ -36,6 +39,9 @@ class PurePrefilter:
     #: bytes searched needle by needle before the gates are planned: about what planning costs
     #: (~0.3 s; needle by needle is ~0.14 s per MiB), so a short log does not pay for it
     _PLAN_AFTER = 2 << 20
+    #: what one search needle by needle costs besides its bytes, in bytes: a call per needle
+    #: (~2 µs), so many small texts (what the sieve leaves, lines cut by block ends) plan too
+    _CALL_BYTES = 8 << 10
     #: what one gate hit is priced at (line bounds, plus one ``find`` per member), in seconds, for
     #: the bypass budget. Calibrated on the bench's seven log shapes and on a gate on every line
     #: (bench/genlog.py, 32 MiB): at 0.4 / 0.15 µs the common gates of ordinary logs were bypassed
@@ -53,6 +59,7 @@ class PurePrefilter:
         self._gates: tuple[Gate, ...] | None = None
         self._hot: dict[int, int] = {}  # gate index -> blocks left to bypass it
         self._seen = 0
+        self._sieve = Sieve.for_needles(self.needles)
 
     def plan_for(self, sample: bytes) -> tuple[Gate, ...]:
         """The gates, planned on the first call, pricing sweeps by ``sample`` (lower-cased text of
@@ -61,18 +68,40 @@ class PurePrefilter:
             self._gates = plan(tuple(self.needles), sample[:SAMPLE_BYTES])
         return self._gates
 
+    def mask(self, text: bytes) -> int:
+        """The needles ``text`` (a line, say) holds anywhere (ASCII case folded), as a bit mask:
+        the sieve's one call says "none" for most lines; the others are tested needle by needle."""
+        if self._sieve is not None and not self._sieve.holds(text):
+            return 0
+        low = text.lower()
+        bits = 0
+        for i, needle in enumerate(self.needles):
+            if needle in low:
+                bits |= 1 << i
+        return bits
+
     def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
         n = len(block) if hi is None else hi
         if not self.needles or n <= lo:
             return []
-        lowered = block[lo:n].lower() if lo or n != len(block) else block.lower()
+        # only the stretches the sieve cannot rule out are searched (see sieve.py)
+        stretches = [(lo, n)] if self._sieve is None else self._sieve.ranges(block, lo, n)
+        out: list[tuple[int, int, int]] = []
+        whole = len(block)
+        for a, b in stretches:
+            found = self._exact(block.lower() if a == 0 and b == whole else block[a:b].lower())
+            out.extend((start + a, end + a, mask) for start, (end, mask) in sorted(found.items()))
+        return out
+
+    def _exact(self, lowered: bytes) -> dict[int, list[int]]:
+        """Every line of ``lowered`` holding a needle: line start -> [end, mask]."""
         size = len(lowered)
         found: dict[int, list[int]] = {}  # line start -> [end, mask]
         if self._gates is None and self._seen < self._PLAN_AFTER:
-            self._seen += size
+            self._seen += size + self._CALL_BYTES
             for i, needle in enumerate(self.needles):
                 _search(lowered, needle, 1 << i, 0, found)
-            return [(start + lo, end + lo, mask) for start, (end, mask) in sorted(found.items())]
+            return found
         gates = self.plan_for(lowered)
         find = lowered.find
         rfind = lowered.rfind
@@ -131,7 +160,7 @@ class PurePrefilter:
                 if end >= size:
                     break
                 pos = find(g, end + 1)
-        return [(start + lo, end + lo, mask) for start, (end, mask) in sorted(found.items())]
+        return found
 
 
 def _sweep(lowered: bytes, gate: Gate, found: dict[int, list[int]]) -> None:

@@ -1,0 +1,164 @@
+"""The sieve before the pure prefilter's exact search: it may only say yes too often, never no."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from oomdoctor.prefilter import PurePrefilter
+from oomdoctor.prefilter import sieve as sieve_mod
+from oomdoctor.prefilter.sieve import MIN_TEXT, PIECE, PROBE, REST_CALLS, Sieve
+from oomdoctor.rulepack import default_pack
+from oomdoctor.scanner import _BUILTIN_TRIGGERS
+
+
+def _triggers() -> list[str]:
+    return [*default_pack().all_triggers(), *_BUILTIN_TRIGGERS]
+
+
+def _by_hand(block: bytes, lits: list[bytes], lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
+    """Every line of ``block[lo:hi]`` holding a needle (ASCII case folded), with its mask."""
+    out, pos = [], lo
+    for line in block[lo:hi].split(b"\n"):
+        low = line.lower()
+        mask = sum(1 << i for i, lit in enumerate(lits) if lit in low)
+        if mask:
+            out.append((pos, pos + len(line), mask))
+        pos += len(line) + 1
+    return out
+
+
+FILLER = [
+    b"INFO 12-03 10:00:01 [loggers.py:116] Engine 000: Avg prompt throughput: 0.0 tokens/s",
+    b'INFO:     127.0.0.1:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+    b"{'loss': 1.7009, 'grad_norm': 2.81, 'learning_rate': 1.9e-05, 'epoch': 0.42}",
+    b" 48%|\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88      | 9371/19500 [5:27:59<6:40:20,  2.37s/it]",
+    b"bytes that are not UTF-8: \xff\xfe\xc3 and a lone continuation \x80",
+    b"",
+]
+
+
+def _needle_words(lits: list[bytes], rng: random.Random) -> list[bytes]:
+    """Needles as they may appear: upper-cased, title-cased, cut short by a byte, whole."""
+    words = []
+    for lit in rng.sample(lits, 40):
+        words += [lit, lit.upper(), lit.title(), lit[:-1], lit[1:]]
+    return words
+
+
+def _log(rng: random.Random, words: list[bytes], size: int, needle_every: int) -> bytes:
+    lines = []
+    total = 0
+    while total < size:
+        if rng.randrange(needle_every) == 0:
+            word = rng.choice(words)
+            line = rng.choice(FILLER)[: rng.randrange(60)] + word + rng.choice(FILLER)[: rng.randrange(40)]
+        else:
+            line = rng.choice(FILLER)
+        if rng.randrange(500) == 0:  # now and then a line longer than a piece
+            line = line + b"x" * (PIECE + rng.randrange(PIECE))
+        lines.append(line)
+        total += len(line) + 1
+    return b"\n".join(lines)
+
+
+@pytest.mark.parametrize("needle_every", [3, 2000, 30_000])
+def test_the_sieved_search_finds_every_line_a_line_by_line_search_finds(needle_every: int) -> None:
+    """Needles dense, sparse and rare; ASCII, UTF-8 and bytes that are not UTF-8; lines longer
+    than a piece; a last line without a newline; sub-ranges that start and end inside the block."""
+    pf = PurePrefilter(_triggers())
+    assert pf._sieve is not None
+    rng = random.Random(needle_every)
+    words = _needle_words(pf.needles, rng)
+    left_out = 0
+    for round_ in range(4):
+        block = _log(rng, words, MIN_TEXT * 3 + rng.randrange(MIN_TEXT), needle_every)
+        left_out += len(block) - sum(b - a for a, b in Sieve.for_needles(pf.needles).ranges(block))
+        assert pf.candidates(block) == _by_hand(block, pf.needles), round_
+        lo = block.index(b"\n", len(block) // 7) + 1
+        hi = block.rindex(b"\n", 0, len(block) - len(block) // 9)
+        assert pf.candidates(block, lo, hi) == _by_hand(block, pf.needles, lo, hi), round_
+    if needle_every > 3:
+        assert left_out > 0  # the sieve did leave pieces out
+
+
+def test_pieces_that_hold_no_needle_are_left_out_and_the_rest_are_whole_lines() -> None:
+    sieve = Sieve.for_needles([b"out of memory", b"tried to allocate"])
+    assert sieve is not None
+    quiet = b"nothing to see here, just a long enough line of log text\n" * (4 * PIECE // 57)
+    block = quiet + b"x\nCUDA OUT OF MEMORY. Tried to allocate 2 GiB\n" + quiet
+    ranges = sieve.ranges(block)
+    assert len(ranges) == 1
+    (a, b), at = ranges[0], block.index(b"CUDA")
+    assert a <= at < b and b - a <= 2 * PIECE
+    assert a == 0 or block[a - 1 : a] == b"\n"
+    assert block[b - 1 : b] == b"\n"
+    assert sieve.ranges(quiet + quiet) == []
+
+
+def test_a_short_text_is_not_sieved() -> None:
+    sieve = Sieve.for_needles([b"out of memory"])
+    assert sieve is not None
+    text = b"no needle here\n" * (MIN_TEXT // 15 - 1)
+    assert sieve.ranges(text) == [(0, len(text))]
+
+
+def test_a_busy_text_stops_the_sieve_for_a_while_and_it_asks_again_later() -> None:
+    sieve = Sieve.for_needles([b"out of memory"])
+    assert sieve is not None
+    busy = (b"filler line\n" * 100 + b"out of memory\n") * (8 * PROBE * PIECE // 1214)
+    assert sieve.ranges(busy) == [(0, len(busy))]  # the first PROBE pieces said yes: the rest too
+    assert sieve._rest == REST_CALLS
+    quiet = b"filler line\n" * (8 * PIECE // 12)
+    for _ in range(REST_CALLS):
+        assert sieve.ranges(quiet) == [(0, len(quiet))]  # resting: not asked
+    assert sieve.ranges(quiet) == []  # asked again
+
+
+def test_needles_beyond_ascii_are_read_byte_for_byte() -> None:
+    """A custom rule's trigger in Japanese: the text is read as Latin-1, one character a byte."""
+    lits = ["メモリ不足".encode(), b"out of memory"]
+    sieve = Sieve.for_needles(lits)
+    assert sieve is not None
+    filler = "ログの行です、何もない\n".encode() * (4 * PIECE // 34)
+    block = filler + "エラー: メモリ不足です\n".encode() + filler + b"\xff\xfe not UTF-8\n"
+    (a, b), = sieve.ranges(block)
+    assert a <= block.index("メモリ不足".encode()) < b
+    assert sieve.ranges(filler * 2) == []
+
+
+def test_regex_syntax_in_needles_is_literal() -> None:
+    lits = [b"$ ", b"(raylet)", b"[tensorrt-llm]", b"args {", b"\\vllm\\", b"a.b*c+d?"]
+    sieve = Sieve.for_needles(lits)
+    assert sieve is not None
+    filler = b"plain words only here and there, abbcd\n" * (4 * PIECE // 40)
+    assert sieve.ranges(filler) == []
+    for lit in lits:
+        block = filler + b"x " + lit.upper() + b" y\n" + filler
+        assert len(sieve.ranges(block)) == 1, lit
+
+
+def test_no_sieve_where_it_could_not_be_exact_or_has_no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Sieve.for_needles([b"two\nlines", b"out of memory"]) is None
+    assert Sieve.for_needles([]) is None
+    monkeypatch.setattr(sieve_mod, "_validator", lambda source: None)
+    assert Sieve.for_needles([b"out of memory"]) is None
+    pf = PurePrefilter(_triggers())
+    assert pf._sieve is None
+    block = b"filler\n" * MIN_TEXT + b"CUDA out of memory\n"
+    assert pf.candidates(block) == _by_hand(block, pf.needles)
+
+
+def test_the_mask_of_a_line_is_every_needle_it_holds() -> None:
+    """What the scanner asks of a line normalising changed, and of the evidence needles a
+    candidate holds: the sieve answers for most lines, the rest are tested needle by needle."""
+    pf = PurePrefilter(_triggers())
+    rng = random.Random(11)
+    words = _needle_words(pf.needles, rng)
+    for _ in range(300):
+        line = rng.choice(FILLER)[: rng.randrange(50)] + b" ".join(rng.choice(words) for _ in range(rng.randrange(3)))
+        ((_, _, want),) = _by_hand(line, pf.needles) or [(0, 0, 0)]
+        assert pf.mask(line) == want, line
+    assert pf.mask(b"torch.OutOfMemoryError: CUDA out of memory \xff\xfe") != 0  # not UTF-8
+    assert pf.mask(b"nothing at all") == 0
