@@ -27,6 +27,7 @@ from logshapes import (
     k8s_stats,
     llamacpp_server,
     memory_noise,
+    request_tracebacks,
     vllm_serving,
     vllm_stats,
 )
@@ -55,6 +56,7 @@ SHAPES: dict[str, Shape] = {
         k8s_stats.SHAPE,
         llamacpp_server.SHAPE,
         memory_noise.SHAPE,
+        request_tracebacks.SHAPE,
     )
 }
 
