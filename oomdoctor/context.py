@@ -173,14 +173,15 @@ class ContextCollector:
 
     def vote_engine(self, engine: str, line: int) -> None:
         self._engines[engine] += 1
-        self._engine_first.setdefault(engine, line)
+        # the first line by number (deferred lines are read after later ones)
+        self._engine_first[engine] = min(line, self._engine_first.get(engine, line))
 
     def list_engine(self, package: str, line: int) -> str | None:
         """Note a package list's line naming ``package``; return the engine it is, if one."""
         engine = LISTED_ENGINES.get(package.lower())
         if engine is not None:
             self._listed[engine] += 1
-            self._listed_first.setdefault(engine, line)
+            self._listed_first[engine] = min(line, self._listed_first.get(engine, line))
         return engine
 
     def engine(self) -> str | None:

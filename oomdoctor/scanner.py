@@ -105,7 +105,9 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         #: every needle a mask may name: the main prefilter's bits first, then the evidence ones
         self._needles = list(self._prefilter.needles) + list(self._ev_prefilter.needles if self._ev_prefilter else [])
         self._ev_shift = len(self._prefilter.needles)
-        self._ev_bits_of = [(1 << (self._ev_shift + i), n) for i, n in enumerate(self._needles[self._ev_shift :])]
+        #: the evidence needles a candidate line's bytes hold, as a mask (shifted by ``_ev_shift``)
+        self._ev_mask_of = getattr(self._ev_prefilter, "mask", None) or self._ev_mask_by_needle
+        self._phases_of_path: dict[str, tuple[str, ...]] = {}
         self._lookahead = min(48, max([r.rule.window for r in self.pack.rules] + [0]) * 4)
         self._index_deferrable()
         self.sources: list[str] = []
@@ -160,7 +162,9 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         often costs no Python per line (see :meth:`_between`). An evidence needle that holds a
         main one is left out: its lines are main candidates anyway."""
         only_phase = {
-            t for t in self._phase_by_trigger if t not in self._ctx_by_trigger and t not in self._rule_by_trigger
+            t
+            for t in (*self._phase_by_trigger, *_BUILTIN_TRIGGERS)
+            if t not in self._ctx_by_trigger and t not in self._rule_by_trigger
         }
         main = needles([t for t in triggers if t not in only_phase])
         candidates = needles(sorted(only_phase))
@@ -172,11 +176,11 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
     def _index_deferrable(self) -> None:
         """What :meth:`_defers` needs: the needles of the scanner's own triggers (tracebacks,
         frames), and whether the prefilter's answers are exact for non-ASCII lines too."""
-        own = Haystacks([t.lower().encode("utf-8") for t in _BUILTIN_TRIGGERS])
+        self._own_triggers = frozenset(_BUILTIN_TRIGGERS)
         needles_ = self._needles
-        self._own_bits = sum(1 << i for i, n in enumerate(needles_) if own.holding(n))
         self._ascii_needles = all(n.isascii() for n in needles_)
         self._deferrable_by_mask: dict[int, bool] = {}
+        self._progress_by_mask: dict[int, bool] = {}
         #: phase-evidence lines not read yet: (line number, bytes, needles mask), in order
         self._deferred: list[tuple[int, bytes, int]] = []
         self._deferred_bytes = 0

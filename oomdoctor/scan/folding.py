@@ -82,9 +82,10 @@ class Folding(ScanState):
         o.foreign.extend(
             func for number, func, frank in self._frames if frank != rank and 0 < number - anchor.number <= AFTER_LINES
         )
-        before = [ph for number, ph in self._progress if number <= anchor.number]
+        # the latest before it (deferred lines are read late: the latest by number, not by reading)
+        before = [(number, ph) for number, ph in self._progress if number <= anchor.number]
         if before:
-            o.progress_phase = before[-1]
+            o.progress_phase = max(before, key=lambda item: item[0])[1]
         self._open.append(o)
 
     def _evidence(self, anchor: Line, rank: str | None) -> list[str]:

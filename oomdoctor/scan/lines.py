@@ -120,10 +120,7 @@ class LineAssembly(ScanState):
             has_rule = False
             raw = block[start:end]
             if between is not None:
-                low = raw.lower()
-                for bit, needle in self._ev_bits_of:
-                    if needle in low:
-                        mask |= bit
+                mask |= self._ev_mask_of(raw) << self._ev_shift
             if not (clean or (masks_ok and only_cut_by_normalise(raw, ascii_needles))):
                 mask = 0  # normalising may change what the line holds: look for every trigger
             elif not owe and not self._pending and self._defers(line, raw, mask):
@@ -164,25 +161,33 @@ class LineAssembly(ScanState):
         """Match one logical line; True when it holds a rule trigger (it then needs look-ahead).
 
         ``mask``: the prefilter's needles found on the line (0: unknown, try every trigger)."""
-        if self._deferred or self._tail:
+        text = line.text
+        low = text.lower()
+        # which triggers does the line hold? (one pass over the pack's literals, then an index)
+        if not mask:
+            mask = self._text_mask(low)
+        present = [t for t in (self._triggers_for(mask) if mask > 0 else () if mask == 0 else self._all_triggers)
+                   if t in low]
+        rule_idx: set[int] = set()
+        for t in present:
+            rule_idx.update(self._rule_by_trigger.get(t, ()))
+        if rule_idx and (self._deferred or self._tail):
+            # a failure may start here: what it needs of the deferred lines before it is read
+            # first (a line that cannot start one does not need them: they wait)
             self._resolve_deferred(line.number)
         if self._open:  # findings the lines before this one closed, however the input was cut
             self._age_open(final=False, last_line=line.number - 1)
         self._recent.append(line)
         if line.rank is not None and _VLLM_PROCESS.match(line.rank):
             self._collector.vote_engine("vllm", line.number)
-        text = line.text
-        low = text.lower()
         # traceback frames
         if _TRACEBACK in text:
             self._traceback_at.setdefault(line.rank, deque(maxlen=64)).append(line.number)
         if "file " in low or ".py in " in low or '", line ' in low:
             m = _FRAME.search(text)
             if m:
-                path = (m["path"] or "").replace("\\", "/")
                 # a frame counts by its function's name, and by its file's package ("%phase")
-                for func in (m["func"], *("%" + ph.rule.phase for ph in self.pack.phases
-                                           if any(p in path for p in ph.paths))):
+                for func in (m["func"], *self._path_phases(m["path"] or "")):
                     self._frames.append((line.number, func, line.rank))
                     for o in self._open:
                         if o.line < line.number <= o.line + AFTER_LINES:
@@ -190,22 +195,15 @@ class LineAssembly(ScanState):
                                 o.frames.append(func)
                             else:
                                 o.foreign.append(func)
-        # which triggers does the line hold? (one pass over the pack's literals, then an index)
-        if not mask:
-            mask = self._text_mask(low)
-        present = [t for t in (self._triggers_for(mask) if mask > 0 else () if mask == 0 else self._all_triggers)
-                   if t in low]
         phases = self._phases_always
         contexts: list[Any] = []
         rules: list[CompiledRule] = []
         if present:
             ph_idx: set[int] = set()
             ctx_idx: set[int] = set()
-            rule_idx: set[int] = set()
             for t in present:
                 ph_idx.update(self._phase_by_trigger.get(t, ()))
                 ctx_idx.update(self._ctx_by_trigger.get(t, ()))
-                rule_idx.update(self._rule_by_trigger.get(t, ()))
             if ph_idx:
                 phases = sorted(set(phases) | ph_idx)
             contexts = [self.pack.contexts[i] for i in sorted(ctx_idx)]
@@ -273,14 +271,14 @@ class LineAssembly(ScanState):
         if ok is None:
             if len(self._deferrable_by_mask) >= 4096:
                 self._deferrable_by_mask.clear()
-            ok = not mask & self._own_bits and all(
-                t in self._phase_by_trigger and t not in self._ctx_by_trigger and t not in self._rule_by_trigger
+            ok = all(
+                (t in self._phase_by_trigger or t in self._own_triggers)
+                and t not in self._ctx_by_trigger
+                and t not in self._rule_by_trigger
                 for t in self._triggers_for(mask)
             )
             self._deferrable_by_mask[mask] = ok
         if not ok:
-            return False
-        if b"File " in raw or b".py in " in raw or b'", line ' in raw:  # what _FRAME needs
             return False
         if self._open:
             self._age_open(final=False, last_line=number - 1)
@@ -397,7 +395,7 @@ class LineAssembly(ScanState):
             for s, e, m in reversed(self._ev_prefilter.candidates(block, cut, hi)):
                 raw = block[s:e]
                 mask = self._raw_mask(raw, m << shift)
-                if any(self._is_progress(ln, mask) for ln in normalise(0, raw)):
+                if self._may_progress(mask) and any(self._is_progress(ln, mask) for ln in normalise(0, raw)):
                     # counted back from ``top`` now: a stretch is counted once, not twice
                     return number - block.count(b"\n", s, top), raw, mask
             hi, width = cut, width * 64  # (then the rest: a stretch without one is searched in two calls)
@@ -435,6 +433,24 @@ class LineAssembly(ScanState):
                 self._defer(number, raw, self._raw_mask(raw, m << shift))
         self._tail = rest + self._tail
 
+    def _path_phases(self, path: str) -> tuple[str, ...]:
+        """``"%phase"`` for each phase whose packages hold the file at ``path`` (a traceback
+        repeats its files: the answers are kept)."""
+        phases = self._phases_of_path.get(path)
+        if phases is None:
+            if len(self._phases_of_path) >= 4096:
+                self._phases_of_path.clear()
+            unix = path.replace("\\", "/")
+            phases = tuple("%" + ph.rule.phase for ph in self.pack.phases if any(p in unix for p in ph.paths))
+            self._phases_of_path[path] = phases
+        return phases
+
+    def _ev_mask_by_needle(self, raw: bytes) -> int:
+        """The evidence needles ``raw`` holds (ASCII case folded), for an evidence prefilter
+        that cannot say in one call (see ``Prefilter.mask``)."""
+        low = raw.lower()
+        return sum(1 << i for i, needle in enumerate(self._needles[self._ev_shift :]) if needle in low)
+
     def _raw_mask(self, raw: bytes, mask: int) -> int:
         """``mask``, the needles the prefilter found in a line's bytes, or 0 (ask the text) when
         normalising may change what the line holds."""
@@ -461,6 +477,8 @@ class LineAssembly(ScanState):
             near -= 1
         held = deferred[max(near, len(deferred) - keep) :] if keep else []
         for number, raw, mask in reversed(deferred[:near]):
+            if not self._may_progress(mask):
+                continue
             lines = normalise(number, raw)
             if any(self._is_progress(ln, mask) for ln in lines):
                 for ln in lines:
@@ -471,6 +489,24 @@ class LineAssembly(ScanState):
                 self._process(ln, mask)
         self._deferred = held
         self._deferred_bytes = sum(len(raw) for _, raw, _ in held)
+
+    def _may_progress(self, mask: int) -> bool:
+        """Whether a line whose bytes hold the needles ``mask`` may be a progress line (0: not
+        known): it holds a trigger of a phase that has progress patterns (a traceback frame, say,
+        does not), or there are phases that need none."""
+        ok = self._progress_by_mask.get(mask)
+        if ok is None:
+            if len(self._progress_by_mask) >= 4096:
+                self._progress_by_mask.clear()
+            ok = (
+                mask <= 0
+                or any(self._progress_patterns[i] for i in self._phases_always)
+                or any(
+                    self._progress_patterns[i] for t in self._triggers_for(mask) for i in self._phase_by_trigger.get(t, ())
+                )
+            )
+            self._progress_by_mask[mask] = ok
+        return ok
 
     def _is_progress(self, line: Line, mask: int) -> bool:
         """Whether ``line`` matches a progress pattern of a phase whose trigger it holds

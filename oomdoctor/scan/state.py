@@ -8,6 +8,7 @@ for type checking only, the methods the parts call on one another.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -106,8 +107,10 @@ class ScanState:
     _masks_ok: bool
     _needles: list[bytes]
     _ev_shift: int
-    _ev_bits_of: list[tuple[int, bytes]]
-    _own_bits: int
+    _ev_mask_of: Callable[[bytes], int]
+    _phases_of_path: dict[str, tuple[str, ...]]
+    _own_triggers: frozenset[str]
+    _progress_by_mask: dict[int, bool]
     _ascii_needles: bool
     _lookahead: int
     # the pack's triggers, indexed
