@@ -15,6 +15,7 @@ open-finding lifetime (:mod:`~oomdoctor.scan.lifetime`).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from oomdoctor.context import ContextCollector
 from oomdoctor.prefilter import Prefilter, make_prefilter, needles
@@ -177,6 +178,22 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         """What :meth:`_defers` needs: the needles of the scanner's own triggers (tracebacks,
         frames), and whether the prefilter's answers are exact for non-ASCII lines too."""
         self._own_triggers = frozenset(_BUILTIN_TRIGGERS)
+        #: how a traceback frame looks in bytes (CPython's layout), each an evidence needle as it
+        #: is (see LineAssembly._absorbs)
+        evidence = set(self._needles[self._ev_shift :])
+        self._frame_marks = tuple(m for m in (b'File "', b'", line ') if m.lower() in evidence)
+        #: triggers of context rules that only vote for an engine (no group to read)
+        grouped = {t for c in self.pack.contexts if c.pattern.groupindex for t in c.triggers}
+        self._vote_only = frozenset(
+            t
+            for c in self.pack.contexts
+            if not c.pattern.groupindex
+            for t in c.triggers
+            if t not in grouped and t not in self._phase_by_trigger
+        )
+        self._absorbs_by_mask: dict[int, bool] = {}
+        #: the main needles a line's bytes hold, in one call (None: the prefilter cannot say)
+        self._main_mask: Callable[[bytes], int] | None = getattr(self._prefilter, "mask", None)
         needles_ = self._needles
         self._ascii_needles = all(n.isascii() for n in needles_)
         self._deferrable_by_mask: dict[int, bool] = {}

@@ -107,8 +107,14 @@ class LineAssembly(ScanState):
             return pos, line, owe
 
         between = self._between if self._ev_prefilter is not None else None
+        absorbing = between is not None and self._main_mask is not None
+        frame_marks = self._frame_marks
         pos, line = lo, first  # the next line not yet processed or skipped
         for start, end, mask in spans:
+            if absorbing and not owe and not self._pending and not self._open and self._absorbs(mask):
+                raw = block[start:end]
+                if any(m in raw for m in frame_marks) and (clean or only_cut_by_normalise(raw, ascii_needles)):
+                    continue  # left in the stretch of evidence around it (see _absorbs)
             if owe > 0:
                 pos, line, owe = ahead(pos, line, owe, start)
             while between is not None and pos < start:  # phase evidence between candidates
@@ -326,7 +332,6 @@ class LineAssembly(ScanState):
         failure is pending or open); see :meth:`_between` for what is returned."""
         assert self._ev_prefilter is not None
         count = block.count
-        shift = self._ev_shift
         pos = a
         while pos < b:
             piece = b if b - pos <= EVIDENCE_PIECE else block.find(b"\n", pos + EVIDENCE_PIECE, b) + 1 or b
@@ -336,7 +341,7 @@ class LineAssembly(ScanState):
                 if until_calm and not (self._pending or self._open_before(number)):
                     return s, number, 0
                 raw = block[s:e]
-                mask = self._raw_mask(raw, m << shift)
+                mask = self._read_mask(raw, m)
                 self._here = (block, lo, s, number)
                 has_rule = False
                 for ln in normalise(number, raw):
@@ -397,7 +402,7 @@ class LineAssembly(ScanState):
                 mask = self._raw_mask(raw, m << shift)
                 if self._may_progress(mask) and any(self._is_progress(ln, mask) for ln in normalise(0, raw)):
                     # counted back from ``top`` now: a stretch is counted once, not twice
-                    return number - block.count(b"\n", s, top), raw, mask
+                    return number - block.count(b"\n", s, top), raw, self._read_mask(raw, m)
             hi, width = cut, width * 64  # (then the rest: a stretch without one is searched in two calls)
         return None
 
@@ -424,13 +429,12 @@ class LineAssembly(ScanState):
         cut = len(self._tail) if spans is None else spans
         todo, rest = self._tail[:cut], self._tail[cut:]
         self._tail = []  # (deferring reads the tail first: it is empty while these are deferred)
-        shift = self._ev_shift
         for block, pos, b, number, _ in todo:
             for s, e, m in self._ev_prefilter.candidates(block, pos, b):
                 number += block.count(b"\n", pos, s)
                 pos = s
                 raw = block[s:e]
-                self._defer(number, raw, self._raw_mask(raw, m << shift))
+                self._defer(number, raw, self._read_mask(raw, m))
         self._tail = rest + self._tail
 
     def _path_phases(self, path: str) -> tuple[str, ...]:
@@ -450,6 +454,32 @@ class LineAssembly(ScanState):
         that cannot say in one call (see ``Prefilter.mask``)."""
         low = raw.lower()
         return sum(1 << i for i, needle in enumerate(self._needles[self._ev_shift :]) if needle in low)
+
+    def _absorbs(self, mask: int) -> bool:
+        """Whether a candidate whose bytes hold the main needles ``mask`` is, when it is also a
+        traceback frame, evidence like the frames around it: its triggers name no rule and only
+        contexts that do nothing but vote for an engine (a frame in ``.../vllm/...``). Such a
+        frame (one with ``_frame_marks``: the evidence prefilter finds it) is left in its stretch: read, and its vote counted, only if a failure comes within
+        ``BEFORE_LINES`` (a frame far from any failure tells nothing about it)."""
+        ok = self._absorbs_by_mask.get(mask)
+        if ok is None:
+            if len(self._absorbs_by_mask) >= 4096:
+                self._absorbs_by_mask.clear()
+            found = self._triggers_for(mask)
+            ok = bool(found) and all(
+                t not in self._rule_by_trigger and (t not in self._ctx_by_trigger or t in self._vote_only) for t in found
+            )
+            self._absorbs_by_mask[mask] = ok
+        return ok
+
+    def _read_mask(self, raw: bytes, ev: int) -> int:
+        """The mask of a line read from a stretch of evidence, given the evidence needles ``ev``
+        its bytes hold: with its main needles too (a frame :meth:`_absorbs` left there may hold
+        some), or 0 (ask the text) when normalising may change what the line holds."""
+        mask = self._raw_mask(raw, ev << self._ev_shift)
+        if mask and self._main_mask is not None:
+            mask |= self._main_mask(raw)
+        return mask
 
     def _raw_mask(self, raw: bytes, mask: int) -> int:
         """``mask``, the needles the prefilter found in a line's bytes, or 0 (ask the text) when

@@ -111,6 +111,10 @@ class ScanState:
     _phases_of_path: dict[str, tuple[str, ...]]
     _own_triggers: frozenset[str]
     _progress_by_mask: dict[int, bool]
+    _frame_marks: tuple[bytes, ...]
+    _vote_only: frozenset[str]
+    _absorbs_by_mask: dict[int, bool]
+    _main_mask: Callable[[bytes], int] | None
     _ascii_needles: bool
     _lookahead: int
     # the pack's triggers, indexed
