@@ -162,3 +162,28 @@ def test_the_mask_of_a_line_is_every_needle_it_holds() -> None:
         assert pf.mask(line) == want, line
     assert pf.mask(b"torch.OutOfMemoryError: CUDA out of memory \xff\xfe") != 0  # not UTF-8
     assert pf.mask(b"nothing at all") == 0
+
+
+def test_a_needle_on_every_other_line_turns_loud_and_is_searched_alone() -> None:
+    """A log that prints one needle all the time (a traceback frame in a package that names an
+    engine): the sieve found it busy, so that needle leaves the sieve, which rules out the
+    rest of the text again; the candidates stay those of a line-by-line search."""
+    pf = PurePrefilter(_triggers())
+    frame = b'  File "/usr/lib/python3/dist-packages/vllm/engine/core.py", line 12, in step'
+    noisy = b"".join(
+        (b"INFO 12-03 request %d done\n" % i) + (frame + b"\n" if i % 40 == 0 else b"") for i in range(40_000)
+    )
+    rare = noisy[: len(noisy) // 2] + b"torch.OutOfMemoryError: CUDA out of memory\n" + noisy[len(noisy) // 2 :]
+    assert pf._loud == ()
+    assert pf.candidates(noisy) == _by_hand(noisy, pf.needles)
+    loud = {pf.needles[i] for i in pf._loud}
+    assert loud == {b"/vllm/", b'file "', b'", line '}  # what the frame holds
+    assert pf._sieve is not None
+    left = sum(b - a for a, b in pf._sieve.ranges(noisy))
+    assert left == 0  # without it, nothing in the text can hold a needle
+    assert pf.candidates(rare) == _by_hand(rare, pf.needles)
+    assert pf.candidates(rare, 4096 + rare.index(b"\n", 4096) + 1 - 4096, len(rare) - 1) == _by_hand(
+        rare, pf.needles, rare.index(b"\n", 4096) + 1, len(rare) - 1
+    )
+    assert pf.mask(frame) == _by_hand(frame, pf.needles)[0][2]
+    assert pf.mask(b"CUDA out of memory " + frame) == _by_hand(b"CUDA out of memory " + frame, pf.needles)[0][2]

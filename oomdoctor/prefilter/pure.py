@@ -42,6 +42,10 @@ class PurePrefilter:
     #: what one search needle by needle costs besides its bytes, in bytes: a call per needle
     #: (~2 µs), so many small texts (what the sieve leaves, lines cut by block ends) plan too
     _CALL_BYTES = 8 << 10
+    #: lines of one needle in a busy range that make it loud, and how many may be (each costs a
+    #: pass of its own over every range)
+    _LOUD_LINES = 16
+    _MAX_LOUD = 8
     #: what one gate hit is priced at (line bounds, plus one ``find`` per member), in seconds, for
     #: the bypass budget. Calibrated on the bench's seven log shapes and on a gate on every line
     #: (bench/genlog.py, 32 MiB): at 0.4 / 0.15 µs the common gates of ordinary logs were bypassed
@@ -60,6 +64,7 @@ class PurePrefilter:
         self._hot: dict[int, int] = {}  # gate index -> blocks left to bypass it
         self._seen = 0
         self._sieve = Sieve.for_needles(self.needles)
+        self._loud: tuple[int, ...] = ()  # needles searched alone, not sieved (see _quieten)
 
     def plan_for(self, sample: bytes) -> tuple[Gate, ...]:
         """The gates, planned on the first call, pricing sweeps by ``sample`` (lower-cased text of
@@ -71,8 +76,12 @@ class PurePrefilter:
     def mask(self, text: bytes) -> int:
         """The needles ``text`` (a line, say) holds anywhere (ASCII case folded), as a bit mask:
         the sieve's one call says "none" for most lines; the others are tested needle by needle."""
-        if self._sieve is not None and not self._sieve.holds(text):
-            return 0
+        sieve, loud = self._sieve, self._loud
+        if sieve is not None and not sieve.holds(text):  # none of the others, that is
+            if not loud:
+                return 0
+            low = text.lower()
+            return sum(1 << i for i in loud if self.needles[i] in low)
         low = text.lower()
         bits = 0
         for i, needle in enumerate(self.needles):
@@ -84,14 +93,41 @@ class PurePrefilter:
         n = len(block) if hi is None else hi
         if not self.needles or n <= lo:
             return []
-        # only the stretches the sieve cannot rule out are searched (see sieve.py)
-        stretches = [(lo, n)] if self._sieve is None else self._sieve.ranges(block, lo, n)
+        # only the stretches the sieve cannot rule out are searched (see sieve.py); the needles
+        # it leaves out as loud are searched alone, in the whole range
+        sieve, loud = self._sieve, self._loud
+        stretches = [(lo, n)] if sieve is None else sieve.ranges(block, lo, n)
         out: list[tuple[int, int, int]] = []
         whole = len(block)
         for a, b in stretches:
             found = self._exact(block.lower() if a == 0 and b == whole else block[a:b].lower())
             out.extend((start + a, end + a, mask) for start, (end, mask) in sorted(found.items()))
+        if loud and stretches != [(lo, n)]:
+            lowered = block[lo:n].lower()
+            found = {start: [end, mask] for start, end, mask in out}
+            for i in loud:
+                _search(lowered, self.needles[i], 1 << i, 0, found, lo)
+            out = [(start, end, mask) for start, (end, mask) in sorted(found.items())]
+        if sieve is not None and sieve.busy:
+            self._quieten(out)
         return out
+
+    def _quieten(self, found: list[tuple[int, int, int]]) -> None:
+        """After the sieve found a range busy: the needles on ``_LOUD_LINES`` or more of its
+        lines are loud, searched alone from now on, and the sieve is rebuilt without them (a
+        log that prints one of them all the time, a traceback frame in ``/vllm/``, say, no
+        longer makes every piece answer yes)."""
+        counts: dict[int, int] = {}
+        for _, _, mask in found:
+            while mask:
+                low = mask & -mask
+                counts[low] = counts.get(low, 0) + 1
+                mask ^= low
+        new = [bit.bit_length() - 1 for bit, c in counts.items() if c >= self._LOUD_LINES]
+        loud = sorted({*self._loud, *new})[: self._MAX_LOUD]
+        if len(loud) > len(self._loud):
+            self._loud = tuple(loud)
+            self._sieve = Sieve.for_needles([lit for i, lit in enumerate(self.needles) if i not in self._loud])
 
     def _exact(self, lowered: bytes) -> dict[int, list[int]]:
         """Every line of ``lowered`` holding a needle: line start -> [end, mask]."""
@@ -188,22 +224,25 @@ def _sweep(lowered: bytes, gate: Gate, found: dict[int, list[int]]) -> None:
         m = search(lowered, at + 1)
 
 
-def _search(lowered: bytes, needle: bytes, bit: int, pos: int, found: dict[int, list[int]]) -> None:
-    """Add ``bit`` to every line of ``lowered[pos:]`` (``pos`` at a line start) holding ``needle``."""
+def _search(
+    lowered: bytes, needle: bytes, bit: int, pos: int, found: dict[int, list[int]], base: int = 0
+) -> None:
+    """Add ``bit`` to every line of ``lowered[pos:]`` (``pos`` at a line start) holding ``needle``
+    (``found`` is keyed by line start plus ``base``, and holds ends plus ``base``)."""
     find = lowered.find
     rfind = lowered.rfind
     size = len(lowered)
     pos = find(needle, pos)
     while pos >= 0:
         start = rfind(b"\n", 0, pos) + 1
-        slot = found.get(start)
+        slot = found.get(start + base)
         if slot is None:
             end = find(b"\n", pos + len(needle))
             if end < 0:
                 end = size
-            found[start] = [end, bit]
+            found[start + base] = [end + base, bit]
         else:
-            end = slot[0]
+            end = slot[0] - base
             slot[1] |= bit
         if end >= size:
             break

@@ -79,6 +79,8 @@ class Sieve:
         self._validator: Any | None = None
         self._pid = -1  # the Rust engine's caches are not carried across fork(): one per process
         self._rest = 0
+        #: the last ``ranges`` call stopped asking: most pieces said yes
+        self.busy = False
 
     @classmethod
     def for_needles(cls, needles: Sequence[bytes]) -> Sieve | None:
@@ -129,6 +131,7 @@ class Sieve:
         may hold one, adjacent ones merged. The whole range is one stretch when it is short, or
         while the sieve rests."""
         size = len(block) if hi is None else hi
+        self.busy = False
         if size - lo < MIN_TEXT:
             return [(lo, size)]
         if self._rest:
@@ -157,6 +160,7 @@ class Sieve:
             pos = end
             if asked == PROBE and said_yes >= BUSY and pos < size:  # a busy text: stop asking
                 self._rest = REST_CALLS
+                self.busy = True
                 if out and out[-1][1] == pos:
                     out[-1] = (out[-1][0], size)
                 else:
