@@ -18,6 +18,7 @@ import pytest
 
 from oomdoctor.cli.pipe import run_pipe
 from oomdoctor.report import Report
+from oomdoctor.rulepack import default_pack
 from oomdoctor.scanner import Scanner
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -595,3 +596,35 @@ def test_a_failure_followed_by_a_flood_is_still_found_when_sifting() -> None:
     report = result.report  # type: ignore[attr-defined]
     assert [f.rule for f in report.findings] == ["vllm.v1.kv-cache.max-len-exceeds"]
     assert report.findings[0].location.line == 400_000 + 4
+
+
+#: a traceback frame in vLLM's package every 40 lines: on every chunk a flood is cut into
+FRAMES = b"".join(
+    b"INFO step %d\n" % i
+    + (b'  File "/usr/lib/python3/dist-packages/vllm/engine/core.py", line 12, in step\n' if i % 40 == 0 else b"")
+    for i in range(400_000)
+)
+
+
+def test_a_failure_in_a_flood_of_frames_naming_an_engine_is_still_found_when_sifting() -> None:
+    """A frame in an engine's package only votes for that engine: it does not keep its chunk,
+    or such chunks would fill the queue and push out the one with the failure (was: 1 of 4
+    failures found behind ``cat`` in bench/'s request-tracebacks)."""
+    pytest.importorskip("hyperscan")
+    copied, result = _pipe_while_analysis_is_stuck([KV_LOG] + [FRAMES] * 6)
+    assert copied == FILLER + KV_LOG + FRAMES * 6
+    assert result.sifted_bytes > 0  # type: ignore[attr-defined]
+    report = result.report  # type: ignore[attr-defined]
+    assert [f.rule for f in report.findings] == ["vllm.v1.kv-cache.max-len-exceeds"]
+
+
+def test_sifting_keeps_chunks_with_a_rule_or_a_fact_not_a_vote() -> None:
+    pytest.importorskip("hyperscan")
+    from oomdoctor.prefilter.triage import builtin_triage, triage_for
+
+    for triage in (builtin_triage(), triage_for(default_pack().rules, default_pack().contexts)):
+        assert triage is not None
+        assert triage.holds(KV_LOG)
+        assert triage.holds(b"INFO 08-19 00:00:01 [api_server.py:1395] vLLM API server version 0.9.2\n")  # a fact
+        assert not triage.holds(FRAMES[:100_000])  # votes only
+        assert not triage.holds(b"time=2024 level=INFO source=server.go:123 msg=ok\n")

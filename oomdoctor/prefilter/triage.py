@@ -2,16 +2,22 @@
 
 When input arrives faster than it can be analysed, pipe mode still passes every byte through and
 skips the oldest queued input for analysis. What it skips is *sifted* first: a chunk that holds
-none of the rules' triggers (nor a context rule's: a start-up banner) cannot start a failure, so
-only its line count is kept, while a chunk that does is kept for the scanner (and, once the
+none of the rules' triggers (nor those of a context rule that reads a fact: a start-up banner)
+cannot start a failure, so only its line count is kept, while a chunk that does is kept for the scanner (and, once the
 analyser takes chunks off a flooded queue itself, the one after it too: the rest of its
 message). Sifting is one hyperscan scan per chunk that stops at the first hit and releases the
 GIL (about 1.6 GB/s here). Without hyperscan (the ``fast`` extra) there is no sifting.
+
+A context rule that only votes for an engine (no group: a traceback frame in ``.../vllm/...``,
+ollama's ``source=server.go`` on every line) does not keep a chunk: such lines may be on every
+chunk of a log, and keeping them all would fill the queue and push out the chunks that do hold a
+failure.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -55,19 +61,26 @@ class Triage:
         return bool(found)
 
 
+#: a named group in a pattern (``regex`` syntax): the context rule reads a fact, not only a vote
+_NAMED_GROUP = re.compile(r"\(\?P?<[A-Za-z_]")
+
+
 def _literals_of_files(paths: list[Path]) -> list[str]:
-    """The triggers of every rule and context rule in the TOML rule files ``paths`` (cached)."""
+    """The triggers of every rule, and of every context rule that reads a fact, in the TOML rule
+    files ``paths`` (cached)."""
     from oomdoctor import cache
 
-    key = cache.source_key("triage-literals 1", paths)
+    key = cache.source_key("triage-literals 2", paths)
     got = cache.load("triage", key) if key else None
     if isinstance(got, list) and all(isinstance(x, str) for x in got):
         return got
     out: list[str] = []
     for path in paths:
         data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
-        for table in ("rule", "context"):
-            for entry in data.get(table, []):
+        for entry in data.get("rule", []):
+            out.extend(t for t in entry.get("triggers", []) if isinstance(t, str))
+        for entry in data.get("context", []):
+            if _NAMED_GROUP.search(str(entry.get("pattern", ""))):
                 out.extend(t for t in entry.get("triggers", []) if isinstance(t, str))
     if key:
         cache.store("triage", key, out)
@@ -88,9 +101,11 @@ def builtin_triage() -> Triage | None:
 
 
 def triage_for(rules: Iterable[Any], contexts: Iterable[Any]) -> Triage | None:
-    """Sifting for a loaded rule pack's rules and context rules, or None without hyperscan."""
+    """Sifting for a loaded rule pack's rules and the context rules that read a fact, or None
+    without hyperscan."""
     try:
         import hyperscan  # noqa: F401
     except ImportError:
         return None
-    return Triage([t for r in [*rules, *contexts] for t in r.triggers])
+    reading = [c for c in contexts if c.pattern.groupindex]
+    return Triage([t for r in [*rules, *reading] for t in r.triggers])
