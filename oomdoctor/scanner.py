@@ -238,6 +238,8 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         self.sources.append(name)
         self._splitter = LineSplitter()
         self._recent: deque[Line] = deque(maxlen=256)
+        #: the last LEAD_LINES lines of the blocks scanned, raw: (line number, bytes)
+        self._last_lines: deque[tuple[int, bytes]] = deque(maxlen=LEAD_LINES)
         self._pending: deque[_Pending] = deque()
         self._need_lookahead = 0
         #: the block, its start, and the offset and number of the candidate line being processed

@@ -147,6 +147,7 @@ class LineAssembly(ScanState):
                 pos, line, owe = ahead(pos, line, owe, n)
         if pos < n:
             line += count(block, pos, n)
+        self._keep_last_lines(block, lo, n, line)
         self._need_lookahead = owe
         self._splitter.advance(line - first)
         self._last_line = line - 1
@@ -550,6 +551,19 @@ class LineAssembly(ScanState):
                 phases.update(self._phase_by_trigger.get(t, ()))
         return any(_search_any(self._progress_patterns[i], line.text) for i in sorted(phases))
 
+    def _keep_last_lines(self, block: bytes, lo: int, n: int, following: int) -> None:
+        """Keep the last ``LEAD_LINES`` lines of ``block[lo:n]`` (complete lines; line
+        ``following`` comes next), for a trigger at the start of the next block to find its lead
+        lines as it would in one block (:meth:`_lead_from_block`)."""
+        end = n - 1
+        number = following - 1
+        lines: list[tuple[int, bytes]] = []
+        while end >= lo and len(lines) < LEAD_LINES:
+            begin = block.rfind(b"\n", lo, end) + 1 or lo
+            lines.append((number, block[begin:end]))
+            end, number = begin - 1, number - 1
+        self._last_lines.extend(reversed(lines))
+
     def _lead_from_block(self, line: Line) -> None:
         """Put the ``LEAD_LINES`` lines above a rule's trigger line into the recent lines when the
         prefilter skipped them (they hold no trigger): a message wrapped before its trigger
@@ -558,11 +572,18 @@ class LineAssembly(ScanState):
         if number != line.number or not self._recent or self._recent[-1] is not line:
             return
         known = {ln.number for ln in self._recent}
+        before = dict(self._last_lines)  # (the block may start right after them: a small read)
         lead: list[Line] = []
         end = start - 1
         for n in range(number - 1, number - LEAD_LINES - 1, -1):
-            if end < lo or n in known:
+            if n in known:
                 break
+            if end < lo:
+                raw = before.get(n)
+                if raw is None:
+                    break
+                lead[:0] = normalise(n, raw)
+                continue
             begin = block.rfind(b"\n", lo, end) + 1 or lo
             lead[:0] = normalise(n, block[max(begin, lo) : end])
             end = begin - 1

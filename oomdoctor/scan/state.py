@@ -130,6 +130,7 @@ class ScanState:
     # line assembly (per source)
     _splitter: LineSplitter
     _recent: deque[Line]
+    _last_lines: deque[tuple[int, bytes]]
     _pending: deque[_Pending]
     _need_lookahead: int
     _here: tuple[bytes, int, int, int]
