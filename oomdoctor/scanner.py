@@ -183,13 +183,13 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         evidence = set(self._needles[self._ev_shift :])
         self._frame_marks = tuple(m for m in (b'File "', b'", line ') if m.lower() in evidence)
         #: triggers of context rules that only vote for an engine (no group to read)
-        grouped = {t for c in self.pack.contexts if c.pattern.groupindex for t in c.triggers}
+        reading = {t for c in self.pack.contexts if not c.votes_only for t in c.triggers}
         self._vote_only = frozenset(
             t
             for c in self.pack.contexts
-            if not c.pattern.groupindex
+            if c.votes_only
             for t in c.triggers
-            if t not in grouped and t not in self._phase_by_trigger
+            if t not in reading and t not in self._phase_by_trigger
         )
         self._absorbs_by_mask: dict[int, bool] = {}
         #: the main needles a line's bytes hold, in one call (None: the prefilter cannot say)

@@ -628,3 +628,12 @@ def test_sifting_keeps_chunks_with_a_rule_or_a_fact_not_a_vote() -> None:
         assert triage.holds(b"INFO 08-19 00:00:01 [api_server.py:1395] vLLM API server version 0.9.2\n")  # a fact
         assert not triage.holds(FRAMES[:100_000])  # votes only
         assert not triage.holds(b"time=2024 level=INFO source=server.go:123 msg=ok\n")
+
+
+def test_a_context_rule_votes_only_exactly_when_its_compiled_pattern_has_no_group() -> None:
+    """Sifting and the scanner tell a vote from a fact by the pattern's text (compiling every
+    pattern costs start-up time): the text must say what the compiled pattern does."""
+    contexts = default_pack().contexts
+    assert any(c.votes_only for c in contexts) and not all(c.votes_only for c in contexts)
+    for c in contexts:
+        assert c.votes_only == (not c.pattern.groupindex), c.rule.id

@@ -17,7 +17,6 @@ failure.
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -61,14 +60,11 @@ class Triage:
         return bool(found)
 
 
-#: a named group in a pattern (``regex`` syntax): the context rule reads a fact, not only a vote
-_NAMED_GROUP = re.compile(r"\(\?P?<[A-Za-z_]")
-
-
 def _literals_of_files(paths: list[Path]) -> list[str]:
     """The triggers of every rule, and of every context rule that reads a fact, in the TOML rule
     files ``paths`` (cached)."""
     from oomdoctor import cache
+    from oomdoctor.rulepack.loader import reads_a_fact
 
     key = cache.source_key("triage-literals 2", paths)
     got = cache.load("triage", key) if key else None
@@ -80,7 +76,7 @@ def _literals_of_files(paths: list[Path]) -> list[str]:
         for entry in data.get("rule", []):
             out.extend(t for t in entry.get("triggers", []) if isinstance(t, str))
         for entry in data.get("context", []):
-            if _NAMED_GROUP.search(str(entry.get("pattern", ""))):
+            if reads_a_fact(str(entry.get("pattern", ""))):
                 out.extend(t for t in entry.get("triggers", []) if isinstance(t, str))
     if key:
         cache.store("triage", key, out)
@@ -107,5 +103,5 @@ def triage_for(rules: Iterable[Any], contexts: Iterable[Any]) -> Triage | None:
         import hyperscan  # noqa: F401
     except ImportError:
         return None
-    reading = [c for c in contexts if c.pattern.groupindex]
+    reading = [c for c in contexts if not c.votes_only]
     return Triage([t for r in [*rules, *reading] for t in r.triggers])

@@ -44,12 +44,27 @@ class CompiledRule:
         return self.rule.id
 
 
+#: a named group in a pattern (``regex`` syntax, ``(?P<name>`` or ``(?<name>``)
+_NAMED_GROUP = re.compile(r"\(\?P?<[A-Za-z_]")
+
+
+def reads_a_fact(pattern: str) -> bool:
+    """Whether a context rule's ``pattern`` (its source) reads something (a named group), rather
+    than only voting for the rule's engine; told from the text, without compiling it."""
+    return _NAMED_GROUP.search(pattern) is not None
+
+
 @dataclass(slots=True)
 class CompiledContext:
     rule: ContextRule
     source: str
     pattern: regex.Pattern[str]
     triggers: tuple[str, ...]
+
+    @property
+    def votes_only(self) -> bool:
+        """It reads nothing: a line it matches only votes for its engine."""
+        return not reads_a_fact(self.rule.pattern)
 
 
 @dataclass(slots=True)
