@@ -67,9 +67,12 @@ def _spans_by_hand(block: bytes, trigs: list[str]) -> list[tuple[int, int]]:
     return out
 
 
-def _candidates_by_hand(block: bytes, lits: list[bytes]) -> list[tuple[int, int, int]]:
-    out, pos = [], 0
-    for line in block.split(b"\n"):
+def _candidates_by_hand(
+    block: bytes, lits: list[bytes], lo: int = 0, hi: int | None = None
+) -> list[tuple[int, int, int]]:
+    """Every line of ``block[lo:hi]`` holding a needle (ASCII case folded), with its mask."""
+    out, pos = [], lo
+    for line in block[lo:hi].split(b"\n"):
         low = line.lower()
         mask = sum(1 << i for i, lit in enumerate(lits) if lit in low)
         if mask:

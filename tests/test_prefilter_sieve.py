@@ -11,22 +11,11 @@ from oomdoctor.prefilter import sieve as sieve_mod
 from oomdoctor.prefilter.sieve import MIN_TEXT, PIECE, PROBE, REST_CALLS, Sieve
 from oomdoctor.rulepack import default_pack
 from oomdoctor.scanner import _BUILTIN_TRIGGERS
+from tests.test_prefilter import _candidates_by_hand as _by_hand
 
 
 def _triggers() -> list[str]:
     return [*default_pack().all_triggers(), *_BUILTIN_TRIGGERS]
-
-
-def _by_hand(block: bytes, lits: list[bytes], lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
-    """Every line of ``block[lo:hi]`` holding a needle (ASCII case folded), with its mask."""
-    out, pos = [], lo
-    for line in block[lo:hi].split(b"\n"):
-        low = line.lower()
-        mask = sum(1 << i for i, lit in enumerate(lits) if lit in low)
-        if mask:
-            out.append((pos, pos + len(line), mask))
-        pos += len(line) + 1
-    return out
 
 
 FILLER = [

@@ -14,7 +14,7 @@ from __future__ import annotations
 from random import Random
 
 from logshapes import Shape, vllm_ts
-from logshapes.vllm_serving import failure, startup
+from logshapes.vllm_serving import failure, startup, stats_line
 
 SITE = "/usr/local/lib/python3.12/dist-packages"
 
@@ -67,12 +67,7 @@ def traffic(rng: Random, sec: int, target: int) -> tuple[bytes, int]:
         sec += 1
         if sec >= next_stats:
             next_stats = sec + 10
-            lines.append(
-                f"INFO {vllm_ts(sec)} [loggers.py:118] Engine 000: Avg prompt throughput: "
-                f"{rng.uniform(200, 9000):.1f} tokens/s, Avg generation throughput: {rng.uniform(50, 900):.1f} "
-                f"tokens/s, Running: {rng.randint(1, 60)} reqs, Waiting: {rng.randint(0, 9)} reqs, GPU KV cache "
-                f"usage: {rng.uniform(0, 95):.1f}%, Prefix cache hit rate: {rng.uniform(0, 80):.1f}%"
-            )
+            lines.append(stats_line(rng, sec))
     return ("\n".join(lines) + "\n").encode(), sec
 
 
