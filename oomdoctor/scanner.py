@@ -175,9 +175,9 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         return main, evidence
 
     def _index_deferrable(self) -> None:
-        """What :meth:`_defers` needs: the needles of the scanner's own triggers (tracebacks,
-        frames), and whether the prefilter's answers are exact for non-ASCII lines too."""
-        self._own_triggers = frozenset(_BUILTIN_TRIGGERS)
+        """What :meth:`_defers` and :meth:`_absorbs` need: how a traceback frame looks, which
+        context rules only vote, and whether the prefilter's answers are exact for non-ASCII
+        lines too."""
         #: how a traceback frame looks in bytes (CPython's layout), each an evidence needle as it
         #: is (see LineAssembly._absorbs)
         evidence = set(self._needles[self._ev_shift :])

@@ -76,18 +76,13 @@ class PurePrefilter:
     def mask(self, text: bytes) -> int:
         """The needles ``text`` (a line, say) holds anywhere (ASCII case folded), as a bit mask:
         the sieve's one call says "none" for most lines; the others are tested needle by needle."""
-        sieve, loud = self._sieve, self._loud
-        if sieve is not None and not sieve.holds(text):  # none of the others, that is
-            if not loud:
-                return 0
-            low = text.lower()
-            return sum(1 << i for i in loud if self.needles[i] in low)
+        sieve = self._sieve
+        # where the sieve says none, only the loud needles (left out of it) may be there
+        ask = range(len(self.needles)) if sieve is None or sieve.holds(text) else self._loud
+        if not ask:
+            return 0
         low = text.lower()
-        bits = 0
-        for i, needle in enumerate(self.needles):
-            if needle in low:
-                bits |= 1 << i
-        return bits
+        return sum(1 << i for i in ask if self.needles[i] in low)
 
     def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
         n = len(block) if hi is None else hi
@@ -104,10 +99,10 @@ class PurePrefilter:
             out.extend((start + a, end + a, mask) for start, (end, mask) in sorted(found.items()))
         if loud and stretches != [(lo, n)]:
             lowered = block[lo:n].lower()
-            found = {start: [end, mask] for start, end, mask in out}
+            found = {start - lo: [end - lo, mask] for start, end, mask in out}
             for i in loud:
-                _search(lowered, self.needles[i], 1 << i, 0, found, lo)
-            out = [(start, end, mask) for start, (end, mask) in sorted(found.items())]
+                _search(lowered, self.needles[i], 1 << i, 0, found)
+            out = [(start + lo, end + lo, mask) for start, (end, mask) in sorted(found.items())]
         if sieve is not None and sieve.busy:
             self._quieten(out)
         return out
@@ -224,25 +219,22 @@ def _sweep(lowered: bytes, gate: Gate, found: dict[int, list[int]]) -> None:
         m = search(lowered, at + 1)
 
 
-def _search(
-    lowered: bytes, needle: bytes, bit: int, pos: int, found: dict[int, list[int]], base: int = 0
-) -> None:
-    """Add ``bit`` to every line of ``lowered[pos:]`` (``pos`` at a line start) holding ``needle``
-    (``found`` is keyed by line start plus ``base``, and holds ends plus ``base``)."""
+def _search(lowered: bytes, needle: bytes, bit: int, pos: int, found: dict[int, list[int]]) -> None:
+    """Add ``bit`` to every line of ``lowered[pos:]`` (``pos`` at a line start) holding ``needle``."""
     find = lowered.find
     rfind = lowered.rfind
     size = len(lowered)
     pos = find(needle, pos)
     while pos >= 0:
         start = rfind(b"\n", 0, pos) + 1
-        slot = found.get(start + base)
+        slot = found.get(start)
         if slot is None:
             end = find(b"\n", pos + len(needle))
             if end < 0:
                 end = size
-            found[start + base] = [end + base, bit]
+            found[start] = [end, bit]
         else:
-            end = slot[0] - base
+            end = slot[0]
             slot[1] |= bit
         if end >= size:
             break

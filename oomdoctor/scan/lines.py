@@ -56,6 +56,18 @@ def _search_any(patterns: list[Any], text: str) -> bool:
     return False
 
 
+def _lines_before(block: bytes, lo: int, stop: int, number: int, most: int) -> list[tuple[int, bytes]]:
+    """Up to ``most`` lines of ``block[lo:stop]`` (``stop`` at a line start) that end right before
+    ``stop``, the nearest first, as ``(line number, bytes)``: the one ending there is ``number``."""
+    out: list[tuple[int, bytes]] = []
+    end = stop - 1
+    while end >= lo and len(out) < most:
+        begin = block.rfind(b"\n", lo, end) + 1 or lo
+        out.append((number, block[begin:end]))
+        end, number = begin - 1, number - 1
+    return out
+
+
 class LineAssembly(ScanState):
     """Feed blocks of bytes; read the candidate lines the prefilters find (and the look-ahead
     after a trigger); keep the recent lines, frames, markers and progress lines; set phase
@@ -257,8 +269,8 @@ class LineAssembly(ScanState):
 
         Exact: ``low`` is lower-cased, so ASCII case folding finds in its UTF-8 exactly the
         (lower-case) needles that are substrings of it."""
-        main = getattr(self._prefilter, "mask", None)  # optional (see Prefilter)
-        ev = getattr(self._ev_prefilter, "mask", None)
+        main = self._main_mask
+        ev = getattr(self._ev_prefilter, "mask", None)  # optional (see Prefilter)
         if not self._masks_ok or main is None or (ev is None and self._ev_prefilter is not None):
             return -1
         data = low.encode("utf-8", "surrogatepass")
@@ -278,10 +290,9 @@ class LineAssembly(ScanState):
         if ok is None:
             if len(self._deferrable_by_mask) >= 4096:
                 self._deferrable_by_mask.clear()
+            # (a frame's own triggers are not among them: a frame alone names none)
             ok = all(
-                (t in self._phase_by_trigger or t in self._own_triggers)
-                and t not in self._ctx_by_trigger
-                and t not in self._rule_by_trigger
+                t in self._phase_by_trigger and t not in self._ctx_by_trigger and t not in self._rule_by_trigger
                 for t in self._triggers_for(mask)
             )
             self._deferrable_by_mask[mask] = ok
@@ -555,14 +566,7 @@ class LineAssembly(ScanState):
         """Keep the last ``LEAD_LINES`` lines of ``block[lo:n]`` (complete lines; line
         ``following`` comes next), for a trigger at the start of the next block to find its lead
         lines as it would in one block (:meth:`_lead_from_block`)."""
-        end = n - 1
-        number = following - 1
-        lines: list[tuple[int, bytes]] = []
-        while end >= lo and len(lines) < LEAD_LINES:
-            begin = block.rfind(b"\n", lo, end) + 1 or lo
-            lines.append((number, block[begin:end]))
-            end, number = begin - 1, number - 1
-        self._last_lines.extend(reversed(lines))
+        self._last_lines.extend(reversed(_lines_before(block, lo, n, following - 1, LEAD_LINES)))
 
     def _lead_from_block(self, line: Line) -> None:
         """Put the ``LEAD_LINES`` lines above a rule's trigger line into the recent lines when the
@@ -572,21 +576,15 @@ class LineAssembly(ScanState):
         if number != line.number or not self._recent or self._recent[-1] is not line:
             return
         known = {ln.number for ln in self._recent}
-        before = dict(self._last_lines)  # (the block may start right after them: a small read)
+        # the lines above it in this block, or in the blocks before (it may start this one)
+        above = dict(self._last_lines)
+        above.update(_lines_before(block, lo, start, number - 1, LEAD_LINES))
         lead: list[Line] = []
-        end = start - 1
         for n in range(number - 1, number - LEAD_LINES - 1, -1):
-            if n in known:
+            raw = above.get(n)
+            if raw is None or n in known:
                 break
-            if end < lo:
-                raw = before.get(n)
-                if raw is None:
-                    break
-                lead[:0] = normalise(n, raw)
-                continue
-            begin = block.rfind(b"\n", lo, end) + 1 or lo
-            lead[:0] = normalise(n, block[max(begin, lo) : end])
-            end = begin - 1
+            lead[:0] = normalise(n, raw)
         if lead:
             self._recent.pop()
             self._recent.extend(lead)
