@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from oomdoctor.prefilter.gates import SAMPLE_BYTES, Gate, plan
 from oomdoctor.prefilter.interface import needles
-from oomdoctor.prefilter.sieve import Sieve
+from oomdoctor.prefilter.sieve import MIN_TEXT, Sieve
 
 
 class PurePrefilter:
@@ -63,7 +63,10 @@ class PurePrefilter:
         self._gates: tuple[Gate, ...] | None = None
         self._hot: dict[int, int] = {}  # gate index -> blocks left to bypass it
         self._seen = 0
-        self._sieve = Sieve.for_needles(self.needles)
+        #: built the first time a text is long enough to be sieved (see _sieve_for): a short
+        #: log never compiles it (~15 ms)
+        self._sieve: Sieve | None = None
+        self._sieve_built = False
         self._loud: tuple[int, ...] = ()  # needles searched alone, not sieved (see _quieten)
 
     def plan_for(self, sample: bytes) -> tuple[Gate, ...]:
@@ -75,8 +78,9 @@ class PurePrefilter:
 
     def mask(self, text: bytes) -> int:
         """The needles ``text`` (a line, say) holds anywhere (ASCII case folded), as a bit mask:
-        the sieve's one call says "none" for most lines; the others are tested needle by needle."""
-        sieve = self._sieve
+        once the sieve is built, its one call says "none" for most lines; the others are tested
+        needle by needle."""
+        sieve = self._sieve  # (as it is: one line is no reason to build it)
         # where the sieve says none, only the loud needles (left out of it) may be there
         ask = range(len(self.needles)) if sieve is None or sieve.holds(text) else self._loud
         if not ask:
@@ -90,7 +94,7 @@ class PurePrefilter:
             return []
         # only the stretches the sieve cannot rule out are searched (see sieve.py); the needles
         # it leaves out as loud are searched alone, in the whole range
-        sieve, loud = self._sieve, self._loud
+        sieve, loud = self._sieve_for(n - lo), self._loud
         stretches = [(lo, n)] if sieve is None else sieve.ranges(block, lo, n)
         out: list[tuple[int, int, int]] = []
         whole = len(block)
@@ -106,6 +110,13 @@ class PurePrefilter:
         if sieve is not None and sieve.busy:
             self._quieten(out)
         return out
+
+    def _sieve_for(self, size: int) -> Sieve | None:
+        """The sieve, built the first time a text of ``size`` bytes is long enough to be sieved."""
+        if not self._sieve_built and size >= MIN_TEXT:
+            self._sieve_built = True
+            self._sieve = Sieve.for_needles(self.needles)
+        return self._sieve
 
     def _quieten(self, found: list[tuple[int, int, int]]) -> None:
         """After the sieve found a range busy: the needles on ``_LOUD_LINES`` or more of its

@@ -37,9 +37,13 @@ REST_CALLS = 16
 _BEYOND_ASCII_TO_NUL = bytes(range(128)) + bytes(128)
 
 
+#: each character of Latin-1 but ASCII letters and digits, as a hex escape of Rust's ``regex``
+_ESCAPES = {c: f"\\x{{{c:x}}}" for c in range(256) if not (chr(c).isascii() and chr(c).isalnum())}
+
+
 def _escape(text: str) -> str:
-    """``text`` as a literal in the syntax of Rust's ``regex`` crate."""
-    return "".join(c if c.isascii() and c.isalnum() else f"\\x{{{ord(c):x}}}" for c in text)
+    """``text`` (Latin-1 characters) as a literal in the syntax of Rust's ``regex`` crate."""
+    return text.translate(_ESCAPES)
 
 
 def _validator(source: str) -> Any | None:
