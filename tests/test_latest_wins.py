@@ -175,3 +175,18 @@ def test_tracebacks_far_from_any_failure_are_set_aside_unread(chunk: int) -> Non
     assert findings(report) == findings(scan(log, every_line=True))
     assert report.context.engine == "vllm"  # the frames near the failure still vote
     assert processed < 1000  # of 2 x 3000 tracebacks (30,000 candidate lines)
+
+
+def test_an_engines_first_vote_is_its_lowest_line_whatever_the_order_votes_come_in() -> None:
+    # deferred lines are read after later ones: a tie between engines goes to the one voted for
+    # on the earliest line, not the one read first
+    from oomdoctor.context import ContextCollector
+
+    collector = ContextCollector()
+    for engine, line in (("sglang", 20), ("vllm", 10), ("sglang", 5), ("vllm", 30)):
+        collector.vote_engine(engine, line)
+    assert collector.engine() == "sglang"
+    listed = ContextCollector()
+    for package, line in (("sglang", 20), ("vllm", 10), ("sglang", 5), ("vllm", 30)):
+        listed.list_engine(package, line)
+    assert listed.engine() == "sglang"
