@@ -190,3 +190,15 @@ def test_an_engines_first_vote_is_its_lowest_line_whatever_the_order_votes_come_
     for package, line in (("sglang", 20), ("vllm", 10), ("sglang", 5), ("vllm", 30)):
         listed.list_engine(package, line)
     assert listed.engine() == "sglang"
+
+
+def test_the_latest_progress_line_is_the_latest_by_number_not_the_last_read() -> None:
+    # the checkpoint line is set aside; the KV cache line (a context line too) is read as it
+    # comes; the failure then reads the checkpoint line, after it: the later line still wins
+    log = (
+        "Loading safetensors checkpoint shards: 100% 4/4\n"
+        "INFO 08-19 00:00:40 [gpu_worker.py:232] Available KV cache memory: 34.76 GiB\n" + OOM
+    ).encode()
+    report = scan(log)
+    assert [(f.rule, f.phase) for f in report.findings] == [("torch.cuda-oom", "kv-cache-alloc")]
+    assert findings(report) == findings(scan(log, every_line=True))
