@@ -25,6 +25,7 @@ from logshapes import (
     hf_trainer,
     k8s_json,
     k8s_stats,
+    k8s_tracebacks,
     llamacpp_server,
     memory_noise,
     request_tracebacks,
@@ -57,6 +58,7 @@ SHAPES: dict[str, Shape] = {
         llamacpp_server.SHAPE,
         memory_noise.SHAPE,
         request_tracebacks.SHAPE,
+        k8s_tracebacks.SHAPE,
     )
 }
 
