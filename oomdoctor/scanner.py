@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from oomdoctor.context import ContextCollector
 from oomdoctor.prefilter import Prefilter, make_prefilter, needles
-from oomdoctor.prefilter.interface import Haystacks
+from oomdoctor.prefilter.interface import Haystacks, json_forms
 from oomdoctor.reader import Line, LineSplitter
 from oomdoctor.report import Finding
 from oomdoctor.rulepack import RulePack, default_pack
@@ -181,7 +181,8 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         #: how a traceback frame looks in bytes (CPython's layout), each an evidence needle as it
         #: is (see LineAssembly._absorbs)
         evidence = set(self._needles[self._ev_shift :])
-        self._frame_marks = tuple(m for m in (b'File "', b'", line ') if m.lower() in evidence)
+        marks = tuple(m for m in (b'File "', b'", line ') if m.lower() in evidence)
+        self._frame_marks = (*marks, *(form for form, _ in json_forms(marks)))  # (in a JSON record)
         #: triggers of context rules that only vote for an engine (no group to read)
         reading = {t for c in self.pack.contexts if not c.votes_only for t in c.triggers}
         self._vote_only = frozenset(

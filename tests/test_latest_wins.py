@@ -177,6 +177,25 @@ def test_tracebacks_far_from_any_failure_are_set_aside_unread(chunk: int) -> Non
     assert processed < 1000  # of 2 x 3000 tracebacks (30,000 candidate lines)
 
 
+def test_tracebacks_in_docker_json_records_are_set_aside_unread_too() -> None:
+    # each frame is a record with escaped quotes (File \"...\"): its bytes hold the frame's
+    # needles in their JSON form, so it is set aside like a plain frame (was: every record
+    # unwrapped and read; 5x grep with hyperscan on k8s-tracebacks); the frames near the
+    # failure are read, and name its step and engine
+    noise = "".join(docker(ln + "\n") for i in range(3000)
+                    for ln in (STATS.format(n=i) + _request_traceback(i)).splitlines())
+    near = "".join(docker(ln + "\n") for ln in (
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_model_runner.py", line 1, in load_model',
+        "    self.model = get_model()",
+    ))
+    log = (docker("Loading safetensors checkpoint shards: 100% 4/4\n") + noise + near + docker(OOM) + noise).encode()
+    report, processed = _scan_counting(log, 1 << 20, "_process")
+    assert [(f.rule, f.phase, f.engine) for f in report.findings] == [("torch.cuda-oom", "weights-load", "vllm")]
+    assert findings(report) == findings(scan(log, every_line=True))
+    assert processed < 1000
+
+
 def test_an_engines_first_vote_is_its_lowest_line_whatever_the_order_votes_come_in() -> None:
     # deferred lines are read after later ones: a tie between engines goes to the one voted for
     # on the earliest line, not the one read first

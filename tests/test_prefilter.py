@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import random
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 from oomdoctor.prefilter import Prefilter, PurePrefilter, make_prefilter, needles
-from oomdoctor.prefilter.interface import Haystacks
+from oomdoctor.prefilter.interface import Haystacks, json_forms
 from oomdoctor.reader import MAX_LINE_BYTES, LineSplitter
 from oomdoctor.rulepack import default_pack
 from oomdoctor.scanner import _BUILTIN_TRIGGERS, Scanner
@@ -57,11 +58,21 @@ def _report(data: bytes, source: str, prefilter, chunks: list[int] | None = None
     return json.loads(scanner.close().model_dump_json())
 
 
+@cache
+def _forms(lit: bytes) -> tuple[bytes, ...]:
+    return tuple(form for form, _ in json_forms([lit]))
+
+
+def _holds(low: bytes, lit: bytes) -> bool:
+    """Whether ``low`` holds ``lit`` as it is or in one of its JSON forms (what a prefilter finds)."""
+    return lit in low or any(form in low for form in _forms(lit))
+
+
 def _spans_by_hand(block: bytes, trigs: list[str]) -> list[tuple[int, int]]:
     out, pos = [], 0
     for line in block.split(b"\n"):
         low = line.lower()
-        if any(t.lower().encode() in low for t in trigs if t):
+        if any(_holds(low, t.lower().encode()) for t in trigs if t):
             out.append((pos, pos + len(line)))
         pos += len(line) + 1
     return out
@@ -72,9 +83,12 @@ def _candidates_by_hand(
 ) -> list[tuple[int, int, int]]:
     """Every line of ``block[lo:hi]`` holding a needle (ASCII case folded), with its mask."""
     out, pos = [], lo
+    escaped = [(1 << i, _forms(lit)) for i, lit in enumerate(lits) if _forms(lit)]
     for line in block[lo:hi].split(b"\n"):
         low = line.lower()
         mask = sum(1 << i for i, lit in enumerate(lits) if lit in low)
+        if b"\\" in low:  # (every JSON form holds a backslash)
+            mask |= sum(bit for bit, forms in escaped if any(form in low for form in forms))
         if mask:
             out.append((pos, pos + len(line), mask))
         pos += len(line) + 1
@@ -187,7 +201,8 @@ def test_random_blocks_agree_with_a_line_by_line_search(planned: bool) -> None:
         hs = None
     rng = random.Random(5)
     words = [b"x", b"cuda", b"out of", b"memory", b"CUDA out of memory", b"\n", b"file \"", b"File", b'"',
-             b"Traceback (most recent call last)", b"\n\n", b"avg prompt", b" throughput"]
+             b"Traceback (most recent call last)", b"\n\n", b"avg prompt", b" throughput", b"\\", b"\\t", b"\t",
+             b"memory:", b"\\vllm\\", b"loss", b'":']
     for _ in range(200):
         block = b" ".join(rng.choice(words) for _ in range(rng.randint(0, 40)))
         want = _spans_by_hand(block, trigs)
@@ -210,13 +225,13 @@ def test_hyperscan_mask_names_every_needle_the_text_holds() -> None:
     """``mask`` (what the scanner asks of a line normalising changed) is the needles held, by hand."""
     hs = _hyperscan()
     rng = random.Random(7)
-    words = [b"x", b"cuda", b"out of", b"memory", b"CUDA Out Of Memory", b"\n", b'file "', b"Traceback",
+    words = [b"x", b"cuda", b"out of", b"memory", b"CUDA Out Of Memory", b"\n", b'file "', b'File \\"', b"Traceback",
              b"(most recent call last)", b"avg prompt", b" throughput", "\u00fcber".encode(), b"{}"]
     texts = [b"", b"torch.OutOfMemoryError: CUDA out of memory.", *(log.read_bytes()[:4000] for log in LOGS[:20])]
     texts += [b" ".join(rng.choice(words) for _ in range(rng.randint(1, 30))) for _ in range(200)]
     for text in texts:
         low = text.lower()
-        assert hs.mask(text) == sum(1 << i for i, n in enumerate(hs.needles) if n in low), text
+        assert hs.mask(text) == sum(1 << i for i, n in enumerate(hs.needles) if _holds(low, n)), text
 
 
 def test_whole_fixture_suite_reports_are_identical_with_each_prefilter() -> None:

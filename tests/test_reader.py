@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oomdoctor.prefilter.interface import json_forms
 from oomdoctor.reader import (
     FOLDS_TO_ASCII,
     PREFIX_PATTERNS,
@@ -189,6 +190,22 @@ def test_prefix_split_equals_the_ordered_list_on_generated_lines(pieces: list[st
 
 _RAW_PIECES = [b"INFO ", b"[rank0]: ", b"CUDA out of memory", b"\x1b[31m", b"^[[0m", b"#033[1m", b"\\x1b[2m",
                b"\x00", b"\r", b"\xc3\xa9", b"\xff", b"K\xe2\x84\xaa", b"\xc4\xb0", b"\xe2\x96\x88", b" x ", b"[a.py:1] ", b'{"log": "', b'"}', b"\\u00e9"]
+#: what a JSON record's message may hold, escaped or not
+_JSON_PIECES = [b'\\"', b"\\\\", b"\\/", b"\\t", b"\\n", b"\\u003c", b"\\u003C", b"<", b"&", b"\\u0041", b"\\u001b[0m",
+                b"\\u0130", b"\\u212a", b"\\u30e1", b"\xe3\x83\xa1", b'{\\"log\\": \\"', b'\\"}', b"File ", b"A", b"-"]
+
+
+def _in_bytes_or_a_json_form(text: str, raw: bytes, ascii_only: bool) -> None:
+    """Every piece of ``text``'s lower case (its ASCII pieces: ``ascii_only``) is in ``raw``'s lower
+    case as it is or in one of its JSON forms: what a prefilter finds in the bytes."""
+    low, hay = text.lower(), raw.lower()
+    for a in range(len(low)):
+        for b in range(a + 1, len(low) + 1):
+            piece = low[a:b]
+            if ascii_only and not piece.isascii():
+                break
+            lit = piece.encode("utf-8", "surrogatepass")
+            assert lit in hay or any(form in hay for form, _ in json_forms([lit])), (piece, raw)
 
 
 @settings(max_examples=400, deadline=None)
@@ -197,21 +214,48 @@ def test_a_line_normalise_only_cuts_keeps_its_text_in_its_bytes(pieces: list[byt
     # the scanner then looks only for the triggers whose needles the prefilter found in the bytes
     raw = b"".join(pieces)
     cut = only_cut_by_normalise(raw)
-    assert cut == (
-        raw.isascii()
-        and not raw.startswith(b"{")
-        and not any(p in raw for p in (b"\x1b", b"\x00", b"^[[", b"033[", b"1b["))
-    )
+    if not raw.startswith(b"{"):
+        assert cut == (raw.isascii() and not any(p in raw for p in (b"\x1b", b"\x00", b"^[[", b"033[", b"1b[")))
     if cut:
         for ln in normalise(1, raw):
-            assert ln.text.encode() in raw
+            _in_bytes_or_a_json_form(ln.text, raw, ascii_only=False)
     # with ASCII literals only, non-ASCII text is fine too: every ASCII run of a line's lower case
     # is in the bytes' lower case, so the prefilter's answer for the bytes holds for the line
     if only_cut_by_normalise(raw, ascii_literals=True):
-        assert cut or not raw.isascii()
+        assert cut or not raw.isascii() or raw.startswith(b"{")  # (a \\u escape beyond ASCII)
         for ln in normalise(1, raw):
-            for run in re.findall(r"[\x00-\x7f]+", ln.text.lower()):
-                assert run.encode() in raw.lower()
+            _in_bytes_or_a_json_form(ln.text, raw, ascii_only=True)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.sampled_from(_JSON_PIECES), max_size=10), st.sampled_from([b'{"log":"', b'{"message": "', b"\xef\xbb\xbf{\"msg\":\""]))
+def test_a_json_record_it_calls_only_cut_holds_its_messages_needles_in_its_bytes(
+    pieces: list[bytes], head: bytes
+) -> None:
+    # a record whose escapes are all of kinds the needles' JSON forms cover: every piece of its
+    # message is in its bytes, as it is or escaped as one of those forms would be
+    raw = head + b"".join(pieces) + b'\\n","stream":"stderr"}'
+    for ascii_only in (False, True):
+        if only_cut_by_normalise(raw, ascii_literals=ascii_only):
+            for ln in normalise(1, raw):
+                _in_bytes_or_a_json_form(ln.text, raw, ascii_only)
+
+
+def test_json_records_with_only_quotes_and_line_ends_escaped_only_cut() -> None:
+    # docker's json-file records of a traceback: escaped quotes and the message's line end
+    frame = b'{"log":"  File \\"/usr/lib/python3/starlette/routing.py\\", line 715, in __call__\\n","stream":"stderr"}'
+    go = b'{"log":"\\u003cstdin\\u003e \\u0026 done\\n","stream":"stdout"}'
+    assert only_cut_by_normalise(frame) and only_cut_by_normalise(go)
+    # what the forms do not cover: an escaped backslash (a nested record, a Windows path), an
+    # escaped slash, an ASCII letter or an ANSI escape written as \u00XX
+    for hidden in (b'{"log":"{\\"log\\":\\"x\\\\\\"y\\"}"}', b'{"log":"C:\\\\vllm\\\\x"}', b'{"log":"a\\/vllm\\/b"}',
+                   b'{"log":"\\u0046ile"}', b'{"log":"\\u001b[31mx"}'):
+        assert not only_cut_by_normalise(hidden, ascii_literals=True), hidden
+    # a character beyond ASCII written as \u: fine for ASCII literals, not for others, nor for
+    # one whose lower case is ASCII (the Kelvin sign: "k")
+    assert only_cut_by_normalise(b'{"log":"\\u30e1 x"}', ascii_literals=True)
+    assert not only_cut_by_normalise(b'{"log":"\\u30e1 x"}')
+    assert not only_cut_by_normalise(b'{"log":"\\u212a x"}', ascii_literals=True)
 
 
 def test_the_characters_whose_lower_case_is_ascii_are_all_listed() -> None:
@@ -295,5 +339,7 @@ def test_a_block_is_only_cut_when_each_of_its_lines_is(lines: list[list[bytes]],
     raws = [b"".join(pieces).replace(b"\n", b"") for pieces in lines]
     block = b"".join(raw + b"\n" for raw in raws)
     each = all(only_cut_by_normalise(raw, ascii_literals) for raw in raws)
-    assert only_cut_in(block, ascii_literals=ascii_literals) == each
-    assert only_cut_in(b"xx\n" + block + b"yy", 3, 3 + len(block), ascii_literals) == each
+    # (a JSON record is asked about on its own)
+    record = any(raw.startswith(b"{") and not raw.startswith(b"{'") for raw in raws)
+    assert only_cut_in(block, ascii_literals=ascii_literals) == (each and not record)
+    assert only_cut_in(b"xx\n" + block + b"yy", 3, 3 + len(block), ascii_literals) == (each and not record)

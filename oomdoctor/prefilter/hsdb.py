@@ -25,35 +25,37 @@ KEEP = 12
 _TAG = b"hyperscan-db 1"
 
 
-def database(expressions: Sequence[bytes], flags: Sequence[int], probe: bytes) -> Any:
-    """A block-mode database of ``expressions`` (ids 0..n-1) with ``flags``; ``probe``: a text
-    on which expression 0 must match (checks a cached database before it is used)."""
+def database(expressions: Sequence[bytes], flags: Sequence[int], probe: bytes, ids: Sequence[int] | None = None) -> Any:
+    """A block-mode database of ``expressions`` with ``flags`` and ``ids`` (default 0..n-1; two
+    expressions may share one); ``probe``: a text on which expression 0 must match, reporting
+    its id (checks a cached database before it is used)."""
+    ids = list(range(len(expressions))) if ids is None else list(ids)
     from oomdoctor import cache
 
     h = hashlib.sha256(b"\0".join([_TAG, str(getattr(hyperscan, "__version__", "")).encode(), platform.machine().encode()]))
-    for expr, flag in zip(expressions, flags, strict=True):
-        h.update(b"%d\0%s\0" % (flag, expr))
+    for expr, flag, id_ in zip(expressions, flags, ids, strict=True):
+        h.update(b"%d\0%d\0%s\0" % (id_, flag, expr))
     key = h.hexdigest()[:40]
     got = cache.load("hyperscan", key)
     if isinstance(got, str):
         try:
             db = hyperscan.loadb(base64.b64decode(got), hyperscan.HS_MODE_BLOCK)
-            if _finds_first(db, probe):
+            if _finds_first(db, probe, ids[0]):
                 return db
         except (hyperscan.error, binascii.Error, ValueError, TypeError):
             pass  # another version or CPU, or a damaged entry: compiled again below
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-    db.compile(expressions=list(expressions), ids=list(range(len(expressions))), elements=len(expressions),
+    db.compile(expressions=list(expressions), ids=ids, elements=len(expressions),
                flags=list(flags))
     cache.store("hyperscan", key, base64.b64encode(hyperscan.dumpb(db)).decode("ascii"), keep=KEEP)
     return db
 
 
-def _finds_first(db: Any, probe: bytes) -> bool:
+def _finds_first(db: Any, probe: bytes, first: int) -> bool:
     found: list[int] = []
 
     def on_match(id_: int, _start: int, _end: int, _flags: int, _ctx: object) -> None:
         found.append(id_)
 
     db.scan(probe, match_event_handler=on_match, scratch=hyperscan.Scratch(db))
-    return 0 in found
+    return first in found

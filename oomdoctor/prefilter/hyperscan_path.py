@@ -14,7 +14,7 @@ from typing import Any
 import hyperscan
 
 from oomdoctor.prefilter.hsdb import database
-from oomdoctor.prefilter.interface import needles
+from oomdoctor.prefilter.interface import json_forms, needles
 
 
 def _literal(lit: bytes) -> bytes:
@@ -23,7 +23,9 @@ def _literal(lit: bytes) -> bytes:
 
 
 class HyperscanPrefilter:
-    """All triggers in one database; a scan reports each match's end offset, in order."""
+    """All triggers in one database, each needle's JSON forms under its own id (see
+    :func:`~oomdoctor.prefilter.interface.json_forms`); a scan reports each match's end offset,
+    in order."""
 
     #: not in worker processes (pool.py): measured on 2 CPUs, a GiB took 1.76 s in one process
     #: and 2.15 s with two workers, whose reading, scanning and counting cost more than they
@@ -34,7 +36,14 @@ class HyperscanPrefilter:
         self.needles = lits = needles(triggers)
         self._db: hyperscan.Database | None = None
         if lits:
-            self._db = database([_literal(x) for x in lits], [hyperscan.HS_FLAG_CASELESS] * len(lits), lits[0])
+            forms = json_forms(lits)
+            searched = [*lits, *(form for form, _ in forms)]
+            self._db = database(
+                [_literal(x) for x in searched],
+                [hyperscan.HS_FLAG_CASELESS] * len(searched),
+                lits[0],
+                [*range(len(lits)), *(i for _, i in forms)],
+            )
         # hyperscan scratch space may be used by one scan at a time: one per thread (the HTTP
         # service shares the cached prefilter between request threads)
         self._local = threading.local()

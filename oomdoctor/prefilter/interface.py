@@ -8,6 +8,7 @@ same spans for the same block.
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Protocol
@@ -15,6 +16,10 @@ from typing import Protocol
 
 class Prefilter(Protocol):
     """Finds a block's candidate lines.
+
+    Each needle is also searched in the forms a JSON string holds it in (:func:`json_forms`),
+    reported as the needle itself: a JSON log record's bytes then show every needle its message
+    holds, unless an escape the forms do not cover hides one (:func:`oomdoctor.reader.only_cut_by_normalise`).
 
     A prefilter may also have ``mask(text: bytes) -> int``, the bit mask of the needles ``text``
     holds anywhere (ASCII case folded), where one call costs much less than testing each trigger
@@ -82,3 +87,35 @@ def needles(triggers: Sequence[str]) -> list[bytes]:
         for j in hay.holding(lit, i + 1):
             held[j] = 1
     return kept
+
+
+#: how JSON encoders write the characters a needle may hold that they escape: Go's
+#: ``encoding/json`` (docker's json-file driver, Kubernetes) also escapes these, as ``\u00XX``
+_GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def json_forms(lits: Sequence[bytes]) -> list[tuple[bytes, int]]:
+    """The other forms in which a JSON string holds the needles ``lits`` (lower-cased UTF-8),
+    as ``(form, index of its needle)``, in a stable order.
+
+    A form is what an encoder writes for the needle: ``"``, ``\\`` and control characters
+    escaped as JSON's grammar requires (short escapes like ``\\"`` and ``\\t``, ``\\u00XX``
+    for the others), as Python's ``json`` and Go's ``encoding/json`` both write them; Go's form
+    also escapes ``<``, ``>`` and ``&``; Python's default form escapes every character beyond
+    ASCII (``\\u30e1``). Only forms that differ from their needle are listed. With them, the
+    bytes of a record (``{"log":"  File \\"/x.py\\", line 1 ..."}``) hold every needle its
+    message holds, as long as it has no escape of another kind (see
+    :func:`oomdoctor.reader.only_cut_by_normalise`)."""
+    out: list[tuple[bytes, int]] = []
+    for i, lit in enumerate(lits):
+        text = lit.decode("utf-8", "surrogatepass")
+        plain = json.dumps(text, ensure_ascii=False)[1:-1]
+        go = "".join(_GO_ESCAPES.get(ch, ch) for ch in plain)
+        python = json.dumps(text)[1:-1]
+        seen = {lit}
+        for form in (plain, go, python):
+            data = form.encode("utf-8", "surrogatepass")
+            if data not in seen:
+                seen.add(data)
+                out.append((data, i))
+    return out

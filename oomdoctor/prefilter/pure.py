@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from oomdoctor.prefilter.gates import SAMPLE_BYTES, Gate, plan
-from oomdoctor.prefilter.interface import needles
+from oomdoctor.prefilter.interface import json_forms, needles
 from oomdoctor.prefilter.sieve import MIN_TEXT, Sieve
 
 
@@ -27,7 +27,9 @@ class PurePrefilter:
       hits in a block than its needles' own passes would cost is dropped for the rest of that
       block and for the next blocks (``_HOT_BLOCKS``): its needles are then searched one by one.
 
-    Either way every line holding a needle is found, with its exact mask. Sweeps are priced by
+    Either way every line holding a needle is found, with its exact mask. The needles' JSON forms
+    (:func:`~oomdoctor.prefilter.interface.json_forms`) are searched as literals of their own,
+    and a line holding one is reported as holding its needle. Sweeps are priced by
     how often their piece occurs in the log at hand, so the gates are planned on the first block
     after ``_PLAN_AFTER`` bytes; before that, needles are searched one by one.
     """
@@ -60,6 +62,12 @@ class PurePrefilter:
 
     def __init__(self, triggers: Sequence[str]) -> None:
         self.needles = needles(triggers)
+        forms = json_forms(self.needles)
+        #: what is searched: the needles (bit i: needle i), then their JSON forms
+        self._lits = (*self.needles, *(form for form, _ in forms))
+        #: the bit of each form's needle, in order (a form's own bit is folded into it)
+        self._form_needle = tuple(1 << i for _, i in forms)
+        self._needle_bits = (1 << len(self.needles)) - 1
         self._gates: tuple[Gate, ...] | None = None
         self._hot: dict[int, int] = {}  # gate index -> blocks left to bypass it
         self._seen = 0
@@ -73,7 +81,7 @@ class PurePrefilter:
         """The gates, planned on the first call, pricing sweeps by ``sample`` (lower-cased text of
         the log at hand; the pool plans on slices from across a file before forking workers)."""
         if self._gates is None:
-            self._gates = plan(tuple(self.needles), sample[:SAMPLE_BYTES])
+            self._gates = plan(self._lits, sample[:SAMPLE_BYTES])
         return self._gates
 
     def mask(self, text: bytes) -> int:
@@ -82,11 +90,23 @@ class PurePrefilter:
         needle by needle."""
         sieve = self._sieve  # (as it is: one line is no reason to build it)
         # where the sieve says none, only the loud needles (left out of it) may be there
-        ask = range(len(self.needles)) if sieve is None or sieve.holds(text) else self._loud
+        ask = range(len(self._lits)) if sieve is None or sieve.holds(text) else self._loud
         if not ask:
             return 0
         low = text.lower()
-        return sum(1 << i for i in ask if self.needles[i] in low)
+        return self._fold(sum(1 << i for i in ask if self._lits[i] in low))
+
+    def _fold(self, mask: int) -> int:
+        """``mask`` with each JSON form's bit replaced by its needle's."""
+        forms = mask >> len(self.needles)
+        mask &= self._needle_bits
+        for bit in self._form_needle:
+            if not forms:
+                break
+            if forms & 1:
+                mask |= bit
+            forms >>= 1
+        return mask
 
     def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
         n = len(block) if hi is None else hi
@@ -105,17 +125,21 @@ class PurePrefilter:
             lowered = block[lo:n].lower()
             found = {start - lo: [end - lo, mask] for start, end, mask in out}
             for i in loud:
-                _search(lowered, self.needles[i], 1 << i, 0, found)
+                _search(lowered, self._lits[i], 1 << i, 0, found)
             out = [(start + lo, end + lo, mask) for start, (end, mask) in sorted(found.items())]
         if sieve is not None and sieve.busy:
             self._quieten(out)
+        if self._form_needle:
+            forms = ~self._needle_bits
+            fold = self._fold
+            out = [(start, end, fold(mask) if mask & forms else mask) for start, end, mask in out]
         return out
 
     def _sieve_for(self, size: int) -> Sieve | None:
         """The sieve, built the first time a text of ``size`` bytes is long enough to be sieved."""
         if not self._sieve_built and size >= MIN_TEXT:
             self._sieve_built = True
-            self._sieve = Sieve.for_needles(self.needles)
+            self._sieve = Sieve.for_needles(self._lits)
         return self._sieve
 
     def _quieten(self, found: list[tuple[int, int, int]]) -> None:
@@ -133,7 +157,7 @@ class PurePrefilter:
         loud = sorted({*self._loud, *new})[: self._MAX_LOUD]
         if len(loud) > len(self._loud):
             self._loud = tuple(loud)
-            self._sieve = Sieve.for_needles([lit for i, lit in enumerate(self.needles) if i not in self._loud])
+            self._sieve = Sieve.for_needles([lit for i, lit in enumerate(self._lits) if i not in self._loud])
 
     def _exact(self, lowered: bytes) -> dict[int, list[int]]:
         """Every line of ``lowered`` holding a needle: line start -> [end, mask]."""
@@ -141,7 +165,7 @@ class PurePrefilter:
         found: dict[int, list[int]] = {}  # line start -> [end, mask]
         if self._gates is None and self._seen < self._PLAN_AFTER:
             self._seen += size + self._CALL_BYTES
-            for i, needle in enumerate(self.needles):
+            for i, needle in enumerate(self._lits):
                 _search(lowered, needle, 1 << i, 0, found)
             return found
         gates = self.plan_for(lowered)

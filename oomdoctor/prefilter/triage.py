@@ -24,11 +24,12 @@ from typing import Any
 
 import tomllib
 
-from oomdoctor.prefilter.interface import needles
+from oomdoctor.prefilter.interface import json_forms, needles
 
 
 class Triage:
-    """``holds(data)``: whether ``data`` holds one of the literals (ASCII case folded)."""
+    """``holds(data)``: whether ``data`` holds one of the literals (ASCII case folded), or one of
+    their JSON forms (a JSON log record's escaped message)."""
 
     def __init__(self, literals: Iterable[str]) -> None:
         import hyperscan
@@ -38,6 +39,7 @@ class Triage:
         self._hs = hyperscan
         lits = needles(list(literals))
         self.size = len(lits)
+        lits += [form for form, _ in json_forms(lits)]
         self._db = database(
             [b"".join(b"\\x%02x" % c for c in lit) for lit in lits],
             [hyperscan.HS_FLAG_CASELESS | hyperscan.HS_FLAG_SINGLEMATCH] * len(lits),
