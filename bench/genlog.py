@@ -29,6 +29,7 @@ from logshapes import (
     llamacpp_server,
     memory_noise,
     request_tracebacks,
+    sglang_serving,
     vllm_serving,
     vllm_stats,
 )
@@ -59,6 +60,7 @@ SHAPES: dict[str, Shape] = {
         memory_noise.SHAPE,
         request_tracebacks.SHAPE,
         k8s_tracebacks.SHAPE,
+        sglang_serving.SHAPE,
     )
 }
 
