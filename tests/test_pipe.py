@@ -628,6 +628,10 @@ def test_sifting_keeps_chunks_with_a_rule_or_a_fact_not_a_vote() -> None:
         assert triage.holds(b"INFO 08-19 00:00:01 [api_server.py:1395] vLLM API server version 0.9.2\n")  # a fact
         assert not triage.holds(FRAMES[:100_000])  # votes only
         assert not triage.holds(b"time=2024 level=INFO source=server.go:123 msg=ok\n")
+        # a trigger with a quote, inside a JSON record (docker's json-file): escaped
+        ollama = b'time=2024 level=INFO source=server.go:376 msg="starting llama server" cmd="/usr/bin/ollama runner --ctx-size 8192"'
+        assert triage.holds(ollama)
+        assert triage.holds(json.dumps({"log": ollama.decode() + "\n", "stream": "stderr"}).encode())
 
 
 def test_a_context_rule_votes_only_exactly_when_its_compiled_pattern_has_no_group() -> None:
