@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 
 from logshapes import Shape, vllm_serving
 
@@ -49,12 +50,9 @@ def json_file() -> Callable[[bytes], bytes]:
     return wrap
 
 
-SHAPE = Shape(
-    name="k8s-json",
-    about="docker/K8s json-file wrapped vLLM",
-    head=vllm_serving.SHAPE.head,
-    traffic=vllm_serving.SHAPE.traffic,
-    failure=vllm_serving.SHAPE.failure,
-    expect="torch.cuda-oom",
-    wrap=json_file,
-)
+def wrapped(shape: Shape, name: str, about: str) -> Shape:
+    """``shape`` as docker's json-file driver stores it: the same lines and failures, each a record."""
+    return replace(shape, name=name, about=about, wrap=json_file)
+
+
+SHAPE = wrapped(vllm_serving.SHAPE, "k8s-json", "docker/K8s json-file wrapped vLLM")

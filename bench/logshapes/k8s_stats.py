@@ -9,15 +9,7 @@ sets them aside like a plain log's.
 
 from __future__ import annotations
 
-from logshapes import Shape, vllm_stats
-from logshapes.k8s_json import json_file
+from logshapes import vllm_stats
+from logshapes.k8s_json import wrapped
 
-SHAPE = Shape(
-    name="k8s-stats",
-    about="docker/K8s json-file wrapped vLLM, stats every other line",
-    head=vllm_stats.SHAPE.head,
-    traffic=vllm_stats.SHAPE.traffic,
-    failure=vllm_stats.SHAPE.failure,
-    expect=vllm_stats.SHAPE.expect,
-    wrap=json_file,
-)
+SHAPE = wrapped(vllm_stats.SHAPE, "k8s-stats", "docker/K8s json-file wrapped vLLM, stats every other line")

@@ -10,15 +10,7 @@ progress line.
 
 from __future__ import annotations
 
-from logshapes import Shape, request_tracebacks
-from logshapes.k8s_json import json_file
+from logshapes import request_tracebacks
+from logshapes.k8s_json import wrapped
 
-SHAPE = Shape(
-    name="k8s-tracebacks",
-    about="docker/K8s json-file wrapped vLLM, a traceback for one request in fifty",
-    head=request_tracebacks.SHAPE.head,
-    traffic=request_tracebacks.SHAPE.traffic,
-    failure=request_tracebacks.SHAPE.failure,
-    expect=request_tracebacks.SHAPE.expect,
-    wrap=json_file,
-)
+SHAPE = wrapped(request_tracebacks.SHAPE, "k8s-tracebacks", "docker/K8s json-file wrapped vLLM, a traceback for one request in fifty")
