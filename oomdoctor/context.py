@@ -170,6 +170,8 @@ class ContextCollector:
         self._listed_first: dict[str, int] = {}
         #: engine -> the latest version a line gave for it
         self._versions: dict[str, str] = {}
+        #: field (or ``extra`` key) -> where in the input the value it holds was read (see apply_groups)
+        self._set_at: dict[str, int] = {}
 
     def vote_engine(self, engine: str, line: int) -> None:
         self._engines[engine] += 1
@@ -197,9 +199,10 @@ class ContextCollector:
         return max(pool, key=lambda e: (votes[e], -first[e]))
 
     def apply_args(self, args: dict[str, str], argv: list[str] | None = None, *, typed: bool = False,
-                   dump: bool = False) -> None:
+                   dump: bool = False, at: int | None = None) -> None:
         """``typed``: the user wrote these (``non-default args``), not an engine's config dump;
-        ``dump``: every launch argument with its default (``Namespace(...)``, ``ServerArgs(...)``)."""
+        ``dump``: every launch argument with its default (``Namespace(...)``, ``ServerArgs(...)``);
+        ``at``: where the line is (see :meth:`apply_groups`)."""
         ctx = self.context
         ctx.launch_args.update(args)
         if typed:
@@ -213,32 +216,44 @@ class ContextCollector:
             if name is None:
                 continue
             parsed = _to_field(name, value)
-            if parsed is not None:
+            if parsed is not None and (at is None or self._set_at.get(name, at) <= at):
                 setattr(ctx, name, parsed)
+                if at is not None:
+                    self._set_at[name] = at
 
     def apply_groups(
-        self, groups: dict[str, str | None], parser: str | None, units: dict[str, str], engine: str | None = None
+        self,
+        groups: dict[str, str | None],
+        parser: str | None,
+        units: dict[str, str],
+        engine: str | None = None,
+        at: int | None = None,
     ) -> None:
         """Set the Context fields (or ``extra`` entries) a context line's named groups give.
 
         ``engine``: the engine the line is about; a version it gives is that engine's (the report's
         ``engine_version`` is the version of the engine the log is found to be, see :meth:`finish`).
+        ``at``: where the line is in the input (ascending); a value read from a later line is kept
+        over this one's, so lines read out of order (a periodic line set aside, read later) leave
+        what reading in order leaves.
         """
         ctx = self.context
         for name, text in groups.items():
             if text is None:
                 continue
+            if at is not None and self._set_at.get(name, at) > at:
+                continue  # a later line set it
             if name == "engine_version" and engine is not None:
                 self._versions[engine] = text.strip()
                 continue
             if name == "args":
                 if parser == "python-dict":
-                    self.apply_args(parse_python_dict(text), typed=True)
+                    self.apply_args(parse_python_dict(text), typed=True, at=at)
                 elif parser in ("namespace", "config"):
-                    self.apply_args(parse_key_values(text), dump=parser == "namespace")
+                    self.apply_args(parse_key_values(text), dump=parser == "namespace", at=at)
                 elif parser == "argv":
                     argv, args = parse_argv(text)
-                    self.apply_args(args, argv)
+                    self.apply_args(args, argv, at=at)
                 continue
             if name in Context.model_fields and name not in ("launch_args", "extra", "command"):
                 kind = _FIELD_KINDS[name]
@@ -248,13 +263,21 @@ class ContextCollector:
                     value = convert(name, text, {name: kind}, units)
                 if value is not None:
                     setattr(ctx, name, value)
+                    if at is not None:
+                        self._set_at[name] = at
             else:
                 value = convert(name, text, {}, units)
                 if name == "k8s_memory_bytes":  # a `memory:` line is the limit only inside a Limits block
-                    if value is not None and str(ctx.extra.get("k8s_block", "")).lower() == "limits":
+                    if value is not None and str(ctx.extra.get("k8s_block", "")).lower() == "limits" and (
+                        at is None or self._set_at.get("memory_limit_bytes", at) <= at
+                    ):
                         ctx.extra["memory_limit_bytes"] = value
+                        if at is not None:
+                            self._set_at["memory_limit_bytes"] = at
                     continue
                 ctx.extra[name] = value if value is not None else text.strip()
+                if at is not None:
+                    self._set_at[name] = at
 
     def finish(self) -> Context:
         eng = self.engine()
