@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -74,3 +75,17 @@ def test_context_no_match(rule_id: str, line: str) -> None:
     assert names
     set_ = {n: ctx.extra.get(n, getattr(ctx, n, None)) for n in names if n not in ("extra", "launch_args")}
     assert not any(v is not None for v in set_.values()), set_
+
+
+@pytest.mark.parametrize(("pattern", "why"), [
+    ("args=(?P<args>.*)", "group 'args' depends on the lines before"),
+    (r"vLLM version (?P<engine_version>\S+)", "group 'engine_version'"),
+    ("Decode batch", "it reads no value"),
+])
+def test_only_a_context_rule_that_sets_values_can_be_periodic(tmp_path: Path, pattern: str, why: str) -> None:
+    from oomdoctor.rulepack import RulePackError, load_pack
+
+    rule = f'[[context]]\nid = "mine.batch"\nperiodic = true\ntriggers = ["batch"]\npattern = {pattern!r}\n'
+    (tmp_path / "mine.toml").write_text(rule.replace("pattern = '", "pattern = '''").replace("'\n", "'''\n"), "utf-8")
+    with pytest.raises(RulePackError, match=rf'mine\.toml: context "mine\.batch": periodic: .*{why}'):
+        load_pack([tmp_path])

@@ -48,6 +48,18 @@ class CompiledRule:
 _NAMED_GROUP = re.compile(r"\(\?P?<[A-Za-z_]")
 
 
+#: named groups whose reading depends on the lines before it or counts each line: a periodic
+#: context rule (read only at its latest line) may not have them
+ORDERED_GROUPS = frozenset({"args", "engine", "engine_version", "oom_recovered", "k8s_block", "k8s_memory_bytes"})
+
+_GROUP_NAME = re.compile(r"\(\?P?<([A-Za-z_]\w*)>")
+
+
+def group_names(pattern: str) -> list[str]:
+    """The named groups of a pattern (its source), told from the text."""
+    return _GROUP_NAME.findall(pattern)
+
+
 def reads_a_fact(pattern: str) -> bool:
     """Whether a context rule's ``pattern`` (its source) reads something (a named group), rather
     than only voting for the rule's engine; told from the text, without compiling it."""
@@ -457,6 +469,11 @@ def load_pack(
                 if ctx.id in seen_context:
                     raise RulePackError(f"{who}: id: duplicate context id (also in {seen_context[ctx.id]})")
                 seen_context[ctx.id] = where
+                if ctx.periodic:
+                    ordered = sorted(set(group_names(ctx.pattern)) & ORDERED_GROUPS)
+                    if ordered or not reads_a_fact(ctx.pattern):
+                        why = f"group {ordered[0]!r} depends on the lines before" if ordered else "it reads no value"
+                        raise RulePackError(f"{who}: periodic: only a rule that sets values can be periodic ({why})")
                 pack.contexts.append(
                     CompiledContext(ctx, where, _compile(ctx.pattern, who, "pattern", lazy),
                                     tuple(t.lower() for t in ctx.triggers))

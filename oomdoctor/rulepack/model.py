@@ -133,6 +133,14 @@ class ContextRule(_Strict):
     parser: Literal["python-dict", "namespace", "config", "argv"] | None = Field(
         default=None, description="How to read the 'args' group into launch arguments."
     )
+    periodic: bool = Field(
+        default=False,
+        description=(
+            "The program prints this line again and again (a scheduler's batch line): only the latest one "
+            "gives the fact, and the others are set aside unread. Its groups may only set values; a line "
+            "set aside casts no engine vote."
+        ),
+    )
     types: dict[str, FigureType] = Field(default_factory=dict)
     units: dict[str, str] = Field(default_factory=dict)
     match: list[dict[str, Any]] = Field(
