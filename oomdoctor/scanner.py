@@ -95,7 +95,9 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         self._ev_prefilter: Prefilter | None = None
         if prefilter is None:
             main, evidence = self._split_needles(triggers)
-            self._prefilter = make_prefilter([n.decode("utf-8") for n in main])
+            # (the main scan notes where periodic lines are: see LineAssembly._read_periodic)
+            periodic = [n for n in evidence if any(n in t.encode("utf-8") for t in self._periodic_triggers)]
+            self._prefilter = make_prefilter([n.decode("utf-8") for n in main], present=periodic)
             if evidence:
                 self._ev_prefilter = make_prefilter([n.decode("utf-8") for n in evidence])
         else:
@@ -147,6 +149,13 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         self._all_triggers = list(
             dict.fromkeys([*self._phase_by_trigger, *self._ctx_by_trigger, *self._rule_by_trigger])
         )
+        #: triggers only periodic context rules use (see ContextRule.periodic): their lines are
+        #: phase evidence's kin, set aside, and only the latest is read (LineAssembly._read_periodic)
+        self._periodic_triggers = frozenset(
+            t
+            for t, idx in self._ctx_by_trigger.items()
+            if t not in self._rule_by_trigger and all(self.pack.contexts[i].rule.periodic for i in idx)
+        )
         self._triggers_by_mask: dict[int, list[str]] = {}
         #: per needle (by bit), the triggers that hold it; built on first use (see :meth:`_triggers_for`)
         self._holding: dict[int, list[int]] = {}
@@ -166,7 +175,7 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
             t
             for t in (*self._phase_by_trigger, *_BUILTIN_TRIGGERS)
             if t not in self._ctx_by_trigger and t not in self._rule_by_trigger
-        }
+        } | self._periodic_triggers
         main = needles([t for t in triggers if t not in only_phase])
         candidates = needles(sorted(only_phase))
         hay = Haystacks(candidates)
@@ -204,6 +213,39 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         self._deferred_bytes = 0
         self._tail: list[tuple[bytes, int, int, int, int]] = []
         self._counted: tuple[bytes, dict[int, int] | None] = (b"", None)
+        self._index_periodic()
+
+    def _index_periodic(self) -> None:
+        """What :meth:`_read_periodic` needs: the evidence needles of periodic lines (bits of a
+        whole mask), the periodic context rules each stands for, and their groups."""
+        from oomdoctor.prefilter.presence import Presence
+        from oomdoctor.rulepack.loader import group_names
+
+        self._periodic_ctx: dict[int, tuple[int, ...]] = {}  # bit -> context rules
+        lits: list[bytes] = []
+        if self._ev_prefilter is not None and self._masks_ok:
+            for j in range(len(self._needles) - self._ev_shift):
+                bit = 1 << (self._ev_shift + j)
+                held = [t for t in self._triggers_for(bit) if t in self._periodic_triggers]
+                if held:
+                    self._periodic_ctx[bit] = tuple(sorted({i for t in held for i in self._ctx_by_trigger[t]}))
+                    lits.append(self._needles[self._ev_shift + j])
+        self._periodic_bits = sum(self._periodic_ctx)
+        #: the prefilters of the searches backwards through a stretch set aside: each asks only
+        #: for the needles of what it looks for, so a stretch full of other evidence costs it nothing
+        #: (a progress line among periodic lines; a periodic line among throughput lines)
+        self._periodic_pf = make_prefilter([n.decode("utf-8") for n in lits]) if lits else None
+        self._progress_pf = self._ev_prefilter
+        if self._ev_prefilter is not None:
+            ev = self._needles[self._ev_shift :]
+            progress = [n for j, n in enumerate(ev) if self._may_progress(1 << (self._ev_shift + j))]
+            if progress and len(progress) < len(ev):
+                self._progress_pf = make_prefilter([n.decode("utf-8") for n in progress])
+        self._periodic_groups = {
+            i: frozenset(group_names(self.pack.contexts[i].rule.pattern)) for idx in self._periodic_ctx.values() for i in idx
+        }
+        #: which periodic needles a stretch holds (bit k: the k-th of ``_periodic_ctx``)
+        self._presence = Presence(lits) if lits else None
 
     def _triggers_for(self, mask: int) -> list[str]:
         """The triggers a candidate line may hold, given the needles ``mask`` says it holds: those
@@ -237,6 +279,8 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
     def _start_source(self, name: str) -> None:
         self.source = name
         self.sources.append(name)
+        #: where this source's lines are in the whole input (``_line_base + number`` ascends)
+        self._line_base = len(self.sources) << 40
         self._splitter = LineSplitter()
         self._recent: deque[Line] = deque(maxlen=256)
         #: the last LEAD_LINES lines of the blocks scanned, raw: (line number, bytes)

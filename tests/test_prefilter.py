@@ -596,3 +596,48 @@ def test_hyperscan_databases_are_read_back_from_the_cache_and_a_bad_entry_is_com
         entry.write_bytes(bad)
         assert HyperscanPrefilter(trigs).candidates(block) == want
         assert cache.load("hyperscan", entry.stem.removeprefix("hyperscan-")) == stored
+
+
+def test_presence_and_the_main_scans_note_say_which_periodic_literals_a_stretch_holds() -> None:
+    """What the scanner asks before it leaves a stretch unread: exact for ``Presence``; for the
+    hyperscan prefilter's note of first occurrences, never "absent" for a literal that is there."""
+    from oomdoctor.prefilter import presence as presence_mod
+    from oomdoctor.prefilter.presence import Presence
+
+    lits = [b"#running-req:", b"token usage"]
+    rng = random.Random(11)
+    words = [b"x", b"#RUNNING-req:", b"#running-req:", b"token", b" usage", b"Token Usage", b"\n", b"\n\n"]
+    blocks = [b"".join(rng.choice(words) for _ in range(rng.randint(0, 60))) + b"\n" for _ in range(150)]
+
+    def by_hand(text: bytes) -> int:
+        return sum(1 << k for k, lit in enumerate(lits) if lit in text.lower())
+
+    # as built here (hyperscan when installed), without hyperscan (a sieve per literal), and without
+    # the sieve's engine either (lower-cased and searched)
+    kinds = [Presence(lits)]
+    no_hs = Presence(())
+    no_hs.literals, no_hs._db, no_hs._sieves = tuple(lits), None, [presence_mod.Sieve.for_needles([x]) for x in lits]
+    bare = Presence(())
+    bare.literals, bare._db, bare._sieves = tuple(lits), None, [None, None]
+    kinds += [no_hs, bare]
+    for block in blocks:
+        lo = block.find(b"\n") + 1
+        for p in kinds:
+            assert p.which(block) == by_hand(block), block
+            assert p.which(block, lo, len(block)) == by_hand(block[lo:]), block
+    try:
+        hs = _hyperscan()
+    except pytest.skip.Exception:
+        return
+    from oomdoctor.prefilter.hyperscan_path import HyperscanPrefilter
+
+    noted = HyperscanPrefilter(_triggers(), lits)
+    for block in blocks:
+        assert noted.candidates(block) == hs.candidates(block)  # the literals are never candidates
+        cuts = sorted({0, len(block), *(i + 1 for i in range(len(block)) if block[i:i + 1] == b"\n")})
+        for a in cuts[::3]:
+            for b in cuts[::4]:
+                if a <= b:
+                    got = noted.present_in(block, a, b)
+                    assert got is not None and got & by_hand(block[a:b]) == by_hand(block[a:b]), (block, a, b)
+        assert noted.present_in(bytes(bytearray(block)), 0, len(block)) is None  # not the block it scanned

@@ -11,7 +11,7 @@ from oomdoctor.prefilter.pure import PurePrefilter
 
 
 @lru_cache(maxsize=8)
-def _cached(triggers: tuple[str, ...], prefer: str) -> Prefilter:
+def _cached(triggers: tuple[str, ...], prefer: str, present: tuple[bytes, ...]) -> Prefilter:
     if prefer in ("auto", "hyperscan"):
         try:
             from oomdoctor.prefilter.hyperscan_path import HyperscanPrefilter
@@ -19,18 +19,20 @@ def _cached(triggers: tuple[str, ...], prefer: str) -> Prefilter:
             if prefer == "hyperscan":
                 raise
         else:
-            return HyperscanPrefilter(triggers)
+            return HyperscanPrefilter(triggers, present)
     return PurePrefilter(triggers)
 
 
-def make_prefilter(triggers: Sequence[str], prefer: str = "auto") -> Prefilter:
+def make_prefilter(triggers: Sequence[str], prefer: str = "auto", present: Sequence[bytes] = ()) -> Prefilter:
     """Return the fastest available prefilter (``prefer``: auto, hyperscan or python).
 
     Prefilters hold no per-scan state, so one is compiled per set of triggers and reused.
-    ``OOMDOCTOR_PREFILTER=python`` (or ``hyperscan``) overrides ``auto``.
+    ``OOMDOCTOR_PREFILTER=python`` (or ``hyperscan``) overrides ``auto``. ``present``: literals
+    the hyperscan prefilter also notes the first occurrence of in each scan, for ``present_in``
+    (lower-cased; none of them is reported as a candidate).
     """
     if prefer == "auto":
         prefer = os.environ.get("OOMDOCTOR_PREFILTER", "auto") or "auto"
     if prefer not in ("auto", "hyperscan", "python"):
         raise ValueError(f"unknown prefilter {prefer!r} (choose auto, hyperscan or python)")
-    return _cached(tuple(triggers), prefer)
+    return _cached(tuple(triggers), prefer, tuple(present))

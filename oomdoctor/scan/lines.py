@@ -252,7 +252,7 @@ class LineAssembly(ScanState):
             engine = self._collector.list_engine(listed, line.number) if listed else ctx.rule.engine
             if groups.get("engine_version") and not listed:  # a start banner, not a pasted package list
                 self._run_start = line.number
-            self._collector.apply_groups(groups, ctx.rule.parser, ctx.rule.units, engine)
+            self._collector.apply_groups(groups, ctx.rule.parser, ctx.rule.units, engine, self._line_base + line.number)
             if groups.get("oom_recovered"):  # the failure just before was caught and retried
                 self._recovered_at.append((line.number, line.rank))
         # rule candidates
@@ -292,7 +292,8 @@ class LineAssembly(ScanState):
                 self._deferrable_by_mask.clear()
             # (a frame's own triggers are not among them: a frame alone names none)
             ok = all(
-                t in self._phase_by_trigger and t not in self._ctx_by_trigger and t not in self._rule_by_trigger
+                (t in self._phase_by_trigger and t not in self._ctx_by_trigger and t not in self._rule_by_trigger)
+                or t in self._periodic_triggers
                 for t in self._triggers_for(mask)
             )
             self._deferrable_by_mask[mask] = ok
@@ -384,8 +385,11 @@ class LineAssembly(ScanState):
             for _ in range(BEFORE_LINES):
                 near = rfind(b"\n", a, near)
             near += 1
+            self._read_periodic(block, a, near, end - BEFORE_LINES)
             latest = self._latest_progress(block, a, near, end - BEFORE_LINES)
             if latest is not None:
+                for span in self._tail:  # (older: what they hold of periodic lines is read first)
+                    self._read_periodic(span[0], span[1], span[2], span[4])
                 self._tail = []
                 self._supersede(latest)
             else:  # the tail is as far behind: only its latest progress line may be read
@@ -404,13 +408,16 @@ class LineAssembly(ScanState):
     def _latest_progress(self, block: bytes, a: int, hi: int, number: int) -> tuple[int, bytes, int] | None:
         """The latest progress line of the evidence in ``block[a:hi]`` (line ``number`` at
         ``hi``), searched backwards in pieces, as ``(line number, bytes, mask)``; or None."""
-        assert self._ev_prefilter is not None
+        assert self._progress_pf is not None
         shift = self._ev_shift
+        ev_mask_of = self._ev_mask_of if self._progress_pf is not self._ev_prefilter else None
         top, width = hi, EVIDENCE_PIECE // 8  # (the latest is most often among the last lines)
         while hi > a:
             cut = (block.rfind(b"\n", a, hi - width) + 1 or a) if hi - width > a else a
-            for s, e, m in reversed(self._ev_prefilter.candidates(block, cut, hi)):
+            for s, e, m in reversed(self._progress_pf.candidates(block, cut, hi)):
                 raw = block[s:e]
+                if ev_mask_of is not None:  # (a prefilter of the progress needles alone)
+                    m = ev_mask_of(raw)
                 mask = self._raw_mask(raw, m << shift)
                 if self._may_progress(mask) and any(self._is_progress(ln, mask) for ln in normalise(0, raw)):
                     # counted back from ``top`` now: a stretch is counted once, not twice
@@ -418,9 +425,93 @@ class LineAssembly(ScanState):
             hi, width = cut, width * 64  # (then the rest: a stretch without one is searched in two calls)
         return None
 
+    def _read_periodic(self, block: bytes, a: int, hi: int, number: int) -> None:
+        """Read the latest periodic lines of ``block[a:hi]`` (line ``number`` at ``hi``), a stretch
+        about to be left unread: for each periodic context rule whose needle the stretch holds, the
+        lines searching backwards until every group it reads has been read once (most often the
+        last line of its kind). Values go to the collector with their lines' positions, so reading
+        them out of order leaves what reading in order leaves (see ContextCollector.apply_groups)."""
+        if self._presence is None or hi <= a:
+            return
+        # the main scan of the block noted where each periodic needle first is (hyperscan);
+        # otherwise a pass of its own over the stretch
+        known = getattr(self._prefilter, "present_in", None)
+        present: int | None = None
+        if known is not None and getattr(self._prefilter, "present_literals", None) == self._presence.literals:
+            present = known(block, a, hi)
+        if present is None:
+            present = self._presence.which(block, a, hi)
+        if not present:
+            return
+        order = list(self._periodic_ctx)
+        want = sum(order[k] for k in range(len(order)) if present >> k & 1)
+        assert self._periodic_pf is not None
+        seen: dict[int, set[str]] = {}
+        top, width = hi, EVIDENCE_PIECE // 8
+        while hi > a and want:
+            cut = (block.rfind(b"\n", a, hi - width) + 1 or a) if hi - width > a else a
+            for s, e, _ in reversed(self._periodic_pf.candidates(block, cut, hi)):
+                raw = block[s:e]
+                mask = self._read_mask(raw, self._ev_mask_of(raw))
+                if mask and not mask & want:
+                    continue
+                want = self._read_periodic_line(number - block.count(b"\n", s, top), raw, mask, want, seen)
+                if not want:
+                    return
+            hi, width = cut, width * 64
+
+    def _read_periodic_lines(self, lines: list[tuple[int, bytes, int]]) -> None:
+        """:meth:`_read_periodic` for deferred lines about to be dropped, ``(number, bytes, mask)``
+        in order (mask 0: its text is asked)."""
+        if not self._periodic_bits:
+            return
+        want = 0
+        for _, _, mask in lines:
+            want |= mask & self._periodic_bits if mask else self._periodic_bits
+        seen: dict[int, set[str]] = {}
+        for number, raw, mask in reversed(lines):
+            if not want:
+                return
+            if mask and not mask & want:
+                continue
+            want = self._read_periodic_line(number, raw, mask, want, seen)
+
+    def _read_periodic_line(self, number: int, raw: bytes, mask: int, want: int, seen: dict[int, set[str]]) -> int:
+        """Read the periodic contexts of one line (``mask``: its needles; 0: ask its text) that
+        still want a value; return the needles still wanted (``seen``: each context rule's groups
+        read so far)."""
+        for ln in normalise(number, raw):
+            low = ln.text.lower()
+            line_mask = mask or self._text_mask(low)
+            found = line_mask & want if line_mask > 0 else want
+            for bit in self._periodic_ctx:
+                if not found & bit:
+                    continue
+                for i in self._periodic_ctx[bit]:
+                    ctx = self.pack.contexts[i]
+                    got = seen.setdefault(i, set())
+                    if got >= self._periodic_groups[i] or not any(t in low for t in ctx.triggers):
+                        continue
+                    self._timing = f'{ctx.source}: context "{ctx.rule.id}": pattern'
+                    m = ctx.pattern.search(ln.text, timeout=REGEX_TIMEOUT)
+                    if m is None:
+                        continue
+                    if ctx.rule.engine:
+                        self._collector.vote_engine(ctx.rule.engine, number)
+                    groups = m.groupdict()
+                    self._collector.apply_groups(groups, ctx.rule.parser, ctx.rule.units, ctx.rule.engine,
+                                                 self._line_base + number)
+                    got.update(name for name, value in groups.items() if value is not None)
+        for bit, idx in self._periodic_ctx.items():
+            if want & bit and all(seen.get(i, set()) >= self._periodic_groups[i] for i in idx):
+                want &= ~bit
+        return want
+
     def _supersede(self, latest: tuple[int, bytes, int]) -> None:
         """Defer ``latest``, a progress line more than ``BEFORE_LINES`` before any line still to
-        be read, in place of every line deferred before it (none of those can be read now)."""
+        be read, in place of every line deferred before it (none of those can be read now, but
+        the latest periodic lines among them)."""
+        self._read_periodic_lines(self._deferred)
         self._deferred[:] = [latest]
         self._deferred_bytes = len(latest[1])
 
@@ -428,6 +519,7 @@ class LineAssembly(ScanState):
         """Drop the tail's oldest span, ``BEFORE_LINES`` behind: only its latest progress line
         can still be read, and it supersedes the lines deferred before it."""
         block, a, b, _, end = self._tail.pop(0)
+        self._read_periodic(block, a, b, end)
         latest = self._latest_progress(block, a, b, end)
         if latest is not None:
             self._supersede(latest)
@@ -518,6 +610,7 @@ class LineAssembly(ScanState):
         while near and deferred[near - 1][0] >= upto - BEFORE_LINES:
             near -= 1
         held = deferred[max(near, len(deferred) - keep) :] if keep else []
+        self._read_periodic_lines(deferred[:near])
         for number, raw, mask in reversed(deferred[:near]):
             if not self._may_progress(mask):
                 continue

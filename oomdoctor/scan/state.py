@@ -126,6 +126,15 @@ class ScanState:
     _markers: list[list[Any]]
     _progress_patterns: list[list[Any]]
     _deferrable_by_mask: dict[int, bool]
+    # periodic context lines (see LineAssembly._read_periodic)
+    _periodic_triggers: frozenset[str]
+    _periodic_ctx: dict[int, tuple[int, ...]]
+    _periodic_bits: int
+    _periodic_groups: dict[int, frozenset[str]]
+    _presence: Any
+    _periodic_pf: Prefilter | None
+    _progress_pf: Prefilter | None
+    _line_base: int
     # line assembly (per source)
     _splitter: LineSplitter
     _recent: deque[Line]

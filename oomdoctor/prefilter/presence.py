@@ -1,0 +1,73 @@
+"""Which of a few literals a stretch of a log holds, in one pass that does not visit each line.
+
+The scanner asks it before it sets a stretch aside unread: a periodic context line (a scheduler's
+batch line) gives its fact at its latest occurrence, so a stretch that holds one is searched
+backwards for it, and one that holds none is not searched at all. Hyperscan answers with one
+scan that reports each literal once (``HS_FLAG_SINGLEMATCH``); without it, pydantic-core's Rust
+regex answers literal by literal (see :mod:`.sieve`); without that, the stretch is lower-cased
+and searched.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from oomdoctor.prefilter.sieve import Sieve
+
+
+class Presence:
+    """``which(block, lo, hi)``: the bit mask of the literals ``block[lo:hi]`` holds (lower-cased
+    literals, ASCII case folded, as the prefilters match)."""
+
+    def __init__(self, literals: Sequence[bytes]) -> None:
+        self.literals = tuple(literals)
+        self._db: Any = None
+        self._sieves: list[Sieve | None] = []
+        self._local = threading.local()
+        if not self.literals:
+            return
+        try:
+            import hyperscan
+
+            from oomdoctor.prefilter.hsdb import database
+        except ImportError:
+            self._sieves = [Sieve.for_needles([lit]) for lit in self.literals]
+        else:
+            self._hs = hyperscan
+            self._db = database(
+                [b"".join(b"\\x%02x" % c for c in lit) for lit in self.literals],
+                [hyperscan.HS_FLAG_CASELESS | hyperscan.HS_FLAG_SINGLEMATCH] * len(self.literals),
+                self.literals[0],
+            )
+
+    def which(self, block: bytes, lo: int = 0, hi: int | None = None) -> int:
+        n = len(block) if hi is None else hi
+        if not self.literals or n <= lo:
+            return 0
+        if self._db is not None:
+            bits = 0
+
+            def on_match(id_: int, _start: int, _end: int, _flags: int, _ctx: object) -> None:
+                nonlocal bits
+                bits |= 1 << id_
+
+            scratch = getattr(self._local, "scratch", None)
+            if scratch is None:
+                scratch = self._local.scratch = self._hs.Scratch(self._db)
+            self._db.scan(memoryview(block)[lo:n], match_event_handler=on_match, scratch=scratch)
+            return bits
+        text = block[lo:n]
+        low: bytes | None = None
+        bits = 0
+        for i, (lit, sieve) in enumerate(zip(self.literals, self._sieves, strict=True)):
+            if sieve is not None:
+                if sieve.holds(text):
+                    bits |= 1 << i
+                continue
+            if low is None:
+                low = text.lower()
+            if lit in low:
+                bits |= 1 << i
+        return bits
