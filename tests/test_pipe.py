@@ -628,6 +628,9 @@ def test_sifting_keeps_chunks_with_a_rule_or_a_fact_not_a_vote() -> None:
         assert triage.holds(b"INFO 08-19 00:00:01 [api_server.py:1395] vLLM API server version 0.9.2\n")  # a fact
         assert not triage.holds(FRAMES[:100_000])  # votes only
         assert not triage.holds(b"time=2024 level=INFO source=server.go:123 msg=ok\n")
+        # a periodic line (SGLang's batch line, half of a busy server's log) does not keep a chunk
+        assert not triage.holds(b"[2025-06-01 10:00:41 TP0] Decode batch. #running-req: 1, #token: 161, "
+                                b"token usage: 0.00, gen throughput (token/s): 95.12, #queue-req: 0\n")
         # a trigger with a quote, inside a JSON record (docker's json-file): escaped
         ollama = b'time=2024 level=INFO source=server.go:376 msg="starting llama server" cmd="/usr/bin/ollama runner --ctx-size 8192"'
         assert triage.holds(ollama)

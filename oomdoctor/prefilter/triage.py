@@ -9,9 +9,9 @@ message). Sifting is one hyperscan scan per chunk that stops at the first hit an
 GIL (about 1.6 GB/s here). Without hyperscan (the ``fast`` extra) there is no sifting.
 
 A context rule that only votes for an engine (no group: a traceback frame in ``.../vllm/...``,
-ollama's ``source=server.go`` on every line) does not keep a chunk: such lines may be on every
-chunk of a log, and keeping them all would fill the queue and push out the chunks that do hold a
-failure.
+ollama's ``source=server.go`` on every line) does not keep a chunk, nor does a periodic one
+(SGLang's ``Decode batch`` line): such lines may be on every chunk of a log, and keeping them all
+would fill the queue and push out the chunks that do hold a failure.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def _literals_of_files(paths: list[Path]) -> list[str]:
     from oomdoctor import cache
     from oomdoctor.rulepack.loader import reads_a_fact
 
-    key = cache.source_key("triage-literals 2", paths)
+    key = cache.source_key("triage-literals 3", paths)
     got = cache.load("triage", key) if key else None
     if isinstance(got, list) and all(isinstance(x, str) for x in got):
         return got
@@ -78,7 +78,7 @@ def _literals_of_files(paths: list[Path]) -> list[str]:
         for entry in data.get("rule", []):
             out.extend(t for t in entry.get("triggers", []) if isinstance(t, str))
         for entry in data.get("context", []):
-            if reads_a_fact(str(entry.get("pattern", ""))):
+            if reads_a_fact(str(entry.get("pattern", ""))) and not entry.get("periodic"):
                 out.extend(t for t in entry.get("triggers", []) if isinstance(t, str))
     if key:
         cache.store("triage", key, out)
@@ -105,5 +105,5 @@ def triage_for(rules: Iterable[Any], contexts: Iterable[Any]) -> Triage | None:
         import hyperscan  # noqa: F401
     except ImportError:
         return None
-    reading = [c for c in contexts if not c.votes_only]
+    reading = [c for c in contexts if not c.votes_only and not c.rule.periodic]
     return Triage([t for r in [*rules, *reading] for t in r.triggers])
