@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from oomdoctor.newlines import count_newlines
+
 #: Longest physical line kept for analysis; the rest of a longer line is dropped (passthrough
 #: in pipe mode is unaffected, it happens before this).
 MAX_LINE_BYTES = 64 * 1024
@@ -51,7 +53,7 @@ class LineSplitter:
         if len(head) > self._max and _has_long_line(head, self._max):
             head = _cap_lines(head, self._max)
         if count:
-            self.line_number += head.count(b"\n")
+            self.line_number += count_newlines(head)
         if end + 1 < len(data):
             self._keep(memoryview(data)[end + 1 :])
         return first, head

@@ -13,7 +13,7 @@ import pytest
 from oomdoctor.inputs import read_blocks
 from oomdoctor.prefilter import Prefilter, PurePrefilter
 from oomdoctor.prefilter import pool as prefilter_pool
-from oomdoctor.prefilter.pool import Precomputed, count_newlines, parallel_blocks, workers_for
+from oomdoctor.prefilter.pool import Precomputed, newlines_before, parallel_blocks, workers_for
 from oomdoctor.rulepack import default_pack
 from oomdoctor.scanner import _BUILTIN_TRIGGERS, Scanner
 from tests.corpus import FIXTURES
@@ -105,10 +105,10 @@ def test_reports_are_identical_with_and_without_workers(
 def test_newlines_are_counted_before_each_candidate_and_in_all() -> None:
     block = b"a\nCUDA out of memory\n\nb\nOOM again\nc"
     spans = [(2, 20, 1), (24, 33, 1)]
-    assert count_newlines(block, spans) == ([1, 4], 5)
-    assert count_newlines(block, []) == ([], 5)
+    assert newlines_before(block, spans) == ([1, 4], 5)
+    assert newlines_before(block, []) == ([], 5)
     pre = Precomputed(_pure())
-    pre.expect(block, spans, count_newlines(block, spans))
+    pre.expect(block, spans, newlines_before(block, spans))
     assert pre.line_starts(block) is None  # not answered yet
     assert pre.candidates(block) == spans
     assert pre.line_starts(block) == {0: 0, 2: 1, 21: 2, 24: 4, 34: 5, len(block): 5}

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from oomdoctor.i18n import _
+from oomdoctor.newlines import count_newlines
 
 if TYPE_CHECKING:  # imported by the analyser thread: the passthrough starts before pydantic loads
     from oomdoctor.report import Finding, Report
@@ -239,7 +240,7 @@ class _Analyser(threading.Thread):
         """Skip ``data`` for analysis into ``gap``, which keeps its bytes and lines
         (``searched``: sifting found nothing in it that may start a failure)."""
         gap.nbytes += len(data)
-        gap.newlines += data.count(b"\n")
+        gap.newlines += count_newlines(data)
         if searched:
             self.result.sifted_bytes += len(data)
         else:
@@ -375,7 +376,7 @@ class _Analyser(threading.Thread):
             self._keep_next = False
             return data
         gap = _Gap()
-        gap.nbytes, gap.newlines = len(data), data.count(b"\n")
+        gap.nbytes, gap.newlines = len(data), count_newlines(data)
         self.result.sifted_bytes += len(data)
         return gap
 

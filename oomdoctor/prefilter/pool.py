@@ -4,7 +4,7 @@ The pure-Python prefilter, and counting the newlines between its candidates, nee
 the bytes of a block, and are most of a post-mortem's time (about 13 of the 16 s a GiB of serving
 log takes in one process): so for a plain file of at least ``MIN_BYTES`` on Linux, worker
 processes (one per CPU) each take every n-th chunk of the file, read it themselves, find its
-candidate lines and count the newlines before each (:func:`count_newlines`), while the main
+candidate lines and count the newlines before each (:func:`newlines_before`), while the main
 process reads the same chunks in order and scans them with those answers. (Hyperscan's prefilter
 is too fast for that to pay: see ``HyperscanPrefilter.runs_in_workers``.) The findings are the
 same as without workers: a worker runs the same prefilter on the same bytes, and an answer is
@@ -30,6 +30,7 @@ import sys
 from collections.abc import Generator
 from typing import Any
 
+from oomdoctor.newlines import count_newlines
 from oomdoctor.prefilter.gates import SAMPLE_BYTES
 from oomdoctor.prefilter.interface import Prefilter
 from oomdoctor.prefilter.pure import PurePrefilter
@@ -52,17 +53,16 @@ Spans = list[tuple[int, int, int]]
 Newlines = tuple[list[int], int]
 
 
-def count_newlines(block: bytes, spans: Spans) -> Newlines:
+def newlines_before(block: bytes, spans: Spans) -> Newlines:
     """How many newlines ``block`` has before each span's start, and in all (a worker counts
     them with the candidates, so the scanner does not have to)."""
     before: list[int] = []
-    count = block.count
     seen = prev = 0
     for start, _, _ in spans:
-        seen += count(b"\n", prev, start)
+        seen += count_newlines(block, prev, start)
         before.append(seen)
         prev = start
-    return before, seen + count(b"\n", prev)
+    return before, seen + count_newlines(block, prev)
 
 
 class Precomputed:
@@ -166,7 +166,7 @@ def _work(conn: Any, path: str, size: int, prefilter: Prefilter) -> None:
             start, end = bound(fd, k, size), bound(fd, k + 1, size)
             block = _read(fd, start, end)
             spans = prefilter.candidates(block)
-            conn.send((k, start, end, spans, count_newlines(block, spans)))
+            conn.send((k, start, end, spans, newlines_before(block, spans)))
     except Exception as exc:  # reported to the main process, which goes on alone
         with contextlib.suppress(Exception):
             conn.send(("error", f"{type(exc).__name__}: {exc}"))

@@ -6,6 +6,7 @@ from collections import deque
 from typing import Any
 
 from oomdoctor import regex_cache
+from oomdoctor.newlines import count_newlines
 from oomdoctor.reader import Line, normalise, only_cut_by_normalise, only_cut_in
 from oomdoctor.rulepack import CompiledRule
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
@@ -174,7 +175,7 @@ class LineAssembly(ScanState):
             x, y = known.get(a), known.get(b)
             if x is not None and y is not None:
                 return y - x
-        return block.count(b"\n", a, b)
+        return count_newlines(block, a, b)
 
     def _process(self, line: Line, mask: int = 0) -> bool:
         """Match one logical line; True when it holds a rule trigger (it then needs look-ahead).
@@ -344,12 +345,11 @@ class LineAssembly(ScanState):
         """Read the evidence lines of ``block[a:b]`` one by one (``until_calm``: until no
         failure is pending or open); see :meth:`_between` for what is returned."""
         assert self._ev_prefilter is not None
-        count = block.count
         pos = a
         while pos < b:
             piece = b if b - pos <= EVIDENCE_PIECE else block.find(b"\n", pos + EVIDENCE_PIECE, b) + 1 or b
             for s, e, m in self._ev_prefilter.candidates(block, pos, piece):
-                number += count(b"\n", pos, s)
+                number += count_newlines(block, pos, s)
                 pos = s
                 if until_calm and not (self._pending or self._open_before(number)):
                     return s, number, 0
@@ -362,7 +362,7 @@ class LineAssembly(ScanState):
                 pos, number = min(e + 1, b), number + 1
                 if has_rule:
                     return pos, number, self._lookahead
-            number += count(b"\n", pos, piece)
+            number += count_newlines(block, pos, piece)
             pos = piece
         return b, number, 0
 
@@ -421,7 +421,7 @@ class LineAssembly(ScanState):
                 mask = self._raw_mask(raw, m << shift)
                 if self._may_progress(mask) and any(self._is_progress(ln, mask) for ln in normalise(0, raw)):
                     # counted back from ``top`` now: a stretch is counted once, not twice
-                    return number - block.count(b"\n", s, top), raw, self._read_mask(raw, m)
+                    return number - count_newlines(block, s, top), raw, self._read_mask(raw, m)
             hi, width = cut, width * 64  # (then the rest: a stretch without one is searched in two calls)
         return None
 
@@ -455,7 +455,7 @@ class LineAssembly(ScanState):
                 mask = self._read_mask(raw, self._ev_mask_of(raw))
                 if mask and not mask & want:
                     continue
-                want = self._read_periodic_line(number - block.count(b"\n", s, top), raw, mask, want, seen)
+                want = self._read_periodic_line(number - count_newlines(block, s, top), raw, mask, want, seen)
                 if not want:
                     return
             hi, width = cut, width * 64
@@ -535,7 +535,7 @@ class LineAssembly(ScanState):
         self._tail = []  # (deferring reads the tail first: it is empty while these are deferred)
         for block, pos, b, number, _ in todo:
             for s, e, m in self._ev_prefilter.candidates(block, pos, b):
-                number += block.count(b"\n", pos, s)
+                number += count_newlines(block, pos, s)
                 pos = s
                 raw = block[s:e]
                 self._defer(number, raw, self._read_mask(raw, m))
