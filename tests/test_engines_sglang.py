@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import oomdoctor
+from tests.corpus import FIXTURES
 from tests.engines_util import diagnose, errors, figures, only_error
 
 
@@ -49,3 +51,13 @@ def test_prefill_pool_exhaustion_figures() -> None:
     assert f.rule == "sglang.kv-pool-exhausted"
     assert f.figures == {"step": "Prefill", "requested_tokens": 8192, "prefill_tokens": 8192, "available_tokens": 3000}
     assert f.phase == "inference"
+
+
+def test_batch_lines_say_a_bare_torch_oom_came_while_serving() -> None:
+    """SGLang's Prefill/Decode batch lines are inference progress: a PyTorch OOM printed without
+    a traceback after them is an inference failure; without them nothing says which phase."""
+    f = only_error(diagnose("sglang/synthetic-decode-then-cuda-oom.log"))
+    assert (f.rule, f.engine, f.phase) == ("torch.cuda-oom", "sglang", "inference")
+    log = (FIXTURES / "sglang/synthetic-decode-then-cuda-oom.log").read_bytes()
+    without = b"".join(line for line in log.splitlines(keepends=True) if b" batch. #" not in line)
+    assert only_error(oomdoctor.diagnose(without)).phase == "unknown"
