@@ -604,22 +604,22 @@ def test_presence_and_the_main_scans_note_say_which_periodic_literals_a_stretch_
     from oomdoctor.prefilter import presence as presence_mod
     from oomdoctor.prefilter.presence import Presence
 
-    lits = [b"#running-req:", b"token usage"]
+    lits = [b"#running-req:", b"token usage", b"loss\":"]
     rng = random.Random(11)
-    words = [b"x", b"#RUNNING-req:", b"#running-req:", b"token", b" usage", b"Token Usage", b"\n", b"\n\n"]
+    words = [b"x", b"#RUNNING-req:", b"#running-req:", b"token", b" usage", b"Token Usage", b"\n", b"\n\n",
+             b'"LOSS":', b'loss\\":', b"loss\\u0022:", b'loss\\\\":']
     blocks = [b"".join(rng.choice(words) for _ in range(rng.randint(0, 60))) + b"\n" for _ in range(150)]
 
     def by_hand(text: bytes) -> int:
-        return sum(1 << k for k, lit in enumerate(lits) if lit in text.lower())
+        """A literal, or one of its JSON forms (a record's bytes: ``loss\\":``)."""
+        low = text.lower()
+        return sum(1 << k for k, lit in enumerate(lits)
+                   if lit in low or any(form in low for form, j in json_forms(lits) if j == k))
 
     # as built here (hyperscan when installed), without hyperscan (a sieve per literal), and without
     # the sieve's engine either (lower-cased and searched)
-    kinds = [Presence(lits)]
-    no_hs = Presence(())
-    no_hs.literals, no_hs._db, no_hs._sieves = tuple(lits), None, [presence_mod.Sieve.for_needles([x]) for x in lits]
-    bare = Presence(())
-    bare.literals, bare._db, bare._sieves = tuple(lits), None, [None, None]
-    kinds += [no_hs, bare]
+    kinds = [Presence(lits), Presence(lits, engine="sieve"), Presence(lits, engine="find")]
+    assert kinds[1]._sieves[0] is not None or presence_mod.Sieve.for_needles([b"x"]) is None
     for block in blocks:
         lo = block.find(b"\n") + 1
         for p in kinds:

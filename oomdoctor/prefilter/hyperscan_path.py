@@ -40,12 +40,15 @@ class HyperscanPrefilter:
         if lits:
             forms = json_forms(lits)
             searched = [*lits, *(form for form, _ in forms)]
+            # (a present literal's JSON forms too, under its id: a record's bytes hold one of them)
+            noted = [*self.present_literals, *(form for form, _ in json_forms(self.present_literals))]
+            noted_ids = [*range(len(self.present_literals)), *(k for _, k in json_forms(self.present_literals))]
             self._db = database(
-                [_literal(x) for x in [*searched, *self.present_literals]],
+                [_literal(x) for x in [*searched, *noted]],
                 [hyperscan.HS_FLAG_CASELESS] * len(searched)
-                + [hyperscan.HS_FLAG_CASELESS | hyperscan.HS_FLAG_SINGLEMATCH] * len(self.present_literals),
+                + [hyperscan.HS_FLAG_CASELESS | hyperscan.HS_FLAG_SINGLEMATCH] * len(noted),
                 lits[0],
-                [*range(len(lits)), *(i for _, i in forms), *range(len(lits), len(lits) + len(self.present_literals))],
+                [*range(len(lits)), *(i for _, i in forms), *(len(lits) + k for k in noted_ids)],
             )
         # hyperscan scratch space may be used by one scan at a time: one per thread (the HTTP
         # service shares the cached prefilter between request threads)
@@ -92,7 +95,11 @@ class HyperscanPrefilter:
             scratch = self._local.scratch = hyperscan.Scratch(self._db)
         self._db.scan(view, match_event_handler=on_match, scratch=scratch)
         if self.present_literals:
-            first = {id_ - len(self.needles): end + lo for end, id_ in hits if id_ >= len(self.needles)}
+            first: dict[int, int] = {}
+            for end, id_ in hits:
+                if id_ >= len(self.needles):  # (a literal and its forms: the earliest)
+                    k = id_ - len(self.needles)
+                    first[k] = min(first.get(k, end + lo), end + lo)
             self._local.first = (block, lo, n, first)
             if first:
                 hits = [hit for hit in hits if hit[1] < len(self.needles)]

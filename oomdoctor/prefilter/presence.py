@@ -14,6 +14,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from oomdoctor.prefilter.interface import json_forms
 from oomdoctor.prefilter.sieve import Sieve
 
 
@@ -21,25 +22,34 @@ class Presence:
     """``which(block, lo, hi)``: the bit mask of the literals ``block[lo:hi]`` holds (lower-cased
     literals, ASCII case folded, as the prefilters match)."""
 
-    def __init__(self, literals: Sequence[bytes]) -> None:
+    def __init__(self, literals: Sequence[bytes], engine: str = "auto") -> None:
+        """``engine``: ``auto`` (hyperscan when installed, else the sieve, else a search of the
+        lower-cased text), ``sieve`` (the sieve where it can be exact, else the search) or
+        ``find`` (the search)."""
         self.literals = tuple(literals)
         self._db: Any = None
-        self._sieves: list[Sieve | None] = []
+        #: each literal and its JSON forms (a record's bytes hold one of those: see json_forms)
+        forms = [*((lit, k) for k, lit in enumerate(self.literals)), *json_forms(self.literals)]
+        self._forms = [[form for form, j in forms if j == k] for k in range(len(self.literals))]
+        self._sieves: list[Sieve | None] = [None] * len(self.literals)
         self._local = threading.local()
-        if not self.literals:
+        if not self.literals or engine == "find":
             return
         try:
+            if engine != "auto":
+                raise ImportError
             import hyperscan
 
             from oomdoctor.prefilter.hsdb import database
         except ImportError:
-            self._sieves = [Sieve.for_needles([lit]) for lit in self.literals]
+            self._sieves = [Sieve.for_needles(each) for each in self._forms]
         else:
             self._hs = hyperscan
             self._db = database(
-                [b"".join(b"\\x%02x" % c for c in lit) for lit in self.literals],
-                [hyperscan.HS_FLAG_CASELESS | hyperscan.HS_FLAG_SINGLEMATCH] * len(self.literals),
+                [b"".join(b"\\x%02x" % c for c in form) for form, _ in forms],
+                [hyperscan.HS_FLAG_CASELESS | hyperscan.HS_FLAG_SINGLEMATCH] * len(forms),
                 self.literals[0],
+                [k for _, k in forms],
             )
 
     def which(self, block: bytes, lo: int = 0, hi: int | None = None) -> int:
@@ -61,13 +71,13 @@ class Presence:
         text = block[lo:n]
         low: bytes | None = None
         bits = 0
-        for i, (lit, sieve) in enumerate(zip(self.literals, self._sieves, strict=True)):
+        for i, (each, sieve) in enumerate(zip(self._forms, self._sieves, strict=True)):
             if sieve is not None:
                 if sieve.holds(text):
                     bits |= 1 << i
                 continue
             if low is None:
                 low = text.lower()
-            if lit in low:
+            if any(form in low for form in each):
                 bits |= 1 << i
         return bits
