@@ -117,6 +117,25 @@ def test_newlines_are_counted_before_each_candidate_and_in_all() -> None:
     assert pre.line_starts(block) is None  # only for the block just answered
 
 
+def test_precomputed_passes_on_what_the_inner_scan_noted() -> None:
+    """The CLI wraps the scanner's prefilter in Precomputed: the hyperscan scan's note of where
+    periodic needles first are must reach the scanner through it (else every stretch set aside
+    costs a scan of its own), and only for a block the inner prefilter scanned."""
+    pytest.importorskip("hyperscan")
+    from oomdoctor.prefilter.hyperscan_path import HyperscanPrefilter
+
+    pre = Precomputed(HyperscanPrefilter(["out of memory"], present=[b"#running-req:"]))
+    assert pre.present_literals == (b"#running-req:",)
+    block = b"x\nDecode batch. #running-req: 3\nCUDA out of memory\n"
+    assert pre.candidates(block) == [(32, 50, 1)]
+    assert pre.present_in(block, 0, len(block)) == 1
+    assert pre.present_in(block, 0, 2) == 0
+    other = b"CUDA out of memory\n"
+    pre.expect(other, [(0, 18, 1)])
+    assert pre.candidates(other) == [(0, 18, 1)]  # a worker's answer: nothing scanned here
+    assert pre.present_in(other, 0, len(other)) is None
+
+
 def test_chunks_cover_the_file_exactly_and_end_at_line_starts(tmp_path: Path, small_chunks: None) -> None:
     path = _big_log(tmp_path)
     data = path.read_bytes()

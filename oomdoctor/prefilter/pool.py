@@ -74,6 +74,9 @@ class Precomputed:
         self.needles = inner.needles
         if hasattr(inner, "mask"):  # (see interface.py)
             self.mask = inner.mask
+        if hasattr(inner, "present_in"):  # what the inner's latest scan noted (hyperscan_path.py)
+            self.present_in = inner.present_in
+            self.present_literals = inner.present_literals
         self._block: bytes | None = None
         self._spans: Spans = []
         self._newlines: Newlines | None = None
