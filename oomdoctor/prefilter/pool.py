@@ -76,7 +76,7 @@ class Precomputed:
             self.mask = inner.mask
         if hasattr(inner, "present_in"):  # what the inner's latest scan noted (hyperscan_path.py)
             self.present_in = inner.present_in
-            self.present_literals = inner.present_literals
+            self.present_literals: tuple[bytes, ...] = getattr(inner, "present_literals", ())
         self._block: bytes | None = None
         self._spans: Spans = []
         self._newlines: Newlines | None = None
