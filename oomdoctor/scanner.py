@@ -7,7 +7,8 @@ can only be phase evidence have a prefilter of their own, asked only where a fai
 
 :class:`Scanner` sets a scan up (the pack's triggers indexed, the prefilters, each source) and
 is made of the parts in :mod:`oomdoctor.scan`, one per seam, data flowing one way: line assembly
-and windows (:mod:`~oomdoctor.scan.lines`), rule matching (:mod:`~oomdoctor.scan.matching`),
+and windows (:mod:`~oomdoctor.scan.lines`), phase evidence set aside
+(:mod:`~oomdoctor.scan.evidence`), rule matching (:mod:`~oomdoctor.scan.matching`),
 folding retellings across ranks into one finding (:mod:`~oomdoctor.scan.folding`), and
 open-finding lifetime (:mod:`~oomdoctor.scan.lifetime`).
 """
@@ -23,6 +24,7 @@ from oomdoctor.prefilter.interface import Haystacks, json_forms
 from oomdoctor.reader import Line, LineSplitter
 from oomdoctor.report import Finding
 from oomdoctor.rulepack import RulePack, default_pack
+from oomdoctor.scan.evidence import EvidenceAside
 from oomdoctor.scan.folding import Folding
 from oomdoctor.scan.lifetime import Lifetime
 from oomdoctor.scan.lines import LineAssembly
@@ -72,7 +74,7 @@ def scan_triggers(pack: RulePack) -> list[str]:
     return [*pack.all_triggers(), *_BUILTIN_TRIGGERS]
 
 
-class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
+class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
     """Streaming API: ``feed(bytes)`` as data arrives, ``poll()`` for finished findings,
     ``close() -> Report`` at the end."""
 
@@ -95,7 +97,7 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         self._ev_prefilter: Prefilter | None = None
         if prefilter is None:
             main, evidence = self._split_needles(triggers)
-            # (the main scan notes where periodic lines are: see LineAssembly._read_periodic)
+            # (the main scan notes where periodic lines are: see EvidenceAside._read_periodic)
             periodic = [n for n in evidence if any(n in t.encode("utf-8") for t in self._periodic_triggers)]
             self._prefilter = make_prefilter([n.decode("utf-8") for n in main], present=periodic)
             if evidence:
@@ -150,7 +152,7 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
             dict.fromkeys([*self._phase_by_trigger, *self._ctx_by_trigger, *self._rule_by_trigger])
         )
         #: triggers only periodic context rules use (see ContextRule.periodic): their lines are
-        #: phase evidence's kin, set aside, and only the latest is read (LineAssembly._read_periodic)
+        #: phase evidence's kin, set aside, and only the latest is read (EvidenceAside._read_periodic)
         self._periodic_triggers = frozenset(
             t
             for t, idx in self._ctx_by_trigger.items()
@@ -188,7 +190,7 @@ class Scanner(LineAssembly, RuleMatching, Folding, Lifetime):
         context rules only vote, and whether the prefilter's answers are exact for non-ASCII
         lines too."""
         #: how a traceback frame looks in bytes (CPython's layout), each an evidence needle as it
-        #: is (see LineAssembly._absorbs)
+        #: is (see EvidenceAside._absorbs)
         evidence = set(self._needles[self._ev_shift :])
         marks = tuple(m for m in (b'File "', b'", line ') if m.lower() in evidence)
         self._frame_marks = (*marks, *(form for form, _ in json_forms(marks)))  # (in a JSON record)

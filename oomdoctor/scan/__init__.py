@@ -3,8 +3,10 @@
 Data flows one way through them:
 
 - :mod:`.lines` — line assembly and windows: blocks of bytes become candidate lines (the
-  prefilters say which), recent lines, traceback frames, phase markers and progress lines;
-  phase evidence is set aside and read lazily; a line holding a rule trigger is queued;
+  prefilters say which), recent lines, traceback frames, phase markers and progress lines; a
+  line holding a rule trigger is queued;
+- :mod:`.evidence` — phase evidence set aside: lines that can only tell a phase or a periodic
+  fact are not read where they stand, and what of them a failure needs is read lazily;
 - :mod:`.matching` — rule matching: a queued line and its window against its rules;
 - :mod:`.folding` — folding retellings across ranks into one finding: a match opens a finding or
   merges into the one it retells;
