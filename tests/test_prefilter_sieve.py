@@ -8,6 +8,7 @@ import pytest
 
 from oomdoctor.prefilter import PurePrefilter
 from oomdoctor.prefilter import sieve as sieve_mod
+from oomdoctor.prefilter.pure import MASKS_BEFORE_SIEVE
 from oomdoctor.prefilter.sieve import MIN_TEXT, PIECE, PROBE, REST_CALLS, Sieve
 from oomdoctor.rulepack import default_pack
 from oomdoctor.scanner import _BUILTIN_TRIGGERS
@@ -141,14 +142,17 @@ def test_no_sieve_where_it_could_not_be_exact_or_has_no_engine(monkeypatch: pyte
 
 def test_the_mask_of_a_line_is_every_needle_it_holds() -> None:
     """What the scanner asks of a line normalising changed, and of the evidence needles a
-    candidate holds: the sieve answers for most lines, the rest are tested needle by needle."""
+    candidate holds: the sieve answers for most lines, the rest are tested needle by needle.
+    Lines asked alone build the sieve after a while (where worker processes find the candidates,
+    the scanning process asks nothing else): the answers are the same before and after."""
     pf = PurePrefilter(_triggers())
     rng = random.Random(11)
     words = _needle_words(pf.needles, rng)
-    for _ in range(300):
+    for i in range(300):
         line = rng.choice(FILLER)[: rng.randrange(50)] + b" ".join(rng.choice(words) for _ in range(rng.randrange(3)))
         ((_, _, want),) = _by_hand(line, pf.needles) or [(0, 0, 0)]
         assert pf.mask(line) == want, line
+        assert (pf._sieve is not None) == (i + 1 >= MASKS_BEFORE_SIEVE)
     assert pf.mask(b"torch.OutOfMemoryError: CUDA out of memory \xff\xfe") != 0  # not UTF-8
     assert pf.mask(b"nothing at all") == 0
 
