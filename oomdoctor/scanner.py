@@ -115,6 +115,8 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         self._phases_of_path: dict[str, tuple[str, ...]] = {}
         self._lookahead = min(48, max([r.rule.window for r in self.pack.rules] + [0]) * 4)
         self._index_deferrable()
+        #: rules that name their failure's phase (evidence cannot change it: see _phase_for)
+        self._phase_fixed = frozenset(i for i, r in enumerate(self.pack.rules) if r.rule.phase)
         self.sources: list[str] = []
         self._collector = ContextCollector()
         self._findings: list[Finding] = []

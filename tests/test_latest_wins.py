@@ -280,3 +280,37 @@ def test_a_periodic_line_is_read_at_its_latest_even_when_a_later_one_does_not_ma
     report = scan(log)
     assert _context(report) == _context(scan(log, every_line=True))
     assert report.context.extra["sglang_running_requests"] == 42
+
+
+def test_a_warning_printed_again_and_again_leaves_the_evidence_for_the_failure_after_it() -> None:
+    """SGLang retracting requests under load prints its warning every few lines. Its rule names
+    its phase, so the evidence set aside before each is not read for it: the failure after them
+    still gets its phase from the latest progress line, and the context the latest periodic
+    value, as reading every line gives."""
+    batch = (
+        "[2025-06-01 00:00:0{s} TP0] Decode batch. #running-req: {n}, #token: 4096, token usage: 0.45, "
+        "gen throughput (token/s): 512.00, #queue-req: 0\n"
+    )
+    retract = (
+        "[2025-06-01 00:00:01 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 2, "
+        "#new_token_ratio: 0.4000 -> 0.5000\n"
+    )
+    access = '[2025-06-01 00:00:00] INFO:     10.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+    lines: list[str] = []
+    for i in range(6000):
+        # batch lines until the failure, then only requests and warnings: its phase comes from
+        # the evidence before it
+        lines += [access, batch.format(s=i % 10, n=i)] if i < 3000 else [access, access]
+        if i % 10 == 9:
+            lines.append(retract)
+        if i == 2999:  # a failure amid them, closed long before the log ends
+            lines.append("[2025-06-01 00:00:02 TP0] " + OOM)
+    log = "".join(lines).encode()
+    for chunk in (1 << 20, 4096):
+        report = scan(log, chunk=chunk)
+        assert [(f.rule, f.phase, f.occurrences) for f in report.findings] == [
+            ("sglang.kv-pool-retract", "inference", 600),
+            ("torch.cuda-oom", "inference", 1),
+        ]
+        assert report.context.extra["sglang_running_requests"] == 2999
+        assert findings(report) == findings(scan(log, every_line=True, chunk=chunk))

@@ -100,6 +100,8 @@ class LineAssembly(ScanState):
         def ahead(pos: int, line: int, owe: int, stop: int) -> tuple[int, int, int]:
             """Process the look-ahead lines still owed, up to offset ``stop``."""
             while owe > 0 and pos < stop:
+                if not self._pending:
+                    return pos, line, 0
                 e = find(b"\n", pos)
                 for ln in normalise(line, block[pos:e]):
                     process(ln)
@@ -178,9 +180,10 @@ class LineAssembly(ScanState):
         rule_idx: set[int] = set()
         for t in present:
             rule_idx.update(self._rule_by_trigger.get(t, ()))
-        if rule_idx and (self._deferred or self._tail):
+        if rule_idx and (self._deferred or self._tail) and not rule_idx <= self._phase_fixed:
             # a failure may start here: what it needs of the deferred lines before it is read
-            # first (a line that cannot start one does not need them: they wait)
+            # first (a line that cannot start one does not need them: they wait; nor does one
+            # whose rules name their phase: the evidence before it could only tell the phase)
             self._resolve_deferred(line.number)
         if self._open:  # findings the lines before this one closed, however the input was cut
             self._age_open(final=False, last_line=line.number - 1)

@@ -128,6 +128,7 @@ class ScanState:
     _deferrable_by_mask: dict[int, bool]
     # periodic context lines (see EvidenceAside._read_periodic)
     _periodic_triggers: frozenset[str]
+    _phase_fixed: frozenset[int]
     _periodic_ctx: dict[int, tuple[int, ...]]
     _periodic_bits: int
     _periodic_groups: dict[int, frozenset[str]]
