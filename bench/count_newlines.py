@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from oomdoctor.newlines import LONG_LINE, PIECE, count_newlines  # noqa: E402
+from oomdoctor.newlines import LONG_LINE, PIECE, count_newlines
 
 BLOCK = 1 << 20
 BLOCKS = 64  # 64 MiB per measure
