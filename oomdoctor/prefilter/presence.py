@@ -35,22 +35,23 @@ class Presence:
         self._local = threading.local()
         if not self.literals or engine == "find":
             return
-        try:
-            if engine != "auto":
-                raise ImportError
-            import hyperscan
+        if engine == "auto":
+            try:
+                import hyperscan
 
-            from oomdoctor.prefilter.hsdb import database
-        except ImportError:
-            self._sieves = [Sieve.for_needles(each) for each in self._forms]
-        else:
-            self._hs = hyperscan
-            self._db = database(
-                [b"".join(b"\\x%02x" % c for c in form) for form, _ in forms],
-                [hyperscan.HS_FLAG_CASELESS | hyperscan.HS_FLAG_SINGLEMATCH] * len(forms),
-                self.literals[0],
-                [k for _, k in forms],
-            )
+                from oomdoctor.prefilter.hsdb import database
+            except ImportError:
+                pass
+            else:
+                self._hs = hyperscan
+                self._db = database(
+                    [b"".join(b"\\x%02x" % c for c in form) for form, _ in forms],
+                    [hyperscan.HS_FLAG_CASELESS | hyperscan.HS_FLAG_SINGLEMATCH] * len(forms),
+                    self.literals[0],
+                    [k for _, k in forms],
+                )
+                return
+        self._sieves = [Sieve.for_needles(each) for each in self._forms]
 
     def which(self, block: bytes, lo: int = 0, hi: int | None = None) -> int:
         n = len(block) if hi is None else hi
