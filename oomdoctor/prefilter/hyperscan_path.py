@@ -14,7 +14,7 @@ from typing import Any
 import hyperscan
 
 from oomdoctor.prefilter.hsdb import database
-from oomdoctor.prefilter.interface import json_forms, needles
+from oomdoctor.prefilter.interface import needles, with_json_forms
 
 
 def _literal(lit: bytes) -> bytes:
@@ -38,17 +38,15 @@ class HyperscanPrefilter:
         #: literals whose first occurrence each scan notes, as ids from ``len(lits)`` on (see present_in)
         self.present_literals = tuple(present)
         if lits:
-            forms = json_forms(lits)
-            searched = [*lits, *(form for form, _ in forms)]
+            searched = with_json_forms(lits)
             # (a present literal's JSON forms too, under its id: a record's bytes hold one of them)
-            noted = [*self.present_literals, *(form for form, _ in json_forms(self.present_literals))]
-            noted_ids = [*range(len(self.present_literals)), *(k for _, k in json_forms(self.present_literals))]
+            noted = [(form, len(lits) + k) for form, k in with_json_forms(self.present_literals)]
             self._db = database(
-                [_literal(x) for x in [*searched, *noted]],
+                [_literal(form) for form, _ in [*searched, *noted]],
                 [hyperscan.HS_FLAG_CASELESS] * len(searched)
                 + [hyperscan.HS_FLAG_CASELESS | hyperscan.HS_FLAG_SINGLEMATCH] * len(noted),
                 lits[0],
-                [*range(len(lits)), *(i for _, i in forms), *(len(lits) + k for k in noted_ids)],
+                [id_ for _, id_ in [*searched, *noted]],
             )
         # hyperscan scratch space may be used by one scan at a time: one per thread (the HTTP
         # service shares the cached prefilter between request threads)

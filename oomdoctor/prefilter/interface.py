@@ -119,3 +119,9 @@ def json_forms(lits: Sequence[bytes]) -> list[tuple[bytes, int]]:
                 seen.add(data)
                 out.append((data, i))
     return out
+
+
+def with_json_forms(lits: Sequence[bytes]) -> list[tuple[bytes, int]]:
+    """What to search for ``lits``: each literal with its index, then the JSON forms of them
+    (:func:`json_forms`), each with the index of its literal."""
+    return [*((lit, i) for i, lit in enumerate(lits)), *json_forms(lits)]

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from oomdoctor.prefilter.interface import json_forms
+from oomdoctor.prefilter.interface import with_json_forms
 from oomdoctor.prefilter.sieve import Sieve
 
 
@@ -29,7 +29,7 @@ class Presence:
         self.literals = tuple(literals)
         self._db: Any = None
         #: each literal and its JSON forms (a record's bytes hold one of those: see json_forms)
-        forms = [*((lit, k) for k, lit in enumerate(self.literals)), *json_forms(self.literals)]
+        forms = with_json_forms(self.literals)
         self._forms = [[form for form, j in forms if j == k] for k in range(len(self.literals))]
         self._sieves: list[Sieve | None] = [None] * len(self.literals)
         self._local = threading.local()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from oomdoctor.prefilter.gates import SAMPLE_BYTES, Gate, plan
-from oomdoctor.prefilter.interface import json_forms, needles
+from oomdoctor.prefilter.interface import needles, with_json_forms
 from oomdoctor.prefilter.sieve import MIN_TEXT, Sieve
 
 #: :meth:`PurePrefilter.mask` calls after which the sieve is built for them (a line costs ~60 µs
@@ -66,11 +66,11 @@ class PurePrefilter:
 
     def __init__(self, triggers: Sequence[str]) -> None:
         self.needles = needles(triggers)
-        forms = json_forms(self.needles)
+        searched = with_json_forms(self.needles)
         #: what is searched: the needles (bit i: needle i), then their JSON forms
-        self._lits = (*self.needles, *(form for form, _ in forms))
+        self._lits = tuple(lit for lit, _ in searched)
         #: the bit of each form's needle, in order (a form's own bit is folded into it)
-        self._form_needle = tuple(1 << i for _, i in forms)
+        self._form_needle = tuple(1 << i for _, i in searched[len(self.needles) :])
         self._needle_bits = (1 << len(self.needles)) - 1
         self._gates: tuple[Gate, ...] | None = None
         self._hot: dict[int, int] = {}  # gate index -> blocks left to bypass it
