@@ -21,7 +21,7 @@ from collections.abc import Callable
 from oomdoctor.context import ContextCollector
 from oomdoctor.prefilter import Prefilter, make_prefilter, needles
 from oomdoctor.prefilter.interface import Haystacks, json_forms
-from oomdoctor.reader import Line, LineSplitter
+from oomdoctor.reader import LineSplitter
 from oomdoctor.report import Finding
 from oomdoctor.rulepack import RulePack, default_pack
 from oomdoctor.scan.evidence import EvidenceAside
@@ -29,6 +29,7 @@ from oomdoctor.scan.folding import Folding
 from oomdoctor.scan.lifetime import Lifetime
 from oomdoctor.scan.lines import LineAssembly
 from oomdoctor.scan.matching import RuleMatching, RuleTimeout, _Pending
+from oomdoctor.scan.recent import RecentLines
 from oomdoctor.scan.state import (
     _BUILTIN_TRIGGERS,
     _GENERIC_ENGINES,
@@ -216,6 +217,8 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         self._deferred: list[tuple[int, bytes, int]] = []
         self._deferred_bytes = 0
         self._tail: list[tuple[bytes, int, int, int, int]] = []
+        self._unsearched: list[tuple[bytes, int, int, int, int]] = []
+        self._unsearched_bytes = 0
         self._counted: tuple[bytes, dict[int, int] | None] = (b"", None)
         self._index_periodic()
 
@@ -286,7 +289,7 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         #: where this source's lines are in the whole input (``_line_base + number`` ascends)
         self._line_base = len(self.sources) << 40
         self._splitter = LineSplitter()
-        self._recent: deque[Line] = deque(maxlen=256)
+        self._recent = RecentLines(maxlen=256)
         #: the last LEAD_LINES lines of the blocks scanned, raw: (line number, bytes)
         self._last_lines: deque[tuple[int, bytes]] = deque(maxlen=LEAD_LINES)
         self._pending: deque[_Pending] = deque()

@@ -314,3 +314,57 @@ def test_a_warning_printed_again_and_again_leaves_the_evidence_for_the_failure_a
         ]
         assert report.context.extra["sglang_running_requests"] == 2999
         assert findings(report) == findings(scan(log, every_line=True, chunk=chunk))
+
+
+def _eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Search each span behind the tail as it leaves it, as before spans were searched lazily."""
+    import oomdoctor.scan.evidence as evidence
+
+    monkeypatch.setattr(evidence, "UNSEARCHED_SPANS", 0)
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 64 << 10, 4096])
+def test_a_progress_line_many_spans_back_still_names_the_step(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the spans searched newest first hold no progress line: the search goes back to the one that has
+    noise = "".join(STATS.format(n=i).upper() for i in range(40000))  # ~4 MiB, no progress line
+    log = ("Loading safetensors checkpoint shards: 100% 4/4\n" + noise + OOM).encode()
+    report, searched = _scan_counting(log, chunk, "_latest_progress")
+    assert [(f.rule, f.phase) for f in report.findings] == [("torch.cuda-oom", "weights-load")]
+    assert findings(report) == findings(scan(log, every_line=True, chunk=chunk))
+    _eager(monkeypatch)
+    eager, searched_eagerly = _scan_counting(log, chunk, "_latest_progress")
+    assert findings(eager) == findings(report)
+    assert searched <= searched_eagerly
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 64 << 10, 4096])
+def test_spans_searched_lazily_leave_what_searching_each_as_it_came_leaves(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The context asked for mid-stream (a live report) and at the end, and the findings, are
+    the same whether the spans behind the tail are searched as they leave it or later, newest
+    first; later is what saves the searches."""
+    access = '[2025-06-01 10:00:00] INFO:     127.0.0.1:5555 - "POST /generate HTTP/1.1" 200 OK\n'
+    text = "".join(_decode(i) + access for i in range(12000)) + _SGLANG_OOM + "".join(
+        _decode(i) + access for i in range(12000, 30000)
+    )
+    log = text.encode()
+
+    def run() -> tuple[list[dict], list[dict], list[dict], int]:
+        scanner = Scanner(PACK, source="<test>", advise=False)
+        searches = _count_calls(scanner, "_latest_progress")
+        contexts = []
+        for n, i in enumerate(range(0, len(log), chunk)):
+            scanner.feed(log[i : i + chunk])
+            if n % 37 == 5:
+                contexts.append(scanner.context().model_dump())
+        report = scanner.close()
+        return findings(report), contexts, [_context(report)], searches[0]
+
+    lazy = run()
+    _eager(monkeypatch)
+    eager = run()
+    assert lazy[:3] == eager[:3]
+    assert lazy[1][-1]["extra"].get("sglang_running_requests")  # (read mid-stream)
+    if chunk >= 64 << 10:
+        assert lazy[3] * 2 < eager[3]

@@ -16,7 +16,16 @@ from typing import Any
 from oomdoctor.newlines import count_newlines
 from oomdoctor.reader import Line, normalise, only_cut_by_normalise
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
-from oomdoctor.scan.state import BEFORE_LINES, DEFER_BYTES, DEFER_KEEP, EVIDENCE_PIECE, TAIL_SPANS, ScanState
+from oomdoctor.scan.state import (
+    BEFORE_LINES,
+    DEFER_BYTES,
+    DEFER_KEEP,
+    EVIDENCE_PIECE,
+    TAIL_SPANS,
+    UNSEARCHED_BYTES,
+    UNSEARCHED_SPANS,
+    ScanState,
+)
 
 
 def search_any(patterns: list[Any], text: str) -> bool:
@@ -127,11 +136,13 @@ class EvidenceAside(ScanState):
 
         Of the lines more than ``BEFORE_LINES`` before the next line read, only the latest
         progress line is ever read (:meth:`_resolve_deferred`). So a long stretch (most end where
-        a block ends) leaves that line, found searching backwards, and its last ``BEFORE_LINES``
-        lines as a raw span of the *tail*, searched for evidence only when something reads the
-        deferred lines: a found line supersedes every line deferred before it. A short stretch
-        (the line a chunk boundary cut; a pipe's small reads) joins the tail as a span of its own,
-        and a span that falls ``BEFORE_LINES`` behind leaves only its latest progress line."""
+        a block ends) leaves its last ``BEFORE_LINES`` lines as a raw span of the *tail*,
+        searched for evidence only when something reads the deferred lines, and the lines
+        before them as an *unsearched* span: its latest progress line is looked for only if no
+        later span has one (:meth:`_search_unsearched`). A short stretch (the line a chunk
+        boundary cut; a pipe's small reads) joins the tail as a span of its own, and a span
+        that falls ``BEFORE_LINES`` behind becomes an unsearched one. The latest periodic lines
+        of the unsearched spans are read with their latest progress line."""
         lines = self._newlines(block, a, b)
         end = number + lines
         if lines > BEFORE_LINES:
@@ -140,16 +151,9 @@ class EvidenceAside(ScanState):
             for _ in range(BEFORE_LINES):
                 near = rfind(b"\n", a, near)
             near += 1
-            self._read_periodic(block, a, near, end - BEFORE_LINES)
-            latest = self._latest_progress(block, a, near, end - BEFORE_LINES)
-            if latest is not None:
-                for span in self._tail:  # (older: what they hold of periodic lines is read first)
-                    self._read_periodic(span[0], span[1], span[2], span[4])
-                self._tail = []
-                self._supersede(latest)
-            else:  # the tail is as far behind: only its latest progress line may be read
-                while self._tail:
-                    self._retire_oldest()
+            while self._tail:
+                self._retire_oldest()
+            self._leave_unsearched(block, a, near, end - BEFORE_LINES)
             self._tail.append((block, near, b, end - BEFORE_LINES, end))
             return end
         if a < b:
@@ -180,16 +184,12 @@ class EvidenceAside(ScanState):
             hi, width = cut, width * 64  # (then the rest: a stretch without one is searched in two calls)
         return None
 
-    def _read_periodic(self, block: bytes, a: int, hi: int, number: int) -> None:
-        """Read the latest periodic lines of ``block[a:hi]`` (line ``number`` at ``hi``), a stretch
-        about to be left unread: for each periodic context rule whose needle the stretch holds, the
-        lines searching backwards until every group it reads has been read once (most often the
-        last line of its kind). Values go to the collector with their lines' positions, so reading
-        them out of order leaves what reading in order leaves (see ContextCollector.apply_groups)."""
+    def _periodic_wanted(self, block: bytes, a: int, hi: int) -> int:
+        """The periodic needles (bits of a whole mask) ``block[a:hi]`` may hold: from the main
+        scan's note of where each first is in the block it scanned last (hyperscan), else from
+        a pass of its own over the stretch."""
         if self._presence is None or hi <= a:
-            return
-        # the main scan of the block noted where each periodic needle first is (hyperscan);
-        # otherwise a pass of its own over the stretch
+            return 0
         known = getattr(self._prefilter, "present_in", None)
         present: int | None = None
         if known is not None and getattr(self._prefilter, "present_literals", None) == self._presence.literals:
@@ -197,11 +197,18 @@ class EvidenceAside(ScanState):
         if present is None:
             present = self._presence.which(block, a, hi)
         if not present:
-            return
+            return 0
         order = list(self._periodic_ctx)
-        want = sum(order[k] for k in range(len(order)) if present >> k & 1)
+        return sum(order[k] for k in range(len(order)) if present >> k & 1)
+
+    def _read_periodic(self, block: bytes, a: int, hi: int, number: int, want: int, seen: dict[int, set[str]]) -> int:
+        """Read the latest periodic lines of ``block[a:hi]`` (line ``number`` at ``hi``) for the
+        needles ``want``: for each periodic context rule of those, the lines searching backwards
+        until every group it reads has been read once (``seen``: the groups each has read, in
+        later lines too). Returns the needles still wanted. Values go to the collector with their
+        lines' positions, so reading them out of order leaves what reading in order leaves (see
+        ContextCollector.apply_groups)."""
         assert self._periodic_pf is not None
-        seen: dict[int, set[str]] = {}
         top, width = hi, EVIDENCE_PIECE // 8
         while hi > a and want:
             cut = (block.rfind(b"\n", a, hi - width) + 1 or a) if hi - width > a else a
@@ -212,8 +219,9 @@ class EvidenceAside(ScanState):
                     continue
                 want = self._read_periodic_line(number - count_newlines(block, s, top), raw, mask, want, seen)
                 if not want:
-                    return
+                    return 0
             hi, width = cut, width * 64
+        return want
 
     def _read_periodic_lines(self, lines: list[tuple[int, bytes, int]]) -> None:
         """:meth:`_read_periodic` for deferred lines about to be dropped, ``(number, bytes, mask)``
@@ -271,17 +279,53 @@ class EvidenceAside(ScanState):
         self._deferred_bytes = len(latest[1])
 
     def _retire_oldest(self) -> None:
-        """Drop the tail's oldest span, ``BEFORE_LINES`` behind: only its latest progress line
-        can still be read, and it supersedes the lines deferred before it."""
+        """Move the tail's oldest span, ``BEFORE_LINES`` behind, to the unsearched spans: only
+        its latest progress line and its latest periodic lines can still be read."""
         block, a, b, _, end = self._tail.pop(0)
-        self._read_periodic(block, a, b, end)
-        latest = self._latest_progress(block, a, b, end)
-        if latest is not None:
-            self._supersede(latest)
+        self._leave_unsearched(block, a, b, end)
+
+    def _leave_unsearched(self, block: bytes, a: int, hi: int, number: int) -> None:
+        """Add ``block[a:hi]`` (line ``number`` at ``hi``) to the unsearched spans, with the
+        periodic needles it may hold; search them when they are more than ``UNSEARCHED_SPANS``
+        or keep more than ``UNSEARCHED_BYTES`` of blocks alive."""
+        if hi <= a:
+            return
+        spans = self._unsearched
+        if not spans or spans[-1][0] is not block:
+            self._unsearched_bytes += len(block)
+        spans.append((block, a, hi, number, self._periodic_wanted(block, a, hi)))
+        if len(spans) > UNSEARCHED_SPANS or self._unsearched_bytes > UNSEARCHED_BYTES:
+            self._search_unsearched()
+
+    def _search_unsearched(self) -> None:
+        """Read what the unsearched spans can still give (all of them later than every line
+        deferred, earlier than the tail), newest span first, then drop them: the latest
+        progress line, which supersedes the deferred lines, and the latest periodic lines.
+        Searching each span as it came would leave the same: each progress line found
+        supersedes the one before, and the collector keeps the latest periodic values."""
+        spans, self._unsearched, self._unsearched_bytes = self._unsearched, [], 0
+        want = 0
+        for span in spans:
+            want |= span[4]
+        seen: dict[int, set[str]] = {}
+        progress = True  # (still looked for)
+        for block, a, hi, number, holds in reversed(spans):
+            if progress:
+                latest = self._latest_progress(block, a, hi, number)
+                if latest is not None:
+                    self._supersede(latest)
+                    progress = False
+            wanted = want & holds
+            if wanted:
+                want = want & ~wanted | self._read_periodic(block, a, hi, number, wanted, seen)
+            if not (progress or want):
+                return
 
     def _expand_tail(self, spans: int | None = None) -> None:
         """Defer the evidence lines of the tail's spans (see :meth:`_set_aside`), in order: all
-        of them, or the oldest ``spans``."""
+        of them, or the oldest ``spans``. The unsearched spans before them are searched first."""
+        if self._unsearched:
+            self._search_unsearched()
         if not self._tail:
             return
         assert self._ev_prefilter is not None
@@ -335,7 +379,7 @@ class EvidenceAside(ScanState):
 
     def _defer(self, number: int, raw: bytes, mask: int) -> None:
         """Add a line to the deferred ones, settling the older ones when too many are held."""
-        if self._tail:
+        if self._tail or self._unsearched:
             self._expand_tail()
         self._deferred.append((number, raw, mask))
         self._deferred_bytes += len(raw)

@@ -108,6 +108,8 @@ class Lifetime(ScanState):
         return ready
 
     def context(self) -> Any:
+        if self._unsearched:  # (the latest periodic lines they hold are facts of the run)
+            self._search_unsearched()
         ctx = self._collector.finish().model_copy(deep=True)
         for f in self._findings + [o.finding for o in self._open]:
             if f.engine in _GENERIC_ENGINES and ctx.engine and ctx.engine not in ("pytorch",):

@@ -180,7 +180,7 @@ class LineAssembly(ScanState):
         rule_idx: set[int] = set()
         for t in present:
             rule_idx.update(self._rule_by_trigger.get(t, ()))
-        if rule_idx and (self._deferred or self._tail) and not rule_idx <= self._phase_fixed:
+        if rule_idx and (self._deferred or self._tail or self._unsearched) and not rule_idx <= self._phase_fixed:
             # a failure may start here: what it needs of the deferred lines before it is read
             # first (a line that cannot start one does not need them: they wait; nor does one
             # whose rules name their phase: the evidence before it could only tell the phase)
@@ -293,9 +293,9 @@ class LineAssembly(ScanState):
         prefilter skipped them (they hold no trigger): a message wrapped before its trigger
         starts there (see :meth:`_lead_lines`)."""
         block, lo, start, number = self._here
-        if number != line.number or not self._recent or self._recent[-1] is not line:
+        if number != line.number or not self._recent or self._recent.last() is not line:
             return
-        known = {ln.number for ln in self._recent}
+        known = {ln.number for ln in self._recent.numbered(number - LEAD_LINES, number - 1)}
         # the lines above it in this block, or in the blocks before (it may start this one)
         above = dict(self._last_lines)
         above.update(_lines_before(block, lo, start, number - 1, LEAD_LINES))
@@ -307,8 +307,8 @@ class LineAssembly(ScanState):
             lead[:0] = normalise(n, raw)
         if lead:
             self._recent.pop()
-            self._recent.extend(lead)
-            self._recent.append(line)
+            for ln in (*lead, line):
+                self._recent.append(ln)
 
     def _window(self, anchor: Line, size: int) -> list[Line]:
         """The lines after ``anchor`` that may continue its message: the same rank's, and the
@@ -317,7 +317,7 @@ class LineAssembly(ScanState):
         out: list[Line] = []
         limit = anchor.number + max(size, 1) * 4
         last = anchor.number
-        for ln in self._recent:
+        for ln in self._recent.from_number(anchor.number):
             if ln is anchor or ln.number < anchor.number:
                 continue
             if ln.number > limit:
@@ -337,7 +337,7 @@ class LineAssembly(ScanState):
         """The lines right above ``anchor`` whose text a wrap may have continued on it (nearest
         first): up to ``LEAD_LINES``, each one continued by the next (same rank, or a bare piece
         after a prefixed line), none claimed by a finding already."""
-        recent = {ln.number: ln for ln in self._recent if anchor.number - LEAD_LINES <= ln.number < anchor.number}
+        recent = {ln.number: ln for ln in self._recent.numbered(anchor.number - LEAD_LINES, anchor.number - 1)}
         out: list[Line] = []
         below = anchor
         for number in range(anchor.number - 1, anchor.number - LEAD_LINES - 1, -1):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -15,6 +14,7 @@ from oomdoctor.figures import groups_to_figures
 from oomdoctor.reader import Line, normalise
 from oomdoctor.rulepack import CompiledRule
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
+from oomdoctor.scan.recent import RecentLines
 from oomdoctor.scan.state import (
     ScanState,
 )
@@ -94,7 +94,7 @@ class RuleMatching(ScanState):
         while self._pending:
             p = self._pending[0]
             size = max(r.rule.window for r in p.rules)
-            latest = self._recent[-1].number if self._recent else 0
+            latest = self._recent.last().number if self._recent else 0
             if not final and latest < p.line.number + size * 4 and len(self._window(p.line, size)) < size:
                 return
             self._pending.popleft()
@@ -287,7 +287,7 @@ class RuleMatching(ScanState):
         if len(lines) < 2:
             return
         squeezed = [(t, "".join(t.split())) for t in self._rule_by_trigger]
-        self._recent = deque(lines, maxlen=len(lines))
+        self._recent = RecentLines(lines, maxlen=len(lines))
         for a, b in pairwise(lines):
             la, lb = a.text.lower(), b.text.lower()
             tail = "".join(la[-100:].split())

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from oomdoctor.report import Finding, Report
     from oomdoctor.rulepack import CompiledRule, RulePack
     from oomdoctor.scan.matching import _Pending
+    from oomdoctor.scan.recent import RecentLines
 
 #: lines after a finding during which traceback frames and markers still count for its phase
 AFTER_LINES = 80
@@ -65,6 +66,14 @@ EVIDENCE_PIECE = 16 << 10
 #: ``EvidenceAside._set_aside``): a chunk boundary adds one or two, a span ``BEFORE_LINES``
 #: behind leaves, and a long stretch clears them (a pipe's 4 KiB reads: ~10 spans)
 TAIL_SPANS = 32
+
+#: spans left behind the tail whose latest progress and periodic lines have not been looked for,
+#: at most, and
+#: the bytes of the blocks they keep alive (see ``EvidenceAside._leave_unsearched``): a stretch
+#: whose later neighbour has a progress line is never searched
+UNSEARCHED_SPANS = 8
+
+UNSEARCHED_BYTES = 4 << 20
 
 #: rule engines that name a library, not the tool that printed the log: such findings take the
 #: detected engine's name, do not vote for one, and yield to a more specific rule's message
@@ -138,7 +147,7 @@ class ScanState:
     _line_base: int
     # line assembly (per source)
     _splitter: LineSplitter
-    _recent: deque[Line]
+    _recent: RecentLines
     _last_lines: deque[tuple[int, bytes]]
     _pending: deque[_Pending]
     _need_lookahead: int
@@ -150,6 +159,11 @@ class ScanState:
     #: evidence not searched yet, the last lines of the latest stretches, oldest first:
     #: (block, start, end, line number at start, line number at end) each
     _tail: list[tuple[bytes, int, int, int, int]]
+    #: spans behind the tail not yet searched for their latest progress and periodic lines,
+    #: oldest first: (block, start, end, line number at end, periodic needles it may hold)
+    #: each; and the bytes of the blocks they keep alive
+    _unsearched: list[tuple[bytes, int, int, int, int]]
+    _unsearched_bytes: int
     #: the block being scanned, and the newlines before the line starts a worker counted in it
     _counted: tuple[bytes, dict[int, int] | None]
     # evidence near failures (per source)
@@ -188,6 +202,7 @@ class ScanState:
             self, block: bytes, lo: int, a: int, b: int, number: int, *, until_calm: bool
         ) -> tuple[int, int, int]: ...
         def _set_aside(self, block: bytes, a: int, b: int, number: int) -> int: ...
+        def _search_unsearched(self) -> None: ...
         def _defer(self, number: int, raw: bytes, mask: int) -> None: ...
         def _resolve_deferred(self, upto: int, keep: int = 0) -> None: ...
         def _is_progress(self, line: Line, mask: int) -> bool: ...
