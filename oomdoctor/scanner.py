@@ -25,7 +25,7 @@ from oomdoctor.reader import LineSplitter
 from oomdoctor.report import Finding
 from oomdoctor.rulepack import RulePack, default_pack
 from oomdoctor.scan.evidence import EvidenceAside
-from oomdoctor.scan.folding import Folding
+from oomdoctor.scan.folding import Folding, folds_from_its_line
 from oomdoctor.scan.lifetime import Lifetime
 from oomdoctor.scan.lines import LineAssembly
 from oomdoctor.scan.matching import RuleMatching, RuleTimeout, _Pending
@@ -212,6 +212,8 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         needles_ = self._needles
         self._ascii_needles = all(n.isascii() for n in needles_)
         self._deferrable_by_mask: dict[int, bool] = {}
+        self._repeat_by_mask: dict[int, list[str] | None] = {}
+        self._folds_from_line = frozenset(i for i, r in enumerate(self.pack.rules) if folds_from_its_line(r))
         self._progress_by_mask: dict[int, bool] = {}
         #: phase-evidence lines not read yet: (line number, bytes, needles mask), in order
         self._deferred: list[tuple[int, bytes, int]] = []

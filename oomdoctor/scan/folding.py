@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from oomdoctor.fallback import is_fallback
 from oomdoctor.i18n import current_lang
-from oomdoctor.reader import Line
+from oomdoctor.reader import Line, normalise
 from oomdoctor.report import Finding, Location
 from oomdoctor.rulepack import CompiledRule, RulePack
 from oomdoctor.scan.state import (
@@ -24,6 +25,39 @@ from oomdoctor.scan.state import (
 #: a line that re-prints another process's failure (vLLM's engine core quoting a worker's
 #: exception): merged into that failure without counting as another occurrence
 _REPRINTS = ("worker failed with error",)
+
+
+#: what makes a pattern's match on a line depend on the text after it: an end anchor, a lookahead
+_READS_PAST_ITS_END = re.compile(r"(?<!\\)\$|\(\?[=!]|\\Z")
+
+
+def folds_from_its_line(rule: CompiledRule) -> bool:
+    """Whether a further occurrence of ``rule``'s message may be folded into the finding it
+    repeats from its own line, without the lines after it (see ``Folding._fold_repeat``): a
+    warning that names its phase, whose figures all come from its pattern's groups (no roles,
+    no ``extract_all``, no ``extract`` of a figure the pattern does not name), and whose pattern
+    has no end anchor or lookahead."""
+    r = rule.rule
+    return (
+        r.severity == "warning"
+        and bool(r.phase)
+        and not r.roles
+        and not rule.extract_all
+        and set(rule.extract) <= set(rule.pattern.groupindex)
+        and not _READS_PAST_ITS_END.search(rule.pattern.pattern)
+    )
+
+
+def message_of(m: Any, text: str) -> str:
+    """A finding's message: what the match read, or the whole line it starts on when that is
+    longer (at most 2000 characters, blanks collapsed)."""
+    message = " ".join(m.group(0).split())
+    if len(message) < 400:
+        # keep the whole anchor sentence for readers
+        line_text = " ".join(text.split("\n", 1)[0].split())
+        if len(line_text) > len(message) and len(line_text) <= 2000:
+            message = line_text
+    return message[:2000]
 
 
 def _agree(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -49,13 +83,7 @@ class Folding(ScanState):
     def _add_finding(
         self, rule: CompiledRule, m: Any, text: str, figures: dict[str, Any], anchor: Line, end_line: int
     ) -> None:
-        message = " ".join(m.group(0).split())
-        if len(message) < 400:
-            # keep the whole anchor sentence for readers
-            line_text = " ".join(text.split("\n", 1)[0].split())
-            if len(line_text) > len(message) and len(line_text) <= 2000:
-                message = line_text
-        message = message[:2000]
+        message = message_of(m, text)
         rank = anchor.rank
         if self._same_failure(rule, figures, anchor, message, end_line):
             return
@@ -87,6 +115,64 @@ class Folding(ScanState):
         if before:
             o.progress_phase = max(before, key=lambda item: item[0])[1]
         self._open.append(o)
+
+    def _repeat_triggers(self, mask: int) -> list[str] | None:
+        """The triggers a candidate line whose bytes hold the needles ``mask`` may hold, when
+        they are all rule triggers (no phase, context or frame) and one of their rules may fold
+        a further occurrence from its own line (:meth:`_fold_repeat`); else None."""
+        if mask in self._repeat_by_mask:
+            return self._repeat_by_mask[mask]
+        if len(self._repeat_by_mask) >= 4096:
+            self._repeat_by_mask.clear()
+        found = self._triggers_for(mask) if mask > 0 else []
+        only_rules = all(
+            t in self._rule_by_trigger and t not in self._phase_by_trigger and t not in self._ctx_by_trigger
+            for t in found
+        )
+        folds = any(i in self._folds_from_line for t in found for i in self._rule_by_trigger.get(t, ()))
+        got = self._repeat_by_mask[mask] = found if found and only_rules and folds else None
+        return got
+
+    def _fold_repeat(self, number: int, raw: bytes, triggers: list[str]) -> bool:
+        """Fold line ``number`` into the finding it repeats when it is a further occurrence of a
+        warning read on its own line (of the rules its triggers name, among ``triggers``, the
+        one matching tries first may: see :func:`folds_from_its_line`), while nothing is pending
+        or open; True when it did.
+
+        A server under memory pressure prints its warning every few lines (SGLang's "KV cache
+        pool is full. Retract requests."). Matching each occurrence with the lines after it
+        (read one by one for the window) cost ~200 us; read on its own line, with every group
+        of the pattern found, it counts and gives its figures as the latest, as the window would
+        (the pattern cannot read past the line's end, and has no more figures to give). Any
+        other line (a message wrapped after its trigger, a figure missing, a first occurrence, a
+        finding still open) is read as every line is."""
+        if self._open:
+            self._age_open(final=False, last_line=number - 1)
+            if self._open:
+                return False
+        lines = normalise(number, raw)
+        if len(lines) != 1:
+            return False
+        line = lines[0]
+        low = line.text.lower()
+        rules = {i for t in triggers if t in low for i in self._rule_by_trigger[t]}
+        if not rules or self._claimed_until.get(line.rank, 0) >= number:
+            return False
+        # the rule matching tries first (see RuleMatching._match): if it matches, it is the one
+        pack = self.pack.rules
+        index = min(rules, key=lambda i: (-pack[i].rule.priority, pack[i].order))
+        if index not in self._folds_from_line:
+            return False
+        rule = pack[index]
+        found = self._search(rule, line, [], clauses=False)
+        if found is None or None in found[0].groupdict().values():
+            return False
+        m, text, end_line, figures = found
+        if not self._same_failure(rule, figures, line, message_of(m, text), end_line):
+            return False  # (nothing changed: a first occurrence is read as every line is)
+        self._claimed_until[line.rank] = max(self._claimed_until.get(line.rank, 0), end_line)
+        self._note_read(line)
+        return True
 
     def _evidence(self, anchor: Line, rank: str | None) -> list[str]:
         """Frames (and "@phase" markers) of ``rank`` already seen for a failure at ``anchor``:

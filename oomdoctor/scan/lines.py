@@ -98,15 +98,14 @@ class LineAssembly(ScanState):
         clean = masks_ok and len(spans) * 640 > n - lo and only_cut_in(block, lo, n, ascii_needles)
 
         def ahead(pos: int, line: int, owe: int, stop: int) -> tuple[int, int, int]:
-            """Process the look-ahead lines still owed, up to offset ``stop``."""
-            while owe > 0 and pos < stop:
-                if not self._pending:
-                    return pos, line, 0
+            """Process the look-ahead lines still owed, up to offset ``stop``: none once no
+            rule candidate waits for its window."""
+            while owe > 0 and pos < stop and self._pending:
                 e = find(b"\n", pos)
                 for ln in normalise(line, block[pos:e]):
                     process(ln)
                 pos, line, owe = e + 1, line + 1, owe - 1
-            return pos, line, owe
+            return pos, line, owe if self._pending else 0
 
         between = self._between if self._ev_prefilter is not None else None
         absorbing = between is not None and self._main_mask is not None
@@ -131,7 +130,11 @@ class LineAssembly(ScanState):
                 mask |= self._ev_mask_of(raw) << self._ev_shift
             if not (clean or (masks_ok and only_cut_by_normalise(raw, ascii_needles))):
                 mask = 0  # normalising may change what the line holds: look for every trigger
-            elif not owe and not self._pending and self._defers(line, raw, mask):
+            elif not owe and not self._pending and (
+                self._defers(line, raw, mask)
+                # (a warning repeated: folded into its finding from its own line)
+                or ((repeats := self._repeat_triggers(mask)) is not None and self._fold_repeat(line, raw, repeats))
+            ):
                 pos, line = end + 1, line + 1
                 continue
             self._here = (block, lo, start, line)  # where _lead_from_block finds the lines above
@@ -187,9 +190,7 @@ class LineAssembly(ScanState):
             self._resolve_deferred(line.number)
         if self._open:  # findings the lines before this one closed, however the input was cut
             self._age_open(final=False, last_line=line.number - 1)
-        self._recent.append(line)
-        if line.rank is not None and _VLLM_PROCESS.match(line.rank):
-            self._collector.vote_engine("vllm", line.number)
+        self._note_read(line)
         # traceback frames
         if _TRACEBACK in text:
             self._traceback_at.setdefault(line.rank, deque(maxlen=64)).append(line.number)
@@ -252,6 +253,12 @@ class LineAssembly(ScanState):
             self._pending.append(_Pending(line, rules, self.source))
         self._evaluate_pending(final=False)
         return bool(rules)
+
+    def _note_read(self, line: Line) -> None:
+        """Keep a line read among the recent ones; a vLLM process name in its prefix votes."""
+        self._recent.append(line)
+        if line.rank is not None and _VLLM_PROCESS.match(line.rank):
+            self._collector.vote_engine("vllm", line.number)
 
     def _text_mask(self, low: str) -> int:
         """The needles the lower-cased text of a line holds (a line whose mask the prefilter could
