@@ -141,11 +141,14 @@ class Folding(ScanState):
 
         A server under memory pressure prints its warning every few lines (SGLang's "KV cache
         pool is full. Retract requests."). Matching each occurrence with the lines after it
-        (read one by one for the window) cost ~200 us; read on its own line, with every group
-        of the pattern found, it counts and gives its figures as the latest, as the window would
-        (the pattern cannot read past the line's end, and has no more figures to give). Any
-        other line (a message wrapped after its trigger, a figure missing, a first occurrence, a
-        finding still open) is read as every line is."""
+        (read one by one for the window) cost ~200 us. Read on its own line, with every group of
+        the pattern found, it is counted and its figures are the latest, through the same
+        :meth:`_same_failure` as a match with its window: the window could give no further
+        figure. What reading it alone gives up: a group at the very end of the line that the
+        pattern would let run on into a following line of the same rank (a message wrapped in
+        the middle of its last figure). Any other line (a message wrapped before a figure, a
+        figure missing, a first occurrence, one while a finding is open) is read as every
+        line is."""
         if self._open:
             self._age_open(final=False, last_line=number - 1)
             if self._open:
