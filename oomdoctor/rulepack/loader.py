@@ -471,9 +471,11 @@ def load_pack(
                 seen_context[ctx.id] = where
                 if ctx.periodic:
                     ordered = sorted(set(group_names(ctx.pattern)) & ORDERED_GROUPS)
-                    if ordered or not reads_a_fact(ctx.pattern):
-                        why = f"group {ordered[0]!r} depends on the lines before" if ordered else "it reads no value"
-                        raise RulePackError(f"{who}: periodic: only a rule that sets values can be periodic ({why})")
+                    if ordered:
+                        raise RulePackError(
+                            f"{who}: periodic: a periodic rule's groups may only set values"
+                            f" (group {ordered[0]!r} depends on the lines before)"
+                        )
                 pack.contexts.append(
                     CompiledContext(ctx, where, _compile(ctx.pattern, who, "pattern", lazy),
                                     tuple(t.lower() for t in ctx.triggers))
