@@ -24,7 +24,6 @@ from oomdoctor.prefilter.interface import Haystacks, json_forms
 from oomdoctor.reader import LineSplitter
 from oomdoctor.report import Finding
 from oomdoctor.rulepack import RulePack, default_pack
-from oomdoctor.rulepack.loader import CompiledContext
 from oomdoctor.scan.evidence import EvidenceAside
 from oomdoctor.scan.folding import Folding, folds_from_its_line
 from oomdoctor.scan.lifetime import Lifetime
@@ -74,12 +73,6 @@ def scan_triggers(pack: RulePack) -> list[str]:
     """Every literal a scan with ``pack`` looks for: the pack's triggers and the scanner's own
     (a prefilter built for these, passed to :class:`Scanner`, finds every candidate line)."""
     return [*pack.all_triggers(), *_BUILTIN_TRIGGERS]
-
-
-def _read_at_latest(ctx: CompiledContext) -> bool:
-    """Whether a context rule's lines are read only at their latest occurrence in a stretch set
-    aside: a periodic rule, or one that only votes for an engine."""
-    return ctx.rule.periodic or ctx.votes_only
 
 
 class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
@@ -161,14 +154,22 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         self._all_triggers = list(
             dict.fromkeys([*self._phase_by_trigger, *self._ctx_by_trigger, *self._rule_by_trigger])
         )
-        #: triggers only context rules read at their latest use (periodic ones, and those that only
-        #: vote for an engine: an engine's name on every line of its log, ollama's or TGI's): their
-        #: lines are phase evidence's kin, set aside, and only the latest is read
-        #: (EvidenceAside._read_periodic)
+        #: triggers only periodic context rules use (see ContextRule.periodic): their lines are
+        #: phase evidence's kin, set aside, and only the latest is read (EvidenceAside._read_periodic)
         self._periodic_triggers = frozenset(
             t
             for t, idx in self._ctx_by_trigger.items()
-            if t not in self._rule_by_trigger and all(_read_at_latest(self.pack.contexts[i]) for i in idx)
+            if t not in self._rule_by_trigger
+            and all(self.pack.contexts[i].rule.periodic and not self.pack.contexts[i].votes_only for i in idx)
+        )
+        #: triggers only periodic context rules that do nothing but vote for an engine use (an
+        #: engine's name on most lines of its log: ollama's model paths, TGI's router): set aside
+        #: like phase evidence, their lines are read, and vote, only near a failure
+        self._vote_triggers = frozenset(
+            t
+            for t, idx in self._ctx_by_trigger.items()
+            if t not in self._rule_by_trigger
+            and all(self.pack.contexts[i].rule.periodic and self.pack.contexts[i].votes_only for i in idx)
         )
         self._triggers_by_mask: dict[int, list[str]] = {}
         #: per needle (by bit), the triggers that hold it; built on first use (see :meth:`_triggers_for`)
@@ -189,7 +190,7 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
             t
             for t in (*self._phase_by_trigger, *_BUILTIN_TRIGGERS)
             if t not in self._ctx_by_trigger and t not in self._rule_by_trigger
-        } | self._periodic_triggers
+        } | self._periodic_triggers | self._vote_triggers
         main = needles([t for t in triggers if t not in only_phase])
         candidates = needles(sorted(only_phase))
         hay = Haystacks(candidates)
@@ -259,11 +260,8 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
             progress = [n for j, n in enumerate(ev) if self._may_progress(1 << (self._ev_shift + j))]
             if progress and len(progress) < len(ev):
                 self._progress_pf = make_prefilter([n.decode("utf-8") for n in progress])
-        # (a rule that only votes is read once: its one "group" is the vote, "")
         self._periodic_groups = {
-            i: frozenset(group_names(self.pack.contexts[i].rule.pattern)) or frozenset({""})
-            for idx in self._periodic_ctx.values()
-            for i in idx
+            i: frozenset(group_names(self.pack.contexts[i].rule.pattern)) for idx in self._periodic_ctx.values() for i in idx
         }
         #: which periodic needles a stretch holds (bit k: the k-th of ``_periodic_ctx``)
         self._presence = Presence(lits) if lits else None

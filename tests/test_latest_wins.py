@@ -371,10 +371,11 @@ def test_spans_searched_lazily_leave_what_searching_each_as_it_came_leaves(
 
 
 @pytest.mark.parametrize("chunk", [1 << 20, 4096])
-def test_a_line_that_only_names_its_engine_is_read_at_its_latest(chunk: int) -> None:
+def test_a_line_that_only_names_its_engine_is_set_aside_like_evidence(chunk: int) -> None:
     """ollama writes its name (a model path, ``source=sched.go``) on most lines, TGI its router's:
-    a rule that only votes for the engine is read like a periodic one, not line by line (was
-    28-54x grep). The engine, the findings and the context are the ones reading every line gives."""
+    a line whose rules only vote for the engine is set aside like phase evidence, and read (and
+    votes) only near a failure (was: every line read, 28-54x grep). The engine and the findings
+    are the ones reading every line gives."""
     gin = '[GIN] 2025/06/01 - 10:00:00 | 200 |  1.234567s |       127.0.0.1 | POST     "/api/chat"\n'
     sched = 'time=2025-06-01T10:00:00.000Z level=DEBUG source=sched.go:575 msg="evaluating already loaded" model=/root/.ollama/models/blobs/sha256-{n:064x}\n'
     log = ("".join(gin + sched.format(n=i) for i in range(20000)) + OOM).encode()
@@ -383,14 +384,3 @@ def test_a_line_that_only_names_its_engine_is_read_at_its_latest(chunk: int) -> 
     assert report.context.engine == every.context.engine == "ollama"
     assert findings(report) == findings(every)
     assert processed < 1000
-
-
-def test_a_rule_that_only_votes_may_say_it_is_periodic(tmp_path: Path) -> None:
-    from oomdoctor.rulepack import load_pack
-
-    (tmp_path / "mine.toml").write_text(
-        '[[context]]\nid = "mine.detect"\nengine = "vllm"\nperiodic = true\ntriggers = ["my-server"]\n'
-        "pattern = '''my-server'''\n",
-        "utf-8",
-    )
-    assert any(c.rule.id == "mine.detect" and c.votes_only for c in load_pack([tmp_path]).contexts)

@@ -138,7 +138,8 @@ class ContextRule(_Strict):
         description=(
             "The program prints this line again and again (a scheduler's batch line): only the latest one "
             "gives the fact, and the others are set aside unread. Its groups may only set values; a line "
-            "set aside casts no engine vote. A rule with no group (it only votes) is read so anyway."
+            "set aside casts no engine vote. A rule with no group (it only votes) that says periodic is set aside "
+            "like phase evidence: its lines vote only near a failure."
         ),
     )
     types: dict[str, FigureType] = Field(default_factory=dict)

@@ -59,6 +59,7 @@ class EvidenceAside(ScanState):
             ok = all(
                 (t in self._phase_by_trigger and t not in self._ctx_by_trigger and t not in self._rule_by_trigger)
                 or t in self._periodic_triggers
+                or t in self._vote_triggers
                 for t in self._triggers_for(mask)
             )
             self._deferrable_by_mask[mask] = ok
@@ -265,7 +266,6 @@ class EvidenceAside(ScanState):
                     self._collector.apply_groups(groups, ctx.rule.parser, ctx.rule.units, ctx.rule.engine,
                                                  self._line_base + number)
                     got.update(name for name, value in groups.items() if value is not None)
-                    got.add("")  # (the vote of a rule that reads nothing else)
         for bit, idx in self._periodic_ctx.items():
             if want & bit and all(seen.get(i, set()) >= self._periodic_groups[i] for i in idx):
                 want &= ~bit

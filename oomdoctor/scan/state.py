@@ -142,6 +142,7 @@ class ScanState:
     _folds_from_line: frozenset[int]
     # periodic context lines (see EvidenceAside._read_periodic)
     _periodic_triggers: frozenset[str]
+    _vote_triggers: frozenset[str]
     _phase_fixed: frozenset[int]
     _periodic_ctx: dict[int, tuple[int, ...]]
     _periodic_bits: int
