@@ -28,8 +28,10 @@ from logshapes import (
     k8s_tracebacks,
     llamacpp_server,
     memory_noise,
+    ollama_debug,
     request_tracebacks,
     sglang_serving,
+    tgi_serving,
     vllm_serving,
     vllm_stats,
 )
@@ -61,6 +63,8 @@ SHAPES: dict[str, Shape] = {
         request_tracebacks.SHAPE,
         k8s_tracebacks.SHAPE,
         sglang_serving.SHAPE,
+        tgi_serving.SHAPE,
+        ollama_debug.SHAPE,
     )
 }
 

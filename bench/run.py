@@ -6,7 +6,8 @@
 
 For each log shape (``bench/logshapes/``: vLLM serving, vLLM with a stats line every other line,
 Hugging Face Trainer progress, DeepSpeed behind ``[rankN]:``, docker/Kubernetes JSON-wrapped vLLM
-(request logs; stats every other line), llama.cpp server, "memory" on one line in ten), measured
+(request logs; stats every other line), llama.cpp server, "memory" on one line in ten, SGLang, TGI
+and ollama serving), measured
 side by side on the same machine (ratios are what the targets are about):
 
 - post-mortem wall and CPU time (``oomdoctor -f json LOG``) with hyperscan and with the

@@ -83,14 +83,16 @@ def traffic(rng: Random, sec: int, target: int) -> tuple[bytes, int]:
 def failure(rng: Random, k: int) -> list[str]:
     sec = 3600 * (k + 1)
     size = (4155.99, 4357.12, 3980.5, 4711.02)[k]
-    return _load(rng, sec, fits=False) + [
+    return [
+        *_load(rng, sec, fits=False),
         f"ggml_backend_cuda_buffer_type_alloc_buffer: allocating {size:.2f} MiB on device 0: cudaMalloc failed: out of memory",
         f"alloc_tensor_range: failed to allocate CUDA0 buffer of size {int(size * 1048576)}",
         "llama_model_load: error loading model: unable to allocate CUDA0 buffer",
         f'time={_ts(sec + 2)} level=ERROR source=sched.go:455 msg="error loading llama server" error="llama runner '
         'process has terminated: error loading model: unable to allocate CUDA0 buffer"',
         f"{_gin(sec + 2)} | 500 |  2.301234567s |       127.0.0.1 | POST     \"/api/chat\"",
-    ] + _load(rng, sec + 30, fits=True)
+        *_load(rng, sec + 30, fits=True),
+    ]
 
 
 SHAPE = Shape(

@@ -79,7 +79,8 @@ def failure(rng: Random, k: int) -> list[str]:
         "max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF",
         f"{_ts(sec + 1)} ERROR text_generation_launcher: Shard 0 crashed",
         f"{_ts(sec + 1)} ERROR text_generation_launcher: Shutting down shards",
-    ] + startup(rng, sec + 30)
+        *startup(rng, sec + 30),
+    ]
 
 
 SHAPE = Shape(
