@@ -56,19 +56,24 @@ _TEXT = (
 WORDS = _TEXT.split()
 
 
+def clock(sec: float) -> tuple[int, int, int, float]:
+    """The log's clock at second ``sec`` of a day: hour, minute, second, and the fraction of it."""
+    whole = int(sec)
+    m, s = divmod(whole, 60)
+    h, m = divmod(m, 60)
+    return h % 24, m, s, sec - whole
+
+
 def vllm_ts(sec: int) -> str:
     """vLLM's ``%m-%d %H:%M:%S`` on 19 August."""
-    m, s = divmod(sec, 60)
-    h, m = divmod(m, 60)
-    return f"08-19 {h % 24:02d}:{m:02d}:{s:02d}"
+    h, m, s, _ = clock(sec)
+    return f"08-19 {h:02d}:{m:02d}:{s:02d}"
 
 
 def iso_ts(sec: float) -> str:
     """``2024-08-19 HH:MM:SS,mmm`` (Python logging's default asctime)."""
-    whole = int(sec)
-    m, s = divmod(whole, 60)
-    h, m = divmod(m, 60)
-    return f"2024-08-19 {h % 24:02d}:{m:02d}:{s:02d},{int((sec - whole) * 1000):03d}"
+    h, m, s, frac = clock(sec)
+    return f"2024-08-19 {h:02d}:{m:02d}:{s:02d},{int(frac * 1000):03d}"
 
 
 def prompt(rng: Random) -> str:

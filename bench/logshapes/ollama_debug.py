@@ -12,22 +12,19 @@ from __future__ import annotations
 
 from random import Random
 
-from logshapes import Shape, fill
+from logshapes import Shape, clock, fill
 
 BLOB = "/root/.ollama/models/blobs/sha256-6a0746a1ec1aef3e7ec53868f220ff6e389f6f8ef87a01d77c96807de94ca2aa"
 
 
 def _ts(sec: float) -> str:
-    whole = int(sec)
-    m, s = divmod(whole, 60)
-    h, m = divmod(m, 60)
-    return f"2025-01-10T{h % 24:02d}:{m:02d}:{s:02d}.{int((sec - whole) * 1000):03d}+01:00"
+    h, m, s, frac = clock(sec)
+    return f"2025-01-10T{h:02d}:{m:02d}:{s:02d}.{int(frac * 1000):03d}+01:00"
 
 
 def _gin(sec: int) -> str:
-    m, s = divmod(sec, 60)
-    h, m = divmod(m, 60)
-    return f"[GIN] 2025/01/10 - {h % 24:02d}:{m:02d}:{s:02d}"
+    h, m, s, _ = clock(sec)
+    return f"[GIN] 2025/01/10 - {h:02d}:{m:02d}:{s:02d}"
 
 
 def startup(rng: Random, sec: int) -> list[str]:

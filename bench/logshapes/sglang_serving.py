@@ -14,15 +14,14 @@ from __future__ import annotations
 
 from random import Random
 
-from logshapes import Shape
+from logshapes import Shape, clock
 
 SITE = "/usr/local/lib/python3.10/dist-packages"
 
 
 def _ts(sec: int, tp: bool = True) -> str:
-    m, s = divmod(sec, 60)
-    h, m = divmod(m, 60)
-    return f"[2025-06-01 {h % 24:02d}:{m:02d}:{s:02d}{' TP0' if tp else ''}]"
+    h, m, s, _ = clock(sec)
+    return f"[2025-06-01 {h:02d}:{m:02d}:{s:02d}{' TP0' if tp else ''}]"
 
 
 def startup(rng: Random, sec: int) -> list[str]:

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from random import Random
 
-from logshapes import Shape, fill
+from logshapes import Shape, clock, fill
 
 
 def _ts(sec: float) -> str:
-    whole = int(sec)
-    m, s = divmod(whole, 60)
-    h, m = divmod(m, 60)
-    return f"2023-12-22T{h % 24:02d}:{m:02d}:{s:02d}.{int((sec - whole) * 1e6):06d}Z"
+    h, m, s, frac = clock(sec)
+    return f"2023-12-22T{h:02d}:{m:02d}:{s:02d}.{int(frac * 1e6):06d}Z"
 
 
 def startup(rng: Random, sec: int) -> list[str]:
