@@ -267,6 +267,18 @@ class Line:
     blank_end: bool = False
 
 
+#: where a server echoes what a user sent (vLLM's request logger, SGLang's ``--log-requests``): the
+#: text after it is the user's (vllm 0.10.1 entrypoints/logger.py ``Received request %s: prompt:
+#: %r, ...``; sglang 0.4.6 managers/tokenizer_manager.py ``Receive: obj=`` and the request dataclass)
+_REQUEST_ECHO = re.compile(r"Received request \S+: prompt: |Receive: obj=(?:Generate|Embedding)ReqInput\(")
+
+
+def is_request_echo(text: str) -> bool:
+    """Whether ``text`` (a line's message) echoes a user's request: a prompt that speaks of an
+    out-of-memory error is not one of the program's."""
+    return _REQUEST_ECHO.search(text) is not None
+
+
 #: a substring of every sequence _ANSI removes
 _ANSI_MARKERS = ("\x1b", "^[[", "033[", "1b[")
 _ANSI_MARKER_BYTES = tuple(m.encode("ascii") for m in _ANSI_MARKERS)

@@ -7,7 +7,7 @@ from typing import Any
 
 from oomdoctor.fallback import is_fallback
 from oomdoctor.i18n import current_lang
-from oomdoctor.reader import Line, normalise
+from oomdoctor.reader import Line, is_request_echo, normalise
 from oomdoctor.report import Finding, Location
 from oomdoctor.rulepack import CompiledRule, RulePack
 from oomdoctor.scan.state import (
@@ -158,6 +158,8 @@ class Folding(ScanState):
             return False
         line = lines[0]
         low = line.text.lower()
+        if is_request_echo(line.text):
+            return False  # (read as every line is: it starts no failure)
         rules = {i for t in triggers if t in low for i in self._rule_by_trigger[t]}
         if not rules or self._claimed_until.get(line.rank, 0) >= number:
             return False

@@ -11,7 +11,7 @@ import regex
 from oomdoctor import regex_cache
 from oomdoctor.fallback import role_figures
 from oomdoctor.figures import groups_to_figures
-from oomdoctor.reader import Line, normalise
+from oomdoctor.reader import Line, is_request_echo, normalise
 from oomdoctor.rulepack import CompiledRule
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
 from oomdoctor.scan.recent import RecentLines
@@ -289,6 +289,8 @@ class RuleMatching(ScanState):
         squeezed = [(t, "".join(t.split())) for t in self._rule_by_trigger]
         self._recent = RecentLines(lines, maxlen=len(lines))
         for a, b in pairwise(lines):
+            if is_request_echo(a.text):
+                continue  # (a user's prompt: see LineAssembly._process)
             la, lb = a.text.lower(), b.text.lower()
             tail = "".join(la[-100:].split())
             joined = tail + "".join(lb[:100].split())
