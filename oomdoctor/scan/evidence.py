@@ -1,12 +1,12 @@
 """Phase evidence set aside: lines that can only tell a phase or a periodic fact, read lazily.
 
-vLLM's throughput lines, a trainer's loss dicts, SGLang's batch lines: printed all the time,
-needed only as the latest before a failure, or as a marker near one. While no failure is pending
-or open they are not read where they stand: a stretch of them is set aside (its last
-``BEFORE_LINES`` lines as a raw span, and before that only its latest progress line and its
-latest periodic lines), and read when a line that may start a failure needs them
-(:meth:`EvidenceAside._resolve_deferred`). What reading them later leaves is what reading every
-line as it came leaves (``tests/test_latest_wins.py``).
+vLLM's throughput lines, a trainer's loss dicts, SGLang's batch lines, a line that only names its
+engine: printed all the time, needed only as the latest before a failure, or as a marker near
+one. While no failure is pending or open they are not read where they stand: a stretch of them is
+set aside (its last ``BEFORE_LINES`` lines as a raw span, and before that only its latest progress
+line and its latest periodic lines, looked for later and newest stretch first), and read when a
+line that may start a failure needs them (:meth:`EvidenceAside._resolve_deferred`). What reading
+them later leaves is what reading every line as it came leaves (``tests/test_latest_wins.py``).
 """
 
 from __future__ import annotations
