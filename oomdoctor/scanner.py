@@ -24,6 +24,7 @@ from oomdoctor.prefilter.interface import Haystacks, json_forms
 from oomdoctor.reader import LineSplitter
 from oomdoctor.report import Finding
 from oomdoctor.rulepack import RulePack, default_pack
+from oomdoctor.rulepack.loader import CompiledContext
 from oomdoctor.scan.evidence import EvidenceAside
 from oomdoctor.scan.folding import Folding, folds_from_its_line
 from oomdoctor.scan.lifetime import Lifetime
@@ -156,21 +157,11 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         )
         #: triggers only periodic context rules use (see ContextRule.periodic): their lines are
         #: phase evidence's kin, set aside, and only the latest is read (EvidenceAside._read_periodic)
-        self._periodic_triggers = frozenset(
-            t
-            for t, idx in self._ctx_by_trigger.items()
-            if t not in self._rule_by_trigger
-            and all(self.pack.contexts[i].rule.periodic and not self.pack.contexts[i].votes_only for i in idx)
-        )
+        self._periodic_triggers = self._triggers_only_of(lambda c: c.rule.periodic and not c.votes_only)
         #: triggers only periodic context rules that do nothing but vote for an engine use (an
         #: engine's name on most lines of its log: ollama's model paths, TGI's router): set aside
         #: like phase evidence, their lines are read, and vote, only near a failure
-        self._vote_triggers = frozenset(
-            t
-            for t, idx in self._ctx_by_trigger.items()
-            if t not in self._rule_by_trigger
-            and all(self.pack.contexts[i].rule.periodic and self.pack.contexts[i].votes_only for i in idx)
-        )
+        self._vote_triggers = self._triggers_only_of(lambda c: c.rule.periodic and c.votes_only)
         self._triggers_by_mask: dict[int, list[str]] = {}
         #: per needle (by bit), the triggers that hold it; built on first use (see :meth:`_triggers_for`)
         self._holding: dict[int, list[int]] = {}
@@ -179,6 +170,14 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         # last is tried first (lines of one kind repeat: vLLM's throughput lines)
         self._markers = [list(ph.markers) for ph in self.pack.phases]
         self._progress_patterns = [list(ph.progress) for ph in self.pack.phases]
+
+    def _triggers_only_of(self, kind: Callable[[CompiledContext], bool]) -> frozenset[str]:
+        """The triggers of no rule whose context rules are all of ``kind``."""
+        return frozenset(
+            t
+            for t, idx in self._ctx_by_trigger.items()
+            if t not in self._rule_by_trigger and all(kind(self.pack.contexts[i]) for i in idx)
+        )
 
     def _split_needles(self, triggers: list[str]) -> tuple[list[bytes], list[bytes]]:
         """The needles of the lines that may start or continue a failure or carry a run fact

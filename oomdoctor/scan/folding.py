@@ -7,9 +7,10 @@ from typing import Any
 
 from oomdoctor.fallback import is_fallback
 from oomdoctor.i18n import current_lang
-from oomdoctor.reader import Line, is_request_echo, normalise
+from oomdoctor.reader import Line, normalise
 from oomdoctor.report import Finding, Location
 from oomdoctor.rulepack import CompiledRule, RulePack
+from oomdoctor.scan.matching import match_order
 from oomdoctor.scan.state import (
     _GENERIC_ENGINES,
     AFTER_LINES,
@@ -149,23 +150,19 @@ class Folding(ScanState):
         the middle of its last figure). Any other line (a message wrapped before a figure, a
         figure missing, a first occurrence, one while a finding is open) is read as every
         line is."""
-        if self._open:
-            self._age_open(final=False, last_line=number - 1)
-            if self._open:
-                return False
+        if self._open_before(number):
+            return False
         lines = normalise(number, raw)
         if len(lines) != 1:
             return False
         line = lines[0]
         low = line.text.lower()
-        if is_request_echo(line.text):
-            return False  # (read as every line is: it starts no failure)
-        rules = {i for t in triggers if t in low for i in self._rule_by_trigger[t]}
+        rules = self._rules_starting(line.text, [t for t in triggers if t in low])
         if not rules or self._claimed_until.get(line.rank, 0) >= number:
             return False
         # the rule matching tries first (see RuleMatching._match): if it matches, it is the one
         pack = self.pack.rules
-        index = min(rules, key=lambda i: (-pack[i].rule.priority, pack[i].order))
+        index = min(rules, key=lambda i: match_order(pack[i]))
         if index not in self._folds_from_line:
             return False
         rule = pack[index]

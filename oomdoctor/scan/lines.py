@@ -8,7 +8,7 @@ from typing import Any
 
 from oomdoctor import regex_cache
 from oomdoctor.newlines import count_newlines
-from oomdoctor.reader import Line, is_request_echo, normalise, only_cut_by_normalise, only_cut_in
+from oomdoctor.reader import Line, normalise, only_cut_by_normalise, only_cut_in
 from oomdoctor.rulepack import CompiledRule
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
 from oomdoctor.scan.evidence import search_any
@@ -180,11 +180,7 @@ class LineAssembly(ScanState):
             mask = self._text_mask(low)
         present = [t for t in (self._triggers_for(mask) if mask > 0 else () if mask == 0 else self._all_triggers)
                    if t in low]
-        rule_idx: set[int] = set()
-        for t in present:
-            rule_idx.update(self._rule_by_trigger.get(t, ()))
-        if rule_idx and is_request_echo(text):
-            rule_idx = set()  # a user's prompt, echoed: whatever it says, no failure of this program
+        rule_idx = self._rules_starting(text, present)
         if rule_idx and (self._deferred or self._tail or self._unsearched) and not rule_idx <= self._phase_fixed:
             # a failure may start here: what it needs of the deferred lines before it is read
             # first (a line that cannot start one does not need them: they wait; nor does one

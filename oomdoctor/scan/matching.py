@@ -74,6 +74,12 @@ class _ClauseMatch:
         return {}
 
 
+def match_order(rule: CompiledRule) -> tuple[int, int]:
+    """Where ``rule`` comes in the order a line's rules are tried: the highest priority first,
+    then the order the pack lists them in."""
+    return (-rule.rule.priority, rule.order)
+
+
 class RuleTimeout(Exception):
     """A rule's regex ran past its time limit; the message names the rule."""
 
@@ -90,6 +96,12 @@ class RuleMatching(ScanState):
     and cut readings, lead lines above it, clause by clause); a match goes to
     :meth:`~oomdoctor.scan.folding.Folding._add_finding`."""
 
+    def _rules_starting(self, text: str, present: list[str]) -> set[int]:
+        """The rules a line whose message is ``text`` may start, given the triggers it holds: none
+        when it echoes a user's prompt (whatever the prompt says, no failure of this program)."""
+        rules = {i for t in present for i in self._rule_by_trigger.get(t, ())}
+        return rules if rules and not is_request_echo(text) else set()
+
     def _evaluate_pending(self, final: bool) -> None:
         while self._pending:
             p = self._pending[0]
@@ -104,7 +116,7 @@ class RuleMatching(ScanState):
         anchor = p.line
         if self._claimed_until.get(anchor.rank, 0) >= anchor.number:
             return
-        ordered = sorted(p.rules, key=lambda r: (-r.rule.priority, r.order))
+        ordered = sorted(p.rules, key=match_order)
         for rule in ordered:
             start = anchor
             window = self._window(anchor, rule.rule.window)
