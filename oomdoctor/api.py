@@ -55,11 +55,14 @@ def _diagnose(
     if pack is None:
         pack = load_pack([Path(r) for r in rules]) if rules else default_pack()
     scanner = Scanner(pack, source=source, hints=dict(hints or {}))
-    if isinstance(log, bytes):
-        encoding = bom_encoding(log[:4])
-        scanner.feed(log if encoding is None else log.decode(encoding, "replace").encode("utf-8"))
-    elif isinstance(log, str):
-        scanner.feed(log.encode("utf-8", "surrogateescape"))
+    if isinstance(log, (bytes, str)):
+        if isinstance(log, str):
+            data = log.encode("utf-8", "surrogateescape")
+        else:
+            encoding = bom_encoding(log[:4])
+            data = log if encoding is None else log.decode(encoding, "replace").encode("utf-8")
+        scanner.rereadable(lambda a, b: data[a:b])  # (in memory: evidence far behind is read only if asked)
+        scanner.feed(data)
     else:
         for line in log:
             scanner.feed(line.encode("utf-8", "surrogateescape"))

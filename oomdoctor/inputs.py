@@ -12,7 +12,7 @@ import contextlib
 import io
 import os
 import stat
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from oomdoctor.i18n import _
@@ -175,6 +175,29 @@ def _open(path: str) -> tuple[BinaryIO, str | None]:
             raise InputError(_("{path}: zstd-compressed; install 'zstandard' to read it").format(path=path)) from None
         return zstandard.ZstdDecompressor().stream_reader(stream), kind
     return stream, None
+
+
+def rereader(path: str) -> Callable[[int, int], bytes] | None:
+    """How to read a plain file's bytes again, ``read(a, b)`` (what :func:`read_blocks` yields
+    from ``a`` to ``b``), or None for stdin, a compressed or transcoded file, or anything but a
+    regular file. Each call opens the file anew; an error reading it raises ``OSError``."""
+    if path == "-":
+        return None
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb", buffering=0) as f:
+            if _magic(f.read(6) or b"") is not None:
+                return None
+    except OSError:
+        return None
+
+    def read(a: int, b: int) -> bytes:
+        with open(path, "rb") as f:
+            f.seek(a)
+            return f.read(b - a)  # (buffered: all of it, unless the file ends first)
+
+    return read
 
 
 def _worker_chunks(path: str, f: io.FileIO, ahead: Precomputed) -> Generator[bytes, None, None] | None:

@@ -147,6 +147,14 @@ def _cap_lines(block: bytes, cap: int) -> bytes:
     return b"\n".join(out) + b"\n"
 
 
+def cut_long_lines(block: bytes, lo: int = 0, cap: int = MAX_LINE_BYTES) -> bytes:
+    """``block`` (whole lines from ``lo``) with each line from ``lo`` on cut to ``cap`` bytes, as
+    :class:`LineSplitter` hands lines on; ``block`` itself when none is longer."""
+    if len(block) - lo <= cap or not _has_long_line(block, cap, lo):
+        return block
+    return block[:lo] + _cap_lines(block[lo:], cap)
+
+
 def iter_block_lines(first: int, block: bytes) -> Iterator[tuple[int, bytes]]:
     """Yield ``(number, line)`` for every line of a block from :meth:`LineSplitter.feed_block`."""
     n = first

@@ -227,8 +227,8 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         #: phase-evidence lines not read yet: (line number, bytes, needles mask), in order
         self._deferred: list[tuple[int, bytes, int]] = []
         self._deferred_bytes = 0
-        self._tail: list[tuple[bytes, int, int, int, int]] = []
-        self._unsearched: list[tuple[bytes, int, int, int, int]] = []
+        self._tail: list[tuple[bytes, int, int, int, int, int]] = []
+        self._unsearched: list[tuple[bytes, int, int, int, int, int]] = []
         self._unsearched_bytes = 0
         self._counted: tuple[bytes, dict[int, int] | None] = (b"", None)
         self._index_periodic()
@@ -312,6 +312,10 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         #: line numbers of "Traceback (most recent call last)" headers, per rank
         self._traceback_at: dict[str | None, deque[int]] = {}
         self._progress: deque[tuple[int, str]] = deque(maxlen=64)
+        self._reread: Callable[[int, int], bytes] | None = None
+        self._fed = 0
+        self._block_base = -1
+        self._far: tuple[int, int, int, bytes, bytes] | None = None
         self._recovered_at: deque[tuple[int, str | None]] = deque(maxlen=64)
         self._last_line = 0
         #: the source's bytes while it is small enough to be a paste (see PASTE_BYTES)
@@ -329,6 +333,15 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         if prefilter.needles != self._prefilter.needles:
             raise ValueError("a prefilter for other needles")
         self._prefilter = prefilter
+
+    def rereadable(self, read: Callable[[int, int], bytes] | None) -> None:
+        """Say that the current source can be read again: ``read(a, b)`` returns bytes ``a`` to
+        ``b`` of what was fed for it (a plain file, a text in memory). Its stretches of evidence
+        far behind are then not searched for their latest progress line as they leave memory,
+        only if a failure whose step is not known asks for it (see
+        :meth:`~oomdoctor.scan.evidence.EvidenceAside._far_progress`). Call it before the
+        source's first byte is fed."""
+        self._reread = read
 
     def new_source(self, name: str) -> None:
         """Finish the current source and continue with another (line numbers restart)."""

@@ -321,7 +321,7 @@ def _file_mode(
     plain: bool = False,
 ) -> int:
     from oomdoctor.cli.progress import FileProgress
-    from oomdoctor.inputs import InputError, read_blocks
+    from oomdoctor.inputs import InputError, read_blocks, rereader
     from oomdoctor.prefilter.pool import Precomputed
     from oomdoctor.scanner import RuleTimeout, Scanner
 
@@ -334,6 +334,7 @@ def _file_mode(
             for i, path in enumerate(paths):
                 if i:
                     scanner.new_source(path)
+                scanner.rereadable(rereader(path))
                 try:
                     first = True
                     for block in read_blocks(path, ahead=ahead):

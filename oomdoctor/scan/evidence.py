@@ -11,16 +11,19 @@ them later leaves is what reading every line as it came leaves (``tests/test_lat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from oomdoctor.newlines import count_newlines
-from oomdoctor.reader import Line, normalise, only_cut_by_normalise
+from oomdoctor.reader import MAX_LINE_BYTES, Line, cut_long_lines, normalise, only_cut_by_normalise
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
 from oomdoctor.scan.state import (
     BEFORE_LINES,
     DEFER_BYTES,
     DEFER_KEEP,
     EVIDENCE_PIECE,
+    FAR_MARK,
+    FAR_PIECE,
     TAIL_SPANS,
     UNSEARCHED_BYTES,
     UNSEARCHED_SPANS,
@@ -154,11 +157,11 @@ class EvidenceAside(ScanState):
             near += 1
             while self._tail:
                 self._retire_oldest()
-            self._leave_unsearched(block, a, near, end - BEFORE_LINES)
-            self._tail.append((block, near, b, end - BEFORE_LINES, end))
+            self._leave_unsearched(block, a, near, end - BEFORE_LINES, self._block_base)
+            self._tail.append((block, near, b, end - BEFORE_LINES, end, self._block_base))
             return end
         if a < b:
-            self._tail.append((block, a, b, number, end))
+            self._tail.append((block, a, b, number, end, self._block_base))
         while len(self._tail) > 1 and end - self._tail[0][4] >= BEFORE_LINES:
             self._retire_oldest()
         if len(self._tail) > TAIL_SPANS:
@@ -184,6 +187,76 @@ class EvidenceAside(ScanState):
                     return number - count_newlines(block, s, top), raw, self._read_mask(raw, m)
             hi, width = cut, width * 64  # (then the rest: a stretch without one is searched in two calls)
         return None
+
+    def _far_progress(self) -> None:
+        """For a failure whose step is not known yet: the latest progress line before it may be
+        in the far spans (dropped unsearched, see :meth:`_search_unsearched`). Unless a later
+        one is known, read them again, newest first, until one is found, and note its phases as
+        reading it in place would have. Either way they are done with: nothing in them can be
+        later than what was found. A source that changed since (other bytes at either end, or
+        fewer) is not read: no line from it is taken."""
+        far, self._far = self._far, None
+        read = self._reread
+        if far is None or read is None or any(n >= far[2] for n, _ in self._progress):
+            return
+        try:
+            found = self._far_search(read, *far)
+        except OSError:
+            return
+        if found is not None:
+            number, raw, mask = found
+            for ln in normalise(number, raw):
+                self._progress.extend((ln.number, phase) for phase in self._progress_phases(ln, mask))
+
+    def _far_search(
+        self, read: Callable[[int, int], bytes], lo: int, hi: int, number: int, head: bytes, tail: bytes
+    ) -> tuple[int, bytes, int] | None:
+        """The latest progress line of the source's bytes ``lo:hi`` (line ``number`` at ``hi``;
+        ``head`` and ``tail``: the bytes they began and ended with), read again backwards in
+        pieces of ``FAR_PIECE``, lines cut as they were when fed; or None."""
+        end = hi
+        while end > lo:
+            start = max(lo, end - FAR_PIECE)
+            data = read(start, end)
+            k = min(len(data), len(tail), len(head))  # (a short piece holds less of them)
+            if len(data) != end - start or (end == hi and data[len(data) - k :] != tail[len(tail) - k :]) or (
+                start == lo and data[:k] != head[:k]
+            ):
+                return None
+            cut = 0 if start == lo else data.find(b"\n") + 1
+            if start > lo and cut == len(data):  # (its one newline ends it) a line longer than a piece
+                begin = self._line_start(read, lo, start)
+                if begin is None:
+                    return None
+                # (as when it was fed: its first ``MAX_LINE_BYTES`` bytes)
+                line = read(begin, min(end, begin + MAX_LINE_BYTES)).partition(b"\n")[0] + b"\n"
+                found = self._latest_progress(line, 0, len(line), number)
+                if found is not None:
+                    return found
+                end, number = begin, number - 1
+                continue
+            data = cut_long_lines(data, cut)
+            found = self._latest_progress(data, cut, len(data), number)
+            if found is not None:
+                return found
+            number -= count_newlines(data, cut, len(data))
+            end = start + cut
+        return None
+
+    @staticmethod
+    def _line_start(read: Callable[[int, int], bytes], lo: int, pos: int) -> int | None:
+        """Where the line holding the source's byte ``pos - 1`` begins (not before ``lo``),
+        searching backwards in pieces; None if the source is shorter than it was."""
+        while pos > lo:
+            start = max(lo, pos - FAR_PIECE)
+            data = read(start, pos)
+            if len(data) != pos - start:
+                return None
+            nl = data.rfind(b"\n")
+            if nl >= 0:
+                return start + nl + 1
+            pos = start
+        return lo
 
     def _periodic_wanted(self, block: bytes, a: int, hi: int) -> int:
         """The periodic needles (bits of a whole mask) ``block[a:hi]`` may hold: from the main
@@ -282,45 +355,65 @@ class EvidenceAside(ScanState):
     def _retire_oldest(self) -> None:
         """Move the tail's oldest span, ``BEFORE_LINES`` behind, to the unsearched spans: only
         its latest progress line and its latest periodic lines can still be read."""
-        block, a, b, _, end = self._tail.pop(0)
-        self._leave_unsearched(block, a, b, end)
+        block, a, b, _, end, base = self._tail.pop(0)
+        self._leave_unsearched(block, a, b, end, base)
 
-    def _leave_unsearched(self, block: bytes, a: int, hi: int, number: int) -> None:
-        """Add ``block[a:hi]`` (line ``number`` at ``hi``) to the unsearched spans, with the
-        periodic needles it may hold; search them when they are more than ``UNSEARCHED_SPANS``
-        or keep more than ``UNSEARCHED_BYTES`` of blocks alive."""
+    def _leave_unsearched(self, block: bytes, a: int, hi: int, number: int, base: int) -> None:
+        """Add ``block[a:hi]`` (line ``number`` at ``hi``; the block at ``base`` in the source, or
+        -1) to the unsearched spans, with the periodic needles it may hold; search them when
+        they are more than ``UNSEARCHED_SPANS`` or keep more than ``UNSEARCHED_BYTES`` of blocks
+        alive."""
         if hi <= a:
             return
         spans = self._unsearched
         if not spans or spans[-1][0] is not block:
             self._unsearched_bytes += len(block)
-        spans.append((block, a, hi, number, self._periodic_wanted(block, a, hi)))
+        spans.append((block, a, hi, number, self._periodic_wanted(block, a, hi), base))
         if len(spans) > UNSEARCHED_SPANS or self._unsearched_bytes > UNSEARCHED_BYTES:
-            self._search_unsearched()
+            self._search_unsearched(leaving=True)
 
-    def _search_unsearched(self) -> None:
+    def _search_unsearched(self, leaving: bool = False) -> None:
         """Read what the unsearched spans can still give (all of them later than every line
         deferred, earlier than the tail), newest span first, then drop them: the latest
         progress line, which supersedes the deferred lines, and the latest periodic lines.
         Searching each span as it came would leave the same: each progress line found
-        supersedes the one before, and the collector keeps the latest periodic values."""
+        supersedes the one before, and the collector keeps the latest periodic values.
+
+        ``leaving``: they are dropped only to bound memory, nothing needs them yet. Where the
+        source can be read again, the spans are then not searched for progress but join the far
+        spans, read again only if a failure asks (:meth:`_far_progress`): in a log without
+        progress lines, searching every stretch for one is a second pass over all of it."""
         spans, self._unsearched, self._unsearched_bytes = self._unsearched, [], 0
         want = 0
         for span in spans:
             want |= span[4]
         seen: dict[int, set[str]] = {}
         progress = True  # (still looked for)
-        for block, a, hi, number, holds in reversed(spans):
+        far = leaving and self._reread is not None
+        newest: tuple[int, int, bytes] | None = None  # of the spans joining the far ones
+        oldest: tuple[int, bytes] | None = None
+        for block, a, hi, number, holds, base in reversed(spans):
             if progress:
-                latest = self._latest_progress(block, a, hi, number)
-                if latest is not None:
-                    self._supersede(latest)
-                    progress = False
+                if far and base >= 0:
+                    if newest is None:
+                        newest = (base + hi, number, block[max(a, hi - FAR_MARK) : hi])
+                    oldest = (base + a, block[a : a + FAR_MARK])
+                else:
+                    latest = self._latest_progress(block, a, hi, number)
+                    if latest is not None:
+                        self._supersede(latest)
+                        progress = False
+                        self._far = None  # (all before it)
             wanted = want & holds
             if wanted:
                 want = want & ~wanted | self._read_periodic(block, a, hi, number, wanted, seen)
             if not (progress or want):
-                return
+                break
+        if newest is not None and oldest is not None:
+            # one range with the far spans before them: what lies between them was read, or its
+            # progress lines are older than one read (searching it again finds nothing later)
+            start, head = (self._far[0], self._far[3]) if self._far is not None else oldest
+            self._far = (start, newest[0], newest[1], head, newest[2])
 
     def _expand_tail(self, spans: int | None = None) -> None:
         """Defer the evidence lines of the tail's spans (see :meth:`_set_aside`), in order: all
@@ -333,7 +426,7 @@ class EvidenceAside(ScanState):
         cut = len(self._tail) if spans is None else spans
         todo, rest = self._tail[:cut], self._tail[cut:]
         self._tail = []  # (deferring reads the tail first: it is empty while these are deferred)
-        for block, pos, b, number, _ in todo:
+        for block, pos, b, number, _, _ in todo:
             for s, e, m in self._ev_prefilter.candidates(block, pos, b):
                 number += count_newlines(block, pos, s)
                 pos = s
@@ -434,6 +527,12 @@ class EvidenceAside(ScanState):
     def _is_progress(self, line: Line, mask: int) -> bool:
         """Whether ``line`` matches a progress pattern of a phase whose trigger it holds
         (``mask``: the needles its bytes hold; 0: unknown, asked of its text)."""
+        return bool(self._progress_phases(line, mask, first=True))
+
+    def _progress_phases(self, line: Line, mask: int, first: bool = False) -> list[str]:
+        """The phases whose progress patterns ``line`` matches, of those whose trigger it holds
+        (``mask`` as for :meth:`_is_progress`), in the order reading it notes them; ``first``:
+        only the first."""
         low = line.text.lower()
         phases = set(self._phases_always)
         if not mask:
@@ -441,4 +540,10 @@ class EvidenceAside(ScanState):
         for t in self._triggers_for(mask) if mask > 0 else () if mask == 0 else self._all_triggers:
             if t in low:
                 phases.update(self._phase_by_trigger.get(t, ()))
-        return any(search_any(self._progress_patterns[i], line.text) for i in sorted(phases))
+        found: list[str] = []
+        for i in sorted(phases):
+            if search_any(self._progress_patterns[i], line.text):
+                found.append(self.pack.phases[i].rule.phase)
+                if first:
+                    break
+        return found

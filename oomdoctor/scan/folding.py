@@ -111,6 +111,8 @@ class Folding(ScanState):
         o.foreign.extend(
             func for number, func, frank in self._frames if frank != rank and 0 < number - anchor.number <= AFTER_LINES
         )
+        if self._far is not None and finding.phase == "unknown":
+            self._far_progress()  # (the latest progress line may be far behind, unsearched)
         # the latest before it (deferred lines are read late: the latest by number, not by reading)
         before = [(number, ph) for number, ph in self._progress if number <= anchor.number]
         if before:

@@ -69,10 +69,13 @@ class LineAssembly(ScanState):
             else:
                 self._paste += data
         head, lo, hi = self._splitter.feed_spans(data)  # no copy of ``data``
+        base, self._fed = self._fed, self._fed + len(data)
         try:
-            if head:
+            if head:  # (a line finished across blocks, or lines cut to their cap: not as fed)
+                self._block_base = -1
                 self._scan_block(self._splitter.line_number + 1, head)
             if hi > lo:
+                self._block_base = base
                 self._scan_block(self._splitter.line_number + 1, data, lo, hi)
         except TimeoutError:  # a context or phase regex (rule patterns raise RuleTimeout)
             raise RuleTimeout(f"{self._timing}: regex timed out (catastrophic backtracking?)") from None

@@ -74,6 +74,14 @@ UNSEARCHED_SPANS = 8
 
 UNSEARCHED_BYTES = 4 << 20
 
+#: bytes of a source read again at a time, going backwards, when a failure asks the far spans for
+#: their latest progress line (see ``EvidenceAside._far_progress``)
+FAR_PIECE = 1 << 20
+
+#: bytes at each end of the far spans compared when they are read again (a file rewritten since
+#: is not read: its lines would be others)
+FAR_MARK = 64
+
 #: rule engines that name a library, not the tool that printed the log: such findings take the
 #: detected engine's name, do not vote for one, and yield to a more specific rule's message
 _GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda", "ggml", "xla", "host", "nccl", "generic"})
@@ -162,13 +170,23 @@ class ScanState:
     _deferred: list[tuple[int, bytes, int]]
     _deferred_bytes: int
     #: evidence not searched yet, the last lines of the latest stretches, oldest first:
-    #: (block, start, end, line number at start, line number at end) each
-    _tail: list[tuple[bytes, int, int, int, int]]
+    #: (block, start, end, line number at start, line number at end, where the block is in the
+    #: source or -1) each
+    _tail: list[tuple[bytes, int, int, int, int, int]]
     #: spans behind the tail not yet searched for their latest progress and periodic lines,
-    #: oldest first: (block, start, end, line number at end, periodic needles it may hold)
-    #: each; and the bytes of the blocks they keep alive
-    _unsearched: list[tuple[bytes, int, int, int, int]]
+    #: oldest first: (block, start, end, line number at end, periodic needles it may hold, where
+    #: the block is in the source or -1) each; and the bytes of the blocks they keep alive
+    _unsearched: list[tuple[bytes, int, int, int, int, int]]
     _unsearched_bytes: int
+    #: how to read the source's bytes again (``read(a, b)``: bytes ``a:b`` of what was fed), or
+    #: None; bytes fed so far; where the block being scanned is in the source (-1: not known)
+    _reread: Callable[[int, int], bytes] | None
+    _fed: int
+    _block_base: int
+    #: the spans dropped unsearched for progress because the source can be read again (see
+    #: ``EvidenceAside._far_progress``), as one range: (start, end, line number at end, the
+    #: bytes at its start, the bytes at its end); None when there are none
+    _far: tuple[int, int, int, bytes, bytes] | None
     #: the block being scanned, and the newlines before the line starts a worker counted in it
     _counted: tuple[bytes, dict[int, int] | None]
     # evidence near failures (per source)
@@ -215,6 +233,7 @@ class ScanState:
         def _defer(self, number: int, raw: bytes, mask: int) -> None: ...
         def _resolve_deferred(self, upto: int, keep: int = 0) -> None: ...
         def _is_progress(self, line: Line, mask: int) -> bool: ...
+        def _far_progress(self) -> None: ...
         def _lead_from_block(self, line: Line) -> None: ...
         def _window(self, anchor: Line, size: int) -> list[Line]: ...
         def _lead_lines(self, anchor: Line) -> list[Line]: ...
