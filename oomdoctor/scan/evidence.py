@@ -5,7 +5,9 @@ engine: printed all the time, needed only as the latest before a failure, or as 
 one. While no failure is pending or open they are not read where they stand: a stretch of them is
 set aside (its last ``BEFORE_LINES`` lines as a raw span, and before that only its latest progress
 line and its latest periodic lines, looked for later and newest stretch first), and read when a
-line that may start a failure needs them (:meth:`EvidenceAside._resolve_deferred`). What reading
+line that may start a failure needs them (:meth:`EvidenceAside._resolve_deferred`). Where the
+source can be read again (a plain file), a stretch leaving memory is not searched for its progress
+line at all unless a failure whose step is not known asks (:meth:`EvidenceAside._far_progress`). What reading
 them later leaves is what reading every line as it came leaves (``tests/test_latest_wins.py``).
 """
 
