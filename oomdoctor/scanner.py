@@ -46,6 +46,7 @@ from oomdoctor.scan.state import (
     PROGRESS_LAG,
     SAME_FAILURE_LINES,
     SAME_RUN_LINES,
+    FarSpans,
     _Open,
 )
 
@@ -315,7 +316,7 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         self._reread: Callable[[int, int], bytes] | None = None
         self._fed = 0
         self._block_base = -1
-        self._far: tuple[int, int, int, bytes, bytes] | None = None
+        self._far: FarSpans | None = None
         self._recovered_at: deque[tuple[int, str | None]] = deque(maxlen=64)
         self._last_line = 0
         #: the source's bytes while it is small enough to be a paste (see PASTE_BYTES)

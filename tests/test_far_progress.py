@@ -203,3 +203,23 @@ def test_a_file_gives_what_its_bytes_on_stdin_give(tmp_path: Path, env: dict[str
         assert from_file == run("-", stdin=stdin)
     assert [(f["rule"], f["phase"]) for f in from_file["findings"]] == [
         ("torch.cuda-oom", "weights-load"), ("vllm.v1.kv-cache.max-len-exceeds", "kv-cache-alloc")]
+
+
+@pytest.mark.parametrize("anchors", [4096, 3])
+@pytest.mark.parametrize("long", [0, 100 << 10, 3 << 20])
+def test_the_line_found_far_behind_has_its_own_number(
+    anchors: int, long: int, leaving: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # numbered from the next line start whose number is known, however few are kept, with
+    # lines cut to the cap between them (their bytes are not what was fed)
+    import oomdoctor.scan.state as state
+
+    monkeypatch.setattr(state, "FAR_ANCHORS", anchors)
+    later = ("y" * long + "\n") * 3 if long else ""
+    log = (noise(2000) + LOADED + later + noise(3000, 2000) + OOM).encode()
+    scanner = Scanner(PACK, source="<test>", advise=False)
+    scanner.rereadable(lambda a, b: log[a:b])
+    for i in range(0, len(log), 64 << 10):
+        scanner.feed(log[i : i + (64 << 10)])
+    assert [(f.rule, f.phase) for f in scanner.close().findings] == [("torch.cuda-oom", "weights-load")]
+    assert (2001, "weights-load") in scanner._progress

@@ -13,6 +13,7 @@ them later leaves is what reading every line as it came leaves (``tests/test_lat
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ from oomdoctor.scan.state import (
     TAIL_SPANS,
     UNSEARCHED_BYTES,
     UNSEARCHED_SPANS,
+    FarSpans,
     ScanState,
 )
 
@@ -173,10 +175,19 @@ class EvidenceAside(ScanState):
     def _latest_progress(self, block: bytes, a: int, hi: int, number: int) -> tuple[int, bytes, int] | None:
         """The latest progress line of the evidence in ``block[a:hi]`` (line ``number`` at
         ``hi``), searched backwards in pieces, as ``(line number, bytes, mask)``; or None."""
+        found = self._latest_progress_at(block, a, hi)
+        if found is None:
+            return None
+        s, raw, mask = found
+        # counted back from ``hi`` now: a stretch is counted once, not twice
+        return number - count_newlines(block, s, hi), raw, mask
+
+    def _latest_progress_at(self, block: bytes, a: int, hi: int) -> tuple[int, bytes, int] | None:
+        """:meth:`_latest_progress`, the line given by where it starts in ``block``."""
         assert self._progress_pf is not None
         shift = self._ev_shift
         ev_mask_of = self._ev_mask_of if self._progress_pf is not self._ev_prefilter else None
-        top, width = hi, EVIDENCE_PIECE // 8  # (the latest is most often among the last lines)
+        width = EVIDENCE_PIECE // 8  # (the latest is most often among the last lines)
         while hi > a:
             cut = (block.rfind(b"\n", a, hi - width) + 1 or a) if hi - width > a else a
             for s, e, m in reversed(self._progress_pf.candidates(block, cut, hi)):
@@ -185,8 +196,7 @@ class EvidenceAside(ScanState):
                     m = ev_mask_of(raw)
                 mask = self._raw_mask(raw, m << shift)
                 if self._may_progress(mask) and any(self._is_progress(ln, mask) for ln in normalise(0, raw)):
-                    # counted back from ``top`` now: a stretch is counted once, not twice
-                    return number - count_newlines(block, s, top), raw, self._read_mask(raw, m)
+                    return s, raw, self._read_mask(raw, m)
             hi, width = cut, width * 64  # (then the rest: a stretch without one is searched in two calls)
         return None
 
@@ -199,30 +209,36 @@ class EvidenceAside(ScanState):
         fewer) is not read: no line from it is taken."""
         far, self._far = self._far, None
         read = self._reread
-        if far is None or read is None or any(n >= far[2] for n, _ in self._progress):
+        if far is None or read is None or any(n >= far.anchors[-1][1] for n, _ in self._progress):
             return
         try:
-            found = self._far_search(read, *far)
+            found = self._far_search(read, far)
+            if found is None:
+                return
+            end, lines, raw, mask = found
+            # numbered from the next line start whose number is known (not counted from the end)
+            nxt, number = far.anchors[bisect.bisect_left(far.anchors, (end, -1))]
+            between = read(end, nxt)
         except OSError:
             return
-        if found is not None:
-            number, raw, mask = found
-            for ln in normalise(number, raw):
-                self._progress.extend((ln.number, phase) for phase in self._progress_phases(ln, mask))
+        if len(between) != nxt - end:
+            return
+        number -= count_newlines(between) + lines
+        for ln in normalise(number, raw):
+            self._progress.extend((ln.number, phase) for phase in self._progress_phases(ln, mask))
 
-    def _far_search(
-        self, read: Callable[[int, int], bytes], lo: int, hi: int, number: int, head: bytes, tail: bytes
-    ) -> tuple[int, bytes, int] | None:
-        """The latest progress line of the source's bytes ``lo:hi`` (line ``number`` at ``hi``;
-        ``head`` and ``tail``: the bytes they began and ended with), read again backwards in
-        pieces of ``FAR_PIECE``, lines cut as they were when fed; or None."""
+    def _far_search(self, read: Callable[[int, int], bytes], far: FarSpans) -> tuple[int, int, bytes, int] | None:
+        """The latest progress line of the far spans, read again backwards in pieces of
+        ``FAR_PIECE``, lines cut as they were when fed, as ``(the end of the piece it was found
+        in, the lines from it to there, bytes, mask)``; or None."""
+        lo, hi = far.start, far.end
         end = hi
         while end > lo:
             start = max(lo, end - FAR_PIECE)
             data = read(start, end)
-            k = min(len(data), len(tail), len(head))  # (a short piece holds less of them)
-            if len(data) != end - start or (end == hi and data[len(data) - k :] != tail[len(tail) - k :]) or (
-                start == lo and data[:k] != head[:k]
+            k = min(len(data), len(far.tail), len(far.head))  # (a short piece holds less of them)
+            if len(data) != end - start or (end == hi and data[len(data) - k :] != far.tail[len(far.tail) - k :]) or (
+                start == lo and data[:k] != far.head[:k]
             ):
                 return None
             cut = 0 if start == lo else data.find(b"\n") + 1
@@ -232,16 +248,15 @@ class EvidenceAside(ScanState):
                     return None
                 # (as when it was fed: its first ``MAX_LINE_BYTES`` bytes)
                 line = read(begin, min(end, begin + MAX_LINE_BYTES)).partition(b"\n")[0] + b"\n"
-                found = self._latest_progress(line, 0, len(line), number)
+                found = self._latest_progress_at(line, 0, len(line))
                 if found is not None:
-                    return found
-                end, number = begin, number - 1
+                    return end, 1, found[1], found[2]
+                end = begin
                 continue
             data = cut_long_lines(data, cut)
-            found = self._latest_progress(data, cut, len(data), number)
+            found = self._latest_progress_at(data, cut, len(data))
             if found is not None:
-                return found
-            number -= count_newlines(data, cut, len(data))
+                return end, count_newlines(data, found[0], len(data)), found[1], found[2]
             end = start + cut
         return None
 
@@ -392,14 +407,16 @@ class EvidenceAside(ScanState):
         seen: dict[int, set[str]] = {}
         progress = True  # (still looked for)
         far = leaving and self._reread is not None
-        newest: tuple[int, int, bytes] | None = None  # of the spans joining the far ones
-        oldest: tuple[int, bytes] | None = None
+        ends: list[tuple[int, int]] = []  # of the spans joining the far ones, newest first
+        tail = head = b""
+        start = 0
         for block, a, hi, number, holds, base in reversed(spans):
             if progress:
                 if far and base >= 0:
-                    if newest is None:
-                        newest = (base + hi, number, block[max(a, hi - FAR_MARK) : hi])
-                    oldest = (base + a, block[a : a + FAR_MARK])
+                    if not ends:
+                        tail = block[max(a, hi - FAR_MARK) : hi]
+                    ends.append((base + hi, number))
+                    start, head = base + a, block[a : a + FAR_MARK]
                 else:
                     latest = self._latest_progress(block, a, hi, number)
                     if latest is not None:
@@ -411,11 +428,12 @@ class EvidenceAside(ScanState):
                 want = want & ~wanted | self._read_periodic(block, a, hi, number, wanted, seen)
             if not (progress or want):
                 break
-        if newest is not None and oldest is not None:
+        if ends:
             # one range with the far spans before them: what lies between them was read, or its
             # progress lines are older than one read (searching it again finds nothing later)
-            start, head = (self._far[0], self._far[3]) if self._far is not None else oldest
-            self._far = (start, newest[0], newest[1], head, newest[2])
+            if self._far is None:
+                self._far = FarSpans(start, start, head, tail, [])
+            self._far.add(start, head, ends[::-1], tail)
 
     def _expand_tail(self, spans: int | None = None) -> None:
         """Defer the evidence lines of the tail's spans (see :meth:`_set_aside`), in order: all

@@ -82,6 +82,10 @@ FAR_PIECE = 1 << 20
 #: is not read: its lines would be others)
 FAR_MARK = 64
 
+#: line starts whose numbers the far spans keep (see ``FarSpans.anchors``): about 0.25 MiB apart
+#: in a GiB
+FAR_ANCHORS = 4096
+
 #: rule engines that name a library, not the tool that printed the log: such findings take the
 #: detected engine's name, do not vote for one, and yield to a more specific rule's message
 _GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda", "ggml", "xla", "host", "nccl", "generic"})
@@ -90,6 +94,32 @@ _GENERIC_ENGINES = frozenset({"pytorch", "python", "cuda", "ggml", "xla", "host"
 _BUILTIN_TRIGGERS = (
     'file "', "traceback (most recent call last)", ".py in ", "file [", "file ~", "file /", '", line ',
 )
+
+
+@dataclass
+class FarSpans:
+    """Stretches of a source that can be read again, dropped before their latest progress line
+    was looked for, as one range of the source's bytes (what lies between them was read, or
+    holds no progress line later than one read)."""
+
+    start: int
+    end: int
+    #: the bytes the range began and ends with (a source whose bytes there changed is not read)
+    head: bytes
+    tail: bytes
+    #: (offset, line number) of line starts in it, ascending, the last at ``end``: the line number
+    #: of a line found is counted from the next one, not from ``end``; thinned to ``FAR_ANCHORS``
+    anchors: list[tuple[int, int]]
+
+    def add(self, start: int, head: bytes, ends: list[tuple[int, int]], tail: bytes) -> None:
+        """Join later spans (``start``, ``head``: of the oldest; ``ends``: each one's end and
+        its line number there, ascending; ``tail``: the newest one's last bytes)."""
+        if not self.anchors:
+            self.start, self.head = start, head
+        self.anchors.extend(ends)
+        if len(self.anchors) > FAR_ANCHORS:  # every other one, the last kept
+            self.anchors = self.anchors[(len(self.anchors) + 1) % 2 :: 2]
+        self.end, self.tail = ends[-1][0], tail
 
 
 @dataclass
@@ -184,9 +214,8 @@ class ScanState:
     _fed: int
     _block_base: int
     #: the spans dropped unsearched for progress because the source can be read again (see
-    #: ``EvidenceAside._far_progress``), as one range: (start, end, line number at end, the
-    #: bytes at its start, the bytes at its end); None when there are none
-    _far: tuple[int, int, int, bytes, bytes] | None
+    #: ``EvidenceAside._far_progress``), as one range; None when there are none
+    _far: FarSpans | None
     #: the block being scanned, and the newlines before the line starts a worker counted in it
     _counted: tuple[bytes, dict[int, int] | None]
     # evidence near failures (per source)
