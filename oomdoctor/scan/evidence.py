@@ -7,8 +7,9 @@ set aside (its last ``BEFORE_LINES`` lines as a raw span, and before that only i
 line and its latest periodic lines, looked for later and newest stretch first), and read when a
 line that may start a failure needs them (:meth:`EvidenceAside._resolve_deferred`). Where the
 source can be read again (a plain file), a stretch leaving memory is not searched for its progress
-line at all unless a failure whose step is not known asks (:meth:`EvidenceAside._far_progress`). What reading
-them later leaves is what reading every line as it came leaves (``tests/test_latest_wins.py``).
+line at all unless a failure whose step is not known asks (:meth:`EvidenceAside._far_progress`).
+What reading them later leaves is what reading every line as it came leaves
+(``tests/test_latest_wins.py``, ``tests/test_far_progress.py``).
 """
 
 from __future__ import annotations
@@ -408,15 +409,15 @@ class EvidenceAside(ScanState):
         progress = True  # (still looked for)
         far = leaving and self._reread is not None
         ends: list[tuple[int, int]] = []  # of the spans joining the far ones, newest first
-        tail = head = b""
-        start = 0
+        tail = b""
+        oldest: tuple[bytes, int, int] = (b"", 0, 0)  # (block, start, base) of the oldest of them
         for block, a, hi, number, holds, base in reversed(spans):
             if progress:
                 if far and base >= 0:
                     if not ends:
                         tail = block[max(a, hi - FAR_MARK) : hi]
                     ends.append((base + hi, number))
-                    start, head = base + a, block[a : a + FAR_MARK]
+                    oldest = (block, a, base)
                 else:
                     latest = self._latest_progress(block, a, hi, number)
                     if latest is not None:
@@ -432,8 +433,9 @@ class EvidenceAside(ScanState):
             # one range with the far spans before them: what lies between them was read, or its
             # progress lines are older than one read (searching it again finds nothing later)
             if self._far is None:
-                self._far = FarSpans(start, start, head, tail, [])
-            self._far.add(start, head, ends[::-1], tail)
+                block, a, base = oldest
+                self._far = FarSpans(base + a, block[a : a + FAR_MARK], tail, [])
+            self._far.add(ends[::-1], tail)
 
     def _expand_tail(self, spans: int | None = None) -> None:
         """Defer the evidence lines of the tail's spans (see :meth:`_set_aside`), in order: all

@@ -103,23 +103,24 @@ class FarSpans:
     holds no progress line later than one read)."""
 
     start: int
-    end: int
     #: the bytes the range began and ends with (a source whose bytes there changed is not read)
     head: bytes
     tail: bytes
-    #: (offset, line number) of line starts in it, ascending, the last at ``end``: the line number
-    #: of a line found is counted from the next one, not from ``end``; thinned to ``FAR_ANCHORS``
+    #: (offset, line number) of line starts in it, ascending, the last at its end: the line number
+    #: of a line found is counted from the next one, not from the end; thinned to ``FAR_ANCHORS``
     anchors: list[tuple[int, int]]
 
-    def add(self, start: int, head: bytes, ends: list[tuple[int, int]], tail: bytes) -> None:
-        """Join later spans (``start``, ``head``: of the oldest; ``ends``: each one's end and
-        its line number there, ascending; ``tail``: the newest one's last bytes)."""
-        if not self.anchors:
-            self.start, self.head = start, head
+    @property
+    def end(self) -> int:
+        return self.anchors[-1][0]
+
+    def add(self, ends: list[tuple[int, int]], tail: bytes) -> None:
+        """Join later spans (``ends``: each one's end and its line number there, ascending;
+        ``tail``: the newest one's last bytes)."""
         self.anchors.extend(ends)
         if len(self.anchors) > FAR_ANCHORS:  # every other one, the last kept
             self.anchors = self.anchors[(len(self.anchors) + 1) % 2 :: 2]
-        self.end, self.tail = ends[-1][0], tail
+        self.tail = tail
 
 
 @dataclass
