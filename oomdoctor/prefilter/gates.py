@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import pairwise
 
 #: seconds per GiB for one ``bytes.find`` pass of a literal of this length that is absent from
 #: the text (CPython 3.11, lower-cased vLLM serving log, 1 MiB blocks; medians over ~26,000
@@ -162,7 +164,7 @@ def plan(lits: tuple[bytes, ...], sample: bytes = b"") -> tuple[Gate, ...]:
             if g not in lit_set:
                 holders -= nl
     sample = sample[:SAMPLE_BYTES]
-    freq = {g: sample.count(g) / len(sample) for g in sweepable} if sample else {}
+    freq = _frequencies(sample, sweepable) if sample else {}
 
     def cost(g: bytes, kind: str, new: set[int]) -> float:
         if kind == "find":
@@ -193,6 +195,15 @@ def plan(lits: tuple[bytes, ...], sample: bytes = b"") -> tuple[Gate, ...]:
             exact = len(members) == 1 and members[0][1] == g
             gates.append(Gate(g, members, exact, direct))
     return tuple(gates)
+
+
+def _frequencies(sample: bytes, pieces: Iterable[bytes]) -> dict[bytes, float]:
+    """How often each piece (one or two bytes) occurs in ``sample``, per byte: each byte and
+    each pair of bytes counted in one pass (not one ``count`` pass per piece: ~30 ms)."""
+    singles = Counter(sample)
+    pairs = Counter(pairwise(sample))
+    n = len(sample)
+    return {g: (singles[g[0]] if len(g) == 1 else pairs[g[0], g[1]]) / n for g in pieces}
 
 
 def sweep_gate(piece: bytes, members: tuple[tuple[int, bytes], ...], direct_cost: float) -> Gate:
