@@ -50,7 +50,7 @@ class LineSplitter:
         else:
             head = data if end == len(data) - 1 else data[: end + 1]
         first = self.line_number + 1
-        if len(head) > self._max and _has_long_line(head, self._max):
+        if len(head) > self._max and has_long_line(head, self._max):
             head = _cap_lines(head, self._max)
         if count:
             self.line_number += count_newlines(head)
@@ -76,14 +76,14 @@ class LineSplitter:
             lo = data.find(b"\n") + 1
             head_len = min(len(self._partial) + lo, self._max + 1)
             head_len + hi - lo
-            if hi - lo > self._max and _has_long_line(data, self._max, lo, hi):
+            if hi - lo > self._max and has_long_line(data, self._max, lo, hi):
                 _, block = self.feed_block(data, count=False)  # rare: lines over the cap
                 return block, 0, 0
             self._keep(memoryview(data)[: lo - 1])
             head = bytes(self._partial) + b"\n"
             self._partial.clear()
             self._overflow = False
-        elif hi > self._max and _has_long_line(data, self._max, 0, hi):
+        elif hi > self._max and has_long_line(data, self._max, 0, hi):
             _, block = self.feed_block(data, count=False)
             return block, 0, 0
         if hi < len(data):
@@ -93,6 +93,11 @@ class LineSplitter:
     def advance(self, lines: int) -> None:
         """Count ``lines`` lines of a block taken with ``feed_block(..., count=False)``."""
         self.line_number += lines
+
+    @property
+    def at_line_start(self) -> bool:
+        """Whether the bytes fed so far end with a whole line (no part of one is kept)."""
+        return not self._partial and not self._overflow
 
     def _keep(self, tail: bytes | memoryview) -> None:
         if self._overflow:
@@ -118,7 +123,7 @@ class LineSplitter:
 _LONG_LINE: dict[int, re.Pattern[bytes]] = {}
 
 
-def _has_long_line(block: bytes, cap: int, lo: int = 0, hi: int | None = None) -> bool:
+def has_long_line(block: bytes, cap: int, lo: int = 0, hi: int | None = None) -> bool:
     """Whether a line of ``block[lo:hi]`` is longer than ``cap``.
 
     Exact (findings must not depend on where chunks split), and cheap: a line longer than
@@ -150,7 +155,7 @@ def _cap_lines(block: bytes, cap: int) -> bytes:
 def cut_long_lines(block: bytes, lo: int = 0, cap: int = MAX_LINE_BYTES) -> bytes:
     """``block`` (whole lines from ``lo``) with each line from ``lo`` on cut to ``cap`` bytes, as
     :class:`LineSplitter` hands lines on; ``block`` itself when none is longer."""
-    if len(block) - lo <= cap or not _has_long_line(block, cap, lo):
+    if len(block) - lo <= cap or not has_long_line(block, cap, lo):
         return block
     return block[:lo] + _cap_lines(block[lo:], cap)
 

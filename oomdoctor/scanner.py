@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from oomdoctor.context import ContextCollector
 from oomdoctor.prefilter import Prefilter, make_prefilter, needles
@@ -49,6 +50,9 @@ from oomdoctor.scan.state import (
     FarSpans,
     _Open,
 )
+
+if TYPE_CHECKING:
+    from oomdoctor.prefilter.presence import Presence
 
 __all__ = [
     "AFTER_LINES",
@@ -334,6 +338,12 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         if prefilter.needles != self._prefilter.needles:
             raise ValueError("a prefilter for other needles")
         self._prefilter = prefilter
+
+    @property
+    def periodic_presence(self) -> Presence | None:
+        """Which periodic needles a stretch holds (see :meth:`pass_quiet`: a stretch holding one
+        is read), or None when there are none."""
+        return self._presence
 
     def rereadable(self, read: Callable[[int, int], bytes] | None) -> None:
         """Say that the current source can be read again: ``read(a, b)`` returns bytes ``a`` to

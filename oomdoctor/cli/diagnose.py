@@ -331,6 +331,15 @@ def _file_mode(
     input_error: InputError | None = None
     try:
         with FileProgress(paths) as bar:
+
+            def pass_quiet(size: int, newlines: int, head: bytes, tail: bytes) -> bool:
+                """A stretch the workers found quiet: passed over unread where the scanner can."""
+                if not scanner.pass_quiet(size, newlines, head, tail):
+                    return False
+                bar.advance(size, scanner.findings_so_far())
+                return True
+
+            ahead.pass_quiet_to(pass_quiet, scanner.periodic_presence)
             for i, path in enumerate(paths):
                 if i:
                     scanner.new_source(path)

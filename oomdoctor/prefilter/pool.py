@@ -12,6 +12,13 @@ used only for the very block it was computed for (:class:`Precomputed`); anythin
 that ends inside a line longer than ``SLACK``, bytes appended while reading) is prefiltered in
 the main process.
 
+Where a worker finds no candidate in a chunk, the main process need not read most of it: a
+stretch that holds no candidate (and no periodic needle, see :func:`quiet_start`) only ever
+leaves memory unread, as a far span, where the file can be read again. So, while no failure is
+pending or open (``Scanner.pass_quiet`` says), the main process passes over all of such a chunk
+but its last ``BEFORE_LINES`` lines, which it reads and scans as usual. Its own read of each
+chunk and the presence pass over it were half its CPU time on a log with few candidates.
+
 A chunk is the lines that start in ``[k * CHUNK, (k + 1) * CHUNK)``: its bounds depend only on
 the file, so each worker finds them alone (a line start is offset 0 or one past a newline; with
 no line start within ``SLACK`` bytes, the bound is the offset ``SLACK`` bytes on).
@@ -27,13 +34,15 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from oomdoctor.newlines import count_newlines
 from oomdoctor.prefilter.gates import SAMPLE_BYTES
 from oomdoctor.prefilter.interface import Prefilter
 from oomdoctor.prefilter.pure import PurePrefilter
+from oomdoctor.reader import MAX_LINE_BYTES, has_long_line
+from oomdoctor.scan.state import BEFORE_LINES, FAR_MARK
 
 #: bytes per chunk (nominal: chunks end at line starts). Larger chunks cost more than they save:
 #: each is a fresh buffer twice over (read, lower-cased), and at 4 MiB the page faults of those
@@ -52,6 +61,17 @@ Spans = list[tuple[int, int, int]]
 #: newlines before each candidate's start, and in the whole chunk
 Newlines = tuple[list[int], int]
 
+#: of a chunk without candidates: where its last ``BEFORE_LINES`` lines start, and the first and
+#: last ``FAR_MARK`` bytes before there (see :func:`quiet_start`)
+Quiet = tuple[int, bytes, bytes]
+
+#: the least a chunk's quiet start must be for the main process to pass over it unread
+QUIET_MIN = 64 << 10
+
+#: what the main process passes a quiet stretch to: ``(size, newlines, head, tail)``, True
+#: when it was passed over (see ``Scanner.pass_quiet``)
+Passer = Callable[[int, int, bytes, bytes], bool]
+
 
 def newlines_before(block: bytes, spans: Spans) -> Newlines:
     """How many newlines ``block`` has before each span's start, and in all (a worker counts
@@ -63,6 +83,27 @@ def newlines_before(block: bytes, spans: Spans) -> Newlines:
         before.append(seen)
         prev = start
     return before, seen + count_newlines(block, prev)
+
+
+def quiet_start(block: bytes, spans: Spans, newlines: int, presence: Any, held: bool | None = None) -> Quiet | None:
+    """For a chunk of whole lines: where its last ``BEFORE_LINES`` lines start, when what
+    comes before them may be passed over unread (see ``Scanner.pass_quiet``): the chunk holds
+    no candidate (``spans``), more than ``BEFORE_LINES`` lines (``newlines``), and before
+    there no line longer than the cap and none of the periodic needles ``presence`` looks for
+    (``held``: whether the whole chunk holds one, where the prefilter noted it); with the first
+    and last ``FAR_MARK`` bytes before there. None otherwise."""
+    if spans or newlines <= BEFORE_LINES or not block.endswith(b"\n"):
+        return None
+    near = len(block) - 1
+    rfind = block.rfind
+    for _ in range(BEFORE_LINES):  # (as EvidenceAside._set_aside finds it)
+        near = rfind(b"\n", 0, near)
+    near += 1
+    if near < QUIET_MIN or has_long_line(block, MAX_LINE_BYTES, 0, near):
+        return None
+    if held or (presence is not None and held is None and presence.which(block, 0, near)):
+        return None
+    return near, block[:FAR_MARK], block[max(0, near - FAR_MARK) : near]
 
 
 class Precomputed:
@@ -81,6 +122,16 @@ class Precomputed:
         self._spans: Spans = []
         self._newlines: Newlines | None = None
         self._answered: tuple[bytes, Spans, Newlines] | None = None
+        #: where quiet stretches go, and the periodic needles that keep a stretch from being
+        #: quiet (see :meth:`pass_quiet_to`)
+        self.passer: Passer | None = None
+        self.presence: Any = None
+
+    def pass_quiet_to(self, passer: Passer, presence: Any) -> None:
+        """Offer the stretches of chunks that hold no candidate to ``passer`` before reading
+        them (``Scanner.pass_quiet``); ``presence``: the periodic needles that keep a stretch
+        from being quiet (``Scanner.periodic_presence``)."""
+        self.passer, self.presence = passer, presence
 
     def expect(self, block: bytes, spans: Spans, newlines: Newlines | None = None) -> None:
         self._block, self._spans, self._newlines = block, spans, newlines
@@ -157,10 +208,13 @@ def _read(fd: int, start: int, end: int) -> bytes:
     return data
 
 
-def _work(conn: Any, path: str, size: int, prefilter: Prefilter) -> None:
-    """Worker loop: receive a chunk number, send ``(k, start, end, spans)`` (``None``: stop)."""
+def _work(conn: Any, path: str, size: int, prefilter: Prefilter, quiet: bool, presence: Any) -> None:
+    """Worker loop: receive a chunk number, send ``(k, start, end, spans, newlines, quiet)``
+    (``None``: stop; ``quiet``: see :func:`quiet_start`, asked when ``quiet`` is set)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
+        if quiet and presence is not None and isinstance(prefilter, PurePrefilter):
+            prefilter.note(presence.forms)  # (noted from the text the sieve asks about anyway)
         fd = os.open(path, os.O_RDONLY)
         while True:
             k = conn.recv()
@@ -169,7 +223,10 @@ def _work(conn: Any, path: str, size: int, prefilter: Prefilter) -> None:
             start, end = bound(fd, k, size), bound(fd, k + 1, size)
             block = _read(fd, start, end)
             spans = prefilter.candidates(block)
-            conn.send((k, start, end, spans, newlines_before(block, spans)))
+            newlines = newlines_before(block, spans)
+            held = getattr(prefilter, "noted", None)
+            still = quiet_start(block, spans, newlines[1], presence, held) if quiet and k else None
+            conn.send((k, start, end, spans, newlines, still))
     except Exception as exc:  # reported to the main process, which goes on alone
         with contextlib.suppress(Exception):
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -197,7 +254,9 @@ def parallel_blocks(path: str, fd: int, size: int, pre: Precomputed, workers: in
     try:
         for _ in range(min(workers, chunks)):
             here, there = ctx.Pipe()
-            proc = ctx.Process(target=_work, args=(there, path, size, inner), daemon=True)
+            proc = ctx.Process(
+                target=_work, args=(there, path, size, inner, pre.passer is not None, pre.presence), daemon=True
+            )
             proc.start()
             there.close()
             pipes.append(here)
@@ -225,9 +284,14 @@ def parallel_blocks(path: str, fd: int, size: int, pre: Precomputed, workers: in
                 break
             if got[0] != k or got[1] != pos:  # an error, or not the chunk we are at
                 break
-            _, start, end, spans, newlines = got
+            _, start, end, spans, newlines, quiet = got
             if not ask():
                 break
+            if quiet is not None and pre.passer is not None:
+                near, head, tail = quiet
+                if pre.passer(near, newlines[1] - BEFORE_LINES, head, tail):
+                    # passed over unread: only its last lines are read (see quiet_start)
+                    start, newlines = start + near, ([], BEFORE_LINES)
             block = _read(fd, start, end)
             if len(block) != end - start:  # the file shrank under us
                 break

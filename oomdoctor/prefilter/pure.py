@@ -81,6 +81,16 @@ class PurePrefilter:
         self._sieve_built = False
         self._masks_asked = 0
         self._loud: tuple[int, ...] = ()  # needles searched alone, not sieved (see _quieten)
+        #: a sieve of other needles each sieved block is asked about too (see :meth:`note`)
+        self._also: Sieve | None = None
+        #: whether the block of the last ``candidates`` call holds one of them (None: not known)
+        self.noted: bool | None = None
+
+    def note(self, literals: Sequence[bytes]) -> None:
+        """Have each block the sieve is asked about be asked whether it holds one of
+        ``literals`` (lower-cased, ASCII case folded) too, from the same text: the answer is
+        ``noted`` after each :meth:`candidates` call (a worker's periodic needles: see pool.py)."""
+        self._also = Sieve.for_needles(literals) if literals else None
 
     def plan_for(self, sample: bytes) -> tuple[Gate, ...]:
         """The gates, planned on the first call, pricing sweeps by ``sample`` (lower-cased text of
@@ -121,12 +131,14 @@ class PurePrefilter:
 
     def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
         n = len(block) if hi is None else hi
+        self.noted = None
         if not self.needles or n <= lo:
             return []
         # only the stretches the sieve cannot rule out are searched (see sieve.py); the needles
         # it leaves out as loud are searched alone, in the whole range
         sieve, loud = self._sieve_for(n - lo), self._loud
-        stretches = [(lo, n)] if sieve is None else sieve.ranges(block, lo, n)
+        stretches = [(lo, n)] if sieve is None else sieve.ranges(block, lo, n, self._also)
+        self.noted = None if sieve is None or self._also is None else sieve.also_held
         out: list[tuple[int, int, int]] = []
         whole = len(block)
         for a, b in stretches:

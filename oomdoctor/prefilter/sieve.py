@@ -85,6 +85,9 @@ class Sieve:
         self._rest = 0
         #: the last ``ranges`` call stopped asking: most pieces said yes
         self.busy = False
+        #: whether the range of the last ``ranges`` call given ``also`` holds one of its needles
+        #: (None: not known, not every piece was asked)
+        self.also_held: bool | None = None
 
     @classmethod
     def for_needles(cls, needles: Sequence[bytes]) -> Sieve | None:
@@ -124,18 +127,40 @@ class Sieve:
 
         return ask
 
+    def _asker_noting(self, block: bytes, validator: Any, other: Any) -> Callable[[int, int], bool]:
+        """:meth:`_asker` for an ASCII ``block``, asking ``other`` too and noting a yes in
+        ``also_held``: both are asked about one text made once."""
+        holds, also = validator.isinstance_python, other.isinstance_python
+        view = memoryview(block)
+
+        def ask(a: int, b: int) -> bool:
+            text = str(view[a:b], "ascii")
+            if not self.also_held and also(text):
+                self.also_held = True
+            return bool(holds(text))
+
+        return ask
+
     def holds(self, text: bytes) -> bool:
         """Whether ``text`` may hold a needle (ASCII case folded): False only when it holds none."""
         validator = self._engine()
         return validator is None or self._asker(text, validator)(0, len(text))
 
-    def ranges(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
+    def ranges(
+        self, block: bytes, lo: int = 0, hi: int | None = None, also: Sieve | None = None
+    ) -> list[tuple[int, int]]:
         """The stretches ``(start, end)`` of ``block[lo:hi]`` (``lo`` at a line start), each of
         whole lines, outside which no line holds a needle (ASCII case folded): the pieces that
         may hold one, adjacent ones merged. The whole range is one stretch when it is short, or
-        while the sieve rests."""
+        while the sieve rests.
+
+        ``also``: a sieve of other needles, asked about each piece too, from the same text (the
+        text costs as much as asking about a few needles): ``also_held`` then says whether the
+        range holds one of them, where every piece was asked, the block is ASCII and so are
+        both sieves' needles."""
         size = len(block) if hi is None else hi
         self.busy = False
+        self.also_held = None
         if size - lo < MIN_TEXT:
             return [(lo, size)]
         if self._rest:
@@ -145,6 +170,10 @@ class Sieve:
         if validator is None:
             return [(lo, size)]
         ask = self._asker(block, validator)
+        other = also._engine() if also is not None and also._ascii and self._ascii else None
+        if other is not None and block.isascii():
+            ask = self._asker_noting(block, validator, other)
+            self.also_held = False
         rfind, find = block.rfind, block.find
         out: list[tuple[int, int]] = []
         asked = said_yes = 0
@@ -165,6 +194,8 @@ class Sieve:
             if asked == PROBE and said_yes >= BUSY and pos < size:  # a busy text: stop asking
                 self._rest = REST_CALLS
                 self.busy = True
+                if not self.also_held:
+                    self.also_held = None
                 if out and out[-1][1] == pos:
                     out[-1] = (out[-1][0], size)
                 else:

@@ -437,6 +437,20 @@ class EvidenceAside(ScanState):
                 self._far = FarSpans(base + a, block[a : a + FAR_MARK], tail, [])
             self._far.add(ends[::-1], tail)
 
+    def _pass_far(self, base: int, size: int, number: int, head: bytes, tail: bytes) -> None:
+        """Add the source's bytes ``base:base + size`` (line ``number`` at the end; ``head`` and
+        ``tail``: their first and last ``FAR_MARK`` bytes), passed over unread (see
+        :meth:`~oomdoctor.scan.lines.LineAssembly.pass_quiet`), to the far spans, as setting
+        them aside would in the end: what is before them leaves memory first (the tail's spans
+        and the unsearched ones, in that order)."""
+        while self._tail:
+            self._retire_oldest()
+        if self._unsearched:
+            self._search_unsearched(leaving=True)
+        if self._far is None:
+            self._far = FarSpans(base, head, tail, [])
+        self._far.add([(base + size, number)], tail)
+
     def _expand_tail(self, spans: int | None = None) -> None:
         """Defer the evidence lines of the tail's spans (see :meth:`_set_aside`), in order: all
         of them, or the oldest ``spans``. The unsearched spans before them are searched first."""

@@ -80,6 +80,37 @@ class LineAssembly(ScanState):
         except TimeoutError:  # a context or phase regex (rule patterns raise RuleTimeout)
             raise RuleTimeout(f"{self._timing}: regex timed out (catastrophic backtracking?)") from None
 
+    def pass_quiet(self, size: int, newlines: int, head: bytes, tail: bytes) -> bool:
+        """Pass over the source's next ``size`` bytes without reading them, where feeding them
+        would only set them aside: whole lines (``newlines`` of them, none longer than the cap)
+        that a worker process found to hold no candidate line and no periodic needle, followed
+        by at least ``BEFORE_LINES`` more lines (see :mod:`oomdoctor.prefilter.pool`).
+
+        Feeding them would make them an unsearched span; here they join the far spans at once
+        (``head`` and ``tail``: their first and last ``FAR_MARK`` bytes), read again only if a
+        failure whose step is not known asks for its latest progress line. That is possible
+        only where the source can be read again, at a line start, while no failure is pending
+        or open and no look-ahead is owed: returns False (nothing done) otherwise, and the
+        caller feeds them."""
+        number = self._splitter.line_number + 1
+        if (
+            self._reread is None
+            or self._ev_prefilter is None
+            or not self._ascii_needles  # (else a stretch that is not ASCII is read line by line)
+            or self._paste is not None
+            or self._need_lookahead
+            or self._pending
+            or not self._splitter.at_line_start
+            or self._open_before(number)
+        ):
+            return False
+        self._pass_far(self._fed, size, number + newlines, head, tail)
+        self._fed += size
+        self._splitter.advance(newlines)
+        self._last_line = number + newlines - 1
+        self._last_lines.clear()
+        return True
+
     def _scan_block(self, first: int, block: bytes, lo: int = 0, hi: int | None = None) -> None:
         # Only candidate lines (a trigger on them) are decoded and matched. A line holding a
         # rule's trigger also brings the next ``lookahead`` lines (its window); other candidates
