@@ -77,9 +77,9 @@ def test_reports_are_identical_with_and_without_workers(
     counted: list[bool] = []  # per block scanned: with the worker's newline counts
     real, real_candidates, real_starts = Precomputed.expect, Precomputed.candidates, Precomputed.line_starts
 
-    def expect(self: Precomputed, block: bytes, spans: list, newlines: object = None) -> None:
+    def expect(self: Precomputed, block: bytes, spans: list, newlines: object = None, held: object = None) -> None:
         used.append(len(block))
-        real(self, block, spans, newlines)  # type: ignore[arg-type]
+        real(self, block, spans, newlines, held)  # type: ignore[arg-type]
 
     def candidates(self: Precomputed, block: bytes, lo: int = 0, hi: int | None = None) -> list:
         expected = self._block is block

@@ -192,3 +192,55 @@ def test_a_short_log_never_builds_the_sieve() -> None:
     big = block * (MIN_TEXT // len(block) + 1)
     assert pf.candidates(big) == _by_hand(big, pf.needles)
     assert pf._sieve is not None
+
+
+# -- noting other needles from the same text (the periodic needles: see PurePrefilter.present_in)
+
+QUIET = b"INFO 12-03 10:00:01 [loggers.py:116] nothing to see here\n" * 4000  # ~230 KiB, 8 pieces
+BATCH = b"[2025-06-01 10:01:00 TP0] Decode batch. #running-req: 7, token usage: 0.51\n"
+
+
+@pytest.mark.parametrize(
+    "block, held",
+    [
+        (QUIET, False),
+        (QUIET[: len(QUIET) // 2] + BATCH.upper() + QUIET[len(QUIET) // 2 :], True),  # (ASCII case folded)
+        (QUIET + BATCH, True),  # in the last piece
+        (QUIET[:MIN_TEXT - 100], None),  # too short to be sieved: not known
+        (QUIET + "é".encode() + b"\n", None),  # not ASCII: the pieces are not asked as text
+    ],
+    ids=["none", "one", "last-piece", "short", "not-ascii"],
+)
+def test_the_sieve_notes_whether_a_range_holds_another_sieve_s_needles(block: bytes, held: bool | None) -> None:
+    sieve = Sieve([b"out of memory"])
+    also = Sieve([b"#running-req:"])
+    ranges, noted = sieve.ranges_noting(block, 0, len(block), also)
+    assert noted is held
+    assert ranges == sieve.ranges(block)  # the answer about its own needles is the same
+
+
+def test_a_busy_range_notes_only_what_it_asked() -> None:
+    busy = b"CUDA out of memory on this line\n" * 12000
+    sieve, also = Sieve([b"out of memory"]), Sieve([b"#running-req:"])
+    assert sieve.ranges_noting(busy + BATCH, 0, None, also)[1] is None  # (not every piece was asked)
+    sieve = Sieve([b"out of memory"])
+    assert sieve.ranges_noting(BATCH + busy, 0, None, also)[1] is True  # (asked before it stopped)
+
+
+def test_the_pure_prefilter_says_a_range_holds_no_periodic_needle_only_where_it_noted_so() -> None:
+    import threading
+
+    pre = PurePrefilter(_triggers(), present=(b"#running-req:",))
+    with_batch = QUIET + BATCH
+    pre.candidates(QUIET)
+    assert pre.present_in(QUIET, 0, len(QUIET)) == 0
+    assert pre.present_in(QUIET, 100, 2000) == 0
+    assert pre.present_in(with_batch, 0, 10) is None  # another block: not known
+    other: list[int | None] = []
+    thread = threading.Thread(target=lambda: (pre.candidates(with_batch), other.append(pre.present_in(with_batch, 0, 10))))
+    thread.start()
+    thread.join()
+    assert other == [None]  # it holds one: asked, not taken from the note
+    assert pre.present_in(QUIET, 0, len(QUIET)) == 0  # (each thread its own note)
+    pre.candidates(QUIET, 0, len(QUIET) // 2)
+    assert pre.present_in(QUIET, 0, len(QUIET)) is None  # beyond the range it sieved

@@ -51,6 +51,8 @@ def _quiet_log() -> str:
         + lines(THROUGHPUT, 3000) + GRAPHS + lines(NOISE, 3000) + OOM.format(n=3)
         + lines(NOISE, 2500) + BATCH.format(n=7) + lines(NOISE, 2500)  # a periodic line: not passed over
         + OOM.format(n=4) + lines(NOISE, 60) + OOM.format(n=5) + lines(NOISE, 3000)  # open across a chunk's start
+        + BATCH.format(n=9) + lines(NOISE, 1500) + GRAPHS + lines(NOISE, 1500)  # the latest periodic line,
+        # far from any failure and not the latest progress line: read for its value alone
         + "x" * 70000 + "\n" + lines(NOISE, 3000)  # a line over the cap: not passed over
     )
 
@@ -181,7 +183,7 @@ def test_a_file_read_with_quiet_chunks_passed_over_gives_what_reading_it_all_giv
     assert [(f.rule, f.phase) for f in report.findings] == [
         ("torch.cuda-oom", "weights-load"), ("torch.cuda-oom", "cudagraph-capture"),
         ("torch.cuda-oom", "inference"), ("torch.cuda-oom", "inference")]  # (SGLang's batch line: serving)
-    assert report.context.extra == {"sglang_running_requests": 7}  # (the batch line, read where it was)
+    assert report.context.extra == {"sglang_running_requests": 9}  # (the latest batch line, read where it was)
     size = path.stat().st_size
     skipped = sum(n for ok, n in passed if ok)
     assert fed + skipped == size and skipped > size / 3  # much of it was not read
@@ -193,3 +195,17 @@ def test_the_worker_counts_what_it_passes_over() -> None:
     total = newlines_before(block, [])[1]
     near = (quiet_start(block, [], total, None) or (0,))[0]
     assert total - BEFORE_LINES == block[:near].count(b"\n")
+
+
+@pytest.mark.parametrize("held, present", [(False, 0), (True, None), (None, None)])
+def test_a_chunk_answered_by_a_worker_holds_no_periodic_needle_where_the_worker_noted_none(
+    held: bool | None, present: int | None
+) -> None:
+    from oomdoctor.prefilter import PurePrefilter
+
+    pre = Precomputed(PurePrefilter(["out of memory"], present=(b"#running-req:",)))
+    block = lines(NOISE, 2000).encode()
+    pre.expect(block, [], ([], 2000), held)
+    assert pre.candidates(block) == []
+    assert pre.present_in(block, 0, 100) == present  # (None: the scanner asks the stretch itself)
+    assert pre.present_in(block + b"", 0, 100) is None or block + b"" is block

@@ -20,7 +20,7 @@ def _cached(triggers: tuple[str, ...], prefer: str, present: tuple[bytes, ...]) 
                 raise
         else:
             return HyperscanPrefilter(triggers, present)
-    return PurePrefilter(triggers)
+    return PurePrefilter(triggers, present)
 
 
 def make_prefilter(triggers: Sequence[str], prefer: str = "auto", present: Sequence[bytes] = ()) -> Prefilter:
@@ -28,8 +28,9 @@ def make_prefilter(triggers: Sequence[str], prefer: str = "auto", present: Seque
 
     Prefilters hold no per-scan state, so one is compiled per set of triggers and reused.
     ``OOMDOCTOR_PREFILTER=python`` (or ``hyperscan``) overrides ``auto``. ``present``: literals
-    the hyperscan prefilter also notes the first occurrence of in each scan, for ``present_in``
-    (lower-cased; none of them is reported as a candidate).
+    each scan also notes (hyperscan: where each first occurs; the pure path: whether the range
+    holds one, where it sieved all of it), for ``present_in`` (lower-cased; none of them is
+    reported as a candidate).
     """
     if prefer == "auto":
         prefer = os.environ.get("OOMDOCTOR_PREFILTER", "auto") or "auto"

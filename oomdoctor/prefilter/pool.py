@@ -115,13 +115,17 @@ class Precomputed:
         self.needles = inner.needles
         if hasattr(inner, "mask"):  # (see interface.py)
             self.mask = inner.mask
-        if hasattr(inner, "present_in"):  # what the inner's latest scan noted (hyperscan_path.py)
-            self.present_in = inner.present_in
+        if hasattr(inner, "present_in"):  # what the latest scan noted (hyperscan_path.py, pure.py)
+            self.present_in = self._present_in
             self.present_literals: tuple[bytes, ...] = getattr(inner, "present_literals", ())
         self._block: bytes | None = None
         self._spans: Spans = []
         self._newlines: Newlines | None = None
+        self._held: bool | None = None
         self._answered: tuple[bytes, Spans, Newlines] | None = None
+        #: the block the latest ``candidates`` call answered from a worker, and whether it holds
+        #: a ``present`` literal (None: not known)
+        self._noted: tuple[bytes, bool | None] | None = None
         #: where quiet stretches go, and the periodic needles that keep a stretch from being
         #: quiet (see :meth:`pass_quiet_to`)
         self.passer: Passer | None = None
@@ -133,17 +137,27 @@ class Precomputed:
         from being quiet (``Scanner.periodic_presence``)."""
         self.passer, self.presence = passer, presence
 
-    def expect(self, block: bytes, spans: Spans, newlines: Newlines | None = None) -> None:
-        self._block, self._spans, self._newlines = block, spans, newlines
+    def expect(self, block: bytes, spans: Spans, newlines: Newlines | None = None, held: bool | None = None) -> None:
+        """Answer the next ``candidates`` call for ``block`` with ``spans`` (``newlines``: the
+        newlines before each and in all; ``held``: whether it holds a ``present`` literal)."""
+        self._block, self._spans, self._newlines, self._held = block, spans, newlines, held
 
     def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> Spans:
-        self._answered = None
+        self._answered = self._noted = None
         if block is self._block and lo == 0 and (hi is None or hi == len(block)):
             self._block = None
             if self._newlines is not None:
                 self._answered = (block, self._spans, self._newlines)
+            self._noted = (block, self._held)
             return self._spans
         return self.inner.candidates(block, lo, hi)
+
+    def _present_in(self, block: bytes, a: int, b: int) -> int | None:
+        """``present_in`` of the block answered from a worker (none where it noted none), else
+        the inner prefilter's."""
+        if self._noted is not None and self._noted[0] is block:
+            return 0 if self._noted[1] is False else None
+        return self.inner.present_in(block, a, b)  # type: ignore[attr-defined]
 
     def line_starts(self, block: bytes) -> dict[int, int] | None:
         """For the block the latest :meth:`candidates` call answered with a worker's counts:
@@ -209,12 +223,12 @@ def _read(fd: int, start: int, end: int) -> bytes:
 
 
 def _work(conn: Any, path: str, size: int, prefilter: Prefilter, quiet: bool, presence: Any) -> None:
-    """Worker loop: receive a chunk number, send ``(k, start, end, spans, newlines, quiet)``
-    (``None``: stop; ``quiet``: see :func:`quiet_start`, asked when ``quiet`` is set)."""
+    """Worker loop: receive a chunk number, send ``(k, start, end, spans, newlines, held,
+    quiet)`` (``None``: stop; ``held``: whether the chunk holds a periodic needle, None if not
+    known; ``quiet``: see :func:`quiet_start`, asked when ``quiet`` is set)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        if quiet and presence is not None and isinstance(prefilter, PurePrefilter):
-            prefilter.note(presence.forms)  # (noted from the text the sieve asks about anyway)
+        noted = getattr(prefilter, "noted_in", None)  # (the periodic needles: see PurePrefilter)
         fd = os.open(path, os.O_RDONLY)
         while True:
             k = conn.recv()
@@ -224,9 +238,9 @@ def _work(conn: Any, path: str, size: int, prefilter: Prefilter, quiet: bool, pr
             block = _read(fd, start, end)
             spans = prefilter.candidates(block)
             newlines = newlines_before(block, spans)
-            held = getattr(prefilter, "noted", None)
+            held = noted(block, 0, len(block)) if noted is not None else None
             still = quiet_start(block, spans, newlines[1], presence, held) if quiet and k else None
-            conn.send((k, start, end, spans, newlines, still))
+            conn.send((k, start, end, spans, newlines, held, still))
     except Exception as exc:  # reported to the main process, which goes on alone
         with contextlib.suppress(Exception):
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -284,7 +298,7 @@ def parallel_blocks(path: str, fd: int, size: int, pre: Precomputed, workers: in
                 break
             if got[0] != k or got[1] != pos:  # an error, or not the chunk we are at
                 break
-            _, start, end, spans, newlines, quiet = got
+            _, start, end, spans, newlines, held, quiet = got
             if not ask():
                 break
             if quiet is not None and pre.passer is not None:
@@ -297,7 +311,7 @@ def parallel_blocks(path: str, fd: int, size: int, pre: Precomputed, workers: in
                 break
             pos = end
             if block:  # (a chunk is empty when a line without newline runs from its start to EOF)
-                pre.expect(block, spans, newlines)
+                pre.expect(block, spans, newlines, held)
                 yield block
     finally:
         for conn in pipes:

@@ -3,6 +3,7 @@ lower-cased and searched exactly, one pass per gate (see :mod:`.gates`)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 from oomdoctor.prefilter.gates import SAMPLE_BYTES, Gate, plan
@@ -64,7 +65,7 @@ class PurePrefilter:
     _HIT_COST = 0.1e-6
     _MEMBER_COST = 0.04e-6
 
-    def __init__(self, triggers: Sequence[str]) -> None:
+    def __init__(self, triggers: Sequence[str], present: Sequence[bytes] = ()) -> None:
         self.needles = needles(triggers)
         searched = with_json_forms(self.needles)
         #: what is searched: the needles (bit i: needle i), then their JSON forms
@@ -81,16 +82,26 @@ class PurePrefilter:
         self._sieve_built = False
         self._masks_asked = 0
         self._loud: tuple[int, ...] = ()  # needles searched alone, not sieved (see _quieten)
-        #: a sieve of other needles each sieved block is asked about too (see :meth:`note`)
-        self._also: Sieve | None = None
-        #: whether the block of the last ``candidates`` call holds one of them (None: not known)
-        self.noted: bool | None = None
+        #: literals each sieved range is asked about too, from the text the sieve makes of it
+        #: anyway (see :meth:`present_in`), and a sieve of them and their JSON forms
+        self.present_literals = tuple(present)
+        self._present = Sieve.for_needles([form for form, _ in with_json_forms(self.present_literals)]) if present else None
+        self._local = threading.local()  # (threads of the HTTP service share this prefilter)
 
-    def note(self, literals: Sequence[bytes]) -> None:
-        """Have each block the sieve is asked about be asked whether it holds one of
-        ``literals`` (lower-cased, ASCII case folded) too, from the same text: the answer is
-        ``noted`` after each :meth:`candidates` call (a worker's periodic needles: see pool.py)."""
-        self._also = Sieve.for_needles(literals) if literals else None
+    def noted_in(self, block: bytes, a: int, b: int) -> bool | None:
+        """Whether ``block[a:b]`` holds one of the ``present`` literals, from this thread's latest
+        :meth:`candidates` call; None when that call did not cover it or could not tell (its
+        range was not all sieved: short, or the sieve resting)."""
+        got = getattr(self._local, "noted", None)
+        if got is None or got[0] is not block or not got[1] <= a <= b <= got[2]:
+            return None
+        return got[3]
+
+    def present_in(self, block: bytes, a: int, b: int) -> int | None:
+        """Which ``present`` literals may be in ``block[a:b]`` (bit ``k``: literal ``k``): none
+        where the latest :meth:`candidates` call noted that its range holds none of them;
+        else None (not known: ask them)."""
+        return 0 if self.noted_in(block, a, b) is False else None
 
     def plan_for(self, sample: bytes) -> tuple[Gate, ...]:
         """The gates, planned on the first call, pricing sweeps by ``sample`` (lower-cased text of
@@ -131,14 +142,19 @@ class PurePrefilter:
 
     def candidates(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int, int]]:
         n = len(block) if hi is None else hi
-        self.noted = None
+        self._local.noted = None
         if not self.needles or n <= lo:
             return []
         # only the stretches the sieve cannot rule out are searched (see sieve.py); the needles
         # it leaves out as loud are searched alone, in the whole range
         sieve, loud = self._sieve_for(n - lo), self._loud
-        stretches = [(lo, n)] if sieve is None else sieve.ranges(block, lo, n, self._also)
-        self.noted = None if sieve is None or self._also is None else sieve.also_held
+        if sieve is None:
+            stretches = [(lo, n)]
+        elif self._present is None:
+            stretches = sieve.ranges(block, lo, n)
+        else:
+            stretches, held = sieve.ranges_noting(block, lo, n, self._present)
+            self._local.noted = (block, lo, n, held)
         out: list[tuple[int, int, int]] = []
         whole = len(block)
         for a, b in stretches:

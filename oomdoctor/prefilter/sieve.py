@@ -85,9 +85,6 @@ class Sieve:
         self._rest = 0
         #: the last ``ranges`` call stopped asking: most pieces said yes
         self.busy = False
-        #: whether the range of the last ``ranges`` call given ``also`` holds one of its needles
-        #: (None: not known, not every piece was asked)
-        self.also_held: bool | None = None
 
     @classmethod
     def for_needles(cls, needles: Sequence[bytes]) -> Sieve | None:
@@ -127,16 +124,17 @@ class Sieve:
 
         return ask
 
-    def _asker_noting(self, block: bytes, validator: Any, other: Any) -> Callable[[int, int], bool]:
-        """:meth:`_asker` for an ASCII ``block``, asking ``other`` too and noting a yes in
-        ``also_held``: both are asked about one text made once."""
+    @staticmethod
+    def _asker_noting(block: bytes, validator: Any, other: Any, held: list[bool]) -> Callable[[int, int], bool]:
+        """:meth:`_asker` for an ASCII ``block``, asking ``other`` too until it says yes (noted
+        in ``held``): both are asked about one text made once."""
         holds, also = validator.isinstance_python, other.isinstance_python
         view = memoryview(block)
 
         def ask(a: int, b: int) -> bool:
             text = str(view[a:b], "ascii")
-            if not self.also_held and also(text):
-                self.also_held = True
+            if not held and also(text):
+                held.append(True)
             return bool(holds(text))
 
         return ask
@@ -146,34 +144,37 @@ class Sieve:
         validator = self._engine()
         return validator is None or self._asker(text, validator)(0, len(text))
 
-    def ranges(
-        self, block: bytes, lo: int = 0, hi: int | None = None, also: Sieve | None = None
-    ) -> list[tuple[int, int]]:
+    def ranges(self, block: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
         """The stretches ``(start, end)`` of ``block[lo:hi]`` (``lo`` at a line start), each of
         whole lines, outside which no line holds a needle (ASCII case folded): the pieces that
         may hold one, adjacent ones merged. The whole range is one stretch when it is short, or
-        while the sieve rests.
+        while the sieve rests."""
+        return self.ranges_noting(block, lo, hi)[0]
 
-        ``also``: a sieve of other needles, asked about each piece too, from the same text (the
-        text costs as much as asking about a few needles): ``also_held`` then says whether the
-        range holds one of them, where every piece was asked, the block is ASCII and so are
-        both sieves' needles."""
+    def ranges_noting(
+        self, block: bytes, lo: int = 0, hi: int | None = None, also: Sieve | None = None
+    ) -> tuple[list[tuple[int, int]], bool | None]:
+        """:meth:`ranges`, and whether the range holds one of the needles of ``also``, a sieve
+        asked about each piece too, from the same text (making the text costs as much as asking
+        about a few needles): None where that is not known (not every piece was asked, or the
+        block or the needles of either sieve are not all ASCII)."""
         size = len(block) if hi is None else hi
         self.busy = False
-        self.also_held = None
         if size - lo < MIN_TEXT:
-            return [(lo, size)]
+            return [(lo, size)], None
         if self._rest:
             self._rest -= 1
-            return [(lo, size)]
+            return [(lo, size)], None
         validator = self._engine()
         if validator is None:
-            return [(lo, size)]
-        ask = self._asker(block, validator)
+            return [(lo, size)], None
         other = also._engine() if also is not None and also._ascii and self._ascii else None
+        held: list[bool] = []  # (a yes from ``also``: its one item)
         if other is not None and block.isascii():
-            ask = self._asker_noting(block, validator, other)
-            self.also_held = False
+            ask = self._asker_noting(block, validator, other, held)
+        else:
+            other = None
+            ask = self._asker(block, validator)
         rfind, find = block.rfind, block.find
         out: list[tuple[int, int]] = []
         asked = said_yes = 0
@@ -194,11 +195,11 @@ class Sieve:
             if asked == PROBE and said_yes >= BUSY and pos < size:  # a busy text: stop asking
                 self._rest = REST_CALLS
                 self.busy = True
-                if not self.also_held:
-                    self.also_held = None
+                if not held:
+                    other = None  # (the rest was not asked)
                 if out and out[-1][1] == pos:
                     out[-1] = (out[-1][0], size)
                 else:
                     out.append((pos, size))
                 break
-        return out
+        return out, (bool(held) if other is not None else None)
