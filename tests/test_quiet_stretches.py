@@ -5,6 +5,7 @@ The report is the one reading every byte gives."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -209,3 +210,35 @@ def test_a_chunk_answered_by_a_worker_holds_no_periodic_needle_where_the_worker_
     assert pre.candidates(block) == []
     assert pre.present_in(block, 0, 100) == present  # (None: the scanner asks the stretch itself)
     assert pre.present_in(block + b"", 0, 100) is None or block + b"" is block
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="workers are forked on Linux only")
+def test_a_file_cut_short_after_a_quiet_stretch_is_read_on_from_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the stretch was passed over; the lines after it are gone when read: the main process
+    # reads on alone from the end of the stretch, not from the chunk's start again
+    monkeypatch.setenv("OOMDOCTOR_PREFILTER", "python")
+    monkeypatch.setenv("OOMDOCTOR_WORKERS", "2")
+    monkeypatch.setattr(prefilter_pool, "CHUNK", 64 << 10)
+    monkeypatch.setattr(prefilter_pool, "QUIET_MIN", 4 << 10)
+    path = tmp_path / "cut.log"
+    path.write_bytes((lines(NOISE, 20000) + LOADED + OOM.format(n=2)).encode())
+    scanner = Scanner(PACK, source="cut.log", advise=False)
+    pre = Precomputed(scanner.prefilter)
+    scanner.use_prefilter(pre)
+    cut: list[int] = []
+
+    def passer(size: int, newlines: int, head: bytes, tail: bytes) -> bool:
+        ok = scanner.pass_quiet(size, newlines, head, tail)
+        if ok and not cut:
+            cut.append(scanner._fed + 100)  # within the lines after the stretch
+            os.truncate(path, cut[0])
+        return ok
+
+    pre.pass_quiet_to(passer, scanner.periodic_presence)
+    scanner.rereadable(rereader(str(path)))
+    for block in read_blocks(str(path), ahead=pre):
+        scanner.feed(block)
+    assert cut and scanner._fed == cut[0]  # every byte once, none twice
+    assert scanner._splitter.line_number == path.read_bytes().count(b"\n")

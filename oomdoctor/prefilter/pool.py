@@ -306,6 +306,7 @@ def parallel_blocks(path: str, fd: int, size: int, pre: Precomputed, workers: in
                 if pre.passer(near, newlines[1] - BEFORE_LINES, head, tail):
                     # passed over unread: only its last lines are read (see quiet_start)
                     start, newlines = start + near, ([], BEFORE_LINES)
+                    pos = start  # (the scanner has had the bytes before: read on alone from here)
             block = _read(fd, start, end)
             if len(block) != end - start:  # the file shrank under us
                 break
