@@ -31,8 +31,6 @@ class Presence:
         #: each literal and its JSON forms (a record's bytes hold one of those: see json_forms)
         forms = with_json_forms(self.literals)
         self._forms = [[form for form, j in forms if j == k] for k in range(len(self.literals))]
-        #: every literal and JSON form a stretch holding one of the literals holds
-        self.forms = tuple(form for form, _ in forms)
         self._sieves: list[Sieve | None] = [None] * len(self.literals)
         self._local = threading.local()
         if not self.literals or engine == "find":
