@@ -242,3 +242,39 @@ def test_a_file_cut_short_after_a_quiet_stretch_is_read_on_from_there(
         scanner.feed(block)
     assert cut and scanner._fed == cut[0]  # every byte once, none twice
     assert scanner._splitter.line_number == path.read_bytes().count(b"\n")
+
+
+def test_a_worker_takes_the_prefilter_s_note_only_for_the_needles_it_was_asked_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from oomdoctor.prefilter import PurePrefilter
+
+    monkeypatch.setattr(prefilter_pool, "CHUNK", 256 << 10)
+    monkeypatch.setattr(prefilter_pool, "QUIET_MIN", 4 << 10)
+    path = tmp_path / "w.log"
+    path.write_bytes((lines(NOISE, 5000) + "#other-needle: 1\n" + lines(NOISE, 10000)).encode())  # (in chunk 1)
+    sent: list[tuple] = []
+
+    class Conn:
+        def __init__(self) -> None:
+            self.asked: list[int | None] = [1, None]  # chunk 1, then stop
+
+        def recv(self) -> int | None:
+            return self.asked.pop(0)
+
+        def send(self, got: tuple) -> None:
+            sent.append(got)
+
+        def close(self) -> None:
+            pass
+
+    def quiet_of(presence: Presence) -> object:
+        sent.clear()
+        pre = PurePrefilter(["out of memory"], present=(b"#running-req:",))
+        prefilter_pool._work(Conn(), str(path), path.stat().st_size, pre, True, presence)
+        (_, _, _, spans, _, held, quiet), = sent
+        assert spans == [] and held is False  # (of its own literal: none in the chunk)
+        return quiet
+
+    assert quiet_of(Presence((b"#running-req:",))) is not None
+    assert quiet_of(Presence((b"#other-needle:",))) is None  # asked, not taken from the note

@@ -229,6 +229,8 @@ def _work(conn: Any, path: str, size: int, prefilter: Prefilter, quiet: bool, pr
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         noted = getattr(prefilter, "noted_in", None)  # (the periodic needles: see PurePrefilter)
+        # (a note of other literals than ``presence`` asks about says nothing of those)
+        same = presence is not None and getattr(prefilter, "present_literals", None) == presence.literals
         fd = os.open(path, os.O_RDONLY)
         while True:
             k = conn.recv()
@@ -239,7 +241,7 @@ def _work(conn: Any, path: str, size: int, prefilter: Prefilter, quiet: bool, pr
             spans = prefilter.candidates(block)
             newlines = newlines_before(block, spans)
             held = noted(block, 0, len(block)) if noted is not None else None
-            still = quiet_start(block, spans, newlines[1], presence, held) if quiet and k else None
+            still = quiet_start(block, spans, newlines[1], presence, held if same else None) if quiet and k else None
             conn.send((k, start, end, spans, newlines, held, still))
     except Exception as exc:  # reported to the main process, which goes on alone
         with contextlib.suppress(Exception):
