@@ -145,6 +145,16 @@ def has_long_line(block: bytes, cap: int, lo: int = 0, hi: int | None = None) ->
     return pat.search(block, first, hi) is not None
 
 
+def last_lines_start(block: bytes, lo: int, hi: int, lines: int) -> int:
+    """Where the last ``lines`` lines of ``block[lo:hi]`` begin: whole lines (``hi`` at a line
+    start), more than ``lines`` of them."""
+    near = hi - 1
+    rfind = block.rfind
+    for _ in range(lines):
+        near = rfind(b"\n", lo, near)
+    return near + 1
+
+
 def _cap_lines(block: bytes, cap: int) -> bytes:
     out = []
     for line in block.split(b"\n")[:-1]:

@@ -41,7 +41,7 @@ from oomdoctor.newlines import count_newlines
 from oomdoctor.prefilter.gates import SAMPLE_BYTES
 from oomdoctor.prefilter.interface import Prefilter
 from oomdoctor.prefilter.pure import PurePrefilter
-from oomdoctor.reader import MAX_LINE_BYTES, has_long_line
+from oomdoctor.reader import MAX_LINE_BYTES, has_long_line, last_lines_start
 from oomdoctor.scan.state import BEFORE_LINES, FAR_MARK
 
 #: bytes per chunk (nominal: chunks end at line starts). Larger chunks cost more than they save:
@@ -94,11 +94,7 @@ def quiet_start(block: bytes, spans: Spans, newlines: int, presence: Any, held: 
     and last ``FAR_MARK`` bytes before there. None otherwise."""
     if spans or newlines <= BEFORE_LINES or not block.endswith(b"\n"):
         return None
-    near = len(block) - 1
-    rfind = block.rfind
-    for _ in range(BEFORE_LINES):  # (as EvidenceAside._set_aside finds it)
-        near = rfind(b"\n", 0, near)
-    near += 1
+    near = last_lines_start(block, 0, len(block), BEFORE_LINES)  # (as EvidenceAside._set_aside does)
     if near < QUIET_MIN or has_long_line(block, MAX_LINE_BYTES, 0, near):
         return None
     if held or (presence is not None and held is None and presence.which(block, 0, near)):

@@ -19,7 +19,14 @@ from collections.abc import Callable
 from typing import Any
 
 from oomdoctor.newlines import count_newlines
-from oomdoctor.reader import MAX_LINE_BYTES, Line, cut_long_lines, normalise, only_cut_by_normalise
+from oomdoctor.reader import (
+    MAX_LINE_BYTES,
+    Line,
+    cut_long_lines,
+    last_lines_start,
+    normalise,
+    only_cut_by_normalise,
+)
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
 from oomdoctor.scan.state import (
     BEFORE_LINES,
@@ -155,11 +162,7 @@ class EvidenceAside(ScanState):
         lines = self._newlines(block, a, b)
         end = number + lines
         if lines > BEFORE_LINES:
-            near = b - 1
-            rfind = block.rfind
-            for _ in range(BEFORE_LINES):
-                near = rfind(b"\n", a, near)
-            near += 1
+            near = last_lines_start(block, a, b, BEFORE_LINES)
             while self._tail:
                 self._retire_oldest()
             self._leave_unsearched(block, a, near, end - BEFORE_LINES, self._block_base)
@@ -430,12 +433,17 @@ class EvidenceAside(ScanState):
             if not (progress or want):
                 break
         if ends:
-            # one range with the far spans before them: what lies between them was read, or its
-            # progress lines are older than one read (searching it again finds nothing later)
-            if self._far is None:
-                block, a, base = oldest
-                self._far = FarSpans(base + a, block[a : a + FAR_MARK], tail, [])
-            self._far.add(ends[::-1], tail)
+            block, a, base = oldest
+            self._join_far(base + a, block[a : a + FAR_MARK], ends[::-1], tail)
+
+    def _join_far(self, start: int, head: bytes, ends: list[tuple[int, int]], tail: bytes) -> None:
+        """Join spans from the source's byte ``start`` on (``head``: their first bytes; ``ends``
+        and ``tail``: see :meth:`FarSpans.add`) to the far spans, as one range with those before
+        them: what lies between was read, or its progress lines are older than one read
+        (searching it again finds nothing later)."""
+        if self._far is None:
+            self._far = FarSpans(start, head, tail, [])
+        self._far.add(ends, tail)
 
     def _pass_far(self, base: int, size: int, number: int, head: bytes, tail: bytes) -> None:
         """Add the source's bytes ``base:base + size`` (line ``number`` at the end; ``head`` and
@@ -447,9 +455,7 @@ class EvidenceAside(ScanState):
             self._retire_oldest()
         if self._unsearched:
             self._search_unsearched(leaving=True)
-        if self._far is None:
-            self._far = FarSpans(base, head, tail, [])
-        self._far.add([(base + size, number)], tail)
+        self._join_far(base, head, [(base + size, number)], tail)
 
     def _expand_tail(self, spans: int | None = None) -> None:
         """Defer the evidence lines of the tail's spans (see :meth:`_set_aside`), in order: all
