@@ -26,15 +26,45 @@ def _int(value: Any) -> int | None:
     return None
 
 
+def allocator_held(fig: dict[str, Any]) -> int | None:
+    """What PyTorch's caching allocator holds on the device: reserved, else allocated + reserved-unallocated."""
+    reserved = _int(fig.get("reserved_bytes"))
+    if reserved is not None:
+        return reserved
+    allocated, spare = _int(fig.get("allocated_bytes")), _int(fig.get("reserved_unallocated_bytes"))
+    if allocated is None:
+        return None
+    return allocated + (spare or 0)
+
+
+def own_in_use_contradicted(fig: dict[str, Any]) -> bool:
+    """The message's "this process has N in use" is less than its own allocator holds.
+
+    Inside a container (a PID namespace) NVML cannot see the process, and PyTorch prints
+    "this process has 0 bytes memory in use" beside tens of GiB "allocated by PyTorch". What the
+    allocator reserved is memory of this process: the allocator's figures win.
+    """
+    own, held = _int(fig.get("in_use_bytes")), allocator_held(fig)
+    return own is not None and held is not None and own < held
+
+
 def other_processes(fig: dict[str, Any]) -> list[dict[str, Any]]:
-    """The processes a message lists, without the failing one (recent PyTorch lists it too)."""
+    """The processes a message lists, without the failing one (recent PyTorch lists it too).
+
+    The failing process is the one whose "in use" equals this process's; when that figure is
+    missing or contradicted, it is the largest listed process holding at least what the caching
+    allocator holds (the same process seen through a container's PID namespace).
+    """
     procs = [p for p in fig.get("other_processes") or [] if isinstance(p, dict)]
     own = _int(fig.get("in_use_bytes"))
-    if own is not None:
+    if own is not None and not own_in_use_contradicted(fig):
         return [p for p in procs if _int(p.get("in_use_bytes")) != own]
-    allocated = _int(fig.get("allocated_bytes"))
-    if len(procs) == 1 and allocated and (_int(procs[0].get("in_use_bytes")) or 0) >= allocated:
-        return []  # the one process listed holds at least what PyTorch allocated: it is this one
+    held = allocator_held(fig)
+    if not procs or not held:
+        return procs
+    largest = max(procs, key=lambda p: _int(p.get("in_use_bytes")) or 0)
+    if (_int(largest.get("in_use_bytes")) or 0) >= held:
+        return [p for p in procs if p is not largest]
     return procs
 
 
@@ -72,6 +102,13 @@ def _gpu(led: _Ledger, fig: dict[str, Any], ctx: Context, engine: str) -> None:
     free = _int(fig.get("free_bytes"))
     led.add("free", free, "stated")
     own = _int(fig.get("in_use_bytes"))
+    if own_in_use_contradicted(fig):
+        # the account must add up: this process holds at least what its own allocator holds
+        own = allocator_held(fig)
+        led.add("this-process", own, "derived",
+                note="allocated + reserved-unallocated: the message's own \"this process has "
+                     f"{_int(fig.get('in_use_bytes'))} bytes in use\" contradicts the allocator's figures "
+                     "(a container's PID namespace hides the process from NVML)")
     led.add("this-process", own, "stated")
     allocated = _int(fig.get("allocated_bytes"))
     led.add("allocated", allocated, "stated")

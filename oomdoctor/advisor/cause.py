@@ -23,6 +23,20 @@ FULL_SHARE = 0.8
 #: CUDA graphs count as the cause of a KV-budget failure when their estimate is at least this share
 GRAPHS_SHARE = 0.25
 _TRAINING_TOOLS = ("transformers", "deepspeed", "accelerate", "lightning")
+#: reserved-but-unallocated memory counts as fragmentation only from this share of the GPU up. The
+#: caching allocator (c10/cuda/CUDACachingAllocator.cpp, PyTorch 1.x-2.x) frees every cached block it
+#: can (release_cached_blocks) before it reports an OOM, so what stays "reserved but unallocated" is
+#: the free tail of segments that still hold live blocks: 20 MiB small-pool segments and large
+#: segments rounded to 2 MiB. A few percent of the card is that ordinary slack; defragmenting it
+#: would let this request through and the next one fail, so on a full card the cause is capacity.
+FRAGMENTATION_SHARE = 0.05
+#: the caching allocator rounds a large-pool request up to a 20 MiB segment (kLargeBuffer): a cap
+#: binds once what is held plus the request comes within this of it
+SEGMENT_ROUNDING = 20 * 2**20
+#: engines that pre-allocate a pool (the KV cache) to a share of the GPU and then run outside it
+_POOL_ENGINES = ("vllm", "sglang", "tgi", "tensorrt-llm")
+#: no single device has more memory than this (MI355X: 288 GB): a larger request is not a tuning matter
+LARGEST_DEVICE = 288 * GiB
 
 
 def engine_for(finding: Finding, context: Context) -> str | None:
@@ -43,6 +57,11 @@ def _evidence(account: Account, *names: str) -> list[str]:
     return out
 
 
+def _allocation_kind(kind: str) -> bool:
+    """A failure of one allocation (PyTorch's allocator, XLA's BFC, ggml's buffer), not an engine's budget check."""
+    return kind.startswith(("torch.", "xla.", "ggml.", "trtllm.", "tgi.oom", "generic."))
+
+
 def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, list[str]]:
     """(cause id, names of the account entries that decided it)."""
     kind, phase, fig = finding.kind, finding.phase, finding.figures
@@ -59,22 +78,43 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         if kind == "host.exit-137" or fig.get("exit_code") == 137 or fig.get("reason") or fig.get("status"):
             return "container-limit", ["rss", "limit"]
         return "host-ram", ["rss"]
-    if "pinned" in rule or fig.get("buffer_type") == "CPU":
-        return "host-ram", []  # a host buffer (pinned memory, llama.cpp's CPU buffer)
-    # -- caps ----------------------------------------------------------------------------------
+    if "pinned" in rule or fig.get("buffer_type") == "CPU" or _host_allocator(finding):
+        return "host-ram", ["request"]  # a host buffer (pinned memory, llama.cpp's CPU buffer, PyTorch's CPU allocator)
+    # -- RL colocation: training and a rollout engine take turns on one GPU -----------------------
+    if context.extra.get("colocation_frame"):
+        return "colocation", ["capacity", "this-process", "free", "request"]
+    # -- one allocation no GPU could hold ------------------------------------------------------
     free, req = a("free"), a("request")
+    capacity = a("capacity")
+    if req is not None and _allocation_kind(kind) and (
+        (capacity is not None and req > capacity) or req > LARGEST_DEVICE
+    ):
+        return "oversized-request", ["request", "capacity"]
+    # -- caps ----------------------------------------------------------------------------------
     allowed = fig.get("allowed_bytes")
-    held = a("this-process") if a("this-process") is not None else a("reserved")
-    binds = held is None or req is None or held + req > allowed if allowed is not None else False
-    if allowed is not None and binds and (free is None or req is None or free >= req):
-        # PyTorch prints "allowed" only when a per-process fraction is set
-        return "memory-cap", ["cap", "this-process", "request", "free"]
+    if allowed is not None:
+        held = a("this-process") if a("this-process") is not None else a("reserved")
+        binds = held is None or req is None or held + req + SEGMENT_ROUNDING > allowed
+        # PyTorch prints "allowed" only when a per-process fraction is set: with the GPU's own free
+        # memory enough for the request, the fraction is what refused it
+        if binds or free is None or req is None or free >= req:
+            return "memory-cap", ["cap", "this-process", "request", "free"]
     if fig.get("max_allowed_bytes") is not None:
-        return "memory-cap", ["cap", "request"]  # MPS's high watermark
+        # MPS's "max allowed" is the allocator's high watermark, by default a multiple of the
+        # machine's recommended working set: the device's limit, not a cap the user chose
+        mps, limit = fig.get("mps_allocated_bytes"), fig["max_allowed_bytes"]
+        if phase != "training" and isinstance(mps, int) and mps >= FULL_SHARE * limit:
+            return "weights-exceed-device", ["allocated", "cap", "request"]
+        return "activation-peak", ["allocated", "cap", "request"]
+    # -- the memory is there, the allocation failed --------------------------------------------
+    if free is not None and req is not None and free >= req and kind.startswith("torch."):
+        # the driver's own free figure covers the request after the allocator released its cache:
+        # neither capacity nor fragmentation (ROCm/XPU limits, unified-memory APUs, WSL2, drivers)
+        return "driver-fault", ["free", "request", "capacity"]
     # -- other processes -----------------------------------------------------------------------
-    capacity, others = a("capacity"), a("other-processes")
+    others = a("other-processes")
     if others is not None and capacity and others >= OTHERS_SHARE * capacity:
-        return "other-processes", ["capacity", "other-processes", "free", "request"]
+        return "other-processes", ["capacity", "other-processes", "this-process", "free", "request"]
     outside = a("outside-pytorch")
     if outside is not None and capacity and outside >= OTHERS_SHARE * capacity and outside >= 2 * GiB:
         return "other-processes", ["capacity", "outside-pytorch", "free", "request"]
@@ -110,10 +150,10 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         return "other-processes", ["capacity", "other-processes", "free", "request"]
     # -- allocator -----------------------------------------------------------------------------
     spare = a("fragmentation")
-    if spare is not None and req is not None and spare >= req:
-        return "fragmentation", ["fragmentation", "request"]
-    if free is not None and req is not None and free >= req and kind.startswith("torch."):
-        return "fragmentation", ["free", "request"]
+    if spare is not None and req is not None and spare >= req and (
+        (capacity is not None and spare >= FRAGMENTATION_SHARE * capacity) or (capacity is None and spare >= GiB)
+    ):
+        return "fragmentation", ["fragmentation", "request", "capacity"]
     # -- the KV cache itself ------------------------------------------------------------------
     if phase == "kv-cache-alloc" and (
         rule == "llama.kv-cache-failed"
@@ -130,6 +170,15 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         if engine in ("vllm", "sglang", "llama.cpp", "ollama") or kind.startswith(("ggml.", "vllm.", "sglang.")):
             return "weights-exceed-device", ["capacity", "weights", "request", "free"]
         return "placement", ["capacity", "request", "free"]
+    if (
+        engine in _POOL_ENGINES
+        and phase in ("inference", "unknown")
+        and kind.startswith(("torch.", "tgi.oom", "trtllm."))
+        and "warmup" not in finding.message.lower()
+    ):
+        # a serving engine pre-allocated its pool (KV cache) to a share of the GPU; an allocation
+        # outside the pool (an activation, a sampler or compile buffer) found too little left
+        return "engine-headroom", ["capacity", "this-process", "cap", "free", "request"]
     if phase == "training" or engine in _TRAINING_TOOLS:
         if fig.get("zero_stage") is not None or context.extra.get("zero_stage") is not None:
             return "training-state", []
@@ -137,6 +186,11 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     if req is not None or phase in ("inference", "warmup", "profiling"):
         return "activation-peak", ["this-process", "allocated", "capacity", "request", "free"]
     return "unknown", []
+
+
+def _host_allocator(finding: Finding) -> bool:
+    """PyTorch's CPU allocator refused the request: host RAM, not GPU memory."""
+    return "DefaultCPUAllocator" in finding.message or "CPUAllocator" in finding.rule
 
 
 def _values(finding: Finding, account: Account, context: Context) -> dict[str, Any]:

@@ -26,7 +26,8 @@ from oomdoctor.units import format_size
 #: the cause vocabulary (DESIGN §1); the table must have exactly these
 CAUSES: tuple[str, ...] = (
     "other-processes", "memory-cap", "fragmentation", "weights-exceed-device", "kv-cache-too-small",
-    "kv-cache-exceeds-free", "kv-budget-exhausted", "kv-page-granularity", "cudagraph-capture", "sampler-warmup", "activation-peak", "training-state",
+    "kv-cache-exceeds-free", "kv-budget-exhausted", "kv-page-granularity", "cudagraph-capture", "sampler-warmup",
+    "engine-headroom", "activation-peak", "training-state", "oversized-request", "driver-fault", "colocation",
     "placement", "host-ram", "container-limit", "shared-memory", "unknown",
 )  # fmt: skip
 

@@ -1,0 +1,76 @@
+"""Remedies that ask before they change anything: where the log cannot support a tuning value.
+
+A failure whose cause is not a lack of memory (one allocation larger than any device, an
+allocation refused while the driver reports the memory free) has no knob whose value the log
+could compute. The expert's first answer there is the facts that decide it and how to get them;
+these calculators word that, with the log's own figures.
+"""
+
+from __future__ import annotations
+
+from oomdoctor.advisor.prescription import remedy_text
+from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.report import Remedy, RunStep
+
+#: the driver, the device as the driver sees it, and the framework build: what decides a driver fault
+_NVIDIA_FACTS = "nvidia-smi; python -c 'import torch; print(torch.__version__, torch.version.cuda)'"
+_ROCM_FACTS = "rocm-smi --showmeminfo vram; python -c 'import torch; print(torch.__version__, torch.version.hip)'"
+_XPU_FACTS = "sycl-ls; python -c 'import torch; print(torch.__version__, torch.xpu.get_device_properties(0))'"
+
+
+def _facts_command(kind: str) -> str:
+    if kind.startswith("torch.hip"):
+        return _ROCM_FACTS
+    if kind.startswith("torch.xpu"):
+        return _XPU_FACTS
+    return _NVIDIA_FACTS
+
+
+@remedy("ask.driver-facts")
+def driver_facts(inp: AdviceInput) -> Remedy | None:
+    """The driver reported ``free`` ≥ ``request`` after the allocator released its cache."""
+    cause = inp.finding.cause
+    if cause is None or cause.id != "driver-fault":
+        return None
+    acc = inp.finding.account
+    free = acc.get("free") if acc else None
+    req = acc.get("request") if acc else None
+    total = acc.get("capacity") if acc else None
+    why = (
+        remedy_text("ask.driver-facts", "why_free", free=free, request=req, total=total)
+        if free is not None and req is not None and total is not None
+        else remedy_text("ask.driver-facts", "why")
+    )
+    return Remedy(
+        id="ask.driver-facts",
+        title=remedy_text("ask.driver-facts", "title"),
+        run=[RunStep(label=remedy_text("ask.driver-facts", "step"), command=_facts_command(inp.finding.kind))],
+        confidence="low",
+        why=why,
+        sources={"free": "message", "requested": "message"},
+    )
+
+
+@remedy("ask.request-shape")
+def request_shape(inp: AdviceInput) -> Remedy | None:
+    """One allocation larger than the device (or than any device): the shape that sizes it is wrong."""
+    cause = inp.finding.cause
+    if cause is None or cause.id != "oversized-request":
+        return None
+    acc = inp.finding.account
+    req = acc.get("request") if acc else None
+    total = acc.get("capacity") if acc else None
+    if req is None:
+        return None
+    why = (
+        remedy_text("ask.request-shape", "why_capacity", request=req, total=total, times=f"{req / total:.1f}")
+        if total
+        else remedy_text("ask.request-shape", "why", request=req)
+    )
+    return Remedy(
+        id="ask.request-shape",
+        title=remedy_text("ask.request-shape", "title", request=req),
+        confidence="high" if total else "medium",
+        why=why,
+        sources={"requested": "message", "capacity": "message" if total else "none"},
+    )
