@@ -92,6 +92,8 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         return "oversized-request", ["request", "capacity"]
     # -- caps ----------------------------------------------------------------------------------
     allowed = fig.get("allowed_bytes")
+    if allowed is not None and capacity is not None and allowed >= capacity:
+        allowed = None  # a fraction of 1.0: the cap is the whole GPU and binds nothing of its own
     if allowed is not None:
         held = a("this-process") if a("this-process") is not None else a("reserved")
         binds = held is None or req is None or held + req + SEGMENT_ROUNDING > allowed
@@ -107,7 +109,7 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
             return "weights-exceed-device", ["allocated", "cap", "request"]
         return "activation-peak", ["allocated", "cap", "request"]
     # -- the memory is there, the allocation failed --------------------------------------------
-    if free is not None and req is not None and free >= req and kind.startswith("torch."):
+    if kind.startswith("torch.") and _memory_was_free(free, req, capacity):
         # the driver's own free figure covers the request after the allocator released its cache:
         # neither capacity nor fragmentation (ROCm/XPU limits, unified-memory APUs, WSL2, drivers)
         return "driver-fault", ["free", "request", "capacity"]
@@ -186,6 +188,15 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     if req is not None or phase in ("inference", "warmup", "profiling"):
         return "activation-peak", ["this-process", "allocated", "capacity", "request", "free"]
     return "unknown", []
+
+
+def _memory_was_free(free: int | None, req: int | None, capacity: int | None) -> bool:
+    """The driver's free memory covers the request with room to spare: beyond the allocator's
+    rounding and the driver's own reservations (at least 1 GiB more), or with a quarter of the
+    card still free besides (a single-allocation limit on an otherwise idle device)."""
+    if free is None or req is None or free < req:
+        return False
+    return free - req >= GiB or (capacity is not None and free >= OTHERS_SHARE * capacity)
 
 
 def _host_allocator(finding: Finding) -> bool:

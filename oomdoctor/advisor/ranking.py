@@ -32,8 +32,31 @@ def _cost(r: Remedy) -> int:
     return remedy_info(r.id).cost
 
 
-def _rank_key(r: Remedy) -> tuple[int, int, int, int]:
-    return (_FITS[r.fits], _CONFIDENCE[r.confidence], _cost(r), r.rank)
+#: from this cost up a remedy changes the model or the hardware (quantization, parallelism, CPU
+#: offload, a smaller model): it comes after every cheaper one, unless the cause is the weights
+EXPENSIVE_COST = 6
+#: causes whose own remedies are the expensive ones: the weights themselves do not fit
+_WEIGHT_CAUSES = ("weights-exceed-device", "placement")
+
+
+def _parts(r: Remedy) -> list[str]:
+    return r.id[len("combined:"):].split("+") if r.id.startswith("combined:") else [r.id]
+
+
+def _tier(r: Remedy, own: frozenset[str] | set[str], cause: str | None) -> int:
+    """0: the cause's own knob; 1: another cheap remedy (the rule's list); 2: an expensive one."""
+    parts = _parts(r)
+    if len(parts) > 1 and r.fits:
+        return 0  # made only because nothing fits alone: the smallest set that does
+    expensive = any(remedy_info(p).cost >= EXPENSIVE_COST for p in parts)
+    if expensive and cause not in _WEIGHT_CAUSES:
+        return 2
+    return 0 if any(p in own for p in parts) else (2 if expensive else 1)
+
+
+def _rank_key(r: Remedy, own: frozenset[str] | set[str] = frozenset(), cause: str | None = None) -> tuple[int, ...]:
+    """The cause's own knob first, expensive changes last; within each, what fits, then how sure, then cost."""
+    return (_tier(r, own, cause), _FITS[r.fits], _CONFIDENCE[r.confidence], _cost(r), r.rank)
 
 
 def _changes(r: Remedy) -> dict[str, str]:
@@ -185,7 +208,9 @@ def _rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
         if combo is not None:
             combo.rank = -1
             out.append(combo)
-    out.sort(key=_rank_key)
+    cause = inp.finding.cause
+    own = set(prescribed(cause.id, engine_for(inp.finding, inp.context), inp.finding.phase)) if cause else set()
+    out.sort(key=lambda r: _rank_key(r, own, cause.id if cause else None))
     for i, rem in enumerate(out, 1):
         rem.rank = i
     if out and out[0].fits is not False:

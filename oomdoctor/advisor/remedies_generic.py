@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from oomdoctor.advisor.account import other_processes
-from oomdoctor.advisor.cause import OTHERS_SHARE
+from oomdoctor.advisor.cause import FRAGMENTATION_SHARE, OTHERS_SHARE
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.run_steps import list_gpu_processes
 from oomdoctor.advisor.values import ceil_to, floor_to, fmt_fraction
 from oomdoctor.report import Remedy
 
+GIB = 2**30
 #: max_split_size_mb never below this (MiB): smaller values split almost every block
 MAX_SPLIT_FLOOR_MB = 128
 
@@ -29,12 +30,26 @@ def _spare(inp: AdviceInput) -> int | None:
     return spare
 
 
+def _slack_matters(inp: AdviceInput, spare: int) -> bool:
+    """Reserved-but-unallocated memory is worth reclaiming: the cause is the allocator (fragmentation,
+    or a driver fault that expandable segments' cuMemMap path may avoid), or the slack is at least
+    FRAGMENTATION_SHARE of the card. Below that it is the ordinary tail of live segments: reclaiming
+    it lets this request through and the next one fail."""
+    cause = inp.finding.cause
+    if cause is not None and cause.id in ("fragmentation", "driver-fault"):
+        return True
+    total = inp.fig("total_bytes") or inp.context.gpu_total_bytes
+    if total is None:
+        return spare >= GIB  # the card's size unknown: only a slack of a GiB or more is worth reclaiming
+    return spare >= FRAGMENTATION_SHARE * total
+
+
 @remedy("torch.expandable-segments")
 def expandable_segments(inp: AdviceInput) -> Remedy | None:
     if inp.context.expandable_segments or legacy_allocator(inp):
         return None
     spare, req = _spare(inp), inp.fig("requested_bytes")
-    if spare is None or req is None:
+    if spare is None or req is None or not _slack_matters(inp, spare):
         return None
     # fragmentation matters when the cached-but-free memory is a sizeable share of the request
     if spare < req / 4:
@@ -65,7 +80,7 @@ def max_split_size(inp: AdviceInput) -> Remedy | None:
     if not legacy_allocator(inp):
         return None
     spare, req = _spare(inp), inp.fig("requested_bytes")
-    if spare is None or req is None or spare < req / 4:
+    if spare is None or req is None or spare < req / 4 or not _slack_matters(inp, spare):
         return None
     mib = max(MAX_SPLIT_FLOOR_MB, 1 << max(0, (int(req) - 1).bit_length() - 20))
     return Remedy(
