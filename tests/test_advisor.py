@@ -312,10 +312,16 @@ def test_vllm_calculators_silent_for_other_engines(engine: str) -> None:
             assert calc(rid, f, ctx, gpus="4") is None, rid
 
 
-def test_remedies_for_unknown_rule_is_empty() -> None:
+def test_remedies_for_unknown_rule_is_an_ask() -> None:
     # remedies follow the cause, so a known kind gets its cause's remedies whatever the rule; a rule and
-    # kind oomdoctor does not know, with no figures, get none
-    assert remedies_for(finding(rule="no.such.rule", kind="no.such.kind", engine="other", phase="unknown"), Context()) == []
+    # kind oomdoctor does not know, with no figures, get no knob: the facts that would size one are asked for
+    rems = remedies_for(finding(rule="no.such.rule", kind="no.such.kind", engine="other", phase="unknown"), Context())
+    assert [r.id for r in rems] == ["ask.launch-facts"] and rems[0].run[0].command == "nvidia-smi"
+    assert rems[0].flags == rems[0].env == rems[0].settings == {}
+    # a warning is not an error: nothing to ask
+    warn = finding(rule="no.such.rule", kind="no.such.kind", engine="other", phase="unknown")
+    warn.severity = "warning"
+    assert remedies_for(warn, Context()) == []
     # vLLM's KV message without figures still gets vLLM's own advice, a step above the default utilization
     assert [r.id for r in remedies_for(finding(rule="no.such.rule"), Context())] == ["vllm.gpu-memory-utilization.raise"]
 

@@ -261,7 +261,12 @@ def remedies_for(
     rule_ids = _rule_remedies(finding.rule, pack)
     diagnose_finding(finding, context)
     ids = prescription_ids(finding, context, rule_ids)
-    return rank_remedies(ids, AdviceInput(finding, context, dict(hints or {})))
+    inp = AdviceInput(finding, context, dict(hints or {}))
+    ranked = rank_remedies(ids, inp)
+    if not ranked and finding.severity == "error":
+        # no error goes unanswered: where the log sizes no remedy, ask for the facts that would
+        ranked = rank_remedies(["ask.launch-facts"], inp)
+    return ranked
 
 
 def advise_findings(

@@ -74,3 +74,16 @@ def request_shape(inp: AdviceInput) -> Remedy | None:
         why=why,
         sources={"requested": "message", "capacity": "message" if total else "none"},
     )
+
+
+@remedy("ask.launch-facts")
+def launch_facts(inp: AdviceInput) -> Remedy | None:
+    """No remedy could be computed from the log: name the facts that would decide one, and how to
+    get them (the launch command and its version, the GPU's memory as nvidia-smi sees it)."""
+    return Remedy(
+        id="ask.launch-facts",
+        title=remedy_text("ask.launch-facts", "title"),
+        run=[RunStep(label=remedy_text("ask.launch-facts", "step"), command="nvidia-smi")],
+        confidence="low",
+        why=remedy_text("ask.launch-facts", "why"),
+    )

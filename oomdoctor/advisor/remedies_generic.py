@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from oomdoctor.advisor.account import other_processes
-from oomdoctor.advisor.cause import FRAGMENTATION_SHARE, OTHERS_SHARE
+from oomdoctor.advisor.account import allocator_held, other_processes
+from oomdoctor.advisor.cause import FRAGMENTATION_SHARE, OTHERS_SHARE, SEGMENT_ROUNDING
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.run_steps import list_gpu_processes
@@ -102,12 +102,12 @@ def memory_fraction(inp: AdviceInput) -> Remedy | None:
     Value: (this process + request) / capacity, rounded up, plus 0.01; never above (this process + free) / capacity.
     """
     allowed, total, req = inp.fig("allowed_bytes"), inp.fig("total_bytes"), inp.fig("requested_bytes")
-    held = inp.fig("in_use_bytes") or inp.fig("reserved_bytes") or inp.fig("allocated_bytes")
+    held = inp.fig("in_use_bytes") or allocator_held(inp.figures)
     free = inp.fig("free_bytes")
     if None in (allowed, total, req, held, free) or not total:
         return None
-    if held + req <= allowed:
-        return None  # the cap does not bind: held + requested is within it
+    if held + req + SEGMENT_ROUNDING <= allowed:
+        return None  # the cap does not bind: held + requested, rounded up to a segment, is within it
     value = ceil_to((held + req) / total + 0.01, 2)
     ceiling = floor_to((held + free) / total, 2)
     fits: bool | None = value <= ceiling
