@@ -14,7 +14,20 @@ def test_global_oom_is_not_a_container_limit() -> None:
     assert "host.container-memory-limit" not in remedy_ids(f)
     # (54398260 + 2628 + 0) kB = 51.88 GiB -> at least 52 GiB
     assert remedy(f, "host.add-swap").settings == {"swap size": "at least 52 GiB"}
-    assert "host.low-cpu-mem-usage" in remedy_ids(f)
+    # the kernel's line alone does not show Hugging Face loading a model: no from_pretrained settings
+    assert "host.low-cpu-mem-usage" not in remedy_ids(f)
+    assert remedy_ids(f)[0] == "host.add-swap"
+
+
+def test_from_pretrained_settings_need_hugging_face_loading_in_the_log() -> None:
+    kill = ("[856341.770960] Out of memory: Killed process 410126 (python) total-vm:79905000kB, "
+            "anon-rss:22957108kB, file-rss:72036kB, shmem-rss:15143164kB, UID:1000 pgtables:78032kB oom_score_adj:0\n")
+    import oomdoctor
+
+    bare = oomdoctor.diagnose(kill).findings[0]
+    assert "host.low-cpu-mem-usage" not in remedy_ids(bare)
+    loading = oomdoctor.diagnose("Distributed environment: MULTI_GPU  Backend: nccl\n" + kill).findings[0]
+    assert "host.low-cpu-mem-usage" in remedy_ids(loading)  # accelerate's banner: a from_pretrained user
 
 
 def test_limit_from_resident_size() -> None:

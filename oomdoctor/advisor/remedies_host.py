@@ -114,10 +114,16 @@ def container_limit(inp: AdviceInput) -> Remedy | None:
     )
 
 
+#: tools that load a model with Hugging Face's from_pretrained
+_HF_LOADERS = ("transformers", "accelerate", "diffusers", "deepspeed", "hf-trainer")
+
+
 @remedy("host.low-cpu-mem-usage")
 def low_cpu_mem_usage(inp: AdviceInput) -> Remedy | None:
     if engine_of(inp) in (*_SERVING, *_GGML) or inp.finding.phase not in ("weights-load", "unknown"):
         return None
+    if inp.finding.phase != "weights-load" and engine_of(inp) not in _HF_LOADERS:
+        return None  # from_pretrained's settings only where the log shows Hugging Face loading the model
     return Remedy(
         id="host.low-cpu-mem-usage",
         title=remedy_text("host.low-cpu-mem-usage", "title"),
