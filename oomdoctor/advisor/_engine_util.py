@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from oomdoctor.advisor.registry import AdviceInput
+from oomdoctor.report import Context
+
+#: a checkpoint's name that says its weights are already quantized (Hugging Face naming:
+#: Qwen2.5-72B-Instruct-GPTQ-Int4, Llama-3.1-8B-Instruct-FP8, ...-AWQ, ...-bnb-4bit, ...-w4a16)
+_QUANTIZED_NAME = re.compile(
+    r"(?i)(?:^|[-_./])(?:gptq|awq|fp8|int4|int8|nvfp4|mxfp4|w4a16|w8a8|w8a16|bnb|4bit|8bit|gguf|exl2|marlin)(?:$|[-_./])"
+)
+
+
+def checkpoint_quantized(context: Context) -> bool:
+    """The run already serves quantized weights: a quantization in the log's configuration or frames, or
+    a model name that says so. Quantizing it again is no remedy (engines reject a second method)."""
+    q = (context.quantization or "").strip().lower()
+    if q and q not in ("none", "null"):
+        return True
+    return bool(context.model and _QUANTIZED_NAME.search(context.model))
 
 
 def engine_of(inp: AdviceInput) -> str | None:

@@ -7,7 +7,7 @@ Every calculator answers only for SGLang logs.
 
 from __future__ import annotations
 
-from oomdoctor.advisor._engine_util import as_float, as_int, engine_of, setting
+from oomdoctor.advisor._engine_util import as_float, as_int, checkpoint_quantized, engine_of, setting
 from oomdoctor.advisor.engine_args import default_of
 from oomdoctor.advisor.kv_pages import PageShortfall, forced_backend, page_shortfall
 from oomdoctor.advisor.prescription import remedy_text
@@ -286,7 +286,7 @@ def tp_size(inp: AdviceInput) -> Remedy | None:
 
 @remedy("sglang.quantization")
 def quantization(inp: AdviceInput) -> Remedy | None:
-    if not _mine(inp) or inp.context.quantization or setting(inp, "quantization") not in (None, "None"):
+    if not _mine(inp) or checkpoint_quantized(inp.context) or setting(inp, "quantization") not in (None, "None"):
         return None
     w = inp.context.weights_bytes
     return Remedy(

@@ -6,7 +6,7 @@ line. Every calculator answers only for TGI logs.
 
 from __future__ import annotations
 
-from oomdoctor.advisor._engine_util import as_float, as_int, engine_of, setting
+from oomdoctor.advisor._engine_util import as_float, as_int, checkpoint_quantized, engine_of, setting
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import floor_to, fmt_fraction, round_down
@@ -159,7 +159,7 @@ def max_total_tokens(inp: AdviceInput) -> Remedy | None:
 
 @remedy("tgi.quantize")
 def quantize(inp: AdviceInput) -> Remedy | None:
-    if not _mine(inp) or inp.context.quantization or setting(inp, "quantize"):
+    if not _mine(inp) or checkpoint_quantized(inp.context) or setting(inp, "quantize"):
         return None
     return Remedy(
         id="tgi.quantize",

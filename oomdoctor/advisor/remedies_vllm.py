@@ -7,7 +7,7 @@ missing, or when the flag is already at the value it would recommend.
 
 from __future__ import annotations
 
-from oomdoctor.advisor._engine_util import as_int
+from oomdoctor.advisor._engine_util import as_int, checkpoint_quantized
 from oomdoctor.advisor.catalog import ModelGeometry
 from oomdoctor.advisor.memory_model import (
     PRINT_HALF_STEP,
@@ -824,7 +824,7 @@ def cpu_offload(inp: AdviceInput) -> Remedy | None:
 
 @remedy("vllm.quantization")
 def quantization(inp: AdviceInput) -> Remedy | None:
-    if not is_vllm(inp) or inp.context.quantization:
+    if not is_vllm(inp) or checkpoint_quantized(inp.context):
         return None
     f = get_facts(inp)
     if f.version and f.version < (0, 5, 0):
@@ -870,7 +870,7 @@ def quantization(inp: AdviceInput) -> Remedy | None:
 @remedy("vllm.quantization-4bit")
 def quantization_4bit(inp: AdviceInput) -> Remedy | None:
     """A 4-bit AWQ/GPTQ checkpoint of the same model: a model change, with the weight bytes it takes."""
-    if not is_vllm(inp) or inp.context.quantization:
+    if not is_vllm(inp) or checkpoint_quantized(inp.context):
         return None
     f = get_facts(inp)
     geo: ModelGeometry | None = f.geometry.value if f.geometry else None
