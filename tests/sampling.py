@@ -10,8 +10,8 @@ The rest of the grid runs under the ``slow`` marker (``python3 -m pytest -m slow
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -35,3 +35,18 @@ def stratified(fixtures: Sequence[A], variants: Sequence[B], per_fixture: int) -
 def in_sample(i: int, j: int, n_variants: int, per_fixture: int) -> bool:
     """Fixture ``i`` with variant ``j`` is in the sample."""
     return j in variant_indices(i, n_variants, per_fixture)
+
+
+def slow_but(values: Sequence[A], *default: A, ids: Callable[[A], str] | None = None) -> list[Any]:
+    """``values`` as ``pytest.param``s, all but ``default`` marked ``slow``: a test whose variants
+    each take seconds (megabytes fed in several chunk sizes) runs the ``default`` ones by default
+    and the rest under ``-m slow``."""
+    import pytest
+
+    missing = [d for d in default if d not in values]
+    assert not missing, missing
+    return [
+        pytest.param(*(v if isinstance(v, tuple) else (v,)), id=ids(v) if ids else None,
+                     marks=[] if v in default else [pytest.mark.slow])
+        for v in values
+    ]
