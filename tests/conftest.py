@@ -14,10 +14,20 @@ After a merge that changes detection or advice, run both and review the diffs:
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal as _signal
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# No wall-clock limits inside the tests: a 2-core CI machine under load takes as long as it takes.
+# Hypothesis's per-example deadline and its too-slow health check are timing asserts; off for
+# every property test (a test's own @settings overrides only what it names).
+settings.register_profile("oomdoctor", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("oomdoctor")
 
 # A test run started in the background of a non-interactive shell (``cmd &``) inherits SIGINT
 # ignored, and so would every oomdoctor it starts: the tests that stop one with SIGINT then hang
@@ -48,11 +58,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+_CACHE_DIR: list[str] = []
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    # oomdoctor caches parsed rules and tables in $OOMDOCTOR_CACHE_DIR (oomdoctor/cache.py;
+    # default ~/.cache/oomdoctor): the tests, and every oomdoctor they start (the environment is
+    # inherited), use a temporary one of their own (one per xdist worker), removed at the end.
+    if not _CACHE_DIR:
+        _CACHE_DIR.append(tempfile.mkdtemp(prefix="oomdoctor-test-cache-"))
+        os.environ["OOMDOCTOR_CACHE_DIR"] = _CACHE_DIR[0]
     if config.getoption("--update-divergences", default=False):
         from tests.corpus import rewrite_divergences
 
         _MOVED[:] = rewrite_divergences()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _CACHE_DIR:
+        shutil.rmtree(_CACHE_DIR.pop(), ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -181,7 +181,9 @@ def test_the_api_reads_a_text_in_memory_again(leaving: None, monkeypatch: pytest
 
 
 @pytest.mark.parametrize(
-    "env", [{}, {"OOMDOCTOR_PREFILTER": "python", "OOMDOCTOR_WORKERS": "2"}], ids=["default", "pure-workers"]
+    "env",
+    [pytest.param({}, id="default"),
+     pytest.param({"OOMDOCTOR_PREFILTER": "python", "OOMDOCTOR_WORKERS": "2"}, id="pure-workers", marks=pytest.mark.slow)],
 )
 def test_a_file_gives_what_its_bytes_on_stdin_give(tmp_path: Path, env: dict[str, str]) -> None:
     # a plain file is read again; stdin is not (its spans are searched as they leave memory).

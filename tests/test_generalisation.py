@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import pytest
 
 import oomdoctor
 from tests.corpus import FIXTURES
+from tests.sampling import in_sample, stratified
 
 LOGS = sorted(FIXTURES.glob("*/*.log"))
 
@@ -134,24 +136,52 @@ def _close(a: float, b: float) -> bool:
 KNOWN_MISSES: set[tuple[str, str]] = set()
 
 
-@pytest.mark.parametrize("perturb", PERTURBATIONS, ids=lambda p: p.__name__.strip("_"))
-@pytest.mark.parametrize(("case", "text", "severity"), FAILURES, ids=[c for c, _, _ in FAILURES])
+#: the default run checks each failure under this many perturbations (tests/sampling.py); the
+#: other pairs of the grid are marked ``slow``
+PER_FAILURE = 2
+
+
+def _grid() -> list[object]:
+    params = []
+    for i, (case, text, severity) in enumerate(FAILURES):
+        for j, perturb in enumerate(PERTURBATIONS):
+            name = perturb.__name__.strip("_")
+            sampled = in_sample(i, j, len(PERTURBATIONS), PER_FAILURE)
+            params.append(pytest.param(case, text, severity, perturb, id=f"{case}-{name}",
+                                       marks=[] if sampled else [pytest.mark.slow]))
+    return params
+
+
+def test_the_sample_takes_every_failure_and_every_perturbation() -> None:
+    pairs = stratified(FAILURES, PERTURBATIONS, PER_FAILURE)
+    assert {case for (case, _, _), _ in pairs} == {case for case, _, _ in FAILURES}
+    assert {p.__name__ for _, p in pairs} == {p.__name__ for p in PERTURBATIONS}
+
+
+@cache
+def _wanted(text: str, severity: str) -> tuple[list[Any], dict[str, list[float]]]:
+    """The span's own findings of ``severity``, and every figure value the span says, message by
+    message (several ranks may print their own figures)."""
+    base = [f for f in _scan(text) if f.severity == severity]
+    want = _values(base)
+    for line in text.splitlines():
+        for k, vs in _values(_scan(line)).items():
+            want.setdefault(k, []).extend(vs)
+    return base, want
+
+
+@pytest.mark.parametrize(("case", "text", "severity", "perturb"), _grid())
 def test_perturbed_failure_is_still_found(
     case: str, text: str, severity: str, perturb: Callable[[str], str], request: pytest.FixtureRequest
 ) -> None:
     name = perturb.__name__.strip("_")
     if (case, name) in KNOWN_MISSES:
         request.applymarker(pytest.mark.xfail(strict=True, reason="a known miss (see KNOWN_MISSES)"))
-    base = [f for f in _scan(text) if f.severity == severity]
+    base, want = _wanted(text, severity)
     assert base, f"{case}: the failure span alone is not found"
     perturbed = perturb(text)
     got = [f for f in _scan(perturbed) if f.severity == severity]
     assert got, f"{case}: not found after {name}:\n{perturbed[:600]}"
-    # what the span says, message by message (several ranks may print their own figures)
-    want = _values(base)
-    for line in text.splitlines():
-        for k, vs in _values(_scan(line)).items():
-            want.setdefault(k, []).extend(vs)
     seen = _values(got)
     wrong = {
         k: (v, want[k]) for k, vs in seen.items() if k in want for v in vs if not any(_close(v, w) for w in want[k])

@@ -12,6 +12,7 @@ from oomdoctor.prefilter import make_prefilter
 from oomdoctor.report import Report
 from oomdoctor.rulepack import default_pack
 from oomdoctor.scanner import DEFER_BYTES, DEFER_KEEP, Scanner, scan_triggers
+from tests.sampling import slow_but
 
 PACK = default_pack()
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -111,7 +112,7 @@ def docker(line: str) -> str:
     return json.dumps({"log": line, "stream": "stdout", "time": "2024-08-19T00:04:14.639941460Z"}) + "\n"
 
 
-@pytest.mark.parametrize("chunk", [1 << 20, 64 << 10, 4096])
+@pytest.mark.parametrize("chunk", slow_but([1 << 20, 64 << 10, 4096], 64 << 10))
 def test_stats_lines_cut_by_chunk_boundaries_are_not_all_deferred(chunk: int) -> None:
     # each chunk boundary cuts a line, read as a stretch of its own: the evidence before it is
     # kept as raw spans, not deferred line by line (was: every stats line deferred at 64 KiB)
@@ -239,8 +240,11 @@ def _context(report: Report) -> dict:
     return report.context.model_dump()
 
 
-@pytest.mark.parametrize("chunk", [1 << 20, 64 << 10, 4096])
-@pytest.mark.parametrize("wrapped", [False, True])
+@pytest.mark.parametrize(
+    ("chunk", "wrapped"),
+    slow_but([(c, w) for w in (False, True) for c in (1 << 20, 64 << 10, 4096)], (4096, False), (1 << 20, True),
+             ids=lambda v: f"{v[0]}-{'wrapped' if v[1] else 'plain'}"),
+)
 def test_periodic_lines_are_set_aside_and_the_latest_gives_the_fact(chunk: int, wrapped: bool) -> None:
     # SGLang's Decode batch line (a periodic context: running requests) under load: half the log.
     # Only the latest before each point the context is read is read (was: every one, ~35 us each;
@@ -323,7 +327,7 @@ def _eager(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(evidence, "UNSEARCHED_SPANS", 0)
 
 
-@pytest.mark.parametrize("chunk", [1 << 20, 64 << 10, 4096])
+@pytest.mark.parametrize("chunk", slow_but([1 << 20, 64 << 10, 4096], 4096))
 def test_a_progress_line_many_spans_back_still_names_the_step(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # the spans searched newest first hold no progress line: the search goes back to the one that has
     noise = "".join(STATS.format(n=i).upper() for i in range(40000))  # ~4 MiB, no progress line

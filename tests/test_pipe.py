@@ -63,8 +63,9 @@ def test_passthrough_is_byte_exact_for_hostile_input() -> None:
     assert json.loads(err)["findings"][0]["rule"] == "vllm.v1.kv-cache.max-len-exceeds"
 
 
-def test_passthrough_of_200_mb_line_without_newline() -> None:
-    size = 200 * 1024 * 1024
+@pytest.mark.parametrize("mib", [pytest.param(16, id="16MiB"), pytest.param(200, id="200MiB", marks=pytest.mark.slow)])
+def test_passthrough_of_a_long_line_without_newline(mib: int) -> None:
+    size = mib * 1024 * 1024
     block = b"x" * (1 << 20)
     proc = start()
     digest = hashlib.sha256()
@@ -79,16 +80,13 @@ def test_passthrough_of_200_mb_line_without_newline() -> None:
     t = threading.Thread(target=reader)
     t.start()
     assert proc.stdin is not None
-    t0 = time.monotonic()
     for _ in range(size // len(block)):
         proc.stdin.write(block)
     proc.stdin.close()
-    t.join(60)
-    elapsed = time.monotonic() - t0
-    assert proc.wait(30) == 0
+    t.join(300)  # against a hang only (the speed of the passthrough is bench/'s business)
+    assert proc.wait(60) == 0
     assert got[0] == size
     assert digest.hexdigest() == hashlib.sha256(block * (size // len(block))).hexdigest()
-    assert elapsed < 30
 
 
 def test_downstream_closed_exits_quietly_and_still_reports() -> None:
@@ -191,9 +189,10 @@ def test_diagnosis_appears_while_the_upstream_is_still_open() -> None:
     wait_ready(proc)
     proc.stdin.write(KV_LOG)
     proc.stdin.flush()  # no EOF: the finding must come from the quiet timer
-    err, latency = _read_stderr_until(proc, b"KV cache cannot hold one request", 10)
+    # found while stdin is still open (no EOF could have ended the look-ahead); the wait is
+    # against a hang only: how soon is the quiet timer's business (QUIET_SECONDS), not a test's
+    err, _ = _read_stderr_until(proc, b"KV cache cannot hold one request", 60)
     assert b"KV cache cannot hold one request" in err
-    assert latency < 2.5, latency  # QUIET_SECONDS (0.5) plus scheduling on a loaded CI machine
     assert b"--max-model-len" in err
     proc.stdin.close()
     assert proc.stdout is not None
@@ -208,11 +207,16 @@ def test_signal_prints_what_was_found_and_exits_128_plus_n(signum: int, code: in
     wait_ready(proc)
     proc.stdin.write(TORCH_LOG)
     proc.stdin.flush()
-    time.sleep(0.3)  # let it read (the upstream stays open)
+    # let it read (the upstream stays open): a read is handed to the analyser after it is copied
+    # out and before the next read, so once a line written after the log comes out, the whole
+    # log is the analyser's
+    assert proc.stdout is not None
+    assert proc.stdout.read(len(TORCH_LOG)) == TORCH_LOG
+    wait_ready(proc)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == code
-    assert out == TORCH_LOG
+    assert out == b""  # all of it was read above
     assert b"Traceback" not in err
     assert json.loads(err)["findings"][0]["rule"] == "torch.cuda-oom"
 
@@ -285,10 +289,10 @@ def test_a_stuck_analyser_never_blocks_passthrough_and_line_numbers_stay_exact(
     t = threading.Thread(target=pipe)
     t.start()
     io.write(filler)
-    assert scanner.entered.wait(10)
+    assert scanner.entered.wait(60)
     for _ in range(6):  # 30 MB more while analysis is stuck: passthrough must keep going
         io.write(filler)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # against a hang only
     while len(io.out) < 7 * len(filler) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert len(io.out) == 7 * len(filler)  # all passed through while feed() was blocked
@@ -323,11 +327,11 @@ def _pipe_while_analysis_is_stuck(chunks: list[bytes]) -> tuple[bytes, Any]:
     )
     t.start()
     io.write(FILLER)
-    assert scanner.entered.wait(10)
+    assert scanner.entered.wait(60)
     for chunk in chunks:
         io.write(chunk)
     total = len(FILLER) + sum(map(len, chunks))
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # against a hang only
     while len(io.out) < total and time.monotonic() < deadline:
         time.sleep(0.01)
     io.close_input()
@@ -475,7 +479,7 @@ def test_input_passes_through_while_the_scanner_is_still_being_made() -> None:
     t = threading.Thread(target=lambda: box.update(r=run_pipe(make, lambda f: None, in_fd=io.in_r, out_fd=io.out_w)))
     t.start()
     io.write(KV_LOG)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # against a hang only
     while len(io.out) < len(KV_LOG) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert bytes(io.out) == KV_LOG and not made  # all through, the scanner not made yet
@@ -520,7 +524,7 @@ def test_under_a_flood_analysis_works_a_tenth_of_the_time_and_full_speed_after(
     analyser.last_skip = time.monotonic()
     analyser.start()
     analyser.offer(b"INFO one\n")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # against a hang only
     while not naps and time.monotonic() < deadline:
         time.sleep(0.01)
     analyser.last_skip = float("-inf")  # the flood is over
@@ -534,23 +538,34 @@ def test_under_a_flood_the_rule_pack_loads_after_it(monkeypatch: pytest.MonkeyPa
     (input no longer skipped within FLOOD_WINDOW) before it makes the scanner."""
     from oomdoctor.cli import pipe
 
-    monkeypatch.setattr(pipe, "FLOOD_WINDOW", 1.0)  # wide: a stall of this test thread is not the end
-    made: list[float] = []
+    # a window and a wait far longer than the test: the flood ends when the test ends it, however
+    # long a loaded machine stalls this thread
+    monkeypatch.setattr(pipe, "FLOOD_WINDOW", 600.0)
+    monkeypatch.setattr(pipe, "FLOOD_BUILD_WAIT", 600.0)
+    naps: list[float] = []
+    made: list[int] = []
 
     def make() -> Scanner:
-        made.append(time.monotonic())
+        made.append(len(naps))
         return Scanner(source="<test>")
 
     analyser = pipe._Analyser(make, lambda f: None, pipe.PipeResult(), 8, 0.5)
-    flood_until = time.monotonic() + 1.5
+    flooded = threading.Event()
+
+    def nap(seconds: float) -> None:  # each wait for the flood to pass
+        naps.append(seconds)
+        if len(naps) >= 3:
+            flooded.set()
+        time.sleep(0.001)
+
+    analyser.nap = nap
     analyser.last_skip = time.monotonic()
     analyser.start()
-    while time.monotonic() < flood_until:  # skipping goes on, far more often than FLOOD_WINDOW
-        analyser.last_skip = time.monotonic()
-        time.sleep(0.01)
+    assert flooded.wait(60)  # it waited three times while the flood went on...
     assert not made
-    assert analyser.finish(30)
-    assert len(made) == 1 and made[0] >= flood_until
+    analyser.last_skip = float("-inf")  # ...the flood ends
+    assert analyser.finish(60)
+    assert len(made) == 1 and made[0] >= 3
 
 
 def test_end_of_input_ends_the_wait_for_a_flood_to_pass(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import random
 from functools import cache
@@ -81,7 +82,42 @@ def _spans_by_hand(block: bytes, trigs: list[str]) -> list[tuple[int, int]]:
 def _candidates_by_hand(
     block: bytes, lits: list[bytes], lo: int = 0, hi: int | None = None
 ) -> list[tuple[int, int, int]]:
-    """Every line of ``block[lo:hi]`` holding a needle (ASCII case folded), with its mask."""
+    """Every line of ``block[lo:hi]`` holding a needle (ASCII case folded), with its mask.
+
+    Each needle, then each of its JSON forms (on a line with a backslash: every form holds one),
+    is looked for with ``bytes.find`` over the whole text, and each place found is given to its
+    line: no sieve, no regex, and quick enough for megabytes."""
+    text = block[lo:hi].lower()  # bytes.lower() folds ASCII only, like the lines' own lower()
+    starts = [0]
+    nl = text.find(b"\n")
+    while nl != -1:
+        starts.append(nl + 1)
+        nl = text.find(b"\n", nl + 1)
+    ends = [*(s - 1 for s in starts[1:]), len(text)]
+    masks = [0] * len(starts)
+
+    def mark(word: bytes, bit: int, needs_backslash: bool) -> None:
+        at = text.find(word)
+        while at != -1:
+            k = bisect.bisect_right(starts, at) - 1
+            if at + len(word) > ends[k]:  # across a line end: not in one line
+                at = text.find(word, at + 1)
+                continue
+            if not needs_backslash or b"\\" in text[starts[k] : ends[k]]:
+                masks[k] |= bit
+            at = text.find(word, ends[k] + 1)  # on to the next line
+
+    for i, lit in enumerate(lits):
+        mark(lit, 1 << i, False)
+        for form in _forms(lit):
+            mark(form, 1 << i, True)
+    return [(lo + starts[k], lo + ends[k], m) for k, m in enumerate(masks) if m]
+
+
+def _candidates_line_by_line(
+    block: bytes, lits: list[bytes], lo: int = 0, hi: int | None = None
+) -> list[tuple[int, int, int]]:
+    """What :func:`_candidates_by_hand` finds, the slow obvious way (tests that one)."""
     out, pos = [], lo
     escaped = [(1 << i, _forms(lit)) for i, lit in enumerate(lits) if _forms(lit)]
     for line in block[lo:hi].split(b"\n"):
@@ -93,6 +129,21 @@ def _candidates_by_hand(
             out.append((pos, pos + len(line), mask))
         pos += len(line) + 1
     return out
+
+
+def test_the_oracle_finds_what_a_line_by_line_search_finds() -> None:
+    lits = [*needles([*default_pack().all_triggers(), *_BUILTIN_TRIGGERS]), b"", b"a\nb", b"x"]
+    rng = random.Random(5)
+    pieces = [b"\n", b"x", b"CUDA out of memory", b'{"log": "Traceback (most recent call last)\\n"}', b"\\",
+              b"A", b"b", b"KV cache", b"\xff", b" ", b"out of mem", b'  File \\"x.py\\", line 1, in f', b'\\tmemory: 3']
+    for _ in range(200):
+        block = b"".join(rng.choice(pieces) for _ in range(rng.randrange(40)))
+        lo = rng.randrange(len(block) + 1)
+        hi = rng.choice([None, rng.randrange(lo, len(block) + 1)])
+        assert _candidates_by_hand(block, lits, lo, hi) == _candidates_line_by_line(block, lits, lo, hi)
+    block = TRICKY + b"\n" + (FIXTURES / "vllm" / "vllm-054.log").read_bytes()
+    assert _candidates_by_hand(block, lits) == _candidates_line_by_line(block, lits)
+    assert any(_forms(lit) for lit in lits)  # the JSON forms were looked for too
 
 
 TRICKY = (
