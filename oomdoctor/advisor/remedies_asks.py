@@ -26,16 +26,21 @@ def _facts_command(kind: str) -> str:
     return _NVIDIA_FACTS
 
 
+def _account_figures(inp: AdviceInput, cause_id: str, *names: str) -> tuple[int | None, ...] | None:
+    """The account's entries ``names`` when the finding's cause is ``cause_id``, else None."""
+    cause, acc = inp.finding.cause, inp.finding.account
+    if cause is None or cause.id != cause_id:
+        return None
+    return tuple(acc.get(n) if acc else None for n in names)
+
+
 @remedy("ask.driver-facts")
 def driver_facts(inp: AdviceInput) -> Remedy | None:
     """The driver reported ``free`` ≥ ``request`` after the allocator released its cache."""
-    cause = inp.finding.cause
-    if cause is None or cause.id != "driver-fault":
+    figures = _account_figures(inp, "driver-fault", "free", "request", "capacity")
+    if figures is None:
         return None
-    acc = inp.finding.account
-    free = acc.get("free") if acc else None
-    req = acc.get("request") if acc else None
-    total = acc.get("capacity") if acc else None
+    free, req, total = figures
     why = (
         remedy_text("ask.driver-facts", "why_free", free=free, request=req, total=total)
         if free is not None and req is not None and total is not None
@@ -54,12 +59,10 @@ def driver_facts(inp: AdviceInput) -> Remedy | None:
 @remedy("ask.request-shape")
 def request_shape(inp: AdviceInput) -> Remedy | None:
     """One allocation larger than the device (or than any device): the shape that sizes it is wrong."""
-    cause = inp.finding.cause
-    if cause is None or cause.id != "oversized-request":
+    figures = _account_figures(inp, "oversized-request", "request", "capacity")
+    if figures is None:
         return None
-    acc = inp.finding.account
-    req = acc.get("request") if acc else None
-    total = acc.get("capacity") if acc else None
+    req, total = figures
     if req is None:
         return None
     why = (
