@@ -355,7 +355,10 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         self._reread = read
 
     def new_source(self, name: str) -> None:
-        """Finish the current source and continue with another (line numbers restart)."""
+        """Finish the current source and continue the same run in another (line numbers restart):
+        a log rotated or truncated under ``--follow``. Facts read before carry over, so a file of
+        another run (another program, another start) needs a :class:`Scanner` of its own (see
+        :func:`~oomdoctor.report.combine_reports`)."""
         self._end_of_source()
         self._start_source(name)
 
