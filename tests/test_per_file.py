@@ -23,6 +23,8 @@ import pytest
 
 import oomdoctor
 from oomdoctor.cli.diagnose import run
+from oomdoctor.render.markdown import render_markdown
+from oomdoctor.render.text import render_text
 from oomdoctor.report import Context, SourceContext, combine_reports, common_context
 from tests.corpus import FIXTURES
 
@@ -201,3 +203,27 @@ def test_combine_reports_adds_up_and_keeps_each_context() -> None:
     assert report.summary.errors == sum(f.severity == "error" for f in report.findings)
     with pytest.raises(ValueError):
         combine_reports([])
+
+
+def test_text_groups_findings_under_each_file_with_its_facts() -> None:
+    text = render_text(_two(), width=100)
+    llama = text.index("== llamacpp/other-001.log · llama.cpp ==")
+    vllm = text.index("== vllm/vllm-054.log · vllm")
+    assert llama < text.index("at llamacpp/other-001.log:") < vllm < text.index("at vllm/vllm-054.log:")
+    assert text.rstrip().splitlines()[-3].startswith("llamacpp/other-001.log: ")
+
+
+def test_markdown_has_a_section_per_file() -> None:
+    md = render_markdown(_two())
+    llama = md.index("## `llamacpp/other-001.log`: ")
+    vllm = md.index("## `vllm/vllm-054.log`: ")
+    assert llama < md.index("llamacpp/other-001.log:4") < vllm
+    # a size limit still drops whole findings and says how many
+    short = render_markdown(_two(), max_chars=1500)
+    assert len(short) <= 1501 and "more finding(s) not shown" in short
+
+
+def test_one_file_reads_as_before() -> None:
+    report = oomdoctor.diagnose((FIXTURES / "vllm" / "vllm-054.log").read_bytes(), source="a.log")
+    assert "== " not in render_text(report)
+    assert "## `" not in render_markdown(report)
