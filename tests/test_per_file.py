@@ -227,3 +227,25 @@ def test_one_file_reads_as_before() -> None:
     report = oomdoctor.diagnose((FIXTURES / "vllm" / "vllm-054.log").read_bytes(), source="a.log")
     assert "== " not in render_text(report)
     assert "## `" not in render_markdown(report)
+
+
+def test_scanners_of_one_pack_share_only_what_the_pack_gives() -> None:
+    """A scanner takes the indexes and prefilters an earlier scanner derived from the same pack;
+    everything else, run state, memos and lists it reorders, is its own."""
+    from oomdoctor import scanner as scanner_mod
+    from oomdoctor.rulepack import default_pack
+
+    pack = default_pack()
+    first = scanner_mod.Scanner(pack, source="a.log")
+    first.feed((FIXTURES / "vllm" / "vllm-054.log").read_bytes())
+    first.close()
+    second = scanner_mod.Scanner(pack, source="b.log")
+    assert vars(first).keys() == vars(second).keys()
+    shared = (set(scanner_mod._DERIVED_NAMES) - scanner_mod._MEMOS - scanner_mod._REORDERED) | {"pack"}
+    mutable = (list, dict, set, bytearray)
+    for name, value in vars(second).items():
+        if name in shared:
+            assert value is getattr(first, name), name
+        elif isinstance(value, mutable) or hasattr(value, "__dict__"):
+            assert value is not getattr(first, name), f"{name} is shared between two scans"
+    assert second.context() == Context() and second.findings_so_far() == 0
