@@ -286,6 +286,9 @@ def _run(
         except RulePackError as exc:
             return fail(str(exc))
     if follow:
+        if paths:  # (each file is its own run: one follower each)
+            return fail(_("--follow follows one file; {files} would not be read: run one oomdoctor --follow per file").format(
+                files=", ".join(paths)))
         from oomdoctor.cli.follow import follow_file
 
         return follow_file(follow, pack, hints, fmt, output, fail_on)
