@@ -191,7 +191,7 @@ def _two() -> oomdoctor.Report:
         oomdoctor.diagnose((FIXTURES / name).read_bytes(), source=name)
         for name in ("llamacpp/other-001.log", "vllm/vllm-054.log")
     ]
-    return combine_reports(reports)
+    return oomdoctor.combine_reports(reports)
 
 
 def test_combine_reports_adds_up_and_keeps_each_context() -> None:
