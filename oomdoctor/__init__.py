@@ -6,6 +6,9 @@ Public API::
     report = oomdoctor.diagnose(open("server.log").read())
     for finding in report.findings:
         print(finding.kind, finding.figures, finding.remedies[0].flags)
+
+Each log is its own run: diagnose logs one by one, and join their reports with
+``oomdoctor.combine_reports([...])`` (one context per source in ``report.contexts``).
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from oomdoctor.api import diagnose
-    from oomdoctor.report import Context, Finding, Remedy, Report
+    from oomdoctor.report import Context, Finding, Remedy, Report, SourceContext, combine_reports
     from oomdoctor.scanner import Scanner
 
-__all__ = ["Context", "Finding", "Remedy", "Report", "Scanner", "__version__", "diagnose"]
+__all__ = ["Context", "Finding", "Remedy", "Report", "Scanner", "SourceContext", "__version__", "combine_reports", "diagnose"]
 
 #: where each public name lives; imported on first use, so that ``oomdoctor.cli`` can start
 #: pipe mode's passthrough before pydantic and the rule pack are loaded
@@ -30,6 +33,8 @@ _LAZY = {
     "Remedy": "oomdoctor.report",
     "Report": "oomdoctor.report",
     "Scanner": "oomdoctor.scanner",
+    "SourceContext": "oomdoctor.report",
+    "combine_reports": "oomdoctor.report",
 }
 
 

@@ -1,18 +1,20 @@
 """The report contract (DESIGN §3): the one structure every renderer and the HTTP server read.
 
-``schema_version`` 3 (2 added ``finding.cause`` and ``finding.account``; 3 added ``remedy.run``). The JSON Schema generated from these models is committed as
+``schema_version`` 4 (2 added ``finding.cause`` and ``finding.account``; 3 added ``remedy.run``; 4 added
+``report.contexts``, one per source). The JSON Schema generated from these models is committed as
 ``oomdoctor/report.schema.json`` and a test checks it does not drift.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from oomdoctor.i18n import current_lang
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 Severity = Literal["error", "warning"]
 Confidence = Literal["high", "medium", "low"]
@@ -184,6 +186,47 @@ class Context(_Model):
         return self._dump_args
 
 
+class _Sourced(_Model):
+    source: str = Field(description="The source these facts came from (as in sources and finding.location.source).")
+
+
+class SourceContext(Context, _Sourced):
+    """The context of one source (a file, a request, a stream): the facts its own lines (and the
+    hints) gave. Each source is diagnosed on its own, so these are the facts its findings' cause
+    and remedies rest on. (``source`` comes first in the JSON: the base it is declared in comes last.)"""
+
+    @classmethod
+    def of(cls, source: str, context: Context) -> SourceContext:
+        """``context`` as the context of ``source`` (the launch arguments it knows typed or dumped too)."""
+        out = cls(source=source, **context.model_dump())
+        out._typed_args = dict(context.typed_args)
+        out._dump_args = dict(context.dump_args)
+        return out
+
+    def facts(self) -> Context:
+        """These facts without the source: the :class:`Context` a diagnosis of the source alone has."""
+        out = Context(**self.model_dump(exclude={"source"}))
+        out._typed_args = dict(self.typed_args)
+        out._dump_args = dict(self.dump_args)
+        return out
+
+
+def common_context(contexts: Sequence[Context]) -> Context:
+    """The facts every one of ``contexts`` states alike: a fact one lacks or states otherwise is
+    left out (of ``launch_args`` and ``extra``, the entries all share). One context: a copy of it."""
+    if not contexts:
+        return Context()
+    first, rest = contexts[0], contexts[1:]
+    values: dict[str, Any] = {}
+    for name in Context.model_fields:
+        mine = getattr(first, name)
+        if isinstance(mine, dict):
+            values[name] = {k: v for k, v in mine.items() if all(k in getattr(c, name) and getattr(c, name)[k] == v for c in rest)}
+        elif mine is not None and all(getattr(c, name) == mine for c in rest):
+            values[name] = mine
+    return Context(**values)
+
+
 class Tool(_Model):
     name: str = "oomdoctor"
     version: str
@@ -201,7 +244,16 @@ class Report(_Model):
     tool: Tool
     sources: list[str] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list)
-    context: Context = Field(default_factory=Context)
+    context: Context = Field(
+        default_factory=Context,
+        description="The run's facts. With one source, that source's context; with several, the facts they all "
+        "state alike (see contexts for each source's own).",
+    )
+    contexts: list[SourceContext] = Field(
+        default_factory=list,
+        description="One context per source, in the order of sources. Each source is diagnosed on its own: "
+        "a finding's cause and remedies rest only on the context of its own source (finding.location.source).",
+    )
     summary: Summary = Field(default_factory=Summary)
     lang: str = Field(
         default_factory=current_lang,
@@ -212,6 +264,38 @@ class Report(_Model):
     @property
     def has_errors(self) -> bool:
         return any(f.severity == "error" for f in self.findings)
+
+    def context_of(self, source: str) -> Context:
+        """The context of ``source`` (its entry in :attr:`contexts`), else the report's :attr:`context`."""
+        for c in self.contexts:
+            if c.source == source:
+                return c
+        return self.context
+
+
+def combine_reports(reports: Sequence[Report]) -> Report:
+    """One report of several sources, each diagnosed on its own (a :class:`Report` each, from its
+    own scan): their sources, findings and contexts in order, the counts added up, and as
+    ``context`` the facts every source states alike (:func:`common_context`). One report: itself."""
+    if len(reports) == 1:
+        return reports[0]
+    if not reports:
+        raise ValueError("no report to combine")
+    contexts = [c for r in reports for c in r.contexts]
+    findings = [f for r in reports for f in r.findings]
+    return Report(
+        schema_version=reports[0].schema_version,
+        tool=reports[0].tool,
+        sources=[s for r in reports for s in r.sources],
+        findings=findings,
+        context=common_context([c.facts() for c in contexts]),
+        contexts=contexts,
+        summary=Summary(
+            errors=sum(f.severity == "error" for f in findings),
+            warnings=sum(f.severity == "warning" for f in findings),
+        ),
+        lang=reports[0].lang,
+    )
 
 
 def report_json_schema() -> dict[str, Any]:

@@ -15,9 +15,11 @@ open-finding lifetime (:mod:`~oomdoctor.scan.lifetime`).
 
 from __future__ import annotations
 
+import os
+import threading
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from oomdoctor.context import ContextCollector
 from oomdoctor.prefilter import Prefilter, make_prefilter, needles
@@ -75,6 +77,56 @@ __all__ = [
 ]
 
 
+#: what a scanner derives from its rule pack alone, the same for every scan of that pack (its
+#: triggers indexed, its prefilters, the periodic lines' needles): built by the first scanner of
+#: a pack and taken by the next ones (a run of many small files, each its own run, paid ~15 ms a
+#: file for it). Nothing of a run is kept: no context, finding or line (see Scanner._adopt).
+_DERIVED_NAMES = (
+    "_phase_by_trigger", "_ctx_by_trigger", "_rule_by_trigger", "_phases_always", "_all_triggers",
+    "_periodic_triggers", "_vote_triggers", "_triggers_by_mask", "_holding", "_trigger_hay", "_markers",
+    "_progress_patterns", "_ev_prefilter", "_prefilter", "_masks_ok", "_needles", "_ev_shift",
+    "_phases_of_path", "_lookahead", "_frame_marks", "_vote_only", "_absorbs_by_mask", "_main_mask",
+    "_ascii_needles", "_deferrable_by_mask", "_repeat_by_mask", "_folds_from_line", "_progress_by_mask",
+    "_periodic_ctx", "_periodic_bits", "_periodic_pf", "_progress_pf", "_periodic_groups", "_presence",
+    "_phase_fixed",
+)
+#: of those, the memos: dicts a scan fills as it asks (each scan takes a copy of its own)
+_MEMOS = frozenset(
+    {"_triggers_by_mask", "_holding", "_phases_of_path", "_absorbs_by_mask", "_deferrable_by_mask",
+     "_repeat_by_mask", "_progress_by_mask"}
+)
+#: of those, the lists of lists whose order a scan changes (the latest match tried first)
+_REORDERED = frozenset({"_markers", "_progress_patterns"})
+#: by the pack's id and the prefilter asked for (``OOMDOCTOR_PREFILTER``): the pack (so that its
+#: id is not another's) and what was derived from it
+_DERIVED: dict[tuple[int, str], tuple[RulePack, dict[str, Any]]] = {}
+#: packs remembered at most (the built-in one, and a service's or a test's own)
+_DERIVED_PACKS = 4
+
+
+_DERIVED_LOCK = threading.Lock()  # (the HTTP service starts scanners in several threads)
+
+
+def _own(name: str, value: Any) -> Any:
+    """``value`` of ``name`` as one scan may keep it: a memo or a reordered list copied."""
+    if name in _MEMOS:
+        return dict(value)
+    if name in _REORDERED:
+        return [list(each) for each in value]
+    return value
+
+
+def _derived_key(pack: RulePack) -> tuple[int, str]:
+    return id(pack), os.environ.get("OOMDOCTOR_PREFILTER", "")
+
+
+def _remember(pack: RulePack, derived: dict[str, Any]) -> None:
+    with _DERIVED_LOCK:
+        if len(_DERIVED) >= _DERIVED_PACKS:
+            _DERIVED.pop(next(iter(_DERIVED)))
+        _DERIVED[_derived_key(pack)] = (pack, derived)
+
+
 def scan_triggers(pack: RulePack) -> list[str]:
     """Every literal a scan with ``pack`` looks for: the pack's triggers and the scanner's own
     (a prefilter built for these, passed to :class:`Scanner`, finds every candidate line)."""
@@ -97,6 +149,37 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         self.pack = pack or default_pack()
         self.hints = dict(hints or {})
         self._advise = advise
+        derived = _DERIVED.get(_derived_key(self.pack)) if prefilter is None else None
+        if derived is not None and derived[0] is self.pack:
+            self._adopt(derived[1])
+        else:
+            self._derive(prefilter)
+            if prefilter is None:
+                _remember(self.pack, {name: _own(name, getattr(self, name)) for name in _DERIVED_NAMES})
+        #: phase-evidence lines not read yet: (line number, bytes, needles mask), in order
+        self._deferred: list[tuple[int, bytes, int]] = []
+        self._deferred_bytes = 0
+        self._tail: list[tuple[bytes, int, int, int, int, int]] = []
+        self._unsearched: list[tuple[bytes, int, int, int, int, int]] = []
+        self._unsearched_bytes = 0
+        self._counted: tuple[bytes, dict[int, int] | None] = (b"", None)
+        self.sources: list[str] = []
+        self._collector = ContextCollector()
+        self._findings: list[Finding] = []
+        self._open: list[_Open] = []
+        self._ready: list[Finding] = []
+        #: per finding (by id): last line it was seen on, and the ranks (None too) that told it
+        self._seen: dict[int, tuple[int, set[str | None]]] = {}
+        self._done = False
+        #: the rule being matched is read case-insensitively (see :meth:`_search`)
+        self._fold = False
+        #: length of the anchor line of the match being read (see :meth:`_extract_figures`)
+        self._anchor_len = 0
+        self._timing = ""  # the context/phase rule whose regex runs (named by RuleTimeout)
+        self._start_source(source)
+
+    def _derive(self, prefilter: Prefilter | None) -> None:
+        """Index the pack's triggers and build the prefilters (what :data:`_DERIVED` keeps)."""
         triggers = scan_triggers(self.pack)
         self._index_triggers()
         #: the prefilter of the phase-evidence needles (see :meth:`_between`); None: the main
@@ -124,20 +207,14 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         self._index_deferrable()
         #: rules that name their failure's phase (evidence cannot change it: see _phase_for)
         self._phase_fixed = frozenset(i for i, r in enumerate(self.pack.rules) if r.rule.phase)
-        self.sources: list[str] = []
-        self._collector = ContextCollector()
-        self._findings: list[Finding] = []
-        self._open: list[_Open] = []
-        self._ready: list[Finding] = []
-        #: per finding (by id): last line it was seen on, and the ranks (None too) that told it
-        self._seen: dict[int, tuple[int, set[str | None]]] = {}
-        self._done = False
-        #: the rule being matched is read case-insensitively (see :meth:`_search`)
-        self._fold = False
-        #: length of the anchor line of the match being read (see :meth:`_extract_figures`)
-        self._anchor_len = 0
-        self._timing = ""  # the context/phase rule whose regex runs (named by RuleTimeout)
-        self._start_source(source)
+
+    def _adopt(self, derived: dict[str, Any]) -> None:
+        """Take what an earlier scan of the same pack derived from it (see :data:`_DERIVED`):
+        the indexes and prefilters as they are, each memo (a dict filled as a scan asks) and each
+        list a scan reorders as a copy of its own."""
+        for name, value in derived.items():
+            setattr(self, name, _own(name, value))
+        self._ev_mask_of = getattr(self._ev_prefilter, "mask", None) or self._ev_mask_by_needle
 
     def _index_triggers(self) -> None:
         """Map each trigger literal to the phases, context rules and rules that name it."""
@@ -229,13 +306,6 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         self._repeat_by_mask: dict[int, list[str] | None] = {}
         self._folds_from_line = frozenset(i for i, r in enumerate(self.pack.rules) if folds_from_its_line(r))
         self._progress_by_mask: dict[int, bool] = {}
-        #: phase-evidence lines not read yet: (line number, bytes, needles mask), in order
-        self._deferred: list[tuple[int, bytes, int]] = []
-        self._deferred_bytes = 0
-        self._tail: list[tuple[bytes, int, int, int, int, int]] = []
-        self._unsearched: list[tuple[bytes, int, int, int, int, int]] = []
-        self._unsearched_bytes = 0
-        self._counted: tuple[bytes, dict[int, int] | None] = (b"", None)
         self._index_periodic()
 
     def _index_periodic(self) -> None:
@@ -355,7 +425,10 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         self._reread = read
 
     def new_source(self, name: str) -> None:
-        """Finish the current source and continue with another (line numbers restart)."""
+        """Finish the current source and continue the same run in another (line numbers restart):
+        a log rotated or truncated under ``--follow``. Facts read before carry over, so a file of
+        another run (another program, another start) needs a :class:`Scanner` of its own (see
+        :func:`~oomdoctor.report.combine_reports`)."""
         self._end_of_source()
         self._start_source(name)
 

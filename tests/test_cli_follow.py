@@ -90,3 +90,17 @@ def test_follow_a_directory_is_an_error(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.decode() == f"oomdoctor: error: {tmp_path}: is a directory\n"
+
+
+def test_follow_with_other_files_is_a_usage_error(tmp_path: Path) -> None:
+    # each file is its own run: the others were silently left unread before
+    other = tmp_path / "other.log"
+    other.write_text("hello\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "oomdoctor", "-F", str(tmp_path / "a.log"), str(other)],
+        capture_output=True, env=ENV, timeout=30,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.decode() == (
+        f"oomdoctor: error: --follow follows one file; {other} would not be read: run one oomdoctor --follow per file\n"
+    )

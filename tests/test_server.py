@@ -195,6 +195,30 @@ def test_diagnose_matches_the_python_api(client: httpx.Client, case: str) -> Non
     ]
 
 
+def test_each_request_is_its_own_run(client: httpx.Client) -> None:
+    """Requests share no context, one after another or at once: each report equals the one its
+    log gets alone, with one context, the request's."""
+    import concurrent.futures
+
+    import oomdoctor
+
+    logs = [(ROOT / "fixtures" / f"{case}.log").read_bytes() for case in ("llamacpp/other-001", "vllm/vllm-054", "pytorch/new-009")]
+
+    def post(data: bytes) -> dict[str, Any]:
+        r = client.post("/v1/diagnose", content=data, headers={**AUTH, "content-type": "text/plain"})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    alone = [json.loads(oomdoctor.diagnose(data, source="<request>").model_dump_json()) for data in logs]
+    in_turn = [post(data) for data in logs]
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        at_once = list(pool.map(post, logs * 2))
+    for got, want in zip([*in_turn, *at_once], alone * 3, strict=True):
+        assert [c["source"] for c in got["contexts"]] == ["<request>"]
+        assert (got["findings"], got["contexts"], got["context"]) == (want["findings"], want["contexts"], want["context"])
+    assert [r["contexts"][0]["engine"] for r in in_turn] == ["llama.cpp", "vllm", None]
+
+
 def test_diagnose_text_plain_markdown(client: httpx.Client) -> None:
     r = client.post(
         "/v1/diagnose", params={"format": "markdown"}, content=VLLM_054, headers={**AUTH, "content-type": "text/plain"}

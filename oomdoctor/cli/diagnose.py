@@ -16,6 +16,7 @@ from oomdoctor.render import FORMATS, renderer
 if TYPE_CHECKING:
     import typer
 
+    from oomdoctor.inputs import InputError
     from oomdoctor.report import Finding, Report
     from oomdoctor.rulepack import RulePack
     from oomdoctor.scanner import Scanner
@@ -285,6 +286,9 @@ def _run(
         except RulePackError as exc:
             return fail(str(exc))
     if follow:
+        if paths:  # (each file is its own run: one follower each)
+            return fail(_("--follow follows one file; {files} would not be read: run one oomdoctor --follow per file").format(
+                files=", ".join(paths)))
         from oomdoctor.cli.follow import follow_file
 
         return follow_file(follow, pack, hints, fmt, output, fail_on)
@@ -320,42 +324,22 @@ def _file_mode(
     paths: list[str], pack: object, hints: dict[str, str], fmt: str, output: str | None, fail_on: str,
     plain: bool = False,
 ) -> int:
+    """Each file is its own run, diagnosed by a scanner of its own (a llama.cpp log beside a vLLM
+    one must not take vLLM's engine, model or launch arguments); the reports are then joined."""
     from oomdoctor.cli.progress import FileProgress
-    from oomdoctor.inputs import InputError, read_blocks, rereader
-    from oomdoctor.prefilter.pool import Precomputed
-    from oomdoctor.scanner import RuleTimeout, Scanner
+    from oomdoctor.report import combine_reports
+    from oomdoctor.scanner import RuleTimeout
 
-    scanner = Scanner(pack, source=paths[0], hints=hints)  # type: ignore[arg-type]
-    ahead = Precomputed(scanner.prefilter)  # big plain files: candidates found by workers
-    scanner.use_prefilter(ahead)
+    reports: list[Report] = []
     input_error: InputError | None = None
     try:
         with FileProgress(paths) as bar:
-
-            def pass_quiet(size: int, newlines: int, head: bytes, tail: bytes) -> bool:
-                """A stretch the workers found quiet: passed over unread where the scanner can."""
-                if not scanner.pass_quiet(size, newlines, head, tail):
-                    return False
-                bar.advance(size, scanner.findings_so_far())
-                return True
-
-            ahead.pass_quiet_to(pass_quiet, scanner.periodic_presence)
-            for i, path in enumerate(paths):
-                if i:
-                    scanner.new_source(path)
-                scanner.rereadable(rereader(path))
-                try:
-                    first = True
-                    for block in read_blocks(path, ahead=ahead):
-                        if first and looks_binary(block):
-                            warn(_("{path} looks binary (NUL bytes); reading it as text anyway").format(path=path))
-                        first = False
-                        scanner.feed(block)
-                        bar.advance(len(block), scanner.findings_so_far())
-                except InputError as exc:
-                    input_error = exc
+            for path in paths:
+                report, input_error = _scan_file(path, pack, hints, bar, sum(len(r.findings) for r in reports))
+                reports.append(report)
+                if input_error is not None:
                     break
-        report = scanner.close()
+        report = combine_reports(reports)
     except RuleTimeout as exc:
         return fail(str(exc))
     except Exception as exc:  # an analysis bug must not end in a traceback
@@ -372,6 +356,40 @@ def _file_mode(
     if input_error is not None:
         return fail(str(input_error))
     return exit_code(report, fail_on)
+
+
+def _scan_file(path: str, pack: object, hints: dict[str, str], bar: Any, before: int) -> tuple[Report, InputError | None]:
+    """The report of one file, scanned on its own, and the input error that cut it short (if one);
+    ``before``: the findings of the files before it (for the progress display)."""
+    from oomdoctor.inputs import InputError, read_blocks, rereader
+    from oomdoctor.prefilter.pool import Precomputed
+    from oomdoctor.scanner import Scanner
+
+    scanner = Scanner(pack, source=path, hints=hints)  # type: ignore[arg-type]
+    ahead = Precomputed(scanner.prefilter)  # big plain files: candidates found by workers
+    scanner.use_prefilter(ahead)
+
+    def pass_quiet(size: int, newlines: int, head: bytes, tail: bytes) -> bool:
+        """A stretch the workers found quiet: passed over unread where the scanner can."""
+        if not scanner.pass_quiet(size, newlines, head, tail):
+            return False
+        bar.advance(size, before + scanner.findings_so_far())
+        return True
+
+    ahead.pass_quiet_to(pass_quiet, scanner.periodic_presence)
+    scanner.rereadable(rereader(path))
+    input_error: InputError | None = None
+    try:
+        first = True
+        for block in read_blocks(path, ahead=ahead):
+            if first and looks_binary(block):
+                warn(_("{path} looks binary (NUL bytes); reading it as text anyway").format(path=path))
+            first = False
+            scanner.feed(block)
+            bar.advance(len(block), before + scanner.findings_so_far())
+    except InputError as exc:
+        input_error = exc
+    return scanner.close(), input_error
 
 
 def warm_imports() -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from oomdoctor.i18n import N_, _, current_lang
-from oomdoctor.report import Finding, Remedy
+from oomdoctor.report import Context, Finding, Remedy, Report
 from oomdoctor.units import format_size
 
 #: figures shown first, in this order, with a label
@@ -129,3 +129,20 @@ def occurrences_note(f: Finding) -> str:
         return ""
     ranks = _(" on {n} ranks/workers").format(n=len(f.ranks)) if len(f.ranks) > 1 else ""
     return f"{f.occurrences}×{ranks}"
+
+
+def facts_of(ctx: Context) -> list[str]:
+    """The run's facts worth a glance (engine and version, model, GPU, its memory, tensor parallelism)."""
+    facts = [
+        ctx.engine and f"{ctx.engine}{' ' + ctx.engine_version if ctx.engine_version else ''}",
+        ctx.model,
+        ctx.gpu_name,
+        ctx.gpu_total_bytes and f"{format_size(ctx.gpu_total_bytes)} GPU",
+        ctx.tensor_parallel_size and ctx.tensor_parallel_size > 1 and f"TP {ctx.tensor_parallel_size}",
+    ]
+    return [str(f) for f in facts if f]
+
+
+def by_source(report: Report) -> list[tuple[str, list[Finding]]]:
+    """The report's sources in order, each with its own findings (each source is a run of its own)."""
+    return [(source, [f for f in report.findings if f.location.source == source]) for source in dict.fromkeys(report.sources)]

@@ -17,7 +17,7 @@ def finding_jsonl(finding: Finding) -> str:
 
 
 def render_jsonl(report: Report, **_: Any) -> str:
-    """One ``finding`` object per line, then one ``summary`` line with context and counts."""
+    """One ``finding`` object per line, then one ``summary`` line with the context (one per source too) and counts."""
     lines = [finding_jsonl(f) for f in report.findings]
     tail = {
         "type": "summary",
@@ -25,6 +25,7 @@ def render_jsonl(report: Report, **_: Any) -> str:
         "tool": report.tool.model_dump(),
         "sources": report.sources,
         "context": report.context.model_dump(mode="json", exclude_none=True),
+        "contexts": [c.model_dump(mode="json", exclude_none=True) for c in report.contexts],
         "summary": report.summary.model_dump(),
         "lang": report.lang,
     }
@@ -50,6 +51,7 @@ def jsonl_json_schema() -> dict[str, Any]:
             "tool": {"$ref": "#/$defs/Tool"},
             "sources": {"type": "array", "items": {"type": "string"}},
             "context": {"$ref": "#/$defs/Context"},
+            "contexts": {"type": "array", "items": {"$ref": "#/$defs/SourceContext"}},
             "summary": {"$ref": "#/$defs/Summary"},
             "lang": {"type": "string", "description": "The language of the human text (en or ja)."},
         },

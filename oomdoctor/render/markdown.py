@@ -10,10 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 from oomdoctor.i18n import _
-from oomdoctor.render.common import figure_items, occurrences_note, remedy_headline, where
+from oomdoctor.render.common import (
+    by_source,
+    facts_of,
+    figure_items,
+    occurrences_note,
+    remedy_headline,
+    where,
+)
 from oomdoctor.render.why import why_line
 from oomdoctor.report import Finding, Report
-from oomdoctor.units import format_size
 
 MESSAGE_CHARS = 600
 
@@ -38,9 +44,13 @@ def code_block(text: str, lang: str = "") -> str:
 
 
 def summary_line(report: Report) -> str:
-    errors = sum(f.severity == "error" for f in report.findings)
-    warnings = len(report.findings) - errors
-    if not report.findings:
+    return findings_summary(report.findings)
+
+
+def findings_summary(findings: list[Finding]) -> str:
+    errors = sum(f.severity == "error" for f in findings)
+    warnings = len(findings) - errors
+    if not findings:
         return _("no out-of-memory failure found")
     if not errors:
         return _("no out-of-memory failure; {warnings} memory warning(s)").format(warnings=warnings)
@@ -50,15 +60,8 @@ def summary_line(report: Report) -> str:
 
 
 def context_facts(report: Report) -> list[str]:
-    ctx = report.context
-    facts = [
-        ctx.engine and f"{ctx.engine}{' ' + ctx.engine_version if ctx.engine_version else ''}",
-        ctx.model,
-        ctx.gpu_name,
-        ctx.gpu_total_bytes and f"{format_size(ctx.gpu_total_bytes)} GPU",
-        ctx.tensor_parallel_size and ctx.tensor_parallel_size > 1 and f"TP {ctx.tensor_parallel_size}",
-    ]
-    return [str(f) for f in facts if f]
+    """The facts of the report's run (with several sources, those they all state alike)."""
+    return facts_of(report.context)
 
 
 def _clip(text: str, n: int) -> str:
@@ -105,25 +108,42 @@ def finding_markdown(f: Finding) -> str:
     return "\n".join(out)
 
 
+def _parts(report: Report) -> list[tuple[str, bool]]:
+    """The report after its headline, as (text, is a finding) pieces. With several sources, each
+    source is a section of its own: its name, its result and facts, then its findings."""
+    if len(report.sources) < 2:
+        return [("\n\n" + finding_markdown(f), True) for f in report.findings]
+    parts: list[tuple[str, bool]] = []
+    for source, findings in by_source(report):
+        facts = facts_of(report.context_of(source))
+        head = f"\n\n## {code_span(source)}: {findings_summary(findings)}"
+        parts.append((head + ("\n_" + " · ".join(facts) + "_" if facts else ""), False))
+        parts.extend(("\n\n" + finding_markdown(f), True) for f in findings)
+    return parts
+
+
 def render_markdown(report: Report, *, max_chars: int | None = None, **_options: Any) -> str:
     head = [f"**oomdoctor**: {summary_line(report)}"]
     facts = context_facts(report)
     if facts:
         head.append("_" + " · ".join(facts) + "_")
     text = "\n".join(head)
-    for i, f in enumerate(report.findings):
-        part = "\n\n" + finding_markdown(f)
-        rest = len(report.findings) - i
+    shown = 0
+    for part, is_finding in _parts(report):
+        rest = len(report.findings) - shown
         note = "\n\n_" + _(
             "…{rest} more finding(s) not shown (message size limit); run "
             "`oomdoctor --format markdown` on the log for the full report."
         ).format(rest=rest) + "_"
         if max_chars is not None and len(text) + len(part) + len(note) + 1 > max_chars:
-            if i == 0:  # at least the first finding, clipped
+            if not rest:  # only sections without findings are left: their heads are dropped quietly
+                break
+            if shown == 0 and is_finding:  # at least the first finding, clipped
                 room = max_chars - len(text) - len(note) - 2
                 if room > 200:
                     text += _clip(part, room)
             text += note
             break
         text += part
+        shown += is_finding
     return text + "\n"

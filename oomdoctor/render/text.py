@@ -18,7 +18,9 @@ from typing import Any
 
 from oomdoctor.i18n import _
 from oomdoctor.render.common import (
+    by_source,
     confidence_label,
+    facts_of,
     figure_items,
     fits_label,
     occurrences_note,
@@ -268,8 +270,30 @@ def per_source_lines(report: Report) -> list[str]:
     return out
 
 
+def source_heading(source: str, facts: list[str], out: TextLayout) -> None:
+    """The line above a source's findings when the report has several: its name and its run's facts."""
+    text = " · ".join([source, *facts])
+    if out.color:
+        bar = "═" * max(3, out.width - cell_len(text) - 4)
+        out.lines.append(out.style(f"══ {text} {bar}", "cyan", "bold"))
+    else:
+        out.lines.append(f"== {text} ==")
+    out.lines.append("")
+
+
 def render_text(report: Report, *, color: bool = False, width: int | None = None, **_options: Any) -> str:
-    """The whole report: every finding, a result line per source when there are several, then
+    """The whole report: every finding (with several sources, under a heading for each source that
+    has some, with that source's own facts), a result line per source when there are several, then
     :func:`summary_line`."""
     per_source = "".join(line + "\n" for line in per_source_lines(report))
-    return render_findings_text(report.findings, color=color, width=width) + per_source + summary_line(report) + "\n"
+    if len(report.sources) < 2:
+        body = render_findings_text(report.findings, color=color, width=width)
+    else:
+        out = TextLayout(terminal_width(width), color)
+        for source, findings in by_source(report):
+            if findings:
+                source_heading(source, facts_of(report.context_of(source)), out)
+                for f in findings:
+                    finding_lines(f, out)
+        body = "".join(line + "\n" for line in out.lines)
+    return body + per_source + summary_line(report) + "\n"

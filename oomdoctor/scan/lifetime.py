@@ -7,7 +7,7 @@ from typing import Any
 from oomdoctor import __version__
 from oomdoctor.fallback import is_fallback, kind_for
 from oomdoctor.reader import normalise
-from oomdoctor.report import Finding, Report, Summary, Tool
+from oomdoctor.report import Finding, Report, SourceContext, Summary, Tool
 from oomdoctor.scan.state import (
     _GENERIC_ENGINES,
     AFTER_LINES,
@@ -120,7 +120,11 @@ class Lifetime(ScanState):
         return ctx
 
     def close(self) -> Report:
-        """End of input: finish every finding, run the advisor, return the report."""
+        """End of input: finish every finding, run the advisor, return the report.
+
+        A scan is one run, with one context (``report.contexts`` holds it, under the first
+        source's name): another run, another file or request, is diagnosed by a scanner of its
+        own, and the reports joined by :func:`~oomdoctor.report.combine_reports`."""
         if not self._done:
             self._end_of_source()
             self._done = True
@@ -131,6 +135,8 @@ class Lifetime(ScanState):
             sources=list(self.sources),
             findings=findings,
             context=ctx,
+            # one scan is one run: its sources after the first continue it (a rotated log)
+            contexts=[SourceContext.of(self.sources[0], ctx)],
             summary=Summary(
                 errors=sum(f.severity == "error" for f in findings),
                 warnings=sum(f.severity == "warning" for f in findings),
