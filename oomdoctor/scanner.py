@@ -120,12 +120,13 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         #: the evidence needles a candidate line's bytes hold, as a mask (shifted by ``_ev_shift``)
         self._ev_mask_of = getattr(self._ev_prefilter, "mask", None) or self._ev_mask_by_needle
         self._phases_of_path: dict[str, tuple[str, ...]] = {}
+        self._process_products: dict[str, str] = {}  # prefix -> the product its process names ('' none)
         self._lookahead = min(48, max([r.rule.window for r in self.pack.rules] + [0]) * 4)
         self._index_deferrable()
         #: rules that name their failure's phase (evidence cannot change it: see _phase_for)
         self._phase_fixed = frozenset(i for i, r in enumerate(self.pack.rules) if r.rule.phase)
         self.sources: list[str] = []
-        self._collector = ContextCollector()
+        self._collector = ContextCollector(self.pack.products)
         self._findings: list[Finding] = []
         self._open: list[_Open] = []
         self._ready: list[Finding] = []

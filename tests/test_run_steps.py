@@ -54,7 +54,7 @@ def test_json_carries_it_as_data() -> None:
     report, _top_remedy = _top()
     remedy = json.loads(render_json(report))["findings"][0]["remedies"][0]
     assert remedy["run"] == [{"label": "list the processes holding GPU memory:", "command": COMMAND}]
-    assert json.loads(render_json(report))["schema_version"] == 3
+    assert json.loads(render_json(report))["schema_version"] >= 3  # remedy.run came with 3
 
 
 def test_the_label_is_translated_and_the_command_is_not() -> None:
