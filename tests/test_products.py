@@ -109,3 +109,17 @@ def test_a_user_rule_file_adds_a_product(tmp_path: Path) -> None:
     report = oomdoctor.diagnose(f'  File "/opt/mytool/run.py", line 3, in main\n{OOM}\n'.encode(), pack=pack)
     assert report.context.product == "mytool"
 
+
+def test_text_and_markdown_show_the_product_by_name() -> None:
+    from oomdoctor.render.markdown import render_markdown
+    from oomdoctor.render.text import render_text
+
+    log = f'  File "/usr/lib/python3.11/site-packages/vllm/entrypoints/llm.py", line 177, in __init__\n{OOM}'
+    text = render_text(_report(log), width=200)
+    assert "engine: vllm · product: vLLM (LLM class) · at" in text
+    assert "product: **vLLM (LLM class)**" in render_markdown(_report(log))
+    ja = oomdoctor.diagnose(log.encode() + b"\n", lang="ja")
+    from oomdoctor.i18n import use_lang
+
+    with use_lang("ja"):
+        assert "製品: vLLM（LLM クラス）" in render_text(ja, width=200)

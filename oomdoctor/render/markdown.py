@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from oomdoctor.i18n import _
-from oomdoctor.render.common import figure_items, occurrences_note, remedy_headline, where
+from oomdoctor.render.common import figure_items, occurrences_note, product_name, remedy_headline, where
 from oomdoctor.render.why import why_line
 from oomdoctor.report import Finding, Report
 from oomdoctor.units import format_size
@@ -77,8 +77,11 @@ def finding_markdown(f: Finding) -> str:
     sev = "❌" if f.severity == "error" else "⚠️"
     occ = occurrences_note(f)
     out.append(f"### {sev} {f.title}")
-    out.append(f"{code_span(f.kind)} · " + _("phase **{phase}**").format(phase=f.phase) + f" · {location_text(f)}"
-               + (f" · {occ}" if occ else ""))
+    product = ""
+    if f.product:
+        product = " · " + _("product: {product}").format(product=f"**{product_name(f.product)}**")
+    out.append(f"{code_span(f.kind)} · " + _("phase **{phase}**").format(phase=f.phase) + product
+               + f" · {location_text(f)}" + (f" · {occ}" if occ else ""))
     out.append("")
     out.append(code_block(_clip(f.message, MESSAGE_CHARS)))
     items = figure_items(f)
