@@ -7,11 +7,15 @@ import shlex
 import types
 import typing
 from collections import Counter
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from oomdoctor import regex_cache
 from oomdoctor.figures import convert
 from oomdoctor.report import Context
+
+if TYPE_CHECKING:
+    from oomdoctor.rulepack.model import Product
 
 # key=value scanning for Namespace(...) and "with config: a=b, c=d" dumps (an object's repr,
 # ``<ConfigFormat.AUTO: 'auto'>``, is one value)
@@ -157,11 +161,24 @@ LISTED_ENGINES: dict[str, str] = {
 }
 
 
+def product_for_engine(engine: str | None, products: Mapping[str, Product]) -> str | None:
+    """The product an engine names when no line names one (a product's ``engines``): the most
+    specific such product (rules/products.toml)."""
+    if engine is None:
+        return None
+    named = [p for p in products.values() if engine in p.engines]
+    return max(named, key=lambda p: p.priority).id if named else None
+
+
 class ContextCollector:
     """Accumulates :class:`Context` from context-rule matches as lines pass."""
 
-    def __init__(self) -> None:
+    def __init__(self, products: Mapping[str, Product] | None = None) -> None:
         self.context = Context()
+        #: the product table (rules/products.toml): priorities and engine fallbacks
+        self.products: Mapping[str, Product] = products or {}
+        self._products: Counter[str] = Counter()
+        self._product_first: dict[str, int] = {}
         self._engines: Counter[str] = Counter()
         self._engine_first: dict[str, int] = {}
         #: engines only named by a package list (``pip list``, ``collect_env``): weaker evidence,
@@ -177,6 +194,33 @@ class ContextCollector:
         self._engines[engine] += 1
         # the first line by number (deferred lines are read after later ones)
         self._engine_first[engine] = min(line, self._engine_first.get(engine, line))
+
+    def vote_product(self, product: str, line: int) -> None:
+        """Note a line that names the product the user runs (a context rule's ``product``)."""
+        self._products[product] += 1
+        self._product_first[product] = min(line, self._product_first.get(product, line))
+
+    def product(self) -> str | None:
+        """The product the log names: of those its lines name (and the one its engine names, see
+        :func:`product_for_engine`), the most specific (the highest ``priority``: an RL framework
+        over the vLLM it embeds, ollama over its llama.cpp), then the most named, then the first
+        named; None when nothing says."""
+        engine = self.engine()
+        candidates = {
+            p: n for p, n in self._products.items()
+            if not (p in self.products and self.products[p].needs_engine) or engine in self.products[p].needs_engine
+        }
+        by_engine = product_for_engine(engine, self.products)
+        if by_engine is not None:
+            candidates.setdefault(by_engine, 0)
+        if not candidates:
+            return None
+
+        def key(p: str) -> tuple[int, int, int]:
+            prod = self.products.get(p)
+            return (prod.priority if prod else 0, candidates[p], -self._product_first.get(p, 1 << 62))
+
+        return max(candidates, key=key)
 
     def list_engine(self, package: str, line: int) -> str | None:
         """Note a package list's line naming ``package``; return the engine it is, if one."""
@@ -285,6 +329,9 @@ class ContextCollector:
             self.context.engine = eng
             if eng in self._versions:
                 self.context.engine_version = self._versions[eng]
+        product = self.product()
+        if product is not None:
+            self.context.product = product
         if "pytorch" in self._versions:  # the framework under any engine
             self.context.extra["torch_version"] = self._versions["pytorch"]
         return self.context

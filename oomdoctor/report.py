@@ -1,7 +1,7 @@
 """The report contract (DESIGN §3): the one structure every renderer and the HTTP server read.
 
 ``schema_version`` 4 (2 added ``finding.cause`` and ``finding.account``; 3 added ``remedy.run``; 4 added
-``report.contexts``, one per source). The JSON Schema generated from these models is committed as
+``report.contexts``, one per source, with ``finding.product`` and ``context.product``). The JSON Schema generated from these models is committed as
 ``oomdoctor/report.schema.json`` and a test checks it does not drift.
 """
 
@@ -125,6 +125,12 @@ class Finding(_Model):
     rule: str
     kind: str
     engine: str
+    product: str | None = Field(
+        default=None,
+        description="The program the user runs and configures, whose knobs the remedies speak in: vllm-serve, "
+        "vllm-python (the LLM class or an app embedding vLLM), ollama (not the llama.cpp inside it), verl, comfyui, "
+        "pytorch (a plain script), ... (rules/products.toml). The engine is the code that failed.",
+    )
     severity: Severity
     phase: Phase = "unknown"
     title: str
@@ -143,6 +149,9 @@ class Context(_Model):
 
     engine: str | None = None
     engine_version: str | None = None
+    product: str | None = Field(
+        default=None, description="The program the user runs and configures (see finding.product), when the log names one."
+    )
     model: str | None = None
     gpu_name: str | None = None
     gpu_total_bytes: int | None = None

@@ -164,7 +164,8 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         self._unsearched_bytes = 0
         self._counted: tuple[bytes, dict[int, int] | None] = (b"", None)
         self.sources: list[str] = []
-        self._collector = ContextCollector()
+        self._collector = ContextCollector(self.pack.products)
+        self._process_products: dict[str, str] = {}  # prefix -> the product its process names ('' none)
         self._findings: list[Finding] = []
         self._open: list[_Open] = []
         self._ready: list[Finding] = []

@@ -7,6 +7,7 @@ A labelled case (``fixtures/<engine>/<id>.log`` + ``<id>.label.json``, copied fr
 - ``kind``: the kind of the finding that answers the label (or of the first error finding);
 - ``spurious``: kinds of error findings other than the labelled one, expected ``[]``;
 - ``phase``: the phase of that finding;
+- ``product``: the product of that finding (the program the user runs and configures);
 - ``figure.<label key>``: each labelled number, looked up in the finding's figures, then the context;
 - ``fix``: the flag/env/setting names of the top three remedies, which must name the fix that worked;
 - ``value.<remedy id>``: hand-checked values a synthetic fixture's label lists under ``key_values``,
@@ -93,6 +94,7 @@ ASPECT_WORDS = {
     "spurious": "extra error findings",
     "phase": "phase",
     "fix": "top-three remedies (the fix that worked)",
+    "product": "product",
 }
 
 
@@ -174,6 +176,8 @@ def aspects(label: Mapping[str, Any]) -> list[str]:
     if label["kind"] == "not-oom":
         return ["clean"]
     out = ["kind", "spurious", "phase"]
+    if label.get("product"):
+        out.append("product")
     out += [f"figure.{k}" for k in label.get("numbers", {})]
     if fix_is_labelled(label):
         out.append("fix")
@@ -281,6 +285,8 @@ def observe(label: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, An
     answered = _ok_kinds(label) | ({chosen["kind"]} if chosen and not same else set())
     out["spurious"] = sorted({f["kind"] for f in errors if f["kind"] not in answered})
     out["phase"] = chosen.get("phase") if chosen else None
+    if label.get("product"):
+        out["product"] = chosen.get("product") if chosen else None
     for key in label.get("numbers", {}):
         out[f"figure.{key}"] = _figure(label, report, key)
     if fix_is_labelled(label):
@@ -308,8 +314,8 @@ def wanted(label: Mapping[str, Any], aspect: str) -> Any:
     """What the label says for an aspect (for messages)."""
     if aspect in ("clean", "spurious"):
         return []
-    if aspect == "kind":
-        return label["kind"]
+    if aspect in ("kind", "product"):
+        return label[aspect]
     if aspect == "phase":
         want = PHASE_ALIASES.get(label.get("phase"), label.get("phase"))
         return want if label.get("phase_evidence", True) is not False else f"{want} or unknown"
@@ -324,8 +330,8 @@ def agrees(label: Mapping[str, Any], aspect: str, value: Any) -> bool:
     """Does the tool's value of ``aspect`` match the label?"""
     if aspect in ("clean", "spurious"):
         return value == []
-    if aspect == "kind":
-        return value == label["kind"]
+    if aspect in ("kind", "product"):
+        return value == label[aspect]
     if aspect == "phase":
         want = PHASE_ALIASES.get(label.get("phase"), label.get("phase"))
         # without phase evidence in the excerpt, "unknown" is the honest answer (corpus README)

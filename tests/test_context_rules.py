@@ -72,6 +72,12 @@ def test_context_no_match(rule_id: str, line: str) -> None:
     rule = next(c for c in PACK.contexts if c.rule.id == rule_id)
     ctx = _context(line)
     names = [n for n in regex.compile(rule.rule.pattern).groupindex if n != "args"]
+    if rule.rule.product and not names:
+        # a rule that only names a product: the line does not match, and names no such product
+        # (a vote that needs an engine the line lacks would pass the second check alone)
+        assert not regex.compile(rule.rule.pattern).search(line), line
+        assert ctx.product != rule.rule.product, ctx.product
+        return
     assert names
     set_ = {n: ctx.extra.get(n, getattr(ctx, n, None)) for n in names if n not in ("extra", "launch_args")}
     assert not any(v is not None for v in set_.values()), set_

@@ -209,7 +209,7 @@ def test_text_groups_findings_under_each_file_with_its_facts() -> None:
     text = render_text(_two(), width=100)
     llama = text.index("== llamacpp/other-001.log · llama.cpp ==")
     vllm = text.index("== vllm/vllm-054.log · vllm")
-    assert llama < text.index("at llamacpp/other-001.log:") < vllm < text.index("at vllm/vllm-054.log:")
+    assert llama < text.index("llamacpp/other-001.log:4") < vllm < text.index("vllm/vllm-054.log:4")
     assert text.rstrip().splitlines()[-3].startswith("llamacpp/other-001.log: ")
 
 

@@ -124,6 +124,18 @@ def where(f: Finding) -> str:
     return f"{loc.source}:{span}"
 
 
+def product_name(product: str) -> str:
+    """How the report shows a product id (``vllm-python`` -> ``vLLM (LLM class)``), in the language
+    in force: its ``name`` in rules/products.toml; the id itself where the pack has no such product."""
+    from oomdoctor.rulepack import default_pack
+
+    try:
+        known = default_pack().products.get(product)
+    except Exception:  # a broken pack must not stop a report from rendering
+        known = None
+    return known.name_in(current_lang()) if known is not None else product
+
+
 def occurrences_note(f: Finding) -> str:
     if f.occurrences <= 1:
         return ""

@@ -15,6 +15,7 @@ from oomdoctor.render.common import (
     facts_of,
     figure_items,
     occurrences_note,
+    product_name,
     remedy_headline,
     where,
 )
@@ -80,8 +81,11 @@ def finding_markdown(f: Finding) -> str:
     sev = "❌" if f.severity == "error" else "⚠️"
     occ = occurrences_note(f)
     out.append(f"### {sev} {f.title}")
-    out.append(f"{code_span(f.kind)} · " + _("phase **{phase}**").format(phase=f.phase) + f" · {location_text(f)}"
-               + (f" · {occ}" if occ else ""))
+    product = ""
+    if f.product:
+        product = " · " + _("product: {product}").format(product=f"**{product_name(f.product)}**")
+    out.append(f"{code_span(f.kind)} · " + _("phase **{phase}**").format(phase=f.phase) + product
+               + f" · {location_text(f)}" + (f" · {occ}" if occ else ""))
     out.append("")
     out.append(code_block(_clip(f.message, MESSAGE_CHARS)))
     items = figure_items(f)

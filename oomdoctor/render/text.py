@@ -24,6 +24,7 @@ from oomdoctor.render.common import (
     figure_items,
     fits_label,
     occurrences_note,
+    product_name,
     remedy_snippet,
     where,
 )
@@ -189,9 +190,14 @@ def _title(out: TextLayout, f: Finding) -> None:
 def finding_lines(f: Finding, out: TextLayout) -> None:
     """The section of one finding."""
     _title(out, f)
-    head = _("{kind} · phase: {phase} · engine: {engine} · at {where}").format(
-        kind=f.kind, phase=f.phase, engine=f.engine, where=where(f)
-    )
+    if f.product:
+        head = _("{kind} · phase: {phase} · engine: {engine} · product: {product} · at {where}").format(
+            kind=f.kind, phase=f.phase, engine=f.engine, product=product_name(f.product), where=where(f)
+        )
+    else:
+        head = _("{kind} · phase: {phase} · engine: {engine} · at {where}").format(
+            kind=f.kind, phase=f.phase, engine=f.engine, where=where(f)
+        )
     occ = occurrences_note(f)
     if occ:
         head += f" · {occ}"

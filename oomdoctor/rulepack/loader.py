@@ -19,7 +19,15 @@ from typing import Any, cast
 import regex
 
 from oomdoctor import cache, regex_cache
-from oomdoctor.rulepack.model import ContextRule, MatchExample, NoMatchExample, PhaseRule, Rule, RuleFile
+from oomdoctor.rulepack.model import (
+    ContextRule,
+    MatchExample,
+    NoMatchExample,
+    PhaseRule,
+    Product,
+    Rule,
+    RuleFile,
+)
 
 #: Seconds one regex search may take before the rule is reported as pathological.
 REGEX_TIMEOUT = 0.25
@@ -97,6 +105,8 @@ class RulePack:
     contexts: list[CompiledContext] = field(default_factory=list)
     phases: list[CompiledPhase] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    #: product id -> its definition (rules/products.toml; a later file's entry overrides)
+    products: dict[str, Product] = field(default_factory=dict)
 
     def rule(self, rule_id: str) -> CompiledRule:
         for r in self.rules:
@@ -149,7 +159,7 @@ def _field_path(parts: Sequence[Any]) -> str:
 
 
 #: Bump when the layout of the parsed-rules cache changes.
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4
 
 
 @lru_cache(maxsize=1)
@@ -193,7 +203,7 @@ def _remember(raw: bytes, rf: RuleFile) -> None:
 
 #: The nested models of a rule file: field -> model class, per class.
 _NESTED: dict[str, dict[str, Any]] = {
-    "RuleFile": {"rule": Rule, "context": ContextRule, "phase": PhaseRule},
+    "RuleFile": {"rule": Rule, "context": ContextRule, "product": Product, "phase": PhaseRule},
     "Rule": {"match": MatchExample, "no_match": NoMatchExample},
 }
 
@@ -480,6 +490,8 @@ def load_pack(
                     CompiledContext(ctx, where, _compile(ctx.pattern, who, "pattern", lazy),
                                     tuple(t.lower() for t in ctx.triggers))
                 )
+            for prod in rf.product:
+                pack.products[prod.id] = prod
             for i, ph in enumerate(rf.phase):
                 who = f"{where}: phase[{i}]"
                 pack.phases.append(
@@ -492,6 +504,12 @@ def load_pack(
                         tuple(t.lower() for t in ph.triggers),
                     )
                 )
+    for c in pack.contexts:
+        if c.rule.product is not None and c.rule.product not in pack.products:
+            raise RulePackError(
+                f'{c.source}: context "{c.rule.id}": product: {c.rule.product!r} is no [[product]] id'
+                f" (known: {', '.join(sorted(pack.products))})"
+            )
     if len(paths) > int(include_builtin):
         _LOADED.append(weakref.ref(pack))
     return pack

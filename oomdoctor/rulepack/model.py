@@ -128,6 +128,14 @@ class ContextRule(_Strict):
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.\-]*$")
     engine: str | None = Field(default=None, description="Engine this line proves the log comes from.")
+    product: str | None = Field(
+        default=None,
+        description=(
+            "Product (a [[product]] id) this line proves the user runs and configures: the program whose knobs "
+            "the remedies must speak in (ollama, not the llama.cpp it runs; verl, not the vLLM it embeds)."
+        ),
+    )
+    references: list[str] = Field(default_factory=list, description="Upstream sources that print the line.")
     triggers: list[str] = Field(min_length=1)
     pattern: str = Field(min_length=1)
     parser: Literal["python-dict", "namespace", "config", "argv"] | None = Field(
@@ -150,6 +158,44 @@ class ContextRule(_Strict):
     no_match: list[str] = Field(
         default_factory=list, description="Near misses: lines that set none of the pattern's values."
     )
+
+
+class Product(_Strict):
+    """A product the user runs and configures (``rules/products.toml``), and how it is decided.
+
+    The report's product is the one with the highest ``priority`` among those a line named (a
+    context rule's ``product``, a prefix's process name); at equal priority the most named, then
+    the first. Without any, the log's engine names it (``engines``)."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", description="As the corpus labels name it.")
+    name: str = Field(min_length=1, description="How the report shows it (the finding's header).")
+    ja: dict[Literal["name"], str] = Field(default_factory=dict, description="The Japanese of the name, where it differs.")
+    priority: int = Field(
+        description=(
+            "How specific it is: an application or a training/RL framework (40-50) beats a wrapper (30) beats "
+            "the engine it embeds (20) beats the runtime (10)."
+        )
+    )
+    engines: list[str] = Field(
+        default_factory=list,
+        description="Engines (a rule's engine, the context's engine) that name this product when no line names one.",
+    )
+    processes: list[str] = Field(
+        default_factory=list,
+        description="Process names in a line's prefix, '(NAME pid=N)', that name this product (vLLM's APIServer).",
+    )
+    needs_engine: list[str] = Field(
+        default_factory=list,
+        description=(
+            "A vote for this product counts only in a log of one of these engines (a notebook traceback "
+            "names vllm-python only where vLLM runs); empty: every vote counts."
+        ),
+    )
+    references: list[str] = Field(default_factory=list)
+
+    def name_in(self, lang: str) -> str:
+        """The name in ``lang`` (``en`` or ``ja``); the English one where no translation is given."""
+        return self.ja.get("name", self.name) if lang == "ja" else self.name
 
 
 class PhaseRule(_Strict):
@@ -175,4 +221,5 @@ class RuleFile(_Strict):
 
     rule: list[Rule] = Field(default_factory=list)
     context: list[ContextRule] = Field(default_factory=list)
+    product: list[Product] = Field(default_factory=list)
     phase: list[PhaseRule] = Field(default_factory=list)

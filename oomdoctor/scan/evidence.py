@@ -356,6 +356,8 @@ class EvidenceAside(ScanState):
                         continue
                     if ctx.rule.engine:
                         self._collector.vote_engine(ctx.rule.engine, number)
+                    if ctx.rule.product:
+                        self._collector.vote_product(ctx.rule.product, number)
                     groups = m.groupdict()
                     self._collector.apply_groups(groups, ctx.rule.parser, ctx.rule.units, ctx.rule.engine,
                                                  self._line_base + number)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from oomdoctor import __version__
+from oomdoctor.context import product_for_engine
 from oomdoctor.fallback import is_fallback, kind_for
 from oomdoctor.reader import normalise
 from oomdoctor.report import Finding, Report, SourceContext, Summary, Tool
@@ -114,6 +115,8 @@ class Lifetime(ScanState):
         for f in self._findings + [o.finding for o in self._open]:
             if f.engine in _GENERIC_ENGINES and ctx.engine and ctx.engine not in ("pytorch",):
                 f.engine = ctx.engine
+            # the run's product; where no line names one, the one the failing rule's engine names
+            f.product = ctx.product or product_for_engine(f.engine, self.pack.products)
             if is_fallback(f.rule):
                 # the fallback's finding is named after the log's engine once it is known
                 f.kind = kind_for(ctx.engine, self.pack.rule(f.rule).rule.kind)

@@ -270,6 +270,8 @@ class LineAssembly(ScanState):
                 continue
             if ctx.rule.engine:
                 self._collector.vote_engine(ctx.rule.engine, line.number)
+            if ctx.rule.product:
+                self._collector.vote_product(ctx.rule.product, line.number)
             groups = m.groupdict()
             # a package list names its engine in the text ("vllm==0.6.3"): weaker than a rule's engine
             listed = groups.pop("engine", None)
@@ -287,10 +289,27 @@ class LineAssembly(ScanState):
         return bool(rules)
 
     def _note_read(self, line: Line) -> None:
-        """Keep a line read among the recent ones; a vLLM process name in its prefix votes."""
+        """Keep a line read among the recent ones; a vLLM process name in its prefix votes for
+        vLLM, a product's process name (rules/products.toml ``processes``) for the product."""
         self._recent.append(line)
-        if line.rank is not None and _VLLM_PROCESS.match(line.rank):
-            self._collector.vote_engine("vllm", line.number)
+        if line.rank is not None:
+            if _VLLM_PROCESS.match(line.rank):
+                self._collector.vote_engine("vllm", line.number)
+            if " pid=" in line.rank:  # "(NAME pid=N)": a product's process (rules/products.toml)
+                product = self._product_of_process(line.rank)
+                if product is not None:
+                    self._collector.vote_product(product, line.number)
+
+    def _product_of_process(self, rank: str) -> str | None:
+        """The product a prefix's process name names (a product's ``processes``), if one."""
+        found = self._process_products.get(rank)
+        if found is None:
+            name = rank.split(" ", 1)[0].split("_", 1)[0]
+            found = next((p.id for p in self.pack.products.values() if name in p.processes), "")
+            if len(self._process_products) >= 4096:
+                self._process_products.clear()
+            self._process_products[rank] = found
+        return found or None
 
     def _text_mask(self, low: str) -> int:
         """The needles the lower-cased text of a line holds (a line whose mask the prefilter could

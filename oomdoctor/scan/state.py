@@ -156,6 +156,7 @@ class ScanState:
     _ev_shift: int
     _ev_mask_of: Callable[[bytes], int]
     _phases_of_path: dict[str, tuple[str, ...]]
+    _process_products: dict[str, str]
     _progress_by_mask: dict[int, bool]
     _frame_marks: tuple[bytes, ...]
     _vote_only: frozenset[str]
