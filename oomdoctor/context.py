@@ -332,6 +332,10 @@ class ContextCollector:
         product = self.product()
         if product is not None:
             self.context.product = product
+            runs = self.products[product].runs if product in self.products else None
+            if self.context.engine is None and runs is not None:
+                # the program names the engine it runs: a bare allocator message in its log came from it
+                self.context.engine = runs
         if "pytorch" in self._versions:  # the framework under any engine
             self.context.extra["torch_version"] = self._versions["pytorch"]
         return self.context

@@ -123,3 +123,28 @@ def test_text_and_markdown_show_the_product_by_name() -> None:
 
     with use_lang("ja"):
         assert "製品: vLLM（LLM クラス）" in render_text(ja, width=200)
+
+
+def test_a_bare_allocator_oom_under_vllm_serve_happened_inside_vllm() -> None:
+    """The traceback names the `vllm` entry point and nothing names an engine: the product's
+    `runs` makes vLLM the context's engine, so the cause is vLLM's own headroom, not a batch."""
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/local/bin/vllm", line 10, in <module>\n'
+        "    sys.exit(main())\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "
+        "79.10 GiB of which 19.88 MiB is free. Process 7 has 79.07 GiB memory in use. Of the allocated memory "
+        "77.32 GiB is allocated by PyTorch, and 1.02 GiB is reserved by PyTorch but unallocated."
+    )
+    report = _report(log)
+    assert report.contexts[0].product == "vllm-serve" and report.contexts[0].engine == "vllm"
+    f = report.findings[0]
+    assert f.cause is not None and f.cause.id == "engine-headroom"
+    assert f.remedies[0].id == "vllm.gpu-memory-utilization.lower"
+
+
+def test_runs_names_an_engine_for_every_serving_product() -> None:
+    runs = {p.id: p.runs for p in PACK.products.values() if p.runs}
+    assert runs["vllm-serve"] == runs["vllm-python"] == "vllm"
+    assert runs["lorax"] == "tgi" and runs["trtllm"] == "tensorrt-llm" and runs["ollama"] == "ollama"
+    assert runs.get("pytorch") is None and runs.get("verl") is None  # a runtime, an RL framework: no single engine

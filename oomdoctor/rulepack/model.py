@@ -184,6 +184,13 @@ class Product(_Strict):
         default_factory=list,
         description="Process names in a line's prefix, '(NAME pid=N)', that name this product (vLLM's APIServer).",
     )
+    runs: str | None = Field(
+        default=None,
+        description=(
+            "The engine this product runs inside it: a log that names the product but no engine (a bare "
+            "PyTorch OOM under `vllm serve`, ollama's llama.cpp) failed inside that engine."
+        ),
+    )
     needs_engine: list[str] = Field(
         default_factory=list,
         description=(
