@@ -15,5 +15,38 @@ def test_jax_env_remedies() -> None:
 def test_tf_batch_from_shape_and_no_jax_env() -> None:
     f = only_error(diagnose("tensorflow/other-041.log"))
     assert remedy(f, "xla.reduce-batch").settings == {"batch_size": "8"}
-    assert remedy(f, "tf.memory-growth").env == {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    # one batch too large for the limit: growing on demand would not make it fit (withheld)
+    assert f.cause is not None and f.cause.id == "activation-peak"
+    assert "tf.memory-growth" not in remedy_ids(f)
     assert not any(i.startswith("xla.mem") or i.startswith("xla.pre") for i in remedy_ids(f))
+
+
+def test_tf_request_is_the_tensor_shape_times_its_dtype() -> None:
+    """16 × 1 × 892800 × 8 × 4 × 2 × 2 float32 elements = 7,313,817,600 bytes."""
+    f = only_error(diagnose("tensorflow/other-041.log"))
+    assert f.account is not None and f.account.get("request") == 16 * 892800 * 8 * 4 * 2 * 2 * 4
+
+
+def test_a_2d_tensor_does_not_tell_the_batch() -> None:
+    """[2304, 384] is a weight matrix as often as a batch: halve the batch without inventing its value."""
+    from oomdoctor.advisor.registry import AdviceInput, calculator
+    from oomdoctor.report import Context, Finding, Location
+
+    f = Finding(rule="tf.oom-allocating-tensor", kind="xla.resource-exhausted", engine="tensorflow",
+                severity="error", title="t", message="m", location=Location(line=1, end_line=1),
+                figures={"tensor_shape": [2304, 384], "tensor_dtype": "float"})
+    r = calculator("xla.reduce-batch")(AdviceInput(f, Context()))
+    assert r is not None and r.settings == {"batch_size": "half of the current value"}
+    assert "[2304, 384]" in r.why
+
+
+def test_a_tensor_on_the_cpu_is_host_ram() -> None:
+    from oomdoctor.advisor.account import account_for
+    from oomdoctor.advisor.cause import name_cause
+    from oomdoctor.report import Context, Finding, Location
+
+    f = Finding(rule="tf.oom-allocating-tensor", kind="xla.resource-exhausted", engine="tensorflow",
+                severity="error", title="t", message="m", location=Location(line=1, end_line=1),
+                figures={"tensor_shape": [16, 19, 19, 1024], "tensor_dtype": "float",
+                         "device": "/job:localhost/replica:0/task:0/device:CPU:0", "allocator": "cpu"})
+    assert name_cause(f, Context(), account_for(f, Context())).id == "host-ram"

@@ -152,12 +152,33 @@ def _gpu(led: _Ledger, fig: dict[str, Any], ctx: Context, engine: str) -> None:
     request = (_int(fig.get("requested_bytes")) or _int(fig.get("desired_bytes")) or _int(fig.get("buffer_bytes"))
                or _int(fig.get("segment_bytes")))
     led.add("request", request, "stated")
+    led.add("request", tensor_bytes(fig), "derived", note="tensor shape × dtype size")
     _tokens(led, fig, ctx)
     needed, avail = led.get("kv-needed"), led.get("kv-available")
     if needed is not None and avail is not None and needed > avail:
         led.add("shortfall", needed - avail, "derived", note="KV needed − KV available")
     if request is not None and free is not None and request > free:
         led.add("shortfall", request - free, "derived", note="request − free")
+
+
+#: bytes per element of the dtypes TensorFlow names in "OOM when allocating tensor ... and type T"
+#: (tensorflow/core/framework/types.proto: DT_FLOAT is 32-bit, DT_HALF 16-bit, ...)
+TF_DTYPE_BYTES = {
+    "float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1, "uint8": 1, "bool": 1, "int16": 2,
+    "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "complex64": 8, "complex128": 16,
+}  # fmt: skip
+
+
+def tensor_bytes(fig: dict[str, Any]) -> int | None:
+    """The size of the tensor a TensorFlow OOM names: the product of its shape × its dtype's size."""
+    shape, dtype = fig.get("tensor_shape"), fig.get("tensor_dtype")
+    size = TF_DTYPE_BYTES.get(str(dtype)) if dtype is not None else None
+    if not isinstance(shape, list) or not shape or size is None:
+        return None
+    out = size
+    for dim in shape:
+        out *= int(dim)
+    return out
 
 
 def _tokens(led: _Ledger, fig: dict[str, Any], ctx: Context) -> None:

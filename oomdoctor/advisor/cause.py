@@ -185,7 +185,8 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         if fig.get("zero_stage") is not None or context.extra.get("zero_stage") is not None:
             return "training-state", []
         return "activation-peak", ["this-process", "capacity", "request"]
-    if req is not None or phase in ("inference", "warmup", "profiling"):
+    if req is not None or phase in ("inference", "warmup", "profiling") or fig.get("tensor_shape"):
+        # (a TensorFlow OOM names the tensor it was allocating: an op's output, an activation)
         return "activation-peak", ["this-process", "allocated", "capacity", "request", "free"]
     return "unknown", []
 
@@ -200,8 +201,16 @@ def _memory_was_free(free: int | None, req: int | None, capacity: int | None) ->
 
 
 def _host_allocator(finding: Finding) -> bool:
-    """PyTorch's CPU allocator refused the request: host RAM, not GPU memory."""
-    return "DefaultCPUAllocator" in finding.message or "CPUAllocator" in finding.rule
+    """A host allocator refused the request: host RAM, not GPU memory (PyTorch's CPU allocator;
+    TensorFlow's ``cpu`` allocator or a ``/device:CPU:N`` placement)."""
+    fig = finding.figures
+    device = str(fig.get("device") or "")
+    return (
+        "DefaultCPUAllocator" in finding.message
+        or "CPUAllocator" in finding.rule
+        or str(fig.get("allocator") or "").lower() == "cpu"
+        or "/device:CPU:" in device
+    )
 
 
 def _values(finding: Finding, account: Account, context: Context) -> dict[str, Any]:

@@ -83,15 +83,30 @@ def memory_growth(inp: AdviceInput) -> Remedy | None:
     )
 
 
+#: the least rank of a tensor whose leading dimension is read as the batch: a 2-D tensor is as
+#: often a weight matrix (vocabulary × hidden, in × out) as a batch of vectors
+BATCHED_RANK = 3
+
+
 @remedy("xla.reduce-batch")
 def reduce_batch(inp: AdviceInput) -> Remedy | None:
     shape = inp.fig("tensor_shape")
-    if not shape or not isinstance(shape, list) or shape[0] < 2:
+    if not shape or not isinstance(shape, list):
         return None
-    value = shape[0] // 2
     elems = 1
     for d in shape:
         elems *= int(d)
+    if len(shape) < BATCHED_RANK or shape[0] < 2:
+        # the shape does not show the batch: halve whatever batch size the program uses
+        return Remedy(
+            id="xla.reduce-batch",
+            title=remedy_text("xla.reduce-batch", "title_unknown"),
+            settings={"batch_size": remedy_text("xla.reduce-batch", "setting")},
+            fits=None,
+            confidence="low",
+            why=remedy_text("xla.reduce-batch", "why_unknown", shape=shape, elements=f"{elems:,}"),
+        )
+    value = shape[0] // 2
     return Remedy(
         id="xla.reduce-batch",
         title=remedy_text("xla.reduce-batch", "title", batch=value),
