@@ -50,9 +50,20 @@ def test_shm_remedies() -> None:
     assert remedy(g, "host.nccl-shm-disable").env == {"NCCL_SHM_DISABLE": "1"}
 
 
+def test_ray_kill_means_fewer_tasks_first() -> None:
+    """Ray's message advises more CPUs per task; raising the kill threshold hands the kill to the
+    kernel's OOM killer, so the host-ram cause withholds it."""
+    f = only_error(diagnose("ray/other-045.log"))
+    assert f.cause is not None and f.cause.id == "host-ram"
+    assert f.remedies[0].id == "ray.reduce-parallelism"
+    assert f.remedies[0].settings["num_cpus"].startswith("2 (or more)")
+    assert "ray.memory-usage-threshold" not in [r.id for r in f.remedies]
+
+
 def test_ray_threshold() -> None:
     f = only_error(diagnose("ray/other-045.log"))
-    assert f.remedies[0].env == {"RAY_memory_usage_threshold": "0.98"}  # usage 0.950744 < 0.98
+    r = calculator("ray.memory-usage-threshold")(AdviceInput(f, Context(engine="ray")))
+    assert r is not None and r.env == {"RAY_memory_usage_threshold": "0.98"}  # usage 0.950744 < 0.98
 
 
 def test_no_ray_threshold_below_the_usage_reached() -> None:

@@ -175,6 +175,28 @@ def smaller_model(inp: AdviceInput) -> Remedy | None:
     )
 
 
+#: CPUs a Ray task requests by default (``@ray.remote`` with no ``num_cpus``: 1)
+RAY_DEFAULT_TASK_CPUS = 1
+
+
+@remedy("ray.reduce-parallelism")
+def ray_reduce_parallelism(inp: AdviceInput) -> Remedy | None:
+    """Ray's own advice when its memory monitor kills a worker: "reducing task parallelism by
+    requesting more CPUs per task". Doubling a task's ``num_cpus`` halves how many run at once on
+    the node (Ray schedules by the CPUs each task requests)."""
+    if engine_of(inp) != "ray" and inp.finding.engine != "ray":
+        return None
+    value = 2 * RAY_DEFAULT_TASK_CPUS
+    return Remedy(
+        id="ray.reduce-parallelism",
+        title=remedy_text("ray.reduce-parallelism", "title"),
+        settings={"num_cpus": remedy_text("ray.reduce-parallelism", "setting", value=value)},
+        fits=None,
+        confidence="medium",
+        why=remedy_text("ray.reduce-parallelism", "why"),
+    )
+
+
 @remedy("ray.memory-usage-threshold")
 def ray_threshold(inp: AdviceInput) -> Remedy | None:
     """Raise Ray's kill threshold to :data:`RAY_MAX_THRESHOLD`, only when that is above both the
