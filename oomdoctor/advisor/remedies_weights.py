@@ -1,0 +1,109 @@
+"""Weights that do not fit one GPU, in the knobs of the program that loads them.
+
+A serving engine has its own levers (tensor parallelism, ``--quantization``: remedies_vllm,
+remedies_sglang, remedies_tgi); a llama.cpp build offloads layers (remedies_ggml). Everything else
+loads the model through PyTorch, and what the user can change is the program's own setting: these
+calculators speak it for the product the log names (``finding.product``) and say nothing for a
+program whose knob they do not know. Each knob cites where the program defines it.
+"""
+
+from __future__ import annotations
+
+from oomdoctor.advisor._engine_util import checkpoint_quantized, engine_of
+from oomdoctor.advisor.prescription import remedy_text
+from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.report import Remedy
+
+#: engines with their own weight levers (see the module docstring)
+_OWN_LEVERS = ("vllm", "sglang", "tgi", "tensorrt-llm", "llama.cpp", "ollama", "ggml", "jax", "xla", "tensorflow")
+
+#: product -> (kind, knob, value): how the program moves weights off the GPU
+#: - comfyui: comfy/cli_args.py `--lowvram` ("Split the unet in parts to use less vram")
+#: - fooocus: ldm_patched/modules/args_parser.py `--always-low-vram`
+#: - diffusers: DiffusionPipeline.enable_model_cpu_offload() (diffusers >= 0.17; needs accelerate)
+#: - transformers: from_pretrained(device_map="auto") (Accelerate's big-model inference: layers that
+#:   do not fit the GPUs go to the CPU)
+#: - text-generation-webui: modules/shared.py `--auto-devices` (transformers loader)
+OFFLOAD: dict[str, tuple[str, str, str]] = {
+    "comfyui": ("flag", "--lowvram", ""),
+    "fooocus": ("flag", "--always-low-vram", ""),
+    "diffusers": ("setting", "pipe.enable_model_cpu_offload()", "instead of pipe.to('cuda')"),
+    "transformers": ("setting", "from_pretrained(device_map=...)", '"auto"'),
+    "accelerate": ("setting", "from_pretrained(device_map=...)", '"auto"'),
+    "text-generation-webui": ("flag", "--auto-devices", ""),
+}
+
+#: product -> (kind, knob, value): how the program loads the weights quantized
+#: - llama-factory: src/llamafactory/hparams/model_args.py `quantization_bit` (4 or 8: QLoRA)
+#: - axolotl: config `load_in_4bit: true` with `adapter: qlora` (axolotl docs, config reference)
+#: - text-generation-webui: modules/shared.py `--load-in-4bit` (bitsandbytes, transformers loader)
+#: - transformers / hf-trainer / trl: from_pretrained(quantization_config=BitsAndBytesConfig(load_in_4bit=True))
+QUANTIZE: dict[str, tuple[str, str, str]] = {
+    "llama-factory": ("setting", "quantization_bit", "4"),
+    "axolotl": ("setting", "load_in_4bit", "true (with adapter: qlora)"),
+    "text-generation-webui": ("flag", "--load-in-4bit", ""),
+    "transformers": ("setting", "from_pretrained(quantization_config=...)", "BitsAndBytesConfig(load_in_4bit=True)"),
+    "hf-trainer": ("setting", "from_pretrained(quantization_config=...)", "BitsAndBytesConfig(load_in_4bit=True)"),
+    "trl": ("setting", "from_pretrained(quantization_config=...)", "BitsAndBytesConfig(load_in_4bit=True)"),
+}
+
+
+def product_of(inp: AdviceInput) -> str | None:
+    return inp.finding.product or inp.context.product
+
+
+def _own_levers(inp: AdviceInput) -> bool:
+    return engine_of(inp) in _OWN_LEVERS
+
+
+def _knob(kind: str, knob: str, value: str) -> dict[str, dict[str, str]]:
+    return {"flags" if kind == "flag" else "settings": {knob: value}}
+
+
+@remedy("weights.offload")
+def offload(inp: AdviceInput) -> Remedy | None:
+    """Keep part of the weights in host memory, with the program's own switch for it."""
+    product = product_of(inp)
+    if _own_levers(inp) or product not in OFFLOAD:
+        return None
+    kind, knob, value = OFFLOAD[product]
+    return Remedy(
+        id="weights.offload",
+        title=remedy_text("weights.offload", "title", knob=knob),
+        fits=None,
+        confidence="medium",
+        why=remedy_text("weights.offload", "why"),
+        **_knob(kind, knob, value),  # type: ignore[arg-type]
+    )
+
+
+@remedy("weights.quantize-on-load")
+def quantize_on_load(inp: AdviceInput) -> Remedy | None:
+    """Load the weights in 4 bits (about a quarter of bf16's 2 bytes per parameter)."""
+    product = product_of(inp)
+    if _own_levers(inp) or product not in QUANTIZE or checkpoint_quantized(inp.context):
+        return None
+    kind, knob, value = QUANTIZE[product]
+    return Remedy(
+        id="weights.quantize-on-load",
+        title=remedy_text("weights.quantize-on-load", "title", knob=knob),
+        fits=None,
+        confidence="medium",
+        why=remedy_text("weights.quantize-on-load", "why"),
+        **_knob(kind, knob, value),  # type: ignore[arg-type]
+    )
+
+
+@remedy("weights.smaller-model")
+def smaller_model(inp: AdviceInput) -> Remedy | None:
+    """A smaller or quantized variant of the model, for a program whose knobs are not known."""
+    if _own_levers(inp):
+        return None
+    return Remedy(
+        id="weights.smaller-model",
+        title=remedy_text("weights.smaller-model", "title"),
+        settings={"model": remedy_text("weights.smaller-model", "setting")},
+        fits=None,
+        confidence="low",
+        why=remedy_text("weights.smaller-model", "why"),
+    )
