@@ -429,3 +429,33 @@ def test_quantization_stays_for_weights_that_do_not_fit() -> None:
     f = only_error(diagnose("vllm/vllm-023.log"))
     assert f.cause is not None and f.cause.id == "weights-exceed-device"
     assert "vllm.quantization" in remedy_ids(f)[:3] or "vllm.quantization-4bit" in remedy_ids(f)[:3]
+
+
+@pytest.mark.parametrize(
+    "version,capacity_gib,gpu,want",
+    [((0, 6, 4), None, None, 256),  # V0 default everywhere
+     ((0, 8, 0), 80, None, None),  # 0.6.5-0.8.3: 1024 with V1, 256 with V0: unknown
+     (None, 22, None, 256),  # every version from 0.8.4 gives 256 below 70 GiB
+     (None, 80, "H100", None),  # 1024 or 256: the version decides
+     ((0, 9, 0), 80, "NVIDIA H100 80GB HBM3", 1024),
+     ((0, 9, 0), 80, "NVIDIA A100-SXM4-80GB", 256),  # 0.9.0 leaves A100 at 256
+     ((0, 8, 4), 80, "NVIDIA A100-SXM4-80GB", 1024),
+     ((0, 10, 0), 69, None, 256), ((0, 10, 0), 70, None, 1024),  # the 70 GiB boundary
+     ((0, 10, 0), None, None, None)],
+)
+def test_default_max_num_seqs(version: tuple[int, int, int] | None, capacity_gib: int | None, gpu: str | None,
+                              want: int | None) -> None:
+    from oomdoctor.advisor.memory_model import default_max_num_seqs
+
+    capacity = capacity_gib * 2**30 if capacity_gib is not None else None
+    assert default_max_num_seqs(version, capacity, gpu) == want
+
+
+def test_a_profiling_peak_with_no_max_num_seqs_halves_the_default() -> None:
+    """vllm-025: the profile run OOMs on a 22 GiB card with no --max-num-seqs: 256 (the default
+    below 70 GiB) halved is 128, marked as resting on a default; CPU offload is no remedy for it."""
+    f = only_error(diagnose("vllm/vllm-025.log"))
+    top = f.remedies[0]
+    assert top.id == "vllm.max-num-seqs" and top.flags == {"--max-num-seqs": "128"}
+    assert top.confidence == "low" and top.sources == {"dummy requests": "default"}
+    assert "vllm.cpu-offload-gb" not in remedy_ids(f)

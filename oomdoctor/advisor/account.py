@@ -15,7 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from oomdoctor.advisor.catalog import find_gpu
 from oomdoctor.report import Account, AccountEntry, Context, Finding, Provenance
+
+#: engines whose logs name the GPU but not its size, and print the weight buffer per device
+_GGML_ENGINES = ("llama.cpp", "ggml", "ollama")
 
 
 def _int(value: Any) -> int | None:
@@ -93,6 +97,14 @@ def _gpu(led: _Ledger, fig: dict[str, Any], ctx: Context, engine: str) -> None:
     led.add("capacity", total, "stated")
     if total is None:
         led.add("capacity", ctx.gpu_total_bytes, "stated", stated_here=False, note="from the log's context")
+    if led.get("capacity") is None and engine in _GGML_ENGINES:
+        # llama.cpp names the device ("Device 0: NVIDIA A100 80GB PCIe") but never its size
+        spec = find_gpu(ctx.gpu_name)
+        if spec is not None:
+            led.add("capacity", spec.memory_bytes, "assumed", note=f"the catalog's {spec.name}")
+    if engine in _GGML_ENGINES:
+        led.add("weights", _int(ctx.extra.get("llama_gpu_weights_bytes")), "stated", stated_here=False,
+                note="the first GPU's weight buffer")
     cap = _int(fig.get("allowed_bytes")) or _int(fig.get("max_allowed_bytes"))
     led.add("cap", cap, "stated", note="per-process limit")
     capacity = led.get("capacity")

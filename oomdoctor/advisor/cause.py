@@ -156,6 +156,13 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         (capacity is not None and spare >= FRAGMENTATION_SHARE * capacity) or (capacity is None and spare >= GiB)
     ):
         return "fragmentation", ["fragmentation", "request", "capacity"]
+    # -- a buffer after the weights filled the card (llama.cpp's compute or KV buffer) -----------
+    weights = a("weights")
+    if (
+        kind.startswith("ggml.") and phase != "weights-load" and weights is not None and capacity
+        and weights >= FULL_SHARE * capacity
+    ):
+        return "weights-exceed-device", ["capacity", "weights", "request"]
     # -- the KV cache itself ------------------------------------------------------------------
     if phase == "kv-cache-alloc" and (
         rule == "llama.kv-cache-failed"

@@ -51,6 +51,27 @@ def default_utilization(version: Version | None) -> float:
     return 0.92 if version and version >= (0, 20, 0) else 0.9
 
 
+#: the device memory from which vLLM's V1 usage-context defaults raise max_num_seqs (research §5)
+BIG_GPU = 70 * GiB
+
+
+def default_max_num_seqs(version: Version | None, capacity: int | None, gpu_name: str | None = None) -> int | None:
+    """--max-num-seqs when the log does not set it (research §5, "usage-context defaults in
+    _set_default_args"): 256, except 1024 on GPUs with >= 70 GiB that are not A100 (0.8.4 on; 0.9.0
+    excludes A100). 0.6.5-0.8.3 with V1 gave 1024 everywhere, so those versions (and an unknown
+    capacity) stay unknown: None rather than a guess."""
+    if version is not None and version < (0, 6, 5):
+        return 256
+    if capacity is None or (version is not None and version < (0, 8, 4)):
+        return None
+    if capacity >= BIG_GPU:
+        if version is None:
+            return None  # 1024, or 256 on an A100 from 0.9.0: the version decides
+        a100 = "a100" in (gpu_name or "").lower()
+        return 256 if a100 and version >= (0, 9, 0) else 1024
+    return 256
+
+
 def counts_cudagraphs_in_budget(version: Version | None) -> bool:
     """From 0.20.0 the CUDA-graph estimate is subtracted from the KV budget by default (research §2.4)."""
     return bool(version and version >= (0, 20, 0))

@@ -52,10 +52,18 @@ def _fa_flag_value(inp: AdviceInput) -> str:
 
 
 def _layers_fit(
-    rid: str, offloaded: int | None, free: int | None, per_layer: float | None
+    rid: str, offloaded: int | None, free: int | None, per_layer: float | None, request: int | None = None
 ) -> tuple[int, str, bool] | None:
-    """Layers that fit: floor((free − headroom) / bytes per layer), else half the offloaded layers;
-    with the why in ``rid``'s words and whether the value was computed."""
+    """Layers that fit: floor((free − headroom) / bytes per layer); without the free memory, the
+    offloaded layers less ceil(failed request / bytes per layer) (whole layers that free the
+    allocation that failed); else half the offloaded layers. With the why in ``rid``'s words and
+    whether the value was computed."""
+    if per_layer and not free and request and offloaded:
+        drop = math.ceil(request / per_layer)
+        if drop < offloaded:
+            n = offloaded - drop
+            why = remedy_text(rid, "why_drop", request=request, per_layer=per_layer, drop=drop, offloaded=offloaded, layers=n)
+            return n, why, True
     if per_layer and free:
         n = int((free - GGML_HEADROOM_BYTES) // per_layer)
         if offloaded is None or n < offloaded:
@@ -69,10 +77,24 @@ def _layers_fit(
 
 
 def _per_layer(inp: AdviceInput, offloaded: int | None) -> float | None:
+    """Bytes of one offloaded layer: the GPU's weight buffer (``CUDA0 buffer size``, printed after the
+    weights loaded) or, when the weight buffer is what failed, the request, over the layers offloaded."""
+    if not offloaded:
+        return None
+    weights = as_int(setting(inp, "llama_gpu_weights_bytes"))
+    if weights and inp.finding.phase != "weights-load":
+        return weights / offloaded
     req = inp.fig("requested_bytes") or inp.fig("buffer_bytes")
-    if req and offloaded and inp.finding.phase == "weights-load":
+    if req and inp.finding.phase == "weights-load":
         return req / offloaded
     return None
+
+
+def _failed_request(inp: AdviceInput) -> int | None:
+    """The allocation that failed after the weights were in (a KV cache or compute buffer)."""
+    if inp.finding.phase == "weights-load":
+        return None
+    return as_int(inp.fig("requested_bytes") or inp.fig("buffer_bytes"))
 
 
 @remedy("ggml.n-gpu-layers")
@@ -89,7 +111,7 @@ def n_gpu_layers(inp: AdviceInput) -> Remedy | None:
             assumed = remedy_text("ggml.n-gpu-layers", "why_assumed", n_layer=n_layer)
         offloaded = n_layer + 1
     free = as_int(setting(inp, "llama_device_free_bytes")) or _hint_bytes(inp)
-    fit = _layers_fit("ggml.n-gpu-layers", offloaded, free, _per_layer(inp, offloaded))
+    fit = _layers_fit("ggml.n-gpu-layers", offloaded, free, _per_layer(inp, offloaded), _failed_request(inp))
     if fit is None:
         return None
     value, why, computed = fit
@@ -124,7 +146,7 @@ def num_gpu(inp: AdviceInput) -> Remedy | None:
     free = as_int(setting(inp, "ollama_memory_available_bytes", "llama_device_free_bytes")) or _hint_bytes(inp)
     repeating = as_int(setting(inp, "ollama_weights_repeating_bytes"))
     per_layer = repeating / (model_layers - 1) if (repeating and model_layers and model_layers > 1) else _per_layer(inp, offloaded)
-    fit = _layers_fit("ollama.num-gpu", offloaded, free, per_layer)
+    fit = _layers_fit("ollama.num-gpu", offloaded, free, per_layer, _failed_request(inp))
     if fit is None:
         return None
     value, why, computed = fit

@@ -186,6 +186,8 @@ def ray_reduce_parallelism(inp: AdviceInput) -> Remedy | None:
     the node (Ray schedules by the CPUs each task requests)."""
     if engine_of(inp) != "ray" and inp.finding.engine != "ray":
         return None
+    if (inp.finding.product or inp.context.product or "").startswith("vllm"):
+        return None  # vLLM's own Ray workers (one per GPU): the user does not size their tasks
     value = 2 * RAY_DEFAULT_TASK_CPUS
     return Remedy(
         id="ray.reduce-parallelism",

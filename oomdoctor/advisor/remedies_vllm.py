@@ -17,6 +17,7 @@ from oomdoctor.advisor.memory_model import (
     capacity_tokens,
     capture_sizes,
     cudagraph_size_flag,
+    default_max_num_seqs,
     facts,
     fp8_kv_flag_value,
     fp8_weights_min_cc,
@@ -533,14 +534,18 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
     if mamba is not None:
         return mamba
     dummy = inp.fig("num_dummy_requests") or inp.context.max_num_seqs
-    if not dummy or dummy <= 1:
-        return None
     src = "message" if inp.fig("num_dummy_requests") else "context"
     f = get_facts(inp)
+    if not dummy and inp.finding.phase in ("profiling", "warmup", "inference"):
+        # the profile run and the sampler warm-up run max_num_seqs dummy requests: the version's default
+        dummy = default_max_num_seqs(f.version, f.total.value if f.total else None, inp.context.gpu_name)
+        src = "default"
+    if not dummy or dummy <= 1:
+        return None
     req = inp.fig("requested_bytes")
     geo: ModelGeometry | None = f.geometry.value if f.geometry else None
     value = max(1, dummy // 2)
-    why = remedy_text("vllm.max-num-seqs", "why", dummy=dummy)
+    why = remedy_text("vllm.max-num-seqs", "why_default" if src == "default" else "why", dummy=dummy)
     saves = None
     if geo is not None and geo.vocab_size and req:
         row = geo.vocab_size * 4  # one fp32 logits row per request
@@ -560,7 +565,7 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
         flags={"--max-num-seqs": str(value)},
         saves_bytes=saves,
         fits=None,
-        confidence="medium",
+        confidence="low" if src == "default" else "medium",
         why=why,
         sources={"dummy requests": src, **f.sources("geometry")},
     )
