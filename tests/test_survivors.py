@@ -94,6 +94,8 @@ def test_facts_kv_budget(version: tuple[int, int, int] | None, budget: int) -> N
               cudagraph=Value(3 * GiB, "t"))
     assert f.requested == 72 * GiB
     assert f.kv_budget == budget
+    f.activation = f.non_torch = None
+    assert f.kv_budget == (72 - 40 - (3 if version == (0, 20, 0) else 0)) * GiB  # absent terms count 0
     f.weights = None
     assert f.kv_budget is None  # no weights, no budget
 
@@ -359,6 +361,8 @@ def test_ngl_from_free_memory_clamped_at_zero(free: int, layers: str) -> None:
         # ... but an option is not
         (["prog", "--quiet", "-v"], {"--quiet": ""}, ["prog", "--quiet", "-v"]),
         (["prog", "--quiet", "-v1.2.3"], {"--quiet": ""}, ["prog", "--quiet", "-v1.2.3"]),
+        # a number has one decimal point at most: "-1.2.3" is no number, so no value
+        (["prog", "--quiet", "-1.2.3"], {"--quiet": ""}, ["prog", "--quiet", "-1.2.3"]),
     ],
 )
 def test_negative_values_of_unknown_flags(argv: list[str], flags: dict[str, str], out: list[str]) -> None:
