@@ -80,6 +80,15 @@ LABEL_ALIASES = {
     "currently_allocated": "allocated_bytes",
     "device_limit": "total_bytes",
     "kv_cache_reserved": "kv_cache_available_bytes",
+    # Ray's memory monitor: "memory used=W) was running was U / T (F), ... threshold of H"
+    "task_memory_used": "worker_memory_used_bytes",
+    "node_used": "node_memory_used_bytes",
+    "node_total": "node_memory_total_bytes",
+    "node_memory_fraction": "memory_usage_fraction",
+    "kill_threshold": "memory_usage_threshold",
+    "needed": "requested_bytes",  # old ggml: "not enough space in the context's memory pool (needed N, ..."
+    "n_ctx": "max_model_len",  # llama.cpp's context length, the context's max_model_len
+    "cuda_graph_estimate": "cudagraph_bytes",  # vLLM's "Estimated CUDA graph memory: X GiB total"
 }
 
 PHASE_ALIASES = {"serving": "inference", None: "unknown", "-": "unknown"}
@@ -368,7 +377,8 @@ def unrecorded(case: str, label: Mapping[str, Any], report: Mapping[str, Any],
 _DOC = (
     "Known divergences of the tool from the corpus labels (tests/test_corpus.py asserts each "
     "'tool' value). Rewritten by: python -m pytest tests/test_corpus.py --update-divergences "
-    "(reasons of entries that stay are kept; new entries have reason null until someone writes one)."
+    "(reasons of entries that stay are kept; a new entry has reason null, and "
+    "tests/test_corpus.py fails until someone writes what the tool and the label each read)."
 )
 
 

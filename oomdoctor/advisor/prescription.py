@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from oomdoctor import cache
 from oomdoctor.i18n import LANGS, current_lang
+from oomdoctor.paths import builtin_rules_dir
 from oomdoctor.units import format_size
 
 #: the cause vocabulary (DESIGN §1); the table must have exactly these
@@ -82,8 +83,6 @@ class CauseTable(_Strict):
 
 def table_path() -> Path:
     """``rules/advice/causes.toml`` of the shipped pack."""
-    from oomdoctor.rulepack.loader import builtin_rules_dir
-
     return builtin_rules_dir() / "advice" / "causes.toml"
 
 

@@ -24,12 +24,11 @@ from typing import Any
 from oomdoctor import cache
 from oomdoctor.advisor.engine_args import sampled
 from oomdoctor.advisor.memory_model import Version, parse_version
+from oomdoctor.paths import builtin_rules_dir
 
 
 @lru_cache(maxsize=1)
 def _table() -> dict[str, dict[str, dict[str, Any]]]:
-    from oomdoctor.rulepack.loader import builtin_rules_dir
-
     data = cache.load_toml(builtin_rules_dir() / "advice" / "flags.toml")
     for engine, flags in data.items():
         for flag, span in flags.items():

@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable
 
-SUBCOMMANDS = ("rules", "run", "fit", "serve")
+from oomdoctor.cli.commands import SUBCOMMANDS
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from oomdoctor import __version__
-from oomdoctor.cli.errors import color_for, fail, warn
+from oomdoctor.cli.commands import SUBCOMMANDS
+from oomdoctor.cli.errors import fail, warn
+from oomdoctor.cli.live import LiveFindings, exit_code
+from oomdoctor.cli.live import write_report as _write_report
 from oomdoctor.i18n import N_, _
-from oomdoctor.render import FORMATS, renderer
+from oomdoctor.render import FORMATS
 
 if TYPE_CHECKING:
     import typer
 
     from oomdoctor.inputs import InputError
-    from oomdoctor.report import Finding, Report
+    from oomdoctor.report import Report
     from oomdoctor.rulepack import RulePack
     from oomdoctor.scanner import Scanner
 
@@ -79,18 +81,11 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-def exit_code(report: Report, fail_on: str) -> int:
-    if fail_on == "warning":
-        return 1 if report.findings else 0
-    return 1 if report.has_errors else 0
-
-
 def _complete_first_word(ctx: Any, incomplete: str) -> list[str]:
     """Shell completion of FILE: the first word may also be a subcommand (``run``, ``fit``, ...).
     When none matches, nothing is returned and the shell completes file names itself."""
     import glob
 
-    from oomdoctor.cli import SUBCOMMANDS
 
     if ctx.params.get("files"):
         return []
@@ -304,22 +299,6 @@ def looks_binary(block: bytes) -> bool:
     return b"\x00" in block[:8192]
 
 
-def _write_report(report: Report, fmt: str, output: str | None, stream: object, plain: bool = False) -> None:
-    """Render ``report`` (secrets redacted: the one place every CLI report passes) to ``output`` or ``stream``."""
-    from oomdoctor.redaction import redact_report
-
-    report = redact_report(report)
-    if output:
-        text = renderer(fmt)(report, color=False)
-        Path(output).write_text(text, encoding="utf-8")
-        return
-    if stream is None:  # started with the stream closed (``>&-``)
-        raise OSError(errno.EBADF, "the stream is closed")
-    text = renderer(fmt)(report, color=color_for(stream) and not plain)
-    stream.write(text)  # type: ignore[attr-defined]
-    stream.flush()  # type: ignore[attr-defined]
-
-
 def _file_mode(
     paths: list[str], pack: object, hints: dict[str, str], fmt: str, output: str | None, fail_on: str,
     plain: bool = False,
@@ -396,58 +375,6 @@ def warm_imports() -> None:
     """Import what the first live finding needs (run in the analyser thread, off the passthrough)."""
     import oomdoctor.advisor.ranking
     import oomdoctor.render.text  # noqa: F401
-
-
-class LiveFindings:
-    """Prints findings on stderr as soon as the scanner finishes them (text format only)."""
-
-    def __init__(self, live: bool, stream: Any = None, plain: bool = False) -> None:
-        self.live = live
-        self.stream = stream or sys.stderr
-        self.plain = plain
-        self.shown: set[int] = set()
-
-    def __call__(self, found: list[Finding]) -> None:
-        self.shown.update(id(f) for f in found)
-        if self.live:
-            from oomdoctor.redaction import redact_findings
-            from oomdoctor.render.text import render_findings_text
-
-            self._write(render_findings_text(redact_findings(found), color=self._color()))
-
-    def _color(self) -> bool:
-        return color_for(self.stream) and not self.plain
-
-    def _write(self, text: str) -> None:
-        try:
-            self.stream.write(text)
-            self.stream.flush()
-        except (OSError, ValueError):
-            pass
-
-    def summary(
-        self, report: Report, fmt: str, output: str | None, *, quiet: bool = False, partial: bool = False
-    ) -> None:
-        """The end of a live run: unseen findings and one summary line (or the full report).
-
-        ``partial``: analysis skipped some input, so "none found" covers only the rest."""
-        try:
-            if not self.live:
-                _write_report(report, fmt, output, self.stream, self.plain)
-                return
-            from oomdoctor.redaction import redact_findings
-            from oomdoctor.render.text import render_findings_text, summary_line
-
-            rest = [f for f in report.findings if id(f) not in self.shown]
-            text = render_findings_text(redact_findings(rest), color=self._color()) if rest else ""
-            line = summary_line(report)  # the same line as file mode
-            if report.findings or not quiet:
-                if partial and not report.findings:
-                    line = line[:-1] + " in the part analysed."
-                text += line + "\n"
-            self._write(text)
-        except OSError:
-            pass
 
 
 def _pipe_mode(

@@ -19,6 +19,7 @@ import time
 from typing import BinaryIO
 
 from oomdoctor.cli.errors import fail
+from oomdoctor.cli.live import LiveFindings, exit_code
 from oomdoctor.cli.pipe import QUIET_SECONDS, READ_SIZE, say
 from oomdoctor.i18n import _
 from oomdoctor.scanner import RuleTimeout, Scanner
@@ -40,8 +41,6 @@ def _raise_stop(signum: int, frame: object) -> None:
 
 
 def follow_file(path: str, pack: object, hints: dict[str, str], fmt: str, output: str | None, fail_on: str) -> int:
-    from oomdoctor.cli.diagnose import LiveFindings, exit_code
-
     try:
         st = os.stat(path)
         if stat.S_ISDIR(st.st_mode):

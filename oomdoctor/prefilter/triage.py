@@ -24,6 +24,7 @@ from typing import Any
 
 import tomllib
 
+from oomdoctor.paths import builtin_rules_dir
 from oomdoctor.prefilter.interface import json_forms, needles
 
 
@@ -92,8 +93,6 @@ def builtin_triage() -> Triage | None:
         import hyperscan  # noqa: F401
     except ImportError:
         return None
-    from oomdoctor.rulepack.loader import builtin_rules_dir
-
     paths = sorted(p for p in builtin_rules_dir().glob("*.toml") if p.name != "phases.toml")
     return Triage(_literals_of_files(paths))
 

@@ -19,6 +19,8 @@ from typing import Any, cast
 import regex
 
 from oomdoctor import cache, regex_cache
+from oomdoctor.advisor.registry import remedy_ids
+from oomdoctor.paths import builtin_rules_dir
 from oomdoctor.rulepack.model import (
     ContextRule,
     MatchExample,
@@ -124,15 +126,6 @@ class RulePack:
         for p in self.phases:
             seen.update(dict.fromkeys(p.triggers))
         return list(seen)
-
-
-def builtin_rules_dir() -> Path:
-    """The shipped pack: ``oomdoctor/rules`` in a wheel, else the checkout's ``rules/``."""
-    here = Path(__file__).resolve().parent.parent
-    packaged = here / "rules"
-    if packaged.is_dir():
-        return packaged
-    return here.parent / "rules"
 
 
 @lru_cache(maxsize=1)
@@ -441,8 +434,6 @@ def load_pack(
     paths.extend(dirs or [])
     known: set[str] | None = None
     if check_remedies:
-        from oomdoctor.advisor.registry import remedy_ids
-
         known = set(remedy_ids())
     pack = RulePack()
     by_id: dict[str, int] = {}

@@ -8,21 +8,9 @@ the core, :mod:`oomdoctor.redaction`).
 from __future__ import annotations
 
 from oomdoctor.server.config import ConfigError, ServerConfig
+from oomdoctor.server.logs import setup_logging
 
-__all__ = ["ConfigError", "ServerConfig", "serve"]
-
-
-def setup_logging(log_level: str) -> None:
-    """The service's own log: access lines (method, path without query string, status, time), never a body."""
-    import logging
-
-    ours = logging.getLogger("oomdoctor.server")
-    if not ours.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s %(message)s"))
-        ours.addHandler(handler)
-        ours.propagate = False
-    ours.setLevel(logging.INFO if log_level in ("info", "debug", "trace") else logging.WARNING)
+__all__ = ["ConfigError", "ServerConfig", "serve", "setup_logging"]
 
 
 def serve(config: ServerConfig, *, log_level: str = "info") -> None:

@@ -43,6 +43,7 @@ from oomdoctor.server.limits import (
     gunzip,
     read_body,
 )
+from oomdoctor.server.logs import setup_logging
 
 log = logging.getLogger("oomdoctor.server")
 
@@ -591,8 +592,6 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
 def create_app_from_env() -> FastAPI:
     """Factory for ``uvicorn --factory`` and multi-worker mode (configuration from the environment)."""
     import os
-
-    from oomdoctor.server import setup_logging
 
     setup_logging(os.environ.get("OOMDOCTOR_LOG_LEVEL", "info"))
     return create_app(ServerConfig.from_env())

@@ -1,0 +1,90 @@
+"""What a run prints and returns, shared by file, pipe and follow modes (:mod:`oomdoctor.cli.diagnose`,
+:mod:`oomdoctor.cli.follow`, :mod:`oomdoctor.cli.run_cmd`): the exit code, the redacted report and
+the live findings. It imports none of those modes, so they import it at the top."""
+
+from __future__ import annotations
+
+import errno
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from oomdoctor.cli.errors import color_for
+from oomdoctor.render import renderer
+
+if TYPE_CHECKING:
+    from oomdoctor.report import Finding, Report
+
+
+def exit_code(report: Report, fail_on: str) -> int:
+    if fail_on == "warning":
+        return 1 if report.findings else 0
+    return 1 if report.has_errors else 0
+
+
+def write_report(report: Report, fmt: str, output: str | None, stream: object, plain: bool = False) -> None:
+    """Render ``report`` (secrets redacted: the one place every CLI report passes) to ``output`` or ``stream``."""
+    from oomdoctor.redaction import redact_report
+
+    report = redact_report(report)
+    if output:
+        text = renderer(fmt)(report, color=False)
+        Path(output).write_text(text, encoding="utf-8")
+        return
+    if stream is None:  # started with the stream closed (``>&-``)
+        raise OSError(errno.EBADF, "the stream is closed")
+    text = renderer(fmt)(report, color=color_for(stream) and not plain)
+    stream.write(text)  # type: ignore[attr-defined]
+    stream.flush()  # type: ignore[attr-defined]
+
+
+class LiveFindings:
+    """Prints findings on stderr as soon as the scanner finishes them (text format only)."""
+
+    def __init__(self, live: bool, stream: Any = None, plain: bool = False) -> None:
+        self.live = live
+        self.stream = stream or sys.stderr
+        self.plain = plain
+        self.shown: set[int] = set()
+
+    def __call__(self, found: list[Finding]) -> None:
+        self.shown.update(id(f) for f in found)
+        if self.live:
+            from oomdoctor.redaction import redact_findings
+            from oomdoctor.render.text import render_findings_text
+
+            self._write(render_findings_text(redact_findings(found), color=self._color()))
+
+    def _color(self) -> bool:
+        return color_for(self.stream) and not self.plain
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def summary(
+        self, report: Report, fmt: str, output: str | None, *, quiet: bool = False, partial: bool = False
+    ) -> None:
+        """The end of a live run: unseen findings and one summary line (or the full report).
+
+        ``partial``: analysis skipped some input, so "none found" covers only the rest."""
+        try:
+            if not self.live:
+                write_report(report, fmt, output, self.stream, self.plain)
+                return
+            from oomdoctor.redaction import redact_findings
+            from oomdoctor.render.text import render_findings_text, summary_line
+
+            rest = [f for f in report.findings if id(f) not in self.shown]
+            text = render_findings_text(redact_findings(rest), color=self._color()) if rest else ""
+            line = summary_line(report)  # the same line as file mode
+            if report.findings or not quiet:
+                if partial and not report.findings:
+                    line = line[:-1] + " in the part analysed."
+                text += line + "\n"
+            self._write(text)
+        except OSError:
+            pass

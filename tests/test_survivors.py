@@ -1,0 +1,398 @@
+"""Exact values at the boundaries a mutation run showed nothing pinned (issue 38 §3).
+
+Each table row is one boundary, floor or fallback of a calculator users act on, with the value
+worked out by hand from the formula in the row's comment: moving the boundary by one step, turning
+``<=`` into ``<`` or dropping a floor changes at least one row.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from oomdoctor.advisor import prescription
+from oomdoctor.advisor.catalog import _gpu_key, geometry_from_config
+from oomdoctor.advisor.command import apply_flags, argv_from_launch_args
+from oomdoctor.advisor.engine_args import _near
+from oomdoctor.advisor.memory_model import (
+    MLA_BLOCK_SIZE,
+    Facts,
+    GiB,
+    Value,
+    counts_cudagraphs_in_budget,
+    default_utilization,
+    facts,
+    fp8_kv_flag_value,
+)
+from oomdoctor.advisor.prescription import Prescribe, prescribed, remedy_table
+from oomdoctor.advisor.registry import AdviceInput, calculator
+from oomdoctor.advisor.remedies_ggml import GGML_HEADROOM_BYTES
+from oomdoctor.report import Context, Finding, Location, Remedy
+
+MiB = 2**20
+
+
+def _finding(kind: str, engine: str, phase: str, **figures: Any) -> Finding:
+    return Finding(rule="test", kind=kind, engine=engine, severity="error", phase=phase, title="t",
+                   message="m", location=Location(line=1, end_line=1), figures=figures)
+
+
+def _calc(rid: str, f: Finding, ctx: Context, **hints: str) -> Remedy | None:
+    return calculator(rid)(AdviceInput(f, ctx, dict(hints)))
+
+
+def _flags(r: Remedy | None) -> dict[str, str] | None:
+    return None if r is None else r.flags
+
+
+# -- memory_model --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "value"),
+    [
+        ((0, 2, 9), None),  # no fp8 KV cache before 0.3.0
+        ((0, 3, 0), "fp8_e5m2"),
+        ((0, 4, 0), "fp8_e5m2"),  # the last release that only knew e5m2
+        ((0, 4, 1), "fp8"),
+        ((0, 7, 9), "fp8"),
+        ((0, 8, 0), None),  # V1 0.8.0–0.8.1 refused an fp8 KV cache
+        ((0, 8, 1), None),
+        ((0, 8, 2), "fp8"),
+        (None, "fp8"),  # unknown: the current release
+    ],
+)
+def test_fp8_kv_flag_value_at_each_boundary(version: tuple[int, int, int] | None, value: str | None) -> None:
+    assert fp8_kv_flag_value(version) == value
+
+
+@pytest.mark.parametrize(
+    ("version", "util", "graphs"),
+    [((0, 19, 9), 0.9, False), ((0, 20, 0), 0.92, True), ((1, 0, 0), 0.92, True), (None, 0.9, False)],
+)
+def test_version_defaults_of_the_kv_budget(version: tuple[int, int, int] | None, util: float, graphs: bool) -> None:
+    assert default_utilization(version) == util
+    assert counts_cudagraphs_in_budget(version) is graphs
+
+
+@pytest.mark.parametrize(
+    ("version", "budget"),
+    [
+        # 80 GiB × 0.9 = 72 GiB requested; − 40 weights − 2 activation − 1 non-torch = 29 GiB
+        ((0, 19, 0), 29 * GiB),
+        # from 0.20.0 the 3 GiB CUDA-graph estimate comes off the budget too: 26 GiB
+        ((0, 20, 0), 26 * GiB),
+        # unknown version: counted as before 0.20.0 (fit.py counts it; see the issue's unification note)
+        (None, 29 * GiB),
+    ],
+)
+def test_facts_kv_budget(version: tuple[int, int, int] | None, budget: int) -> None:
+    f = Facts(version=version, total=Value(80 * GiB, "t"), utilization=Value(0.9, "t"),
+              weights=Value(40 * GiB, "t"), activation=Value(2 * GiB, "t"), non_torch=Value(1 * GiB, "t"),
+              cudagraph=Value(3 * GiB, "t"))
+    assert f.requested == 72 * GiB
+    assert f.kv_budget == budget
+    f.activation = f.non_torch = None
+    assert f.kv_budget == (72 - 40 - (3 if version == (0, 20, 0) else 0)) * GiB  # absent terms count 0
+    f.weights = None
+    assert f.kv_budget is None  # no weights, no budget
+
+
+def test_mla_models_default_to_128_token_blocks_unless_the_log_says() -> None:
+    ctx = Context(engine="vllm", model="deepseek-ai/DeepSeek-R1")
+    assert MLA_BLOCK_SIZE == 128
+    f = facts(None, ctx)
+    assert (f.block_size.value, f.block_size.source) == (128, "default for MLA backends")
+    f = facts(None, Context(engine="vllm", model="deepseek-ai/DeepSeek-R1", block_size=64))
+    assert (f.block_size.value, f.block_size.source) == (64, "context")
+    f = facts(None, Context(engine="vllm", model="meta-llama/Llama-3.1-8B"))
+    assert (f.block_size.value, f.block_size.source) == (16, "default")
+
+
+# -- catalog -------------------------------------------------------------------------------------
+
+
+def _config(**extra: Any) -> dict[str, Any]:
+    return {"num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8, "hidden_size": 3584,
+            "head_dim": 256, "vocab_size": 256000, "intermediate_size": 14336, "torch_dtype": "bfloat16", **extra}
+
+
+@pytest.mark.parametrize(
+    ("extra", "sliding"),
+    [
+        ({"model_type": "gemma2", "sliding_window": 4096}, 21),  # every other layer of 42
+        ({"model_type": "gemma2", "sliding_window": 4096, "num_hidden_layers": 41}, 20),  # 41 // 2
+        ({"model_type": "gemma2", "sliding_window": 4096, "layer_types": ["sliding_attention"] * 3 + ["full_attention"] * 39}, 3),
+        ({"model_type": "gemma3_text", "sliding_window": 1024, "sliding_window_pattern": 6}, 35),  # 42 − 42 // 6
+        ({"model_type": "mistral", "sliding_window": 4096}, 42),  # no pattern: every layer
+        ({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": False}, 0),
+        ({"model_type": "llama"}, 0),
+    ],
+)
+def test_sliding_window_layers_from_config(extra: dict[str, Any], sliding: int) -> None:
+    assert geometry_from_config(_config(**extra), "test").sliding_window_layers == sliding
+
+
+@pytest.mark.parametrize(
+    ("qcfg", "per_param"),
+    [
+        ({"quant_method": "fp8"}, 1.0),
+        ({"quant_method": "gptq", "bits": 8}, 1.02),  # 8-bit with scales
+        ({"quant_method": "gptq", "bits": 4}, 0.53),
+        ({"quant_method": "awq"}, 0.53),
+        ({"quant_method": "mxfp4"}, 0.53),
+        ({"quant_method": "bitsandbytes"}, None),  # unknown: the dtype's bytes
+    ],
+)
+def test_bytes_per_parameter_of_quantized_configs(qcfg: dict[str, Any], per_param: float | None) -> None:
+    assert geometry_from_config(_config(quantization_config=qcfg), "test").weight_bytes_per_param == per_param
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("NVIDIA Tesla V100-SXM2-32GB", "v100sxm232gb"),
+        ("Tesla T4", "t4"),
+        ("NVIDIA GeForce RTX 4090", "rtx4090"),
+        ("H100 80GB HBM3", "h10080gbhbm3"),
+    ],
+)
+def test_gpu_names_drop_vendor_and_brand_words(name: str, key: str) -> None:
+    assert _gpu_key(name) == key
+
+
+# -- prescription --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "engine", "phase", "applies"),
+    [
+        (Prescribe(remedy="r"), None, "inference", True),
+        (Prescribe(remedy="r", not_phases=["inference"]), "vllm", "inference", False),
+        (Prescribe(remedy="r", not_phases=["inference"]), "vllm", "warmup", True),
+        (Prescribe(remedy="r", phases=["warmup"], not_phases=["inference"]), "vllm", "warmup", True),
+        (Prescribe(remedy="r", phases=["warmup"]), "vllm", "inference", False),
+        (Prescribe(remedy="r", engines=["vllm"]), "sglang", "warmup", False),
+        (Prescribe(remedy="r", engines=["vllm"]), None, "warmup", False),
+    ],
+)
+def test_prescribe_applies(entry: Prescribe, engine: str | None, phase: str, applies: bool) -> None:
+    assert entry.applies(engine, phase) is applies
+
+
+def test_not_phases_narrow_the_shipped_prescriptions() -> None:
+    # causes.toml: raising the budget cannot help a capture that fails inside it, nor a request
+    raise_ids = {"vllm.gpu-memory-utilization.raise", "vllm.cudagraph-estimate-off"}
+    assert raise_ids <= set(prescribed("cudagraph-capture", "vllm", "warmup"))
+    assert not raise_ids & set(prescribed("cudagraph-capture", "vllm", "cudagraph-capture"))
+    assert not raise_ids & set(prescribed("cudagraph-capture", "vllm", "inference"))
+    training = {"training.batch-accumulation", "training.gradient-checkpointing"}
+    for phase in ("inference", "warmup", "weights-load"):
+        assert not training & set(prescribed("activation-peak", None, phase)), phase
+    assert training <= set(prescribed("activation-peak", None, "training"))
+
+
+def test_summary_takes_the_first_complete_template_else_the_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert prescription.summary("cudagraph-capture", {"graphs": 3 * GiB}) == (
+        "CUDA graphs take 3.00 GiB on top of the KV budget."
+    )
+    assert prescription.summary("cudagraph-capture", {}) == "Capturing CUDA graphs needs memory the budget did not leave."
+    # every template missing a value: the last one, unfilled
+    fake = SimpleNamespace(summary=["first {a}", "second {b}", "last {c}"], ja=None)
+    monkeypatch.setattr(prescription, "cause_table", lambda: {"x": fake})
+    assert prescription.summary("x", {"a": None}) == "last {c}"
+    assert prescription.summary("x", {"b": 2}) == "second 2"
+
+
+#: remedies.toml costs: the ranking's tie-break and the line between knobs and model/hardware
+#: changes (cost >= 6, ranked last unless the cause is the weights). Every other remedy costs 5.
+COSTS = {
+    "ask.driver-facts": 0, "ask.launch-facts": 0, "ask.request-shape": 0,
+    "torch.expandable-segments": 0, "torch.memory-fraction": 0,
+    "gpu.free-other-processes": 1, "rl.rollout-gpu-memory-utilization": 1, "torch.max-split-size": 1,
+    "vllm.gpu-memory-utilization.fit-free": 1,
+    "host.add-swap": 2, "vllm.gpu-memory-utilization.lower": 2, "vllm.gpu-memory-utilization.raise": 2,
+    "vllm.gpu-memory-utilization.raise-for-kv": 2,
+    "torch.reduce-batch": 3, "vllm.cudagraph-capture-size": 3, "vllm.cudagraph-estimate-off": 3,
+    "vllm.max-num-batched-tokens": 3, "vllm.max-num-batched-tokens.raise": 3, "vllm.max-num-seqs": 3,
+    "vllm.kv-cache-dtype-fp8": 4, "vllm.max-model-len": 4,
+    "sglang.quantization": 6, "tgi.quantize": 6, "vllm.quantization": 6,
+    "sglang.tp-size": 7, "vllm.tensor-parallel-size": 7,
+    "host.smaller-model": 8, "vllm.pipeline-parallel-size": 8,
+    "vllm.quantization-4bit": 9,
+    "host.vllm-cpu-offload-gb": 10, "vllm.cpu-offload-gb": 10,
+}
+
+
+def test_remedy_costs_keep_their_order() -> None:
+    got = {rid: e.cost for rid, e in remedy_table().items()}
+    assert {rid: got[rid] for rid in COSTS} == COSTS
+    assert {rid for rid, c in got.items() if rid not in COSTS and c != 5} == set()
+
+
+# -- remedies_vllm -------------------------------------------------------------------------------
+
+_TOTAL = 100 * GiB
+
+
+def _vllm_kv(needed: int, avail: int, **figures: Any) -> Finding:
+    return _finding("vllm.kv-cache.max-len-exceeds", "vllm", "kv-cache-alloc",
+                    kv_cache_needed_bytes=needed, kv_cache_available_bytes=avail, **figures)
+
+
+def test_raise_for_kv_steps_by_001_when_the_shortage_rounds_away() -> None:
+    # 1 byte short: ceil_to(0.9 + 1/100 GiB, 2) = 0.90, not above 0.90, so 0.90 + 0.01
+    ctx = Context(engine="vllm", gpu_total_bytes=_TOTAL, gpu_memory_utilization=0.9)
+    r = _calc("vllm.gpu-memory-utilization.raise-for-kv", _vllm_kv(10 * GiB + 1, 10 * GiB), ctx)
+    assert _flags(r) == {"--gpu-memory-utilization": "0.91"}
+
+
+@pytest.mark.parametrize(
+    ("missing_gib", "flags", "fits"),
+    [
+        # cap = floor_to(93 GiB free / 100 GiB, 2) = 0.93; 0.90 + 3/100 = 0.93 <= 0.93: fits, at the cap
+        (3, {"--gpu-memory-utilization": "0.93"}, True),
+        # 0.90 + 4/100 = 0.94 > 0.93: no value can be given
+        (4, {}, False),
+    ],
+)
+def test_raise_for_kv_at_the_free_memory_cap(missing_gib: int, flags: dict[str, str], fits: bool) -> None:
+    ctx = Context(engine="vllm", gpu_total_bytes=_TOTAL, gpu_memory_utilization=0.9)
+    f = _vllm_kv(10 * GiB + missing_gib * GiB, 10 * GiB, free_bytes=93 * GiB, total_bytes=_TOTAL)
+    r = _calc("vllm.gpu-memory-utilization.raise-for-kv", f, ctx)
+    assert r is not None and r.flags == flags and r.fits is fits
+
+
+@pytest.mark.parametrize(
+    ("requested", "flags"),
+    [
+        (int(0.79 * _TOTAL), {"--gpu-memory-utilization": "0.11"}),  # floor_to(0.90 − 0.79) = 0.11 > 0.1
+        (int(0.80 * _TOTAL), None),  # 0.10: the floor, no answer
+        (1, {"--gpu-memory-utilization": "0.89"}),  # floor_to(0.90 − ~0) = 0.90, not below: 0.90 − 0.01
+    ],
+)
+def test_lower_utilization_floor_and_step(requested: int, flags: dict[str, str] | None) -> None:
+    ctx = Context(engine="vllm", gpu_total_bytes=_TOTAL, gpu_memory_utilization=0.9)
+    f = _finding("torch.cuda-oom", "vllm", "inference", requested_bytes=requested, total_bytes=_TOTAL)
+    assert _flags(_calc("vllm.gpu-memory-utilization.lower", f, ctx)) == flags
+
+
+@pytest.mark.parametrize(
+    ("current", "flags"),
+    [
+        ("10", {"--max-cudagraph-capture-size": "8"}),  # max(8, 10 // 2): the floor of 8
+        ("16", {"--max-cudagraph-capture-size": "8"}),
+        ("8", None),  # max(8, 4) = 8, not below 8
+        ("512", {"--max-cudagraph-capture-size": "256"}),
+    ],
+)
+def test_capture_size_halves_down_to_8(current: str, flags: dict[str, str] | None) -> None:
+    ctx = Context(engine="vllm", engine_version="0.11.1", launch_args={"max_cudagraph_capture_size": current})
+    f = _finding("torch.cuda-oom", "vllm", "cudagraph-capture", requested_bytes=MiB)
+    assert _flags(_calc("vllm.cudagraph-capture-size", f, ctx)) == flags
+
+
+@pytest.mark.parametrize(
+    ("current", "value"),
+    [(512, None), (513, "512"), (600, "512"), (1100, "512"), (1600, "768"), (2000, "768"), (2048, "1024")],
+)
+def test_batched_tokens_halve_in_steps_of_256_not_below_512(current: int, value: str | None) -> None:
+    # max(512, round_down(cur // 2, 256)); nothing for 512 and under
+    ctx = Context(engine="vllm", max_num_batched_tokens=current)
+    f = _finding("torch.cuda-oom", "vllm", "inference", requested_bytes=MiB)
+    r = _calc("vllm.max-num-batched-tokens", f, ctx)
+    assert (r.flags.get("--max-num-batched-tokens") if r else None) == value
+
+
+# -- remedies_sglang -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("suggested", "value"), [(0.83, "0.84"), (0.834, "0.84"), (0.8399, "0.84"), (0.9, "0.91")])
+def test_sglang_raise_goes_one_step_above_the_suggested_fraction(suggested: float, value: str) -> None:
+    f = _finding("sglang.oom", "sglang", "kv-cache-alloc", suggested_mem_fraction_static=suggested)
+    r = _calc("sglang.mem-fraction-static.raise", f, Context(engine="sglang"))
+    assert _flags(r) == {"--mem-fraction-static": value}
+
+
+@pytest.mark.parametrize(("current", "flags"), [("0.36", {"--mem-fraction-static": "0.31"}), ("0.35", None), ("0.88", {"--mem-fraction-static": "0.83"})])
+def test_sglang_lower_stops_at_030(current: str, flags: dict[str, str] | None) -> None:
+    f = _finding("sglang.oom", "sglang", "cudagraph-capture")
+    ctx = Context(engine="sglang", launch_args={"mem_fraction_static": current})
+    assert _flags(_calc("sglang.mem-fraction-static.lower", f, ctx)) == flags
+
+
+@pytest.mark.parametrize(("gpus", "tp", "flags"), [(4, 2, {"--tp-size": "4"}), (3, 2, None), (2, 1, {"--tp-size": "2"}), (1, 1, None)])
+def test_sglang_tp_doubles_only_within_the_gpus(gpus: int, tp: int, flags: dict[str, str] | None) -> None:
+    f = _finding("sglang.oom", "sglang", "weights-load")
+    ctx = Context(engine="sglang", gpu_count=gpus, tensor_parallel_size=tp)
+    assert _flags(_calc("sglang.tp-size", f, ctx)) == flags
+
+
+# -- remedies_ggml -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("free", "layers"),
+    [
+        (GGML_HEADROOM_BYTES + 10 * MiB, "10"),  # (free − 1 GiB headroom) // 1 MiB per layer
+        (GGML_HEADROOM_BYTES + 10 * MiB - 1, "9"),
+        (GGML_HEADROOM_BYTES, "0"),
+        (100 * MiB, "0"),  # less than the headroom: clamped at 0 layers, never negative
+    ],
+)
+def test_ngl_from_free_memory_clamped_at_zero(free: int, layers: str) -> None:
+    # 33 layers offloaded, a 33 MiB load failed: 1 MiB per layer
+    f = _finding("ggml.alloc-failed", "llama.cpp", "weights-load", requested_bytes=33 * MiB)
+    ctx = Context(engine="llama.cpp", extra={"llama_offloaded_layers": 33, "llama_device_free_bytes": free})
+    assert _flags(_calc("ggml.n-gpu-layers", f, ctx)) == {"-ngl": layers}
+
+
+# -- command -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "flags", "out"),
+    [
+        # an unknown program's flag followed by a negative number: the number is its value
+        (["prog", "--offset", "-5", "--x", "1"], {"--offset": "3"}, ["prog", "--offset", "3", "--x", "1"]),
+        (["prog", "--lr", "-0.5"], {"--lr": "0.1"}, ["prog", "--lr", "0.1"]),
+        # ... but an option is not
+        (["prog", "--quiet", "-v"], {"--quiet": ""}, ["prog", "--quiet", "-v"]),
+        (["prog", "--quiet", "-v1.2.3"], {"--quiet": ""}, ["prog", "--quiet", "-v1.2.3"]),
+        # a number has one decimal point at most: "-1.2.3" is no number, so no value
+        (["prog", "--quiet", "-1.2.3"], {"--quiet": ""}, ["prog", "--quiet", "-1.2.3"]),
+    ],
+)
+def test_negative_values_of_unknown_flags(argv: list[str], flags: dict[str, str], out: list[str]) -> None:
+    assert apply_flags(argv, flags) == out
+
+
+def test_a_dump_of_more_than_40_arguments_is_no_command_line() -> None:
+    args = {"model": "m", **{f"opt_{i}": "1" for i in range(39)}}
+    assert len(args) == 40
+    argv = argv_from_launch_args(args)
+    assert argv is not None and argv[:3] == ["vllm", "serve", "m"] and len(argv) == 3 + 2 * 39
+    args["opt_39"] = "1"
+    assert argv_from_launch_args(args) is None
+
+
+# -- engine_args ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "near"),
+    [
+        ("0.5.9", None),  # older than every sample: the samples cannot tell
+        ("0.6.0", ["0.6.0"]),
+        ("0.6.5", ["0.6.0", "0.7.0"]),
+        ("0.7.0", ["0.7.0"]),
+        ("0.7.1", ["0.7.0"]),  # newer than every sample: as in the newest
+        ("9.0.0", ["0.7.0"]),
+        (None, ["0.7.0"]),  # unknown: the current release, the newest sample
+        ("main", None),
+    ],
+)
+def test_samples_that_decide_for_a_version(version: str | None, near: list[str] | None) -> None:
+    assert _near(["0.6.0", "0.7.0"], version) == near
