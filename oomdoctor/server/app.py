@@ -50,6 +50,9 @@ Format = Literal["json", "markdown", "slack", "text"]
 Lang = Literal["en", "ja"]
 #: hints that would make the server read its own files
 FORBIDDEN_HINTS = {"model-config", "rules"}
+_SLACK_OFF = "Slack is not configured on this server (set OOMDOCTOR_SLACK_SIGNING_SECRET)"
+#: the largest unsigned body /slack/commands reads (Slack's ssl_check probe); larger ones are refused unread
+SSL_CHECK_MAX = 1024
 MAX_HINTS = 32
 
 
@@ -218,10 +221,11 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
     background: set[asyncio.Task[Any]] = set()
     budget = BodyBudget(cfg.body_budget)
 
-    async def body_of(request: Request) -> bytes:
-        """A small body (chat): read under the same time limit and budget, then given back."""
-        chunks, taken = await read_body(request.stream(), budget, cfg.body_timeout)
-        budget.give(taken)
+    async def body_of(request: Request, *, verified: bool = False, limit: int | None = None) -> bytes:
+        """A chat body: read under the same time limit and budget (the unverified share unless the
+        headers carried the credentials), then given back."""
+        chunks, taken = await read_body(request.stream(), budget, cfg.body_timeout, verified=verified, limit=limit)
+        budget.give(taken, verified=verified)
         return b"".join(chunks)
 
     app = FastAPI(
@@ -233,6 +237,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
     )
     app.state.config = cfg
     app.state.analyser = analyser
+    app.state.body_budget = budget
     bearer = HTTPBearer(auto_error=False, description="OOMDOCTOR_API_TOKEN, when the server has one")
 
     # -- errors: always {"error": "..."} ----------------------------------------------------------
@@ -428,15 +433,15 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
     def _slack_precheck(request: Request) -> None:
         """Before the body is read: Slack configured, signature headers present and fresh."""
         if not cfg.slack_signing_secret:
-            raise LimitError(404, "Slack is not configured on this server (set OOMDOCTOR_SLACK_SIGNING_SECRET)")
+            raise LimitError(404, _SLACK_OFF, {"connection": "close"})
         try:
             slack.check_headers(dict(request.headers), window=cfg.replay_window)
         except slack.SignatureError as exc:
-            raise LimitError(401, str(exc)) from None
+            raise LimitError(401, str(exc), {"connection": "close"}) from None
 
     def _slack_headers(request: Request, body: bytes) -> None:
         if not cfg.slack_signing_secret:
-            raise LimitError(404, "Slack is not configured on this server (set OOMDOCTOR_SLACK_SIGNING_SECRET)")
+            raise LimitError(404, _SLACK_OFF)
         try:
             slack.verify(
                 cfg.slack_signing_secret, dict(request.headers), body, replay, window=cfg.replay_window
@@ -451,10 +456,17 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         x_slack_signature: str | None = Header(None),
         x_slack_request_timestamp: str | None = Header(None),
     ) -> JSONResponse:
+        if not cfg.slack_signing_secret:
+            raise LimitError(404, _SLACK_OFF, {"connection": "close"})  # before a byte of the body is read
         if request.headers.get("x-slack-signature"):
             _slack_precheck(request)  # a stale or malformed request is refused before its body is read
-        body = await body_of(request)
-        if len(body) < 1024 and b"ssl_check=1" in body and _form(body).get("ssl_check") == "1":
+            body = await body_of(request)
+        else:  # unsigned: only Slack's small certificate probe is read, the rest refused unread
+            declared = request.headers.get("content-length", "")
+            if not declared.isdigit() or int(declared) > SSL_CHECK_MAX:
+                raise LimitError(401, "missing X-Slack-Signature or X-Slack-Request-Timestamp header", {"connection": "close"})
+            body = await body_of(request, limit=SSL_CHECK_MAX)
+        if len(body) <= SSL_CHECK_MAX and b"ssl_check=1" in body and _form(body).get("ssl_check") == "1":
             # Slack's certificate probe (unsigned, as Bolt treats it): acknowledge and do nothing
             return JSONResponse({"ok": True})
         _slack_headers(request, body)  # on the raw body, before parsing
@@ -542,12 +554,14 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
               responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
     async def mattermost_commands(request: Request, authorization: str | None = Header(None)) -> JSONResponse:
         if not cfg.mattermost_token:
-            raise LimitError(404, "Mattermost is not configured on this server (set OOMDOCTOR_MATTERMOST_TOKEN)")
-        if authorization and authorization.strip().lower().startswith("token ") and not mm.token_ok(
-            cfg.mattermost_token, authorization, None
-        ):  # Mattermost's own header, wrong: refused before the body is read
-            raise LimitError(401, "invalid or missing Mattermost token")
-        body = await body_of(request)
+            raise LimitError(404, "Mattermost is not configured on this server (set OOMDOCTOR_MATTERMOST_TOKEN)",
+                             {"connection": "close"})
+        header_token = bool(authorization and authorization.strip().lower().startswith("token "))
+        if header_token and not mm.token_ok(cfg.mattermost_token, authorization, None):
+            # Mattermost's own header, wrong: refused before the body is read
+            raise LimitError(401, "invalid or missing Mattermost token", {"connection": "close"})
+        # a right header: the body is verified; a token only in the form: the unverified share
+        body = await body_of(request, verified=header_token)
         form = await asyncio.to_thread(_form, body)
         if not mm.token_ok(cfg.mattermost_token, authorization, form.get("token")):
             raise LimitError(401, "invalid or missing Mattermost token")

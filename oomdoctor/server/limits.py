@@ -143,23 +143,36 @@ class BodyBudget:
     """Bytes of request bodies buffered at once across all requests (per process).
 
     Reading a body happens before an analysis slot is free, so without a budget ``connections x
-    max_body`` bytes could wait in memory; over budget a request is refused with 503 busy."""
+    max_body`` bytes could wait in memory; over budget a request is refused with 503 busy.
 
-    def __init__(self, limit: int) -> None:
+    Bodies of *unverified* requests (whose credentials, if any, are in the body: Slack's signature,
+    Mattermost's form token) may hold at most ``unverified_share`` of the budget, so unauthenticated
+    clients cannot starve authorized ones: those always keep the rest."""
+
+    def __init__(self, limit: int, unverified_share: float = 0.25) -> None:
         self.limit = limit
+        self.unverified_limit = int(limit * unverified_share)
         self.used = 0
+        self.used_unverified = 0
 
-    def take(self, n: int) -> None:
-        if self.used + n > self.limit:
+    def take(self, n: int, *, verified: bool = True) -> None:
+        if self.used + n > self.limit or (not verified and self.used_unverified + n > self.unverified_limit):
             raise LimitError(503, "server busy: too many request bodies in flight; retry shortly", {"retry-after": "2"})
         self.used += n
+        if not verified:
+            self.used_unverified += n
 
-    def give(self, n: int) -> None:
+    def give(self, n: int, *, verified: bool = True) -> None:
         self.used = max(0, self.used - n)
+        if not verified:
+            self.used_unverified = max(0, self.used_unverified - n)
 
 
-async def read_body(receive_stream: AsyncIterator[bytes], budget: BodyBudget, timeout: float) -> tuple[list[bytes], int]:
-    """The request body as its chunks, and the bytes taken from ``budget`` (give them back when done).
+async def read_body(
+    receive_stream: AsyncIterator[bytes], budget: BodyBudget, timeout: float, *, verified: bool = True, limit: int | None = None
+) -> tuple[list[bytes], int]:
+    """The request body as its chunks, and the bytes taken from ``budget`` (give them back when done,
+    with the same ``verified``). ``limit``: 413 past this many bytes.
 
     408 when the body does not arrive within ``timeout`` seconds (a client trickling its upload);
     :class:`ClientGone` when the client disconnects (an aborted upload is not an error)."""
@@ -172,20 +185,22 @@ async def read_body(receive_stream: AsyncIterator[bytes], budget: BodyBudget, ti
         nonlocal taken
         async for chunk in receive_stream:
             if chunk:
-                budget.take(len(chunk))
+                if limit is not None and taken + len(chunk) > limit:
+                    raise LimitError(413, f"request body too large for this endpoint: the limit is {_mib(limit)}", {"connection": "close"})
+                budget.take(len(chunk), verified=verified)
                 taken += len(chunk)
                 chunks.append(chunk)
 
     try:
         await asyncio.wait_for(pull(), timeout)
     except asyncio.TimeoutError:
-        budget.give(taken)
+        budget.give(taken, verified=verified)
         raise LimitError(408, f"request body not received within {timeout:g} s", {"connection": "close"}) from None
     except ClientDisconnect:
-        budget.give(taken)
+        budget.give(taken, verified=verified)
         raise ClientGone() from None
     except BaseException:
-        budget.give(taken)
+        budget.give(taken, verified=verified)
         raise
     return chunks, taken
 
