@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -304,14 +306,49 @@ def looks_binary(block: bytes) -> bool:
     return b"\x00" in block[:8192]
 
 
+def write_atomically(output: str, data: bytes) -> None:
+    """Write ``data`` to the file ``output`` whole or not at all: into a temporary file beside it,
+    then renamed over it (a full disk leaves the old file, never a truncated report). A path that
+    is not a regular file (``/dev/stdout``, a FIFO) is written directly."""
+    import tempfile
+
+    target = Path(output)
+    try:
+        st = target.stat()
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            target.write_bytes(data)
+            return
+        mode = stat.S_IMODE(st.st_mode)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent) or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _write_report(report: Report, fmt: str, output: str | None, stream: object, plain: bool = False) -> None:
     """Render ``report`` (secrets redacted: the one place every CLI report passes) to ``output`` or ``stream``."""
     from oomdoctor.redaction import redact_report
 
     report = redact_report(report)
     if output:
-        text = renderer(fmt)(report, color=False)
-        Path(output).write_text(text, encoding="utf-8")
+        write_atomically(output, renderer(fmt)(report, color=False).encode("utf-8"))
         return
     if stream is None:  # started with the stream closed (``>&-``)
         raise OSError(errno.EBADF, "the stream is closed")
@@ -348,9 +385,9 @@ def _file_mode(
         return fail(str(input_error))
     try:
         _write_report(report, fmt, output, sys.stdout, plain)
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader stopped early: the analysis is whole, its verdict stands
         _quiet_broken_pipe()
-        return 0
+        return exit_code(report, fail_on) if input_error is None else 2
     except OSError as exc:
         return fail(_("{path}: cannot write: {error}").format(path=output or "<stdout>", error=exc.strerror or exc))
     if input_error is not None:
@@ -381,7 +418,7 @@ def _scan_file(path: str, pack: object, hints: dict[str, str], bar: Any, before:
     input_error: InputError | None = None
     try:
         first = True
-        for block in read_blocks(path, ahead=ahead):
+        for block in read_blocks(path, ahead=ahead, warn=warn):
             if first and looks_binary(block):
                 warn(_("{path} looks binary (NUL bytes); reading it as text anyway").format(path=path))
             first = False
@@ -455,7 +492,7 @@ def _pipe_mode(
     plain: bool = False,
 ) -> int:
     """``pack`` None: the built-in pack, loaded by the analyser thread while input passes through."""
-    from oomdoctor.cli.pipe import run_pipe
+    from oomdoctor.cli.pipe import run_pipe, say
 
     def scanner() -> Scanner:
         from oomdoctor.scanner import Scanner
@@ -470,12 +507,20 @@ def _pipe_mode(
         return fail(_("stdin/stdout is not a file descriptor"))
     result = run_pipe(scanner, live, in_fd=in_fd, out_fd=out_fd, warmup=warm_imports)
     report = result.report
-    if report is not None:
+    # output closed or failing: the input after it was never read, so only a finding is known
+    cut = result.downstream_closed or result.output_error is not None
+    found = report is not None and exit_code(report, fail_on) != 0
+    if report is not None and (found or not cut):
         live.summary(report, fmt, output, quiet=result.downstream_closed, partial=result.skipped_bytes > 0)
     if result.downstream_closed:
         _quiet_broken_pipe()
     if result.signal is not None:
         return 128 + int(result.signal)
+    if cut and found:
+        return 1
+    if cut and result.analysis_error is None:
+        say("oomdoctor: " + _("output closed; analysis incomplete"))
+        return 2
     if result.analysis_error or result.output_error or report is None:
         return 2
     return exit_code(report, fail_on)

@@ -40,6 +40,8 @@ from oomdoctor.server.limits import (
     Deadline,
     ErrorShieldMiddleware,
     LimitError,
+    content_codings,
+    decode_codings,
     gunzip,
     read_body,
 )
@@ -130,11 +132,10 @@ def decode_diagnose(
     body (in a worker thread, under the limits).
 
     ``chunks`` is consumed (emptied) so that the raw body is freed as soon as it is decoded."""
-    if encoding in ("gzip", "x-gzip") or ctype in ("application/gzip", "application/x-gzip"):
-        body = gunzip(chunks, max_log)
-    else:
-        body = b"".join(chunks)
-        chunks.clear()
+    codings = content_codings(encoding)
+    body = decode_codings(chunks, codings, max_log)
+    if ctype in ("application/gzip", "application/x-gzip") and (not codings or body[:2] == b"\x1f\x8b"):
+        body = gunzip([body], max_log)  # a .gz file (sent as is, or with a Content-Encoding of its own)
     if ctype == "application/json":
         payload = _loads(body)
         del body
@@ -339,6 +340,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
                 raise LimitError(422, f"hint must be KEY=VALUE, got {h[:40]!r}")
             query_hints[k] = v
         check_content_type(ctype)
+        content_codings(encoding)  # 415 before the body is read
         chunks, taken = await read_body(request.stream(), budget, cfg.body_timeout)
 
         def work(deadline: Deadline) -> Response:

@@ -244,33 +244,78 @@ def _client_went_away(exc: Exception) -> bool:
     return isinstance(exc, ClientGone) or type(exc).__name__ == "ClientDisconnect"
 
 
-def gunzip(data: bytes | list[bytes], max_out: int) -> bytes:
+def gunzip(data: bytes | list[bytes], max_out: int, *, coding: str = "gzip") -> bytes:
     """Decompress gzip (or zlib) ``data`` as a stream, refusing output over ``max_out`` bytes (gzip bombs).
+
+    Every member of a multi-member gzip stream is read (``cat a.gz b.gz``, ``pigz``, log rotation);
+    trailing zero bytes (padding) are ignored. ``coding="deflate"`` reads HTTP's deflate (the zlib
+    format, or raw deflate as some clients send it).
 
     ``data`` may be the body's chunks as received: each is decompressed and dropped in turn, and the
     running output is capped, so memory stays within ``max_out`` plus one chunk whatever the ratio."""
     chunks = data if isinstance(data, list) else [data]
-    d = zlib.decompressobj(wbits=47)  # 32 + 15: gzip or zlib header, detected
+    label = "deflate" if coding == "deflate" else "gzip"
+
+    def new() -> Any:
+        return zlib.decompressobj(wbits=15 if coding == "deflate" else 47)  # 47 = 32 + 15: gzip or zlib, detected
+
+    d = new()
+    started = False  # any byte of the current member seen
     out = bytearray()
     too_large = LimitError(413, f"decompressed log too large: the limit is {_mib(max_out)} ({max_out} bytes)")
     try:
         while chunks:
             piece: bytes = chunks.pop(0)
             while piece:
+                if d.eof:  # the previous member ended: the rest is another member, or padding
+                    if not piece.strip(b"\0"):
+                        break
+                    d, started = new(), False
+                if coding == "deflate" and not started and (piece[0] & 0x0F) != 8:
+                    d = zlib.decompressobj(wbits=-15)  # no zlib header: raw deflate
+                started = True
                 out += d.decompress(piece, max_out + 1 - len(out))
                 if len(out) > max_out:
                     raise too_large
-                piece = d.unconsumed_tail
-                if d.eof:
-                    break
-        out += d.flush(max_out + 1 - len(out))
+                piece = d.unconsumed_tail or (d.unused_data if d.eof else b"")
+        if not d.eof:
+            out += d.flush(max_out + 1 - len(out))
     except zlib.error as exc:
-        raise LimitError(400, f"body is not valid gzip: {exc}") from None
+        raise LimitError(400, f"body is not valid {label}: {exc}") from None
     if not d.eof and len(out) <= max_out:
-        raise LimitError(400, "body is not valid gzip: the stream ends early (truncated upload?)")
+        raise LimitError(400, f"body is not valid {label}: the stream ends early (truncated upload?)")
     if len(out) > max_out:
         raise too_large
     return bytes(out)
+
+
+#: Content-Encoding values /v1/diagnose decodes (any other is a 415, checked before the body is read)
+CODINGS = {"gzip": "gzip", "x-gzip": "gzip", "deflate": "deflate"}
+MAX_CODINGS = 2
+
+
+def content_codings(header: str) -> list[str]:
+    """The codings of a ``Content-Encoding`` header in the order applied (``identity`` dropped);
+    415 for one that is not supported or for more than :data:`MAX_CODINGS`."""
+    codings = [c.strip().lower() for c in header.split(",") if c.strip() and c.strip().lower() != "identity"]
+    for c in codings:
+        if c not in CODINGS:
+            raise LimitError(415, f"unsupported Content-Encoding {c[:40]!r}: send gzip, deflate or identity")
+    if len(codings) > MAX_CODINGS:
+        raise LimitError(415, f"too many Content-Encodings ({len(codings)}; at most {MAX_CODINGS})")
+    return [CODINGS[c] for c in codings]
+
+
+def decode_codings(chunks: list[bytes], codings: list[str], max_out: int) -> bytes:
+    """The body with every coding undone (the last applied first), each under ``max_out``."""
+    if not codings:
+        body = b"".join(chunks)
+        chunks.clear()
+        return body
+    body = b""
+    for i, coding in enumerate(reversed(codings)):
+        body = gunzip(chunks if i == 0 else [body], max_out, coding=coding)
+    return body
 
 
 class AnalysisTimeout(Exception):
