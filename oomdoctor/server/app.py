@@ -254,15 +254,22 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        # never echo the input: it may be a log full of secrets
+        # never echo the input: it may be a log full of secrets; a location may hold the client's
+        # own hint keys, redacted like any text oomdoctor echoes
+        from oomdoctor.redaction import redact
+
         parts = []
         for e in exc.errors()[:5]:
-            loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+            loc = ".".join(redact(str(x)) for x in e.get("loc", ()) if x != "body")
             parts.append(f"{loc or 'body'}: {e.get('msg', 'invalid')}")
         return _error(422, "invalid request: " + "; ".join(parts))
 
     @app.exception_handler(LimitError)
     async def _limit_error(_request: Request, exc: LimitError) -> JSONResponse:
+        if exc.status == 422:  # may echo a hint the client sent
+            from oomdoctor.redaction import redact
+
+            return _error(exc.status, redact(exc.message), exc.headers)
         return _error(exc.status, exc.message, exc.headers)
 
     # -- auth ---------------------------------------------------------------------------------------
