@@ -287,6 +287,8 @@ def _run(
             pack = load_pack(rule_dirs) if rule_dirs else default_pack()
         except RulePackError as exc:
             return fail(str(exc))
+        if rule_dirs:
+            announce_pack(pack)
     if follow:
         if paths:  # (each file is its own run: one follower each)
             return fail(_("--follow follows one file; {files} would not be read: run one oomdoctor --follow per file").format(
@@ -299,6 +301,13 @@ def _run(
             return fail(_("no input: give a log FILE, or pipe a log into oomdoctor (see oomdoctor --help)"))
         return _pipe_mode(pack, hints, fmt, output, quiet, fail_on, plain)
     return _file_mode(paths, pack, hints, fmt, output, fail_on, plain)
+
+
+def announce_pack(pack: RulePack) -> None:
+    """Print what loading the user's rules had to say, and send warnings of the run to stderr."""
+    for message in pack.warnings:
+        warn(message)
+    pack.warn = warn
 
 
 def looks_binary(block: bytes) -> bool:
