@@ -165,3 +165,31 @@ def test_trickling_unverified_connections_are_displaced_for_healthz_and_authoriz
         finally:
             for s in held:
                 s.close()
+
+
+def test_content_length_and_chunked_together_are_refused(receiver: Receiver) -> None:
+    """Issue 36 item 6: two framings (request smuggling behind a proxy) are a 400, and the
+    connection is closed (the bytes after the headers are never read as a next request)."""
+    with running_server(base_config(receiver)) as (url, _server):
+        s = connect(url)
+        s.sendall(
+            b"POST /v1/diagnose HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n"
+            + f"Authorization: {AUTH['Authorization']}\r\n".encode()
+            + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+        answer = _answer(s)
+        s.close()
+        assert answer.startswith(b"HTTP/1.1 400"), answer
+        assert b"both Content-Length and Transfer-Encoding" in answer
+        assert answer.count(b"HTTP/1.1") == 1  # the smuggled request got no answer
+
+
+def test_follow_help_shows_help_not_a_wait() -> None:
+    import subprocess
+    import sys
+
+    for args in (["--follow", "--help"], ["-F", "-h"], ["-o", "--help"]):
+        p = subprocess.run([sys.executable, "-m", "oomdoctor", *args], capture_output=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, (args, p.stderr)
+        assert p.stdout.startswith(b"Usage: oomdoctor [OPTIONS] [FILE]..."), args

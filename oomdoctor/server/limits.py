@@ -69,6 +69,14 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        names = {name for name, _value in scope.get("headers", [])}
+        if b"content-length" in names and b"transfer-encoding" in names:
+            # two framings: a proxy in front may read another body than ours (request smuggling);
+            # RFC 9112 section 6.3 lets a server refuse it, and closing the connection is required
+            await send_json_error(
+                send, 400, "both Content-Length and Transfer-Encoding: send one framing", {"connection": "close"}
+            )
+            return
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
