@@ -215,13 +215,26 @@ def _worker_chunks(path: str, f: io.FileIO, ahead: Precomputed) -> Generator[byt
     return parallel_blocks(path, f.fileno(), size, ahead, workers) if workers else None
 
 
-def read_blocks(path: str, block: int = BLOCK, ahead: Precomputed | None = None) -> Iterator[bytes]:
+def _regular_size(f: Any) -> int | None:
+    """The size of ``f`` when it is a regular file, else None."""
+    try:
+        st = os.fstat(f.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def read_blocks(
+    path: str, block: int = BLOCK, ahead: Precomputed | None = None, warn: Callable[[str], None] | None = None
+) -> Iterator[bytes]:
     """Yield the decompressed bytes of ``path`` (``-`` is stdin) in blocks.
 
     A truncated or corrupt compressed file raises :class:`InputError` (``partial=True`` when
     something was read) after yielding what was readable, so the caller can still report it.
     With ``ahead``, a big plain file is read in chunks whose candidate lines worker processes
     found (see :mod:`oomdoctor.prefilter.pool`); each chunk is told to ``ahead`` first.
+    ``warn`` is told (one line) when a plain file ends short of the size it had when opened: it
+    was truncated while being read (``copytruncate`` rotation), and the report covers what was read.
     """
     if path == "-":
         while True:
@@ -235,6 +248,7 @@ def read_blocks(path: str, block: int = BLOCK, ahead: Precomputed | None = None)
     f, kind = _open(path)
     done = 0
     chunks: Generator[bytes, None, None] | None = None
+    size_at_open = _regular_size(f) if kind is None else None
     try:
         if ahead is not None and kind is None and isinstance(f, io.FileIO):
             chunks = _worker_chunks(path, f, ahead)
@@ -263,6 +277,10 @@ def read_blocks(path: str, block: int = BLOCK, ahead: Precomputed | None = None)
                     partial=done > 0,
                 ) from None
             if not data:
+                now = _regular_size(f) if size_at_open is not None and warn is not None else None
+                if warn is not None and now is not None and size_at_open is not None and now < size_at_open:
+                    warn(_("{path} shrank from {size} to {now} bytes while being read (truncated or rotated?); "
+                           "the report covers what was read").format(path=path, size=size_at_open, now=now))
                 return
             done += len(data)
             yield data

@@ -177,6 +177,8 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         #: length of the anchor line of the match being read (see :meth:`_extract_figures`)
         self._anchor_len = 0
         self._timing = ""  # the context/phase rule whose regex runs (named by RuleTimeout)
+        #: user rules dropped during this scan (their regex timed out): id -> why
+        self.dropped_rules: dict[str, str] = {}
         self._start_source(source)
 
     def _derive(self, prefilter: Prefilter | None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import lzma
 import os
 import subprocess
@@ -209,24 +210,76 @@ CATASTROPHIC = GOOD_RULE.replace("pattern = 'zzqq (?P<count>\\d+)'", "pattern = 
 )
 
 
-def test_catastrophic_regex_times_out_naming_the_rule(tmp_path: Path) -> None:
+#: a built-in rule's OOM, beside the user's rule (both rules' lines in one log)
+TORCH_OOM = (
+    b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "
+    b"79.19 GiB of which 1.00 MiB is free.\n"
+)
+
+
+def test_catastrophic_regex_is_caught_at_load_and_only_its_rule_is_dropped(tmp_path: Path) -> None:
+    """Issue 36 item 5: a pattern that backtracks exponentially is tried on crafted probes at load;
+    the rule is not loaded, with one warning, and the built-in rules still report."""
     rule_dir(tmp_path, CATASTROPHIC)
-    (tmp_path / "a.log").write_bytes(b"zzqq " + b"a" * 60 + b"b\n")
-    assert one_error(oomdoctor("--rules", "myrules", "a.log", cwd=tmp_path)) == (
-        'oomdoctor: error: myrules/mine.toml: rule "test.rule": pattern: regex timed out (catastrophic backtracking?)'
+    (tmp_path / "a.log").write_bytes(b"zzqq " + b"a" * 60 + b"b\n" + TORCH_OOM)
+    proc = oomdoctor("--rules", "myrules", "a.log", "-f", "json", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.decode().splitlines() == [
+        'oomdoctor: warning: myrules/mine.toml: rule "test.rule": pattern: regex timed out on a probe of 262 '
+        "characters (catastrophic backtracking?): rule not loaded"
+    ]
+    assert [f["rule"] for f in json.loads(proc.stdout)["findings"]] == ["torch.cuda-oom"]
+
+
+#: backtracks exponentially only behind "zzqq X", which no probe starts with: found at run time
+HIDDEN = CATASTROPHIC.replace("'zzqq (a|aa)+$'", "'zzqq X(a|aa)+$'")
+
+
+def test_catastrophic_regex_at_run_time_drops_only_its_rule(tmp_path: Path) -> None:
+    rule_dir(tmp_path, HIDDEN)
+    (tmp_path / "a.log").write_bytes(b"zzqq X" + b"a" * 60 + b"b\n" + b"zzqq X" + b"a" * 60 + b"b\n" + TORCH_OOM)
+    proc = oomdoctor("--rules", "myrules", "a.log", "-f", "json", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.decode().splitlines() == [  # once, though two lines reach the rule
+        'oomdoctor: warning: myrules/mine.toml: rule "test.rule": pattern: regex timed out (catastrophic '
+        "backtracking?); this rule is skipped for the rest of the run"
+    ]
+    assert [f["rule"] for f in json.loads(proc.stdout)["findings"]] == ["torch.cuda-oom"]
+
+
+def test_catastrophic_regex_in_pipe_mode_drops_its_rule_not_the_analysis(tmp_path: Path) -> None:
+    rule_dir(tmp_path, HIDDEN)
+    data = b"zzqq X" + b"a" * 60 + b"b\n" + b"after\n" * 1000 + TORCH_OOM
+    proc = oomdoctor("--rules", "myrules", "-f", "json", cwd=tmp_path, stdin=data)
+    assert proc.returncode == 1
+    assert proc.stdout == data
+    err = proc.stderr.decode()
+    assert err.startswith(
+        'oomdoctor: warning: myrules/mine.toml: rule "test.rule": pattern: regex timed out (catastrophic '
+        "backtracking?); this rule is skipped for the rest of the run\n"
+    )
+    assert "torch.cuda-oom" in err
+
+
+def test_a_user_rule_replacing_a_built_in_one_says_so(tmp_path: Path) -> None:
+    rule_dir(tmp_path, GOOD_RULE.replace('id = "test.rule"', 'id = "torch.cuda-oom"'))
+    (tmp_path / "a.log").write_bytes(b"zzqq 7\n")
+    proc = oomdoctor("--rules", "myrules", "a.log", cwd=tmp_path)
+    assert proc.stderr.decode().splitlines()[0] == (
+        'oomdoctor: warning: myrules/mine.toml: rule "torch.cuda-oom": replaces the built-in rule of that id '
+        "(give it an id of its own to add a rule beside it)"
     )
 
 
-def test_catastrophic_regex_in_pipe_mode_stops_analysis_not_passthrough(tmp_path: Path) -> None:
-    rule_dir(tmp_path, CATASTROPHIC)
-    data = b"zzqq " + b"a" * 60 + b"b\n" + b"after\n" * 1000
-    proc = oomdoctor("--rules", "myrules", cwd=tmp_path, stdin=data)
-    assert proc.returncode == 2
-    assert proc.stdout == data
-    assert proc.stderr.decode().splitlines() == [
-        'oomdoctor: analysis stopped: myrules/mine.toml: rule "test.rule": pattern: regex timed out '
-        "(catastrophic backtracking?)"
-    ]
+def test_too_many_user_rules_are_refused_before_compiling(tmp_path: Path) -> None:
+    from oomdoctor.rulepack.loader import MAX_USER_RULES
+
+    rule_dir(tmp_path, "\n".join(GOOD_RULE.replace("test.rule", f"test.rule{i}") for i in range(MAX_USER_RULES + 1)))
+    (tmp_path / "a.log").write_bytes(b"hello\n")
+    assert one_error(oomdoctor("--rules", "myrules", "a.log", cwd=tmp_path)) == (
+        f"oomdoctor: error: myrules/mine.toml: too many rules: the rule directories hold more than {MAX_USER_RULES} "
+        "(each is tried on every line its triggers find; split the pack or drop unused rules)"
+    )
 
 
 def test_missing_rule_directory(tmp_path: Path) -> None:

@@ -86,6 +86,12 @@ TABLE: list[tuple[str, str, str, list[str]]] = [
         "aws_creds: [REDACTED]",
         ["aws_region = us-east-1", "aws_creds: wJalrXUtnFEMI/K7MDENG"],
     ),
+    (  # not random-looking enough for the bare form: found by its key
+        "aws-secret",
+        "aws_creds: abcdefghijklmnopqrstuvwxyz0123456789abcd",
+        "aws_creds: [REDACTED]",
+        [],
+    ),
     (
         "key-value",
         "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
@@ -106,7 +112,43 @@ TABLE: list[tuple[str, str, str, list[str]]] = [
         "url-credentials",
         "postgres://admin:Pa55w0rd@db:5432/x and redis://u:p@ss:w0rd@cache/0",
         "postgres://admin:[REDACTED]@db:5432/x and redis://u:[REDACTED]@cache/0",
-        ["https://example.com:8080/path", "http://localhost:8000/v1", "user@host:22", "s3://bucket/key:v@1"],
+        ["https://example.com:8080/path", "http://localhost:8000/v1", "user@host:22", "s3://bucket/key:v@1",
+         "https://example.com:8080/a@b", "http://:8080/x"],
+    ),
+    # issue 36: the six forms that leaked
+    ("url-credentials", "redis://:hunter2pass@cache:6379/0", "redis://:[REDACTED]@cache:6379/0", ["redis://cache:6379/0"]),
+    ("url-credentials", "postgres://app:pa/ss@db:5432/x", "postgres://app:[REDACTED]@db:5432/x", ["http://h:80/a/b"]),
+    (
+        "github-fine-grained",
+        "GH github_pat_11ABCDEFG0abcdefghij_KLMNOPQRSTuvwxyz0123456789 x",
+        "GH github_pat_[REDACTED] x",
+        ["github_pat_short", "my_github_pat_file"],
+    ),
+    (
+        "key-value-quoted",
+        'password="correct horse battery staple" next',
+        'password="[REDACTED]" next',
+        ['password=""', "password='None'", 'max_tokens="a b c d"', 'password: "x"'],
+    ),
+    (
+        "private-key",
+        '{"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\\n-----END PRIVATE KEY-----\\n"}',
+        '{"private_key": "[REDACTED]"}',
+        ["-----BEGIN PUBLIC KEY-----", "-----BEGIN CERTIFICATE-----", "PRIVATE KEY"],
+    ),
+    (
+        "private-key",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END RSA PRIVATE KEY-----\nINFO next",
+        "-----BEGIN RSA PRIVATE KEY-----[REDACTED]\nINFO next",
+        [],
+    ),
+    ("key-value", "MYSQL_PWD=s3cr3tPass! next", "MYSQL_PWD=[REDACTED] next", ["PWD=/home/user", "OLDPWD=/tmp/x"]),
+    (
+        "aws-secret-bare",
+        "key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY end",
+        "key [REDACTED] end",
+        ["sha 0123456789abcdef0123456789abcdef01234567", "AAAAAAAAAAAAAAAAAAAAaaaaaaaaaaaaaaaaaaa1",
+         "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEYX", "/usr/lib/python3/site-packages/torch/cuda/x"],
     ),
 ]
 
@@ -154,6 +196,9 @@ def test_structured_values_are_redacted_by_their_key_or_flag() -> None:
 ADVERSARIAL = [
     "a.", "-", "--a", "--api-key", "token", "token ", "token=", "sk-", "hf_", "eyJ", "eyJa.", "://a:", "a:/",
     "aws ", "bearer ", "a@", "http://x:", "hooks.slack.com/services/", "x",
+    # issue 36's patterns
+    "password=\"a ", "password=\"", "://:", "://:a@/", "-----BEGIN PRIVATE KEY-----", "-----BEGIN ", "A1b/",
+    "github_pat_", "_pwd=",
 ]
 #: input grows x16 between the two sizes measured: linear time grows about x16, quadratic x256
 GROWTH_LIMIT = 64
@@ -232,6 +277,16 @@ SECRETS = st.one_of(
     _token(12, 30).map(lambda v: (f"'api_key': '{v}'", v)),
     _token(12, 30).map(lambda v: (f"Authorization: Bearer {v}", v)),
     _token(12, 30).map(lambda v: (f"postgres://admin:{v}@db.internal:5432/x", v)),
+    # issue 36's six forms
+    _token(12, 30).map(lambda v: (f"redis://:{v}@cache:6379/0", v)),
+    st.tuples(_token(6, 15), _token(6, 15)).map(lambda t: (f"mysql://app:{t[0]}/{t[1]}@db/x", f"{t[0]}/{t[1]}")),
+    _token(40, 60).map(lambda v: (f"github_pat_{v}", v)),
+    st.lists(_token(5, 9), min_size=3, max_size=5).map(lambda w: (f'password="{" ".join(w)}"', " ".join(w))),
+    _token(40, 64).map(
+        lambda v: (f'"private_key": "-----BEGIN PRIVATE KEY-----\\n{v}\\n-----END PRIVATE KEY-----\\n"', v)
+    ),
+    _token(12, 30).map(lambda v: (f"MYSQL_PWD={v}", v)),
+    st.just(("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")),
 )
 
 OOM = (
@@ -343,3 +398,75 @@ def test_live_modes_never_echo_a_secret(tmp_path: Path, mode: str, fmt: str) -> 
     assert "out of memory" in err.lower() or "cuda-oom" in err
     for secret in ("Zx9plainSecret7", "hf_a1B2a1B2a1B2a1B2a1B2a1B2"):
         assert_absent(secret, err, f"{mode} {fmt}")
+
+
+# -- issue 36: the six forms that leaked, each through every output ---------------------------------------
+
+SIX_FORMS: list[tuple[str, str, str]] = [  # (id, how it is written in the log, the secret)
+    ("redis-empty-user", "redis://:Hunter2Redis9x@cache:6379/0", "Hunter2Redis9x"),
+    ("url-password-slash", "mysql://app:pa55/w0rd9Q@db:3306/x", "pa55/w0rd9Q"),
+    ("github-fine-grained", "github_pat_11ABCDEFG0aBcDeFgHiJ_KLMNOPQRSTuvwxyz0123456789", "11ABCDEFG0aBcDeFgHiJ"),
+    ("quoted-password", 'password="correct horse battery staple"', "correct horse battery staple"),
+    (
+        "pem-private-key",
+        '"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\\n-----END PRIVATE KEY-----\\n"',
+        "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
+    ),
+    ("mysql-pwd", "MYSQL_PWD=s3cr3tMysqlPw9", "s3cr3tMysqlPw9"),
+    ("aws-secret-bare", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+]
+
+
+@pytest.mark.parametrize(("written", "secret"), [f[1:] for f in SIX_FORMS], ids=[f[0] for f in SIX_FORMS])
+def test_each_promised_form_is_redacted_by_the_cli_and_the_api(written: str, secret: str) -> None:
+    log = make_log(written)
+    assert secret in oomdoctor.diagnose(log, redact=False).model_dump_json()  # the report would echo it
+    report = oomdoctor.diagnose(log)
+    outputs = {"api json": report.model_dump_json()}
+    outputs.update({f"api {fmt}": renderer(fmt)(report, color=False) for fmt in FORMATS})
+    outputs.update(cli_outputs(log))
+    assert {f"cli {fmt}" for fmt in ("text", "json", "jsonl", "markdown", "slack")} <= set(outputs)
+    for where, text in outputs.items():
+        assert_absent(secret, text, where)
+
+
+@pytest.mark.parametrize(("written", "secret"), [f[1:] for f in SIX_FORMS], ids=[f[0] for f in SIX_FORMS])
+def test_each_promised_form_is_redacted_by_the_server(http_server: object, written: str, secret: str) -> None:
+    from tests.test_server import MM_TOKEN, command_body, slack_escape, slack_post
+
+    log = make_log(written)
+    for fmt in ("json", "markdown", "text", "slack"):
+        r = http_server.post("/v1/diagnose", json={"log": log, "format": fmt})  # type: ignore[attr-defined]
+        assert r.status_code == 200, r.text
+        assert_absent(secret, r.text, f"server {fmt}")
+    r = http_server.post(  # type: ignore[attr-defined]
+        "/mattermost/commands", data={"text": log, "token": MM_TOKEN, "command": "/oomdoctor"}
+    )
+    assert r.status_code == 200, r.text
+    assert_absent(secret, r.text, "server mattermost")
+    r = slack_post(str(http_server.base_url), "/slack/commands", command_body(slack_escape(log)))  # type: ignore[attr-defined]
+    assert r.status_code == 200, r.text
+    assert r.json()["blocks"]
+    assert_absent(secret, r.text, "server slack command")
+    # 422s name the client's own hint keys: redacted too
+    r = http_server.post("/v1/diagnose", json={"log": "x", "hints": {written: 1}})  # type: ignore[attr-defined]
+    assert r.status_code == 422
+    assert_absent(secret, r.text, "server 422")
+
+
+@pytest.mark.parametrize("mode", ["pipe", "run"])
+def test_each_promised_form_is_redacted_in_live_modes(tmp_path: Path, mode: str) -> None:
+    import subprocess
+    import sys
+
+    log = tmp_path / "server.log"
+    log.write_text("".join(make_log(written) for _, written, _ in SIX_FORMS))
+    if mode == "pipe":
+        args, stdin = [sys.executable, "-m", "oomdoctor", "-f", "json"], log.read_bytes()
+    else:
+        args, stdin = [sys.executable, "-m", "oomdoctor", "run", "-f", "text", "--", "cat", str(log)], None
+    proc = subprocess.run(args, input=stdin, capture_output=True, timeout=60)
+    err = proc.stderr.decode()
+    assert "out of memory" in err.lower() or "cuda-oom" in err
+    for _, _, secret in SIX_FORMS:
+        assert_absent(secret, err, f"{mode} {secret}")

@@ -87,6 +87,7 @@ def _main(args: list[str]) -> int:
         else:
             from oomdoctor.cli import diagnose
 
+            args = _help_not_a_file(args)
             plain = diagnose.plain_options(args)
             code = _invoke(diagnose.app, args) if plain is None else _run_plain(diagnose.run, plain)
     except KeyboardInterrupt:
@@ -103,6 +104,21 @@ def _main(args: list[str]) -> int:
         code = fail(_("internal error: {error}: {detail} (set OOMDOCTOR_DEBUG=1 for the traceback)").format(
             error=type(exc).__name__, detail=detail))
     return code
+
+
+#: options whose value is a file: ``oomdoctor --follow --help`` asks for help, not to follow "--help"
+_FILE_OPTIONS = ("--follow", "-F", "--output", "-o")
+
+
+def _help_not_a_file(args: list[str]) -> list[str]:
+    """``args`` with ``--help``/``-h`` taken as the help option where it stands as a file option's
+    value (a file of that name is still ``./--help``)."""
+    for i, arg in enumerate(args[:-1]):
+        if arg == "--":
+            break
+        if arg in _FILE_OPTIONS and args[i + 1] in ("--help", "-h"):
+            return ["--help"]
+    return args
 
 
 def _completing_subcommand() -> bool:

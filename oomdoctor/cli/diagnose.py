@@ -280,6 +280,8 @@ def _run(
             pack = load_pack(rule_dirs) if rule_dirs else default_pack()
         except RulePackError as exc:
             return fail(str(exc))
+        if rule_dirs:
+            announce_pack(pack)
     if follow:
         if paths:  # (each file is its own run: one follower each)
             return fail(_("--follow follows one file; {files} would not be read: run one oomdoctor --follow per file").format(
@@ -292,6 +294,13 @@ def _run(
             return fail(_("no input: give a log FILE, or pipe a log into oomdoctor (see oomdoctor --help)"))
         return _pipe_mode(pack, hints, fmt, output, quiet, fail_on, plain)
     return _file_mode(paths, pack, hints, fmt, output, fail_on, plain)
+
+
+def announce_pack(pack: RulePack) -> None:
+    """Print what loading the user's rules had to say, and send warnings of the run to stderr."""
+    for message in pack.warnings:
+        warn(message)
+    pack.warn = warn
 
 
 def looks_binary(block: bytes) -> bool:
@@ -327,9 +336,9 @@ def _file_mode(
         return fail(str(input_error))
     try:
         _write_report(report, fmt, output, sys.stdout, plain)
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader stopped early: the analysis is whole, its verdict stands
         _quiet_broken_pipe()
-        return 0
+        return exit_code(report, fail_on) if input_error is None else 2
     except OSError as exc:
         return fail(_("{path}: cannot write: {error}").format(path=output or "<stdout>", error=exc.strerror or exc))
     if input_error is not None:
@@ -360,7 +369,7 @@ def _scan_file(path: str, pack: object, hints: dict[str, str], bar: Any, before:
     input_error: InputError | None = None
     try:
         first = True
-        for block in read_blocks(path, ahead=ahead):
+        for block in read_blocks(path, ahead=ahead, warn=warn):
             if first and looks_binary(block):
                 warn(_("{path} looks binary (NUL bytes); reading it as text anyway").format(path=path))
             first = False
@@ -382,7 +391,7 @@ def _pipe_mode(
     plain: bool = False,
 ) -> int:
     """``pack`` None: the built-in pack, loaded by the analyser thread while input passes through."""
-    from oomdoctor.cli.pipe import run_pipe
+    from oomdoctor.cli.pipe import run_pipe, say
 
     def scanner() -> Scanner:
         from oomdoctor.scanner import Scanner
@@ -397,12 +406,20 @@ def _pipe_mode(
         return fail(_("stdin/stdout is not a file descriptor"))
     result = run_pipe(scanner, live, in_fd=in_fd, out_fd=out_fd, warmup=warm_imports)
     report = result.report
-    if report is not None:
+    # output closed or failing: the input after it was never read, so only a finding is known
+    cut = result.downstream_closed or result.output_error is not None
+    found = report is not None and exit_code(report, fail_on) != 0
+    if report is not None and (found or not cut):
         live.summary(report, fmt, output, quiet=result.downstream_closed, partial=result.skipped_bytes > 0)
     if result.downstream_closed:
         _quiet_broken_pipe()
     if result.signal is not None:
         return 128 + int(result.signal)
+    if cut and found:
+        return 1
+    if cut and result.analysis_error is None:
+        say("oomdoctor: " + _("output closed; analysis incomplete"))
+        return 2
     if result.analysis_error or result.output_error or report is None:
         return 2
     return exit_code(report, fail_on)

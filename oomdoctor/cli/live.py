@@ -4,7 +4,10 @@ the live findings. It imports none of those modes, so they import it at the top.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,14 +25,49 @@ def exit_code(report: Report, fail_on: str) -> int:
     return 1 if report.has_errors else 0
 
 
+def write_atomically(output: str, data: bytes) -> None:
+    """Write ``data`` to the file ``output`` whole or not at all: into a temporary file beside it,
+    then renamed over it (a full disk leaves the old file, never a truncated report). A path that
+    is not a regular file (``/dev/stdout``, a FIFO) is written directly."""
+    import tempfile
+
+    target = Path(output)
+    try:
+        st = target.stat()
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            target.write_bytes(data)
+            return
+        mode = stat.S_IMODE(st.st_mode)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent) or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_report(report: Report, fmt: str, output: str | None, stream: object, plain: bool = False) -> None:
     """Render ``report`` (secrets redacted: the one place every CLI report passes) to ``output`` or ``stream``."""
     from oomdoctor.redaction import redact_report
 
     report = redact_report(report)
     if output:
-        text = renderer(fmt)(report, color=False)
-        Path(output).write_text(text, encoding="utf-8")
+        write_atomically(output, renderer(fmt)(report, color=False).encode("utf-8"))
         return
     if stream is None:  # started with the stream closed (``>&-``)
         raise OSError(errno.EBADF, "the stream is closed")

@@ -101,6 +101,10 @@ def run(
         pack = load_pack([Path(r) for r in rules]) if rules else default_pack()
     except RulePackError as exc:
         return fail(str(exc))
+    if rules:
+        from oomdoctor.cli.diagnose import announce_pack
+
+        announce_pack(pack)
     from oomdoctor.i18n import resolve_lang, use_lang
 
     try:

@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -48,6 +48,9 @@ class CompiledRule:
     extract_all: dict[str, regex.Pattern[str]]
     triggers: tuple[str, ...]
     order: int = 0
+    #: from the built-in pack (tested by the suite); a user's rule is dropped, not fatal, when its
+    #: regex times out (see :mod:`oomdoctor.scan.matching`)
+    builtin: bool = False
 
     @property
     def id(self) -> str:
@@ -109,6 +112,19 @@ class RulePack:
     sources: list[str] = field(default_factory=list)
     #: product id -> its definition (rules/products.toml; a later file's entry overrides)
     products: dict[str, Product] = field(default_factory=dict)
+    #: what loading the user's rule files had to say (a rule dropped, a built-in rule replaced)
+    warnings: list[str] = field(default_factory=list)
+    #: told a one-line warning when a user's rule is dropped during a scan (None: Python's warnings)
+    warn: Callable[[str], None] | None = None
+
+    def say(self, message: str) -> None:
+        """One warning about the pack, to :attr:`warn` (or Python's warnings)."""
+        if self.warn is not None:
+            self.warn(message)
+        else:
+            import warnings
+
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
 
     def rule(self, rule_id: str) -> CompiledRule:
         for r in self.rules:
@@ -348,6 +364,44 @@ class LazyPattern:
         return self.compiled().groupindex
 
 
+#: user rules (all rule directories together) at most: 20 000 took 15 s and 294 MiB to load
+MAX_USER_RULES = 2000
+#: a user pattern must finish each probe within this many seconds (an exponential pattern takes
+#: years on a probe; a linear one microseconds)
+PROBE_TIMEOUT = 0.1
+PROBE_LENGTH = 256
+
+
+class CatastrophicPattern(Exception):
+    """A user's pattern timed out on a crafted probe."""
+
+
+def _probes(pattern: str, triggers: Sequence[str]) -> list[str]:
+    """Inputs that make a backtracking pattern blow up: runs of each character the pattern names
+    (and of a few common ones), behind nothing or a trigger, ending in a character that fails."""
+    chars = sorted({c for c in pattern if c.isalnum()} | set("a0 .-:"))[:24]
+    heads = ["", *[t + sep for t in triggers[:2] if t for sep in ("", " ")]]
+    out = []
+    for head in heads:
+        for c in chars:
+            out.append(head + c * PROBE_LENGTH + "\x00")
+        out.append(head + "a " * (PROBE_LENGTH // 2) + "\x00")
+        out.append(head + "a0" * (PROBE_LENGTH // 2) + "\x00")
+    return out
+
+
+def check_pattern(compiled: regex.Pattern[str], triggers: Sequence[str], who: str, what: str) -> None:
+    """:class:`CatastrophicPattern` when ``compiled`` times out on one of its probes."""
+    for probe in _probes(compiled.pattern, triggers):
+        try:
+            compiled.search(probe, timeout=PROBE_TIMEOUT)
+        except TimeoutError:
+            raise CatastrophicPattern(
+                f"{who}: {what}: regex timed out on a probe of {len(probe)} characters (catastrophic "
+                "backtracking?): rule not loaded"
+            ) from None
+
+
 def _compile(pattern: str, where: str, what: str, lazy: bool = False) -> regex.Pattern[str]:
     if lazy:
         return cast("regex.Pattern[str]", LazyPattern(pattern))
@@ -410,7 +464,11 @@ def _compile_rule(
     triggers = tuple(t.lower() for t in rule.triggers if t.strip())
     if not triggers:
         raise RulePackError(f"{who}: triggers: at least one non-blank literal is required")
-    return CompiledRule(rule, where, pattern, extract, extract_all, triggers)
+    if not lazy:  # a user's rule: its patterns are tried on crafted probes before they meet a log
+        check_pattern(pattern, triggers, who, "pattern")
+        for k, compiled in [*extract.items(), *extract_all.items()]:
+            check_pattern(compiled, triggers, who, f"extract.{k}")
+    return CompiledRule(rule, where, pattern, extract, extract_all, triggers, builtin=lazy)
 
 
 #: packs built with rule directories of their own, newest last (see :func:`loaded_packs`)
@@ -437,6 +495,7 @@ def load_pack(
         known = set(remedy_ids())
     pack = RulePack()
     by_id: dict[str, int] = {}
+    user_rules = 0
     for index, d in enumerate(paths):
         # the built-in pack compiles its regexes on first use (see LazyPattern)
         lazy = include_builtin and index == 0
@@ -451,13 +510,29 @@ def load_pack(
             rf = read_rule_file(f)
             where = _display(f)
             pack.sources.append(where)
+            if not lazy:
+                user_rules += len(rf.rule)
+                if user_rules > MAX_USER_RULES:
+                    raise RulePackError(
+                        f"{where}: too many rules: the rule directories hold more than {MAX_USER_RULES} "
+                        "(each is tried on every line its triggers find; split the pack or drop unused rules)"
+                    )
             for rule in rf.rule:
                 if rule.id in seen_here:
                     raise RulePackError(
                         f'{where}: rule "{rule.id}": id: duplicate rule id (also in {seen_here[rule.id]})'
                     )
                 seen_here[rule.id] = where
-                compiled = _compile_rule(rule, where, known, lazy)
+                try:
+                    compiled = _compile_rule(rule, where, known, lazy)
+                except CatastrophicPattern as exc:
+                    pack.warnings.append(str(exc))
+                    continue
+                if rule.id in by_id and pack.rules[by_id[rule.id]].builtin:
+                    pack.warnings.append(
+                        f'{where}: rule "{rule.id}": replaces the built-in rule of that id '
+                        "(give it an id of its own to add a rule beside it)"
+                    )
                 if rule.id in by_id:
                     compiled.order = pack.rules[by_id[rule.id]].order
                     pack.rules[by_id[rule.id]] = compiled

@@ -118,21 +118,18 @@ class RuleMatching(ScanState):
             return
         ordered = sorted(p.rules, key=match_order)
         for rule in ordered:
+            if rule.id in self.dropped_rules:
+                continue
             start = anchor
-            window = self._window(anchor, rule.rule.window)
-            found = self._search(rule, anchor, window, clauses=False)
-            if found is None:
-                # a message wrapped before its trigger ("Free memory on device (31.44/47.38 GiB) "
-                # / "on startup is less than ..."): it starts a line or two above the trigger line
-                for start in self._lead_lines(anchor):
-                    back = anchor.number - start.number
-                    found = self._search(rule, start, self._window(start, rule.rule.window + back), clauses=False)
-                    if found is not None and found[2] >= anchor.number:
-                        break
-                    found = None
-            if found is None and rule.rule.by_clause:
-                start = anchor
-                found = self._search(rule, anchor, window)
+            try:
+                start, found = self._find(rule, anchor)
+            except RuleTimeout as exc:
+                if rule.builtin:
+                    raise
+                # a user's rule that backtracks: drop it alone, so every other rule still reports
+                self.dropped_rules[rule.id] = str(exc)
+                self.pack.say(f"{exc}; this rule is skipped for the rest of the run")
+                continue
             if found is None:
                 continue
             m, text, end_line, figures = found
@@ -140,6 +137,25 @@ class RuleMatching(ScanState):
             self._claimed_until[anchor.rank] = max(self._claimed_until.get(anchor.rank, 0), end_line)
             self._add_finding(rule, m, text, figures, start, end_line)
             return
+
+    def _find(self, rule: CompiledRule, anchor: Line) -> tuple[Line, tuple[Any, str, int, dict[str, Any]] | None]:
+        """The line ``rule``'s match starts on and the match (None: no match) for the candidate ``anchor``."""
+        start = anchor
+        window = self._window(anchor, rule.rule.window)
+        found = self._search(rule, anchor, window, clauses=False)
+        if found is None:
+            # a message wrapped before its trigger ("Free memory on device (31.44/47.38 GiB) "
+            # / "on startup is less than ..."): it starts a line or two above the trigger line
+            for start in self._lead_lines(anchor):
+                back = anchor.number - start.number
+                found = self._search(rule, start, self._window(start, rule.rule.window + back), clauses=False)
+                if found is not None and found[2] >= anchor.number:
+                    break
+                found = None
+        if found is None and rule.rule.by_clause:
+            start = anchor
+            found = self._search(rule, anchor, window)
+        return start, found
 
     def _search(
         self, rule: CompiledRule, anchor: Line, window: list[Line], clauses: bool = True

@@ -145,6 +145,7 @@ class ScanState:
 
     pack: RulePack
     hints: dict[str, str]
+    dropped_rules: dict[str, str]
     source: str
     sources: list[str]
     _advise: bool

@@ -40,6 +40,8 @@ from oomdoctor.server.limits import (
     Deadline,
     ErrorShieldMiddleware,
     LimitError,
+    content_codings,
+    decode_codings,
     gunzip,
     read_body,
 )
@@ -51,6 +53,9 @@ Format = Literal["json", "markdown", "slack", "text"]
 Lang = Literal["en", "ja"]
 #: hints that would make the server read its own files
 FORBIDDEN_HINTS = {"model-config", "rules"}
+_SLACK_OFF = "Slack is not configured on this server (set OOMDOCTOR_SLACK_SIGNING_SECRET)"
+#: the largest unsigned body /slack/commands reads (Slack's ssl_check probe); larger ones are refused unread
+SSL_CHECK_MAX = 1024
 MAX_HINTS = 32
 
 
@@ -128,11 +133,10 @@ def decode_diagnose(
     body (in a worker thread, under the limits).
 
     ``chunks`` is consumed (emptied) so that the raw body is freed as soon as it is decoded."""
-    if encoding in ("gzip", "x-gzip") or ctype in ("application/gzip", "application/x-gzip"):
-        body = gunzip(chunks, max_log)
-    else:
-        body = b"".join(chunks)
-        chunks.clear()
+    codings = content_codings(encoding)
+    body = decode_codings(chunks, codings, max_log)
+    if ctype in ("application/gzip", "application/x-gzip") and (not codings or body[:2] == b"\x1f\x8b"):
+        body = gunzip([body], max_log)  # a .gz file (sent as is, or with a Content-Encoding of its own)
     if ctype == "application/json":
         payload = _loads(body)
         del body
@@ -219,10 +223,11 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
     background: set[asyncio.Task[Any]] = set()
     budget = BodyBudget(cfg.body_budget)
 
-    async def body_of(request: Request) -> bytes:
-        """A small body (chat): read under the same time limit and budget, then given back."""
-        chunks, taken = await read_body(request.stream(), budget, cfg.body_timeout)
-        budget.give(taken)
+    async def body_of(request: Request, *, verified: bool = False, limit: int | None = None) -> bytes:
+        """A chat body: read under the same time limit and budget (the unverified share unless the
+        headers carried the credentials), then given back."""
+        chunks, taken = await read_body(request.stream(), budget, cfg.body_timeout, verified=verified, limit=limit)
+        budget.give(taken, verified=verified)
         return b"".join(chunks)
 
     app = FastAPI(
@@ -234,6 +239,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
     )
     app.state.config = cfg
     app.state.analyser = analyser
+    app.state.body_budget = budget
     bearer = HTTPBearer(auto_error=False, description="OOMDOCTOR_API_TOKEN, when the server has one")
 
     # -- errors: always {"error": "..."} ----------------------------------------------------------
@@ -249,15 +255,22 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        # never echo the input: it may be a log full of secrets
+        # never echo the input: it may be a log full of secrets; a location may hold the client's
+        # own hint keys, redacted like any text oomdoctor echoes
+        from oomdoctor.redaction import redact
+
         parts = []
         for e in exc.errors()[:5]:
-            loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+            loc = ".".join(redact(str(x)) for x in e.get("loc", ()) if x != "body")
             parts.append(f"{loc or 'body'}: {e.get('msg', 'invalid')}")
         return _error(422, "invalid request: " + "; ".join(parts))
 
     @app.exception_handler(LimitError)
     async def _limit_error(_request: Request, exc: LimitError) -> JSONResponse:
+        if exc.status == 422:  # may echo a hint the client sent
+            from oomdoctor.redaction import redact
+
+            return _error(exc.status, redact(exc.message), exc.headers)
         return _error(exc.status, exc.message, exc.headers)
 
     # -- auth ---------------------------------------------------------------------------------------
@@ -335,6 +348,7 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
                 raise LimitError(422, f"hint must be KEY=VALUE, got {h[:40]!r}")
             query_hints[k] = v
         check_content_type(ctype)
+        content_codings(encoding)  # 415 before the body is read
         chunks, taken = await read_body(request.stream(), budget, cfg.body_timeout)
 
         def work(deadline: Deadline) -> Response:
@@ -429,15 +443,15 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
     def _slack_precheck(request: Request) -> None:
         """Before the body is read: Slack configured, signature headers present and fresh."""
         if not cfg.slack_signing_secret:
-            raise LimitError(404, "Slack is not configured on this server (set OOMDOCTOR_SLACK_SIGNING_SECRET)")
+            raise LimitError(404, _SLACK_OFF, {"connection": "close"})
         try:
             slack.check_headers(dict(request.headers), window=cfg.replay_window)
         except slack.SignatureError as exc:
-            raise LimitError(401, str(exc)) from None
+            raise LimitError(401, str(exc), {"connection": "close"}) from None
 
     def _slack_headers(request: Request, body: bytes) -> None:
         if not cfg.slack_signing_secret:
-            raise LimitError(404, "Slack is not configured on this server (set OOMDOCTOR_SLACK_SIGNING_SECRET)")
+            raise LimitError(404, _SLACK_OFF)
         try:
             slack.verify(
                 cfg.slack_signing_secret, dict(request.headers), body, replay, window=cfg.replay_window
@@ -452,10 +466,17 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         x_slack_signature: str | None = Header(None),
         x_slack_request_timestamp: str | None = Header(None),
     ) -> JSONResponse:
+        if not cfg.slack_signing_secret:
+            raise LimitError(404, _SLACK_OFF, {"connection": "close"})  # before a byte of the body is read
         if request.headers.get("x-slack-signature"):
             _slack_precheck(request)  # a stale or malformed request is refused before its body is read
-        body = await body_of(request)
-        if len(body) < 1024 and b"ssl_check=1" in body and _form(body).get("ssl_check") == "1":
+            body = await body_of(request)
+        else:  # unsigned: only Slack's small certificate probe is read, the rest refused unread
+            declared = request.headers.get("content-length", "")
+            if not declared.isdigit() or int(declared) > SSL_CHECK_MAX:
+                raise LimitError(401, "missing X-Slack-Signature or X-Slack-Request-Timestamp header", {"connection": "close"})
+            body = await body_of(request, limit=SSL_CHECK_MAX)
+        if len(body) <= SSL_CHECK_MAX and b"ssl_check=1" in body and _form(body).get("ssl_check") == "1":
             # Slack's certificate probe (unsigned, as Bolt treats it): acknowledge and do nothing
             return JSONResponse({"ok": True})
         _slack_headers(request, body)  # on the raw body, before parsing
@@ -543,12 +564,14 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
               responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
     async def mattermost_commands(request: Request, authorization: str | None = Header(None)) -> JSONResponse:
         if not cfg.mattermost_token:
-            raise LimitError(404, "Mattermost is not configured on this server (set OOMDOCTOR_MATTERMOST_TOKEN)")
-        if authorization and authorization.strip().lower().startswith("token ") and not mm.token_ok(
-            cfg.mattermost_token, authorization, None
-        ):  # Mattermost's own header, wrong: refused before the body is read
-            raise LimitError(401, "invalid or missing Mattermost token")
-        body = await body_of(request)
+            raise LimitError(404, "Mattermost is not configured on this server (set OOMDOCTOR_MATTERMOST_TOKEN)",
+                             {"connection": "close"})
+        header_token = bool(authorization and authorization.strip().lower().startswith("token "))
+        if header_token and not mm.token_ok(cfg.mattermost_token, authorization, None):
+            # Mattermost's own header, wrong: refused before the body is read
+            raise LimitError(401, "invalid or missing Mattermost token", {"connection": "close"})
+        # a right header: the body is verified; a token only in the form: the unverified share
+        body = await body_of(request, verified=header_token)
         form = await asyncio.to_thread(_form, body)
         if not mm.token_ok(cfg.mattermost_token, authorization, form.get("token")):
             raise LimitError(401, "invalid or missing Mattermost token")

@@ -69,6 +69,14 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        names = {name for name, _value in scope.get("headers", [])}
+        if b"content-length" in names and b"transfer-encoding" in names:
+            # two framings: a proxy in front may read another body than ours (request smuggling);
+            # RFC 9112 section 6.3 lets a server refuse it, and closing the connection is required
+            await send_json_error(
+                send, 400, "both Content-Length and Transfer-Encoding: send one framing", {"connection": "close"}
+            )
+            return
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
@@ -143,23 +151,36 @@ class BodyBudget:
     """Bytes of request bodies buffered at once across all requests (per process).
 
     Reading a body happens before an analysis slot is free, so without a budget ``connections x
-    max_body`` bytes could wait in memory; over budget a request is refused with 503 busy."""
+    max_body`` bytes could wait in memory; over budget a request is refused with 503 busy.
 
-    def __init__(self, limit: int) -> None:
+    Bodies of *unverified* requests (whose credentials, if any, are in the body: Slack's signature,
+    Mattermost's form token) may hold at most ``unverified_share`` of the budget, so unauthenticated
+    clients cannot starve authorized ones: those always keep the rest."""
+
+    def __init__(self, limit: int, unverified_share: float = 0.25) -> None:
         self.limit = limit
+        self.unverified_limit = int(limit * unverified_share)
         self.used = 0
+        self.used_unverified = 0
 
-    def take(self, n: int) -> None:
-        if self.used + n > self.limit:
+    def take(self, n: int, *, verified: bool = True) -> None:
+        if self.used + n > self.limit or (not verified and self.used_unverified + n > self.unverified_limit):
             raise LimitError(503, "server busy: too many request bodies in flight; retry shortly", {"retry-after": "2"})
         self.used += n
+        if not verified:
+            self.used_unverified += n
 
-    def give(self, n: int) -> None:
+    def give(self, n: int, *, verified: bool = True) -> None:
         self.used = max(0, self.used - n)
+        if not verified:
+            self.used_unverified = max(0, self.used_unverified - n)
 
 
-async def read_body(receive_stream: AsyncIterator[bytes], budget: BodyBudget, timeout: float) -> tuple[list[bytes], int]:
-    """The request body as its chunks, and the bytes taken from ``budget`` (give them back when done).
+async def read_body(
+    receive_stream: AsyncIterator[bytes], budget: BodyBudget, timeout: float, *, verified: bool = True, limit: int | None = None
+) -> tuple[list[bytes], int]:
+    """The request body as its chunks, and the bytes taken from ``budget`` (give them back when done,
+    with the same ``verified``). ``limit``: 413 past this many bytes.
 
     408 when the body does not arrive within ``timeout`` seconds (a client trickling its upload);
     :class:`ClientGone` when the client disconnects (an aborted upload is not an error)."""
@@ -172,20 +193,22 @@ async def read_body(receive_stream: AsyncIterator[bytes], budget: BodyBudget, ti
         nonlocal taken
         async for chunk in receive_stream:
             if chunk:
-                budget.take(len(chunk))
+                if limit is not None and taken + len(chunk) > limit:
+                    raise LimitError(413, f"request body too large for this endpoint: the limit is {_mib(limit)}", {"connection": "close"})
+                budget.take(len(chunk), verified=verified)
                 taken += len(chunk)
                 chunks.append(chunk)
 
     try:
         await asyncio.wait_for(pull(), timeout)
     except asyncio.TimeoutError:
-        budget.give(taken)
+        budget.give(taken, verified=verified)
         raise LimitError(408, f"request body not received within {timeout:g} s", {"connection": "close"}) from None
     except ClientDisconnect:
-        budget.give(taken)
+        budget.give(taken, verified=verified)
         raise ClientGone() from None
     except BaseException:
-        budget.give(taken)
+        budget.give(taken, verified=verified)
         raise
     return chunks, taken
 
@@ -229,33 +252,78 @@ def _client_went_away(exc: Exception) -> bool:
     return isinstance(exc, ClientGone) or type(exc).__name__ == "ClientDisconnect"
 
 
-def gunzip(data: bytes | list[bytes], max_out: int) -> bytes:
+def gunzip(data: bytes | list[bytes], max_out: int, *, coding: str = "gzip") -> bytes:
     """Decompress gzip (or zlib) ``data`` as a stream, refusing output over ``max_out`` bytes (gzip bombs).
+
+    Every member of a multi-member gzip stream is read (``cat a.gz b.gz``, ``pigz``, log rotation);
+    trailing zero bytes (padding) are ignored. ``coding="deflate"`` reads HTTP's deflate (the zlib
+    format, or raw deflate as some clients send it).
 
     ``data`` may be the body's chunks as received: each is decompressed and dropped in turn, and the
     running output is capped, so memory stays within ``max_out`` plus one chunk whatever the ratio."""
     chunks = data if isinstance(data, list) else [data]
-    d = zlib.decompressobj(wbits=47)  # 32 + 15: gzip or zlib header, detected
+    label = "deflate" if coding == "deflate" else "gzip"
+
+    def new() -> Any:
+        return zlib.decompressobj(wbits=15 if coding == "deflate" else 47)  # 47 = 32 + 15: gzip or zlib, detected
+
+    d = new()
+    started = False  # any byte of the current member seen
     out = bytearray()
     too_large = LimitError(413, f"decompressed log too large: the limit is {_mib(max_out)} ({max_out} bytes)")
     try:
         while chunks:
             piece: bytes = chunks.pop(0)
             while piece:
+                if d.eof:  # the previous member ended: the rest is another member, or padding
+                    if not piece.strip(b"\0"):
+                        break
+                    d, started = new(), False
+                if coding == "deflate" and not started and (piece[0] & 0x0F) != 8:
+                    d = zlib.decompressobj(wbits=-15)  # no zlib header: raw deflate
+                started = True
                 out += d.decompress(piece, max_out + 1 - len(out))
                 if len(out) > max_out:
                     raise too_large
-                piece = d.unconsumed_tail
-                if d.eof:
-                    break
-        out += d.flush(max_out + 1 - len(out))
+                piece = d.unconsumed_tail or (d.unused_data if d.eof else b"")
+        if not d.eof:
+            out += d.flush(max_out + 1 - len(out))
     except zlib.error as exc:
-        raise LimitError(400, f"body is not valid gzip: {exc}") from None
+        raise LimitError(400, f"body is not valid {label}: {exc}") from None
     if not d.eof and len(out) <= max_out:
-        raise LimitError(400, "body is not valid gzip: the stream ends early (truncated upload?)")
+        raise LimitError(400, f"body is not valid {label}: the stream ends early (truncated upload?)")
     if len(out) > max_out:
         raise too_large
     return bytes(out)
+
+
+#: Content-Encoding values /v1/diagnose decodes (any other is a 415, checked before the body is read)
+CODINGS = {"gzip": "gzip", "x-gzip": "gzip", "deflate": "deflate"}
+MAX_CODINGS = 2
+
+
+def content_codings(header: str) -> list[str]:
+    """The codings of a ``Content-Encoding`` header in the order applied (``identity`` dropped);
+    415 for one that is not supported or for more than :data:`MAX_CODINGS`."""
+    codings = [c.strip().lower() for c in header.split(",") if c.strip() and c.strip().lower() != "identity"]
+    for c in codings:
+        if c not in CODINGS:
+            raise LimitError(415, f"unsupported Content-Encoding {c[:40]!r}: send gzip, deflate or identity")
+    if len(codings) > MAX_CODINGS:
+        raise LimitError(415, f"too many Content-Encodings ({len(codings)}; at most {MAX_CODINGS})")
+    return [CODINGS[c] for c in codings]
+
+
+def decode_codings(chunks: list[bytes], codings: list[str], max_out: int) -> bytes:
+    """The body with every coding undone (the last applied first), each under ``max_out``."""
+    if not codings:
+        body = b"".join(chunks)
+        chunks.clear()
+        return body
+    body = b""
+    for i, coding in enumerate(reversed(codings)):
+        body = gunzip(chunks if i == 0 else [body], max_out, coding=coding)
+    return body
 
 
 class AnalysisTimeout(Exception):

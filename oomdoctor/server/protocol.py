@@ -8,14 +8,19 @@ request headers, and it accepts connections until the process runs out of file d
   ``header_timeout`` seconds of connecting (or of its previous response); it is closed otherwise.
   The deadline is not extended by data, so a client trickling one byte at a time gains nothing;
 * a **connection cap**: at ``max_connections`` open connections, a new one displaces the oldest
-  connection still waiting for its request headers; when every connection is busy with a request
-  the new one is answered ``503`` (JSON, ``Retry-After``) and closed. Slow or half-open clients
-  therefore cannot lock out ``/healthz`` or real requests.
+  connection still waiting for its request headers, else the oldest one still sending the body of
+  an *unverified* request (one whose credentials are not in its headers: a Slack request, whose
+  signature covers the body, a Mattermost request with the token in its form, any other path);
+  when every connection is busy with a verified request (``/healthz``, a ``/v1`` request with the
+  API token or a server without one, Mattermost's ``Authorization: Token``) the new one is answered
+  ``503`` (JSON, ``Retry-After``) and closed. Slow, half-open or unauthenticated clients therefore
+  cannot lock out ``/healthz`` or authorized requests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import os
 from collections import OrderedDict
@@ -52,13 +57,19 @@ class GuardedH11Protocol(H11Protocol):
             waiting = OrderedDict()
             self.server_state.oomdoctor_waiting = waiting  # type: ignore[attr-defined]
         self._waiting: OrderedDict[GuardedH11Protocol, None] = waiting
+        # connections sending the body of an unverified request, oldest first (displaced next)
+        unverified = getattr(self.server_state, "oomdoctor_unverified", None)
+        if unverified is None:
+            unverified = OrderedDict()
+            self.server_state.oomdoctor_unverified = unverified  # type: ignore[attr-defined]
+        self._unverified: OrderedDict[GuardedH11Protocol, None] = unverified
 
     # -- connection cap ---------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self._limits.max_connections:
-            victim = next(iter(self._waiting), None)
+            victim = next(iter(self._waiting), None) or next(iter(self._unverified), None)
             if victim is None:  # every connection is busy with a request: shed this one
                 self._forget()
                 self.connections.discard(self)
@@ -81,6 +92,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def _forget(self) -> None:
         self._waiting.pop(self, None)
+        self._unverified.pop(self, None)
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
@@ -94,11 +106,37 @@ class GuardedH11Protocol(H11Protocol):
         super().handle_events()
         if self in self._waiting and self.conn.their_state is not h11.IDLE:
             self._forget()  # the request line and headers are in: the body has its own time limit
+            if self.conn.their_state is h11.SEND_BODY and not self._verified():
+                self._unverified[self] = None
+        elif self in self._unverified and self.conn.their_state is not h11.SEND_BODY:
+            self._unverified.pop(self, None)  # the whole body is in
+
+    def _verified(self) -> bool:
+        """Whether the current request carries in its headers the credentials its endpoint needs
+        (compared in constant time; the endpoint checks them again)."""
+        scope = getattr(self, "scope", None) or {}
+        return request_is_verified(self._limits, str(scope.get("path", "")), scope.get("headers") or [])
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
             self._await_headers()  # the next request on this keep-alive connection
+
+
+def request_is_verified(cfg: ServerConfig, path: str, headers: list[tuple[bytes, bytes]]) -> bool:
+    """``/healthz``; ``/v1/...`` with the API token (or on a server without one); Mattermost with
+    ``Authorization: Token`` right. Anything else proves nothing before its body is read."""
+    if path == "/healthz":
+        return True
+    auth = next((v for k, v in headers if k == b"authorization"), b"").decode("latin-1").strip()
+    scheme, _sp, value = auth.partition(" ")
+    if path.startswith("/v1/"):
+        if not cfg.api_token:
+            return True
+        return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode("latin-1", "replace"), cfg.api_token.encode())
+    if path == "/mattermost/commands" and cfg.mattermost_token and scheme.lower() == "token":
+        return hmac.compare_digest(value.strip().encode("latin-1", "replace"), cfg.mattermost_token.encode())
+    return False
 
 
 def _app_config(app: object) -> ServerConfig | None:

@@ -1,0 +1,195 @@
+"""Issue 36 item 1: nobody unauthenticated can lock the server out.
+
+An endpoint that is not configured answers 404 before reading a byte of the body; a request
+without the credentials its endpoint needs is refused before its body is buffered; unverified
+bodies hold at most a share of the body budget, and connections sending them are displaced before
+an authorized or ``/healthz`` request is refused. Every attack here is a handful of loopback
+connections; the asserts are status codes and byte counts, never durations."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+from oomdoctor.server.limits import BodyBudget, LimitError  # noqa: E402
+from tests.test_server import AUTH, MM_TOKEN, Receiver, base_config, running_server  # noqa: E402
+from tests.test_server_hardening import PATIENCE, connect, until  # noqa: E402
+
+CAP = 8
+BUDGET = 64 << 10  # unverified share: 16 KiB
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def _answer(s: Any) -> bytes:
+    """The whole answer, up to the server's close (it comes at once; the body, never sent, would
+    take the body deadline)."""
+    s.settimeout(PATIENCE)
+    out = b""
+    while chunk := s.recv(65536):
+        out += chunk
+    return out
+
+
+def _forged_slack_headers(length: int) -> bytes:
+    """Fresh timestamp, bogus signature: passes every check that can be made before the body."""
+    return (
+        b"POST /slack/commands HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+        + f"Content-Length: {length}\r\nX-Slack-Request-Timestamp: {int(time.time())}\r\n".encode()
+        + b"X-Slack-Signature: v0=" + b"0" * 64 + b"\r\n\r\n"
+    )
+
+
+def test_unconfigured_chat_endpoints_answer_404_before_reading_a_byte(receiver: Receiver) -> None:
+    cfg = base_config(receiver, body_timeout=30.0).with_(slack_signing_secret=None, mattermost_token=None)
+    with running_server(cfg) as (url, server):
+        for path in (b"/slack/commands", b"/slack/events", b"/mattermost/commands"):
+            for extra in (b"", b"X-Slack-Request-Timestamp: 1\r\nX-Slack-Signature: v0=1\r\n"):
+                s = connect(url)
+                s.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n" + extra + b"\r\n")
+                answer = _answer(s)
+                assert answer.startswith(b"HTTP/1.1 404"), (path, answer)
+                assert b"not configured" in answer
+                s.close()
+        assert server.config.app.state.body_budget.used == 0  # type: ignore[attr-defined]
+
+
+def test_unsigned_slack_bodies_are_refused_unread(receiver: Receiver) -> None:
+    with running_server(base_config(receiver, body_timeout=30.0)) as (url, _server):
+        for head in (
+            b"Content-Length: 100000\r\n",  # too large for the certificate probe
+            b"Transfer-Encoding: chunked\r\n",  # no length: cannot be the probe
+        ):
+            s = connect(url)
+            s.sendall(b"POST /slack/commands HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n")
+            answer = _answer(s)
+            assert answer.startswith(b"HTTP/1.1 401"), answer
+            s.close()
+        # the probe itself is still acknowledged, and a small unsigned command still refused
+        assert httpx.post(url + "/slack/commands", content=b"ssl_check=1&token=x").json() == {"ok": True}
+        assert httpx.post(url + "/slack/commands", content=b"text=CUDA+out+of+memory").status_code == 401
+
+
+def test_unverified_bodies_hold_only_their_share_of_the_budget() -> None:
+    budget = BodyBudget(100, unverified_share=0.25)
+    budget.take(20, verified=False)
+    with pytest.raises(LimitError) as exc:
+        budget.take(6, verified=False)
+    assert exc.value.status == 503
+    budget.take(80)  # authorized requests keep the rest
+    assert budget.used == 100 and budget.used_unverified == 20
+    budget.give(20, verified=False)
+    assert budget.used == 80 and budget.used_unverified == 0
+    budget.take(20, verified=False)
+
+
+def test_forged_slack_uploads_cannot_starve_an_authorized_request(receiver: Receiver) -> None:
+    cfg = base_config(receiver, body_timeout=30.0, body_budget=BUDGET, max_connections=64)
+    with running_server(cfg) as (url, server):
+        budget: BodyBudget = server.config.app.state.body_budget  # type: ignore[attr-defined]
+        held = []
+        try:
+            for _ in range(6):  # 6 x 4 KiB forged Slack bodies, held open mid-upload
+                s = connect(url)
+                s.sendall(_forged_slack_headers(100_000) + b"text=" + b"a" * 4091)
+                held.append(s)
+            # the unverified share (16 KiB) is full: the rest were refused 503 without being kept
+            assert until(lambda: budget.used_unverified == 16 << 10)
+            log = b"x" * (40 << 10) + b"\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+            r = httpx.post(url + "/v1/diagnose", content=log, headers={**AUTH, "content-type": "text/plain"},
+                           timeout=PATIENCE)
+            assert r.status_code == 200, r.text
+            assert r.json()["findings"]
+            refused = 0
+            for s in held:
+                s.settimeout(0.05)
+                with contextlib.suppress(TimeoutError):
+                    refused += s.recv(65536).startswith(b"HTTP/1.1 503")
+            assert refused == 2
+        finally:
+            for s in held:
+                s.close()
+
+
+def test_trickling_unverified_connections_are_displaced_for_healthz_and_authorized_requests(
+    receiver: Receiver,
+) -> None:
+    cfg = base_config(receiver, body_timeout=30.0, header_timeout=30.0, max_connections=CAP)
+    with running_server(cfg) as (url, server):
+        state = server.server_state
+        held = []
+        try:
+            for i in range(CAP):  # every slot: a request whose headers are in and whose body trickles
+                s = connect(url)
+                if i % 2:
+                    s.sendall(_forged_slack_headers(1000) + b"text=a")
+                else:  # Mattermost with the token only in the (unsent) form
+                    s.sendall(b"POST /mattermost/commands HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\ntext=a")
+                held.append(s)
+            assert until(lambda: len(getattr(state, "oomdoctor_unverified", ())) == CAP)
+            for _ in range(3):
+                assert httpx.get(url + "/healthz", timeout=PATIENCE).status_code == 200
+                r = httpx.post(url + "/v1/diagnose", content=b"CUDA out of memory", timeout=PATIENCE,
+                               headers={**AUTH, "content-type": "text/plain"})
+                assert r.status_code == 200, r.text
+            # a Mattermost request with its token in the header is verified: not displaced
+            ok = httpx.post(url + "/mattermost/commands", data={"text": "help"}, timeout=PATIENCE,
+                            headers={"Authorization": f"Token {MM_TOKEN}"})
+            assert ok.status_code == 200
+            # the oldest unverified connection was closed to make room; each request above closed its
+            # own connection when done, so the slot it took was free again for the next one
+            closed = []
+            for s in held:
+                s.settimeout(0.05)
+                try:
+                    closed.append(s.recv(65536) == b"")
+                except TimeoutError:
+                    closed.append(False)
+                except ConnectionResetError:
+                    closed.append(True)
+            assert closed == [True] + [False] * (CAP - 1)
+        finally:
+            for s in held:
+                s.close()
+
+
+def test_content_length_and_chunked_together_are_refused(receiver: Receiver) -> None:
+    """Issue 36 item 6: two framings (request smuggling behind a proxy) are a 400, and the
+    connection is closed (the bytes after the headers are never read as a next request)."""
+    with running_server(base_config(receiver)) as (url, _server):
+        s = connect(url)
+        s.sendall(
+            b"POST /v1/diagnose HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n"
+            + f"Authorization: {AUTH['Authorization']}\r\n".encode()
+            + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+        answer = _answer(s)
+        s.close()
+        assert answer.startswith(b"HTTP/1.1 400"), answer
+        assert b"both Content-Length and Transfer-Encoding" in answer
+        assert answer.count(b"HTTP/1.1") == 1  # the smuggled request got no answer
+
+
+def test_follow_help_shows_help_not_a_wait() -> None:
+    import subprocess
+    import sys
+
+    for args in (["--follow", "--help"], ["-F", "-h"], ["-o", "--help"]):
+        p = subprocess.run([sys.executable, "-m", "oomdoctor", *args], capture_output=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, (args, p.stderr)
+        assert p.stdout.startswith(b"Usage: oomdoctor [OPTIONS] [FILE]..."), args
