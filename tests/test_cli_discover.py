@@ -36,7 +36,7 @@ def test_help_lists_the_subcommands_and_reads_as_words() -> None:
 def test_an_unknown_hint_key_exits_2_with_the_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--hint", "gpu_count=2", str(KV_LOG)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("oomdoctor: error: unknown --hint key 'gpu_count' (known: gpus, gpu, gpu-memory")
+    assert err.startswith("oomdoctor: error: unknown hint key 'gpu_count' (known: gpus, gpu, gpu-memory")
     assert err.count("\n") == 1
 
 

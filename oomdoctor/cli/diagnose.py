@@ -24,16 +24,9 @@ if TYPE_CHECKING:
 # Pipe mode starts passing input through before the rule pack, pydantic and the scanner are
 # imported (they load in the analyser thread); the other modes import them where they need them.
 
-#: the facts ``--hint KEY=VALUE`` may give, with what each means
-HINT_KEYS: dict[str, str] = {
-    "gpus": "GPUs available (tensor-parallel advice)",
-    "gpu": "GPU name, e.g. A10G or H100",
-    "gpu-memory": "memory per GPU, e.g. 24GiB",
-    "model": "model name from the catalog",
-    "model-config": "the model's config.json",
-    "vllm-version": "vLLM version (alias: version)",
-    "version": "the engine version",
-}
+from oomdoctor.hints import HINT_KEYS as HINT_KEYS
+from oomdoctor.hints import HintError, parse_hint_items
+
 HINT_HELP = N_(
     "Fact KEY=VALUE (repeatable), KEY one of: gpus, gpu, gpu-memory, model, model-config, vllm-version, "
     "version. E.g. gpus=2."
@@ -53,22 +46,10 @@ HELP = N_(
 )
 
 
-class HintError(ValueError):
-    """A ``--hint`` that is not KEY=VALUE with a known KEY."""
-
-
 def parse_hints(items: list[str]) -> dict[str, str]:
-    """``["gpus=2"]`` -> ``{"gpus": "2"}``; raises :class:`HintError` for a malformed or unknown key."""
-    hints: dict[str, str] = {}
-    for item in items:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise HintError(_("--hint expects KEY=VALUE, got {value}").format(value=repr(item)))
-        name = key.strip().replace("_", "-")
-        if name not in HINT_KEYS:
-            raise HintError(_("unknown --hint key {key} (known: {keys})").format(key=repr(key.strip()), keys=", ".join(HINT_KEYS)))
-        hints[name] = value.strip()
-    return hints
+    """``["gpus=2"]`` -> ``{"gpus": "2"}``; raises :class:`HintError` for a malformed hint, an
+    unknown key or a value the key does not take (:mod:`oomdoctor.hints`, shared with the server)."""
+    return parse_hint_items(items)
 
 
 def _version(value: bool) -> None:
@@ -398,22 +379,49 @@ def warm_imports() -> None:
     import oomdoctor.render.text  # noqa: F401
 
 
-class LiveFindings:
-    """Prints findings on stderr as soon as the scanner finishes them (text format only)."""
+#: formats written as the findings become final (the others once, at the end)
+LIVE_FORMATS = ("text", "jsonl")
 
-    def __init__(self, live: bool, stream: Any = None, plain: bool = False) -> None:
+
+class LiveFindings:
+    """Writes findings as soon as the scanner finishes them: text (a block per finding) and JSON
+    Lines (a ``finding`` record per finding, the ``summary`` record at the end); the other formats
+    are written once, at the end. ``every_report``: ``-f json`` writes the whole report so far
+    (one JSON document) each time findings become final (``--follow``: a jq reader gets a
+    document per change; the last one is the final report)."""
+
+    def __init__(
+        self, live: bool, stream: Any = None, plain: bool = False, fmt: str = "text",
+        report_so_far: Any = None,
+    ) -> None:
         self.live = live
+        self.fmt = fmt if live else "text"
         self.stream = stream or sys.stderr
         self.plain = plain
         self.shown: set[int] = set()
+        #: ``() -> Report`` of the findings so far (``-f json`` under ``--follow``), else None
+        self.report_so_far = report_so_far
 
     def __call__(self, found: list[Finding]) -> None:
         self.shown.update(id(f) for f in found)
-        if self.live:
-            from oomdoctor.redaction import redact_findings
-            from oomdoctor.render.text import render_findings_text
+        if self.report_so_far is not None:
+            from oomdoctor.redaction import redact_report
+            from oomdoctor.render.json import render_json
 
-            self._write(render_findings_text(redact_findings(found), color=self._color()))
+            self._write(render_json(redact_report(self.report_so_far())))
+        elif self.live:
+            self._write(self._findings_text(found))
+
+    def _findings_text(self, found: list[Finding]) -> str:
+        from oomdoctor.redaction import redact_findings
+
+        if self.fmt == "jsonl":
+            from oomdoctor.render.json import finding_jsonl
+
+            return "".join(finding_jsonl(f) for f in redact_findings(found))
+        from oomdoctor.render.text import render_findings_text
+
+        return render_findings_text(redact_findings(found), color=self._color())
 
     def _color(self) -> bool:
         return color_for(self.stream) and not self.plain
@@ -432,14 +440,19 @@ class LiveFindings:
 
         ``partial``: analysis skipped some input, so "none found" covers only the rest."""
         try:
-            if not self.live:
+            if not self.live or self.report_so_far is not None:
                 _write_report(report, fmt, output, self.stream, self.plain)
                 return
-            from oomdoctor.redaction import redact_findings
-            from oomdoctor.render.text import render_findings_text, summary_line
-
             rest = [f for f in report.findings if id(f) not in self.shown]
-            text = render_findings_text(redact_findings(rest), color=self._color()) if rest else ""
+            text = self._findings_text(rest) if rest else ""
+            if self.fmt == "jsonl":
+                from oomdoctor.redaction import redact_report
+                from oomdoctor.render.json import jsonl_summary
+
+                self._write(text + jsonl_summary(redact_report(report)))
+                return
+            from oomdoctor.render.text import summary_line
+
             line = summary_line(report)  # the same line as file mode
             if report.findings or not quiet:
                 if partial and not report.findings:
@@ -462,7 +475,8 @@ def _pipe_mode(
 
         return Scanner(pack, source="<stdin>", hints=hints)
 
-    live = LiveFindings(fmt == "text" and not output, plain=plain)
+    # nothing passed through (-q): the report is the output, on stdout like any filter's
+    live = LiveFindings(fmt in LIVE_FORMATS and not output, stream=sys.stdout if quiet else None, plain=plain, fmt=fmt)
     try:
         in_fd = sys.stdin.fileno()
         out_fd = None if quiet else sys.stdout.fileno()

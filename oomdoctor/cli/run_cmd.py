@@ -115,7 +115,7 @@ def run_command(
     argv: list[str], pack: object, hints: dict[str, str], fmt: str, output: str | None, *, use_pty: bool = False,
     exit_status: str = "command", plain: bool = False,
 ) -> int:
-    from oomdoctor.cli.diagnose import LiveFindings, warm_imports
+    from oomdoctor.cli.diagnose import LIVE_FORMATS, LiveFindings, warm_imports
     from oomdoctor.cli.pipe import run_pipe
     from oomdoctor.scanner import Scanner
 
@@ -126,6 +126,7 @@ def run_command(
         import pty
 
         read_fd, write_fd = pty.openpty()
+        _no_crlf(write_fd)
     else:
         read_fd, write_fd = os.pipe()
     try:
@@ -160,7 +161,7 @@ def run_command(
             exited_at.append(time.monotonic())
         return time.monotonic() - exited_at[0] > DRAIN_SECONDS
 
-    live = LiveFindings(fmt == "text" and not output, plain=plain)
+    live = LiveFindings(fmt in LIVE_FORMATS and not output, plain=plain, fmt=fmt)
     try:
         try:
             out_fd: int | None = sys.stdout.fileno()
@@ -186,6 +187,17 @@ def run_command(
     if status < 0:
         return 128 - status
     return status
+
+
+def _no_crlf(fd: int) -> None:
+    """A terminal turns each \\n the command writes into \\r\\n (ONLCR); the output passed
+    through is a log, so the pty keeps the command's bytes as written."""
+    import termios
+
+    with contextlib.suppress(termios.error):
+        attrs = termios.tcgetattr(fd)
+        attrs[1] &= ~termios.ONLCR
+        termios.tcsetattr(fd, termios.TCSANOW, attrs)
 
 
 def describe(argv: list[str]) -> str:
