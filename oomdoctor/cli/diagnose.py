@@ -97,8 +97,9 @@ def _build_app() -> typer.Typer:
             typer.Argument(metavar="FILE", show_default=False, hidden=True, autocompletion=_complete_first_word),
         ] = None,
         fmt: Annotated[
-            str, typer.Option("--format", "-f", help=N_("One of: text, json, jsonl, markdown, slack."), metavar="FORMAT")
-        ] = "text",
+            str | None,
+            typer.Option("--format", "-f", help=N_("One of: text, json, jsonl, markdown, slack."), metavar="FORMAT"),
+        ] = None,
         output: Annotated[
             str | None, typer.Option("--output", "-o", help=N_("Write the report here."), metavar="PATH")
         ] = None,
@@ -112,13 +113,16 @@ def _build_app() -> typer.Typer:
             list[str] | None, typer.Option("--rules", help=N_("Extra rule directory (repeatable)."), metavar="DIR")
         ] = None,
         fail_on: Annotated[
-            str, typer.Option("--fail-on", help=N_("Exit 1 on: error or warning."), metavar="LEVEL")
-        ] = "error",
+            str | None, typer.Option("--fail-on", help=N_("Exit 1 on: error or warning."), metavar="LEVEL")
+        ] = None,
         follow: Annotated[
             str | None, typer.Option("--follow", "-F", help=N_("Follow FILE like tail -F."), metavar="FILE")
         ] = None,
         plain: Annotated[
             bool, typer.Option("--plain", help=N_("No colour, no rules (also when not a terminal or NO_COLOR is set)."))
+        ] = False,
+        brief: Annotated[
+            bool, typer.Option("--brief", help=N_("One line per finding: where, kind, cause, first remedy."))
         ] = False,
         lang: Annotated[
             str | None,
@@ -128,7 +132,7 @@ def _build_app() -> typer.Typer:
             bool, typer.Option("--version", callback=_version, is_eager=True, help=N_("Print the version."))
         ] = False,
     ) -> int:
-        return run(files, fmt, output, quiet, hint, model_config, rules, fail_on, follow, plain, lang)
+        return run(files, fmt, output, quiet, hint, model_config, rules, fail_on, follow, plain, lang, brief)
 
     return app
 
@@ -178,8 +182,8 @@ def plain_options(args: list[str]) -> dict[str, Any] | None:
         if arg in ("-q", "--quiet"):
             opts["quiet"] = True
             continue
-        if arg == "--plain":
-            opts["plain"] = True
+        if arg in ("--plain", "--brief"):
+            opts[arg[2:]] = True
             continue
         name, eq, value = arg.partition("=")
         if name not in _PLAIN_OPTIONS or (eq and not name.startswith("--")):
@@ -202,29 +206,64 @@ def plain_options(args: list[str]) -> dict[str, Any] | None:
 
 def run(
     files: list[str] | None = None,
-    fmt: str = "text",
+    fmt: str | None = None,
     output: str | None = None,
     quiet: bool = False,
     hint: list[str] | None = None,
     model_config: str | None = None,
     rules: list[str] | None = None,
-    fail_on: str = "error",
+    fail_on: str | None = None,
     follow: str | None = None,
     plain: bool = False,
     lang: str | None = None,
+    brief: bool = False,
 ) -> int:
     """``oomdoctor [FILE...]`` once the command line is parsed; returns the exit code.
 
-    The language (``--lang``, else ``OOMDOCTOR_LANG``, else the locale, see
-    :func:`oomdoctor.i18n.resolve_lang`) is in force for the diagnosis and its output."""
+    Options not given come from the config file (:mod:`oomdoctor.cli.config_file`), else the
+    defaults. The language (``--lang``, else ``OOMDOCTOR_LANG``, else the config file's, else the
+    locale, see :func:`oomdoctor.i18n.resolve_lang`) is in force for the diagnosis and its output."""
     from oomdoctor.i18n import resolve_lang, use_lang
 
     try:
-        chosen = resolve_lang(lang)
+        options = resolve_options(fmt, fail_on, plain, lang, brief)
+    except ValueError as exc:
+        return fail(str(exc))
+    try:
+        chosen = resolve_lang(options.lang)
     except ValueError as exc:
         return fail(f"--lang: {exc}")
     with use_lang(chosen):
-        return _run(files, fmt, output, quiet, hint, model_config, rules, fail_on, follow, plain)
+        return _run(files, options.fmt, output, quiet, hint, model_config, rules, options.fail_on, follow, options.plain,
+                    options.hints)
+
+
+class Options:
+    """The output options in force: the command line's, else the config file's, else the defaults."""
+
+    def __init__(self, fmt: str, fail_on: str, plain: bool, lang: str | None, hints: dict[str, str]) -> None:
+        self.fmt = fmt  # "brief" for --brief
+        self.fail_on = fail_on
+        self.plain = plain
+        self.lang = lang
+        self.hints = hints  # the config file's (a --hint of the same key wins)
+
+
+def resolve_options(fmt: str | None, fail_on: str | None, plain: bool, lang: str | None, brief: bool) -> Options:
+    """Raises ValueError (one line) for a config file that cannot be used, or ``--brief`` with a
+    format other than text."""
+    from oomdoctor.cli.config_file import load_config
+
+    cfg = load_config()
+    out = cfg.output
+    if lang is None and not os.environ.get("OOMDOCTOR_LANG"):
+        lang = out.get("lang")
+    chosen = fmt or out.get("format") or "text"
+    if brief and chosen != "text":
+        raise ValueError(_("--brief writes text; it does not combine with --format {value}").format(value=chosen))
+    if chosen == "text" and (brief or (fmt is None and out.get("brief"))):
+        chosen = "brief"
+    return Options(chosen, fail_on or out.get("fail-on") or "error", plain or bool(out.get("plain")), lang, cfg.hints)
 
 
 def _run(
@@ -238,13 +277,14 @@ def _run(
     fail_on: str,
     follow: str | None,
     plain: bool,
+    base_hints: dict[str, str] | None = None,
 ) -> int:
-    if fmt not in FORMATS:
+    if fmt not in FORMATS and fmt != "brief":
         return fail(_("unknown --format {value} (choose {choices})").format(value=repr(fmt), choices=", ".join(FORMATS)))
     if fail_on not in ("error", "warning"):
         return fail(_("unknown --fail-on {value} (choose error or warning)").format(value=repr(fail_on)))
     try:
-        hints = parse_hints(hint or [])
+        hints = {**(base_hints or {}), **parse_hints(hint or [])}
     except HintError as exc:
         return fail(str(exc))
     if model_config:
@@ -380,7 +420,7 @@ def warm_imports() -> None:
 
 
 #: formats written as the findings become final (the others once, at the end)
-LIVE_FORMATS = ("text", "jsonl")
+LIVE_FORMATS = ("text", "brief", "jsonl")
 
 
 class LiveFindings:
@@ -419,6 +459,10 @@ class LiveFindings:
             from oomdoctor.render.json import finding_jsonl
 
             return "".join(finding_jsonl(f) for f in redact_findings(found))
+        if self.fmt == "brief":
+            from oomdoctor.render.text import render_brief_findings
+
+            return render_brief_findings(redact_findings(found))
         from oomdoctor.render.text import render_findings_text
 
         return render_findings_text(redact_findings(found), color=self._color())

@@ -55,7 +55,9 @@ def run(
     command: Annotated[
         list[str] | None, typer.Argument(metavar="COMMAND", hidden=True)
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help=N_("Report format at the end."), metavar="FORMAT")] = "text",
+    fmt: Annotated[
+        str | None, typer.Option("--format", "-f", help=N_("Report format at the end."), metavar="FORMAT")
+    ] = None,
     output: Annotated[
         str | None, typer.Option("--output", "-o", help=N_("Write the report here."), metavar="PATH")
     ] = None,
@@ -74,21 +76,29 @@ def run(
                           metavar="FROM")
     ] = "command",
     plain: Annotated[bool, typer.Option("--plain", help=N_("No colour, no rules."))] = False,
+    brief: Annotated[
+        bool, typer.Option("--brief", help=N_("One line per finding: where, kind, cause, first remedy."))
+    ] = False,
     lang: Annotated[str | None, typer.Option("--lang", help=LANG_HELP, metavar="LANG")] = None,
 ) -> int:
-    from oomdoctor.cli.diagnose import HintError, parse_hints
+    from oomdoctor.cli.diagnose import HintError, parse_hints, resolve_options
     from oomdoctor.render import FORMATS
     from oomdoctor.rulepack import RulePackError, default_pack, load_pack
 
     argv = list(command or [])
     if not argv:
         return fail(_("run: no command given (usage: oomdoctor run -- COMMAND [ARGS...])"))
-    if fmt not in FORMATS:
+    try:
+        options = resolve_options(fmt, None, plain, lang, brief)
+    except ValueError as exc:
+        return fail(str(exc))
+    fmt, plain, lang = options.fmt, options.plain, options.lang
+    if fmt not in FORMATS and fmt != "brief":
         return fail(_("unknown --format {value} (choose {choices})").format(value=repr(fmt), choices=", ".join(FORMATS)))
     if exit_status not in ("command", "findings"):
         return fail(_("unknown --exit-status {value} (choose command or findings)").format(value=repr(exit_status)))
     try:
-        hints = parse_hints(hint or [])
+        hints = {**options.hints, **parse_hints(hint or [])}
     except HintError as exc:
         return fail(str(exc))
     if model_config:

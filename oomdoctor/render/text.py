@@ -246,6 +246,28 @@ def render_findings_text(findings: list[Finding], *, color: bool = False, width:
     return "".join(line + "\n" for line in out.lines)
 
 
+def brief_line(f: Finding) -> str:
+    """``--brief``: one line per finding, never wrapped (terminals, CI logs, grep): where, kind,
+    cause and the first remedy with its flags or command."""
+    cause = f.cause.summary if f.cause is not None and f.cause.summary else f.title
+    line = f"{where(f)}: {f.kind}: {' '.join(cause.split())}"
+    if f.remedies:
+        r = f.remedies[0]
+        code = remedy_snippet(r) or (r.command or "") or (r.run[0].command if r.run else "")
+        fix = f"{r.title}: {code}" if code else r.title
+        line += " " + _("Fix: {fix}").format(fix=" ".join(fix.split()))
+    return line
+
+
+def render_brief_findings(findings: list[Finding], **_options: Any) -> str:
+    return "".join(brief_line(f) + "\n" for f in findings)
+
+
+def render_brief(report: Report, **_options: Any) -> str:
+    """``--brief``: a line per finding, then the summary line of every text report."""
+    return render_brief_findings(report.findings) + summary_line(report) + "\n"
+
+
 def summary_line(report: Report) -> str:
     """The last line of every text report, in file, pipe and run modes alike."""
     errors = report.summary.errors
