@@ -33,7 +33,7 @@ def test_brief_is_one_line_per_finding_then_the_summary(capsys: pytest.CaptureFi
         "Fix: Check the driver and the device before tuning: the memory was free: sycl-ls; "
         "python -c 'import torch; print(torch.__version__, torch.xpu.get_device_properties(0))'"
     )
-    assert lines[2] == "oomdoctor: 2 out-of-memory failure(s), 0 warning(s)."
+    assert lines[2] == "oomdoctor: 2 out-of-memory failures, 0 warnings."
 
 
 def test_brief_in_a_pipe_under_q_on_stdout() -> None:
@@ -42,7 +42,7 @@ def test_brief_in_a_pipe_under_q_on_stdout() -> None:
                           capture_output=True, env=env, timeout=60)
     assert proc.returncode == 1 and proc.stderr == b""
     assert proc.stdout.decode().splitlines() == [
-        KV_BRIEF.replace(str(KV), "<stdin>"), "oomdoctor: 1 out-of-memory failure(s), 0 warning(s).",
+        KV_BRIEF.replace(str(KV), "<stdin>"), "oomdoctor: 1 out-of-memory failure, 0 warnings.",
     ]
 
 
@@ -84,7 +84,7 @@ def test_config_format_and_fail_on(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert main([str(KV)]) == 1
     assert [json.loads(x)["type"] for x in capsys.readouterr().out.splitlines()] == ["finding", "summary"]
     assert main(["--format", "text", "--fail-on", "error", str(KV)]) == 1
-    assert capsys.readouterr().out.endswith("oomdoctor: 1 out-of-memory failure(s), 0 warning(s).\n")
+    assert capsys.readouterr().out.endswith("oomdoctor: 1 out-of-memory failure, 0 warnings.\n")
 
 
 def test_config_hints_are_defaults_and_a_hint_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -66,7 +66,7 @@ def test_follow_across_rotation_and_truncation(tmp_path: Path) -> None:
     f.wait_for(TITLE_KV, count=2)
     code, out, err = f.stop(signal.SIGINT)
     assert code == 130  # stopped by Ctrl-C: as the pipe and tail -F (the findings are in the report)
-    assert b"oomdoctor: 3 out-of-memory failure(s), 0 warning(s)." in out
+    assert b"oomdoctor: 3 out-of-memory failures, 0 warnings." in out
     assert b"Traceback" not in err
 
 

@@ -44,7 +44,7 @@ def test_quiet_pipe_writes_the_text_report_on_stdout() -> None:
     proc = oomdoctor("-q", stdin=KV_LOG)
     assert proc.returncode == 1
     assert proc.stderr == b""
-    assert proc.stdout.endswith(b"oomdoctor: 1 out-of-memory failure(s), 0 warning(s).\n")
+    assert proc.stdout.endswith(b"oomdoctor: 1 out-of-memory failure, 0 warnings.\n")
     assert b"KV cache cannot hold one request" in proc.stdout
 
 

@@ -38,12 +38,35 @@ LANG_HELP = N_(
 
 HELP = N_(
     "Diagnose GPU out-of-memory failures in log FILEs (.gz/.bz2/.xz ok; '-' is stdin). With no FILE and "
-    "stdin a pipe, pass the input through to stdout and print the diagnosis on stderr.\n\n"
-    "Commands: oomdoctor run -- COMMAND (run and diagnose live), oomdoctor fit (pre-flight), "
-    "oomdoctor serve (HTTP service), oomdoctor rules list|show|test. See oomdoctor COMMAND --help.\n\n"
+    "stdin a pipe, pass the input through to stdout and print the diagnosis on stderr (with -q, nothing "
+    "passes through and the diagnosis goes to stdout).\n\n"
     "Exit status: 0 no out-of-memory failure (with --fail-on warning: no finding), 1 one was found, "
-    "2 usage or input error."
+    "2 usage or input error, 130 interrupted (Ctrl-C)."
 )
+
+#: the "Commands" section of ``oomdoctor --help`` (after the options, as click lists a group's)
+COMMANDS_HELP: tuple[tuple[str, str], ...] = (
+    ("run -- COMMAND", N_("Run COMMAND, pass its output through and diagnose it live.")),
+    ("fit", N_("Pre-flight: will a model fit on these GPUs, and with which flags?")),
+    ("serve", N_("HTTP service; Slack and Mattermost answers.")),
+    ("rules list|show|test", N_("List, show and test the rules.")),
+)
+COMMANDS_MORE = N_("See oomdoctor COMMAND --help.")
+
+
+def _command_class() -> type:
+    """typer's command class, with a Commands section after the options in ``--help``."""
+    from typer.core import TyperCommand
+
+    class DiagnoseCommand(TyperCommand):
+        def format_options(self, ctx: Any, formatter: Any) -> None:
+            super().format_options(ctx, formatter)
+            with formatter.section(N_("Commands")):
+                formatter.write_dl([(name, _(text)) for name, text in COMMANDS_HELP])
+                formatter.write_paragraph()
+                formatter.write_text(_(COMMANDS_MORE))
+
+    return DiagnoseCommand
 
 
 def parse_hints(items: list[str]) -> dict[str, str]:
@@ -90,16 +113,16 @@ def _build_app() -> typer.Typer:
 
     app = typer.Typer(add_completion=True, pretty_exceptions_enable=False, rich_markup_mode=None)
 
-    @app.command(help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+    @app.command(help=HELP, cls=_command_class(), context_settings={"help_option_names": ["-h", "--help"]})
     def diagnose(
+        ctx: typer.Context,
         files: Annotated[
             list[str] | None,
             typer.Argument(metavar="FILE", show_default=False, hidden=True, autocompletion=_complete_first_word),
         ] = None,
         fmt: Annotated[
-            str | None,
-            typer.Option("--format", "-f", help=N_("One of: text, json, jsonl, markdown, slack."), metavar="FORMAT"),
-        ] = None,
+            str, typer.Option("--format", "-f", help=N_("One of: text, json, jsonl, markdown, slack."), metavar="FORMAT")
+        ] = "text",
         output: Annotated[
             str | None, typer.Option("--output", "-o", help=N_("Write the report here."), metavar="PATH")
         ] = None,
@@ -113,8 +136,8 @@ def _build_app() -> typer.Typer:
             list[str] | None, typer.Option("--rules", help=N_("Extra rule directory (repeatable)."), metavar="DIR")
         ] = None,
         fail_on: Annotated[
-            str | None, typer.Option("--fail-on", help=N_("Exit 1 on: error or warning."), metavar="LEVEL")
-        ] = None,
+            str, typer.Option("--fail-on", help=N_("Exit 1 on: error or warning."), metavar="LEVEL")
+        ] = "error",
         follow: Annotated[
             str | None, typer.Option("--follow", "-F", help=N_("Follow FILE like tail -F."), metavar="FILE")
         ] = None,
@@ -132,9 +155,22 @@ def _build_app() -> typer.Typer:
             bool, typer.Option("--version", callback=_version, is_eager=True, help=N_("Print the version."))
         ] = False,
     ) -> int:
-        return run(files, fmt, output, quiet, hint, model_config, rules, fail_on, follow, plain, lang, brief)
+        given = given_options(ctx)  # a default is not given: the config file's value then applies
+        return run(files, fmt if "fmt" in given else None, output, quiet, hint, model_config, rules,
+                   fail_on if "fail_on" in given else None, follow, plain, lang, brief)
 
     return app
+
+
+def given_options(ctx: Any) -> set[str]:
+    """The parameters of the command being run (``ctx``: typer's context) that the command line
+    gave, not their defaults. (typer may vendor click: the source is told by its name.)"""
+    given = set()
+    for name in ctx.params:
+        source = ctx.get_parameter_source(name)
+        if source is not None and getattr(source, "name", "") != "DEFAULT":
+            given.add(name)
+    return given
 
 
 def __getattr__(name: str) -> Any:

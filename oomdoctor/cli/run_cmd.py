@@ -52,12 +52,11 @@ def register(app: typer.Typer) -> None:
 
 
 def run(
+    ctx: typer.Context,
     command: Annotated[
         list[str] | None, typer.Argument(metavar="COMMAND", hidden=True)
     ] = None,
-    fmt: Annotated[
-        str | None, typer.Option("--format", "-f", help=N_("Report format at the end."), metavar="FORMAT")
-    ] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help=N_("Report format at the end."), metavar="FORMAT")] = "text",
     output: Annotated[
         str | None, typer.Option("--output", "-o", help=N_("Write the report here."), metavar="PATH")
     ] = None,
@@ -81,7 +80,7 @@ def run(
     ] = False,
     lang: Annotated[str | None, typer.Option("--lang", help=LANG_HELP, metavar="LANG")] = None,
 ) -> int:
-    from oomdoctor.cli.diagnose import HintError, parse_hints, resolve_options
+    from oomdoctor.cli.diagnose import HintError, given_options, parse_hints, resolve_options
     from oomdoctor.render import FORMATS
     from oomdoctor.rulepack import RulePackError, default_pack, load_pack
 
@@ -89,7 +88,7 @@ def run(
     if not argv:
         return fail(_("run: no command given (usage: oomdoctor run -- COMMAND [ARGS...])"))
     try:
-        options = resolve_options(fmt, None, plain, lang, brief)
+        options = resolve_options(fmt if "fmt" in given_options(ctx) else None, None, plain, lang, brief)
     except ValueError as exc:
         return fail(str(exc))
     fmt, plain, lang = options.fmt, options.plain, options.lang

@@ -158,3 +158,26 @@ def facts_of(ctx: Context) -> list[str]:
 def by_source(report: Report) -> list[tuple[str, list[Finding]]]:
     """The report's sources in order, each with its own findings (each source is a run of its own)."""
     return [(source, [f for f in report.findings if f.location.source == source]) for source in dict.fromkeys(report.sources)]
+
+
+def failures_text(n: int) -> str:
+    """``1 out-of-memory failure``, ``2 out-of-memory failures``."""
+    return (_("{n} out-of-memory failure") if n == 1 else _("{n} out-of-memory failures")).format(n=n)
+
+
+def warnings_text(n: int, memory: bool = False) -> str:
+    """``0 warnings``, ``1 warning``; ``memory``: ``1 memory warning`` (when there is no failure)."""
+    if memory:
+        return (_("{n} memory warning") if n == 1 else _("{n} memory warnings")).format(n=n)
+    return (_("{n} warning") if n == 1 else _("{n} warnings")).format(n=n)
+
+
+def result_text(errors: int, warnings: int) -> str:
+    """The result of a run in words: ``1 out-of-memory failure, 0 warnings``, ``no out-of-memory
+    failure; 2 memory warnings``, ``no out-of-memory failure found``."""
+    if errors:
+        return _("{failures}, {warnings}").format(failures=failures_text(errors), warnings=warnings_text(warnings))
+    if warnings:
+        return _("no out-of-memory failure; {warnings}").format(warnings=warnings_text(warnings, memory=True))
+    return _("no out-of-memory failure found")
+

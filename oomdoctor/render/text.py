@@ -26,6 +26,7 @@ from oomdoctor.render.common import (
     occurrences_note,
     product_name,
     remedy_snippet,
+    result_text,
     where,
 )
 from oomdoctor.render.why import why_label, why_line
@@ -270,17 +271,13 @@ def render_brief(report: Report, **_options: Any) -> str:
 
 def summary_line(report: Report) -> str:
     """The last line of every text report, in file, pipe and run modes alike."""
-    errors = report.summary.errors
-    warnings = report.summary.warnings
-    if errors:
-        return _("oomdoctor: {errors} out-of-memory failure(s), {warnings} warning(s).").format(errors=errors, warnings=warnings)
-    if warnings:
-        return _("oomdoctor: no out-of-memory failure; {warnings} memory warning(s).").format(warnings=warnings)
-    return _("oomdoctor: no out-of-memory failure found.")
+    from oomdoctor.render.common import result_text
+
+    return _("oomdoctor: {result}.").format(result=result_text(report.summary.errors, report.summary.warnings))
 
 
 def per_source_lines(report: Report) -> list[str]:
-    """With several sources, one result line for each (``a.log: 1 out-of-memory failure(s), ...``)."""
+    """With several sources, one result line for each (``a.log: 1 out-of-memory failure, ...``)."""
     if len(report.sources) < 2:
         return []
     out = []
@@ -288,13 +285,7 @@ def per_source_lines(report: Report) -> list[str]:
         mine = [f for f in report.findings if f.location.source == source]
         errors = sum(f.severity == "error" for f in mine)
         warnings = len(mine) - errors
-        if errors:
-            result = _("{errors} out-of-memory failure(s), {warnings} warning(s)").format(errors=errors, warnings=warnings)
-        elif warnings:
-            result = _("no out-of-memory failure; {warnings} memory warning(s)").format(warnings=warnings)
-        else:
-            result = _("no out-of-memory failure found")
-        out.append(f"{source}: {result}")
+        out.append(f"{source}: {result_text(errors, warnings)}")
     return out
 
 
