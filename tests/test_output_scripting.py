@@ -241,3 +241,34 @@ def test_serve_prints_the_warning() -> None:
         "commands are answered, but app_mention and message events are acknowledged without an answer"
     )
     assert lines[1].startswith(f"oomdoctor: error: cannot listen on 127.0.0.1:{port}")
+
+
+# -- pasteable commands: a redacted secret is an environment variable's reference ------------------------
+
+
+@pytest.mark.parametrize(("command", "expected"), [
+    ("vllm serve m --api-key Zx9secretQ --max-model-len 8192", 'vllm serve m --api-key "$VLLM_API_KEY" --max-model-len 8192'),
+    ("vllm serve m --api-key=Zx9secretQ", 'vllm serve m --api-key="$VLLM_API_KEY"'),
+    ("HF_TOKEN=hf_abcdefghijklmnopqrstuvwx python -m sglang.launch_server --model-path m --api-key Zx9secretQ",
+     'HF_TOKEN="$HF_TOKEN" python -m sglang.launch_server --model-path m --api-key "$API_KEY"'),
+    ("llama-server -m x.gguf --hf-token hf_abcdefghijklmnopqrstuvwx", 'llama-server -m x.gguf --hf-token "$HF_TOKEN"'),
+    ("vllm serve m --max-model-len 8192", "vllm serve m --max-model-len 8192"),
+    ("vllm serve m --api-key --port 8000", "vllm serve m --api-key --port 8000"),
+])
+def test_redacted_commands_still_run(command: str, expected: str) -> None:
+    from oomdoctor.redaction import redact_command
+
+    assert redact_command(command) == expected
+
+
+def test_a_corrected_command_keeps_running_after_redaction() -> None:
+    import shlex
+
+    from oomdoctor.api import diagnose
+
+    launch = "INFO 01-01 12:00:00 api_server.py:1] vllm serve Qwen/Qwen2.5-7B-Instruct --api-key Zx9secretQ --max-model-len 202752\n"
+    report = diagnose(launch + KV_LOG.decode())
+    command = report.findings[0].remedies[0].command
+    assert command == 'vllm serve Qwen/Qwen2.5-7B-Instruct --api-key "$VLLM_API_KEY" --max-model-len 81392'
+    assert shlex.split(command)[4] == "$VLLM_API_KEY"  # the shell expands it
+    assert report.context.command is not None and "Zx9secretQ" not in report.context.command
