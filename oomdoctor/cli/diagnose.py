@@ -537,6 +537,10 @@ class LiveFindings:
             if report.findings or not quiet:
                 if partial and not report.findings:
                     line = line[:-1] + " in the part analysed."
+                if self.fmt == "text":
+                    from oomdoctor.render.text import healthy_text
+
+                    text += healthy_text(report)
                 text += line + "\n"
             self._write(text)
         except OSError:

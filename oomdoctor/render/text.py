@@ -315,4 +315,26 @@ def render_text(report: Report, *, color: bool = False, width: int | None = None
                 for f in findings:
                     finding_lines(f, out)
         body = "".join(line + "\n" for line in out.lines)
-    return body + per_source + summary_line(report) + "\n"
+    return body + per_source + healthy_text(report, width) + summary_line(report) + "\n"
+
+
+def healthy_text(report: Report, width: int | None = None) -> str:
+    """A run without an out-of-memory failure is an answer too: what its log shows of the memory
+    (:func:`~oomdoctor.render.common.healthy_facts`), with a warning when the headroom is thin.
+    Empty with a failure, several sources or nothing to show."""
+    from oomdoctor.render.common import healthy_facts
+
+    if report.summary.errors or len(report.sources) > 1:
+        return ""
+    rows, warnings = healthy_facts(report.context)
+    if not rows:
+        return ""
+    out = TextLayout(terminal_width(width), False)
+    out.lines.append(_("What the log shows:"))
+    label = max(cell_len(k) for k, _v in rows)
+    for k, v in rows:
+        out.prose(f"{pad_cells(k, label)}  {v}", BODY, BODY + " " * (label + 2))
+    for w in warnings:
+        out.prose(_("Warning: {warning}").format(warning=w), BODY, BODY + "  ")
+    out.lines.append("")
+    return "".join(line + "\n" for line in out.lines)
