@@ -139,8 +139,14 @@ def product_name(product: str) -> str:
 def occurrences_note(f: Finding) -> str:
     if f.occurrences <= 1:
         return ""
-    ranks = _(" on {n} ranks/workers").format(n=len(f.ranks)) if len(f.ranks) > 1 else ""
-    return f"{f.occurrences}×{ranks}"
+    if len(f.ranks) > 1:
+        return _("{count}× on {n} ranks/workers").format(count=f.occurrences, n=len(f.ranks))
+    return _("{count}×").format(count=f.occurrences)
+
+
+def phase_text(phase: str) -> str:
+    """A finding's phase as shown: its id (``kv-cache-alloc``), or "unknown" in words of the language."""
+    return _("unknown") if phase == "unknown" else phase
 
 
 def facts_of(ctx: Context) -> list[str]:

@@ -16,6 +16,7 @@ from oomdoctor.render.common import (
     failures_text,
     figure_items,
     occurrences_note,
+    phase_text,
     product_name,
     remedy_headline,
     result_text,
@@ -82,7 +83,7 @@ def finding_markdown(f: Finding) -> str:
     product = ""
     if f.product:
         product = " · " + _("product: {product}").format(product=f"**{product_name(f.product)}**")
-    out.append(f"{code_span(f.kind)} · " + _("phase **{phase}**").format(phase=f.phase) + product
+    out.append(f"{code_span(f.kind)} · " + _("phase **{phase}**").format(phase=phase_text(f.phase)) + product
                + f" · {location_text(f)}" + (f" · {occ}" if occ else ""))
     out.append("")
     out.append(code_block(_clip(f.message, MESSAGE_CHARS)))

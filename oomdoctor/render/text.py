@@ -24,12 +24,13 @@ from oomdoctor.render.common import (
     figure_items,
     fits_label,
     occurrences_note,
+    phase_text,
     product_name,
     remedy_snippet,
     result_text,
     where,
 )
-from oomdoctor.render.why import why_label, why_line
+from oomdoctor.render.why import why_line
 from oomdoctor.report import Finding, Report
 from oomdoctor.units import format_size
 
@@ -48,8 +49,8 @@ _KEEP = re.compile(r"(\d) (?=(?:[KMGT]i?B|B|bytes|tokens|GB|MB)(?![A-Za-z0-9_]))
 
 #: no line starts with these (closing punctuation, Japanese or not) ...
 _NO_START = frozenset("、。，．・：；？！ー）」』】〕〉》”’)]}%,.:;!?…")
-#: ... and none ends with these (opening brackets)
-_NO_END = frozenset("（「『【〔〈《“‘([{")
+#: ... and none ends with these (opening brackets; a full-width colon stays with what it introduces)
+_NO_END = frozenset("（「『【〔〈《“‘([{：")
 
 _STYLES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 
@@ -98,19 +99,47 @@ def _chunks(text: str) -> list[tuple[str, str]]:
     breaks between any two characters, except before closing and after opening punctuation."""
     out: list[tuple[str, str]] = []
     sep, cur = "", ""
-    for ch in text:
+    short = _short_words(text)
+    for i, ch in enumerate(text):
         if ch in " \t\n":
             if cur:
                 out.append((sep, cur))
                 sep, cur = "", ""
             sep += " "
             continue
-        if cur and (_wide(ch) or _wide(cur[-1])) and ch not in _NO_START and cur[-1] not in _NO_END:
+        if (
+            cur and (_wide(ch) or _wide(cur[-1])) and ch not in _NO_START and cur[-1] not in _NO_END
+            and not (short[i] and short[i - 1])
+        ):
             out.append((sep, cur))
             sep, cur = "", ""
         cur += ch
     if cur:
         out.append((sep, cur))
+    return out
+
+
+#: a run of at most this many wide letters between narrow text, spaces or punctuation is one word
+#: kept on one line (場所, 製品, エンジン: a label is not split across two lines)
+SHORT_WORD = 4
+
+
+def _short_words(text: str) -> list[bool]:
+    """For each character: whether it belongs to a short run of wide letters (see ``SHORT_WORD``)."""
+    letter = [_wide(ch) and ch not in _NO_START and ch not in _NO_END and not unicodedata.category(ch).startswith("P")
+              for ch in text]
+    out = [False] * len(text)
+    i = 0
+    while i < len(text):
+        if not letter[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(text) and letter[j]:
+            j += 1
+        if j - i <= SHORT_WORD:
+            out[i:j] = [True] * (j - i)
+        i = j
     return out
 
 
@@ -172,7 +201,10 @@ class TextLayout:
 
     def labelled(self, label: str, text: str, indent: str, *styles: str) -> None:
         """``label: text`` with the text's continuation lines under its first word."""
-        self.prose(f"{label} {text}", indent, indent + " " * (cell_len(label) + 1), *styles)
+        from oomdoctor.render.why import labelled_text
+
+        line = labelled_text(label, text)
+        self.prose(line, indent, indent + " " * (cell_len(line) - cell_len(text)), *styles)
 
     def code(self, text: str, indent: str = CODE) -> None:
         """A command or flags: one line, never wrapped."""
@@ -193,11 +225,11 @@ def finding_lines(f: Finding, out: TextLayout) -> None:
     _title(out, f)
     if f.product:
         head = _("{kind} · phase: {phase} · engine: {engine} · product: {product} · at {where}").format(
-            kind=f.kind, phase=f.phase, engine=f.engine, product=product_name(f.product), where=where(f)
+            kind=f.kind, phase=phase_text(f.phase), engine=f.engine, product=product_name(f.product), where=where(f)
         )
     else:
         head = _("{kind} · phase: {phase} · engine: {engine} · at {where}").format(
-            kind=f.kind, phase=f.phase, engine=f.engine, where=where(f)
+            kind=f.kind, phase=phase_text(f.phase), engine=f.engine, where=where(f)
         )
     occ = occurrences_note(f)
     if occ:
@@ -213,7 +245,7 @@ def finding_lines(f: Finding, out: TextLayout) -> None:
     why = why_line(f)  # "Why: ...": the cause in words, after the figures and before the remedies
     if why:
         out.lines.append("")
-        out.prose(why, BODY, BODY + " " * (cell_len(why_label()) + 1))
+        out.prose(why, BODY, BODY + " " * (cell_len(why) - cell_len(f.cause.summary if f.cause else "")))
     if f.remedies:
         out.lines.append("")
         out.lines.append(out.style(BODY + _("Remedies, best first:"), "bold"))
