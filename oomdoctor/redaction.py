@@ -196,6 +196,45 @@ def redact(text: str) -> str:
     return text
 
 
+#: a secret flag's environment variable where the engine reads one (else the flag's name, upper case)
+_FLAG_ENV = {("vllm", "--api-key"): "VLLM_API_KEY", ("", "--hf-token"): "HF_TOKEN"}
+_ENV_ASSIGNMENT = regex_cache.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*+)=(?P<value>.*+)$")
+
+
+def _env_for(flag: str, argv: list[str]) -> str:
+    """``--api-key`` of ``vllm serve`` -> ``VLLM_API_KEY``; ``--hf-token`` -> ``HF_TOKEN``;
+    another secret flag -> its name in upper case (``--api-key`` -> ``API_KEY``)."""
+    name = flag.split("=", 1)[0]
+    engine = "vllm" if any("vllm" in a for a in argv[:4]) else ""
+    return _FLAG_ENV.get((engine, name)) or _FLAG_ENV.get(("", name)) or name.lstrip("-").replace("-", "_").upper()
+
+
+def redact_command(text: str) -> str:
+    """A shell command line (a remedy's corrected command) with each secret replaced by a reference
+    to an environment variable, so that it still runs where that variable is set:
+    ``vllm serve m --api-key sk-...`` -> ``vllm serve m --api-key "$VLLM_API_KEY"``,
+    ``HF_TOKEN=hf_... cmd`` -> ``HF_TOKEN="$HF_TOKEN" cmd``. What is not a secret flag's or a secret
+    variable's value is redacted as any text (:func:`redact`); a line that is no shell words too."""
+    import shlex
+
+    try:
+        argv = shlex.split(text)
+    except ValueError:
+        return redact(text)
+    refs: dict[int, str] = {}  # token index -> what replaces it, unquoted
+    for i, token in enumerate(argv):
+        name, eq, value = token.partition("=")
+        if eq and name.startswith("--") and _SECRET_FLAG.match(name) and not _absent(value):
+            refs[i] = f'{name}="${_env_for(name, argv)}"'
+        elif i and _SECRET_FLAG.match(argv[i - 1]) and not token.startswith("-") and not _absent(token):
+            refs[i] = f'"${_env_for(argv[i - 1], argv)}"'
+        elif (m := _ENV_ASSIGNMENT.match(token)) and _SECRET_NAME.search(m.group("name")) and not _absent(m.group("value")):
+            refs[i] = f'{m.group("name")}="${m.group("name")}"'
+    if not refs:
+        return redact(text)
+    return " ".join(refs[i] if i in refs else shlex.quote(redact(t)) for i, t in enumerate(argv))
+
+
 def _absent(value: str) -> bool:
     """A value that cannot be a secret: empty, None-like, or a number (``bytes_per_token: 131072``)."""
     v = value.strip().strip("'\"")
@@ -223,7 +262,7 @@ def _walk(value: Any) -> Any:
     if isinstance(value, dict):
         result: dict[Any, Any] = {}
         for k, v in value.items():
-            w = _walk(v)
+            w = redact_command(v) if k == "command" and isinstance(v, str) else _walk(v)
             if isinstance(k, str) and isinstance(w, str) and _SECRET_NAME.search(k) and MASK not in w and not _absent(w):
                 w = MASK
             result[redact(k) if isinstance(k, str) else k] = w

@@ -68,6 +68,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _CACHE_DIR:
         _CACHE_DIR.append(tempfile.mkdtemp(prefix="oomdoctor-test-cache-"))
         os.environ["OOMDOCTOR_CACHE_DIR"] = _CACHE_DIR[0]
+        # and no user's config file (oomdoctor.toml, ~/.config/oomdoctor/config.toml): an empty one
+        os.environ["OOMDOCTOR_CONFIG"] = os.devnull
     if config.getoption("--update-divergences", default=False):
         from tests.corpus import rewrite_divergences
 

@@ -24,8 +24,9 @@ def cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[b
 
 def test_help_lists_the_subcommands_and_reads_as_words() -> None:
     out = cli("--help").stdout.decode()
-    for sub in ("oomdoctor run", "oomdoctor fit", "oomdoctor serve", "oomdoctor rules"):
-        assert sub in out
+    commands = out.split("\nCommands:\n", 1)[1]  # a section of its own, after the options
+    for sub in ("run -- COMMAND", "fit", "serve", "rules list|show|test"):
+        assert f"\n  {sub}  " in "\n" + commands
     for args in (("--help",), ("run", "--help"), ("fit", "--help"), ("serve", "--help"), ("rules", "list", "--help"),
                  ("rules", "show", "--help"), ("rules", "test", "--help")):
         text = cli(*args).stdout.decode()
@@ -36,7 +37,7 @@ def test_help_lists_the_subcommands_and_reads_as_words() -> None:
 def test_an_unknown_hint_key_exits_2_with_the_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--hint", "gpu_count=2", str(KV_LOG)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("oomdoctor: error: unknown --hint key 'gpu_count' (known: gpus, gpu, gpu-memory")
+    assert err.startswith("oomdoctor: error: unknown hint key 'gpu_count' (known: gpus, gpu, gpu-memory")
     assert err.count("\n") == 1
 
 
@@ -44,7 +45,7 @@ def test_run_exits_with_the_commands_status_or_by_findings(tmp_path: Path) -> No
     script = f"import sys; sys.stdout.write(open({str(KV_LOG)!r}).read()); sys.exit(0)"
     child = cli("run", "--", sys.executable, "-c", script)
     assert child.returncode == 0  # the command's own status, though an OOM was found
-    assert "oomdoctor: 1 out-of-memory failure(s), 0 warning(s)." in child.stderr.decode()
+    assert "oomdoctor: 1 out-of-memory failure, 0 warnings." in child.stderr.decode()
     found = cli("run", "--exit-status", "findings", "--", sys.executable, "-c", script)
     assert found.returncode == 1
     clean = cli("run", "--exit-status", "findings", "--", sys.executable, "-c", "import sys; sys.exit(3)")
@@ -54,7 +55,7 @@ def test_run_exits_with_the_commands_status_or_by_findings(tmp_path: Path) -> No
 def test_the_summary_line_is_the_same_in_pipe_and_file_modes() -> None:
     file_mode = cli(str(KV_LOG)).stdout.decode().splitlines()[-1]
     pipe_mode = cli(stdin=KV_LOG.read_bytes()).stderr.decode().splitlines()[-1]
-    assert file_mode == pipe_mode == "oomdoctor: 1 out-of-memory failure(s), 0 warning(s)."
+    assert file_mode == pipe_mode == "oomdoctor: 1 out-of-memory failure, 0 warnings."
 
 
 def test_serve_on_a_busy_port_is_one_error_line() -> None:
@@ -74,8 +75,8 @@ def test_each_file_gets_its_own_result(tmp_path: Path) -> None:
     out = cli(str(clean), str(KV_LOG)).stdout.decode().splitlines()
     assert out[-3:] == [
         f"{clean}: no out-of-memory failure found",
-        f"{KV_LOG}: 1 out-of-memory failure(s), 0 warning(s)",
-        "oomdoctor: 1 out-of-memory failure(s), 0 warning(s).",
+        f"{KV_LOG}: 1 out-of-memory failure, 0 warnings",
+        "oomdoctor: 1 out-of-memory failure, 0 warnings.",
     ]
     single = cli(str(KV_LOG)).stdout.decode().splitlines()
     assert not any(line.startswith(str(KV_LOG) + ":") for line in single)

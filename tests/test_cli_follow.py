@@ -17,9 +17,9 @@ TITLE_KV = b"KV cache cannot hold one request"
 
 
 class Follow:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *args: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "oomdoctor", "--follow", str(path)],
+            [sys.executable, "-m", "oomdoctor", "--follow", str(path), *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, stdin=subprocess.DEVNULL,
         )
         assert self.proc.stdout is not None
@@ -65,8 +65,8 @@ def test_follow_across_rotation_and_truncation(tmp_path: Path) -> None:
         fh.write(KV_LOG)
     f.wait_for(TITLE_KV, count=2)
     code, out, err = f.stop(signal.SIGINT)
-    assert code == 1  # stopped by the user; OOMs were found
-    assert b"oomdoctor: 3 out-of-memory failure(s), 0 warning(s)." in out
+    assert code == 130  # stopped by Ctrl-C: as the pipe and tail -F (the findings are in the report)
+    assert b"oomdoctor: 3 out-of-memory failures, 0 warnings." in out
     assert b"Traceback" not in err
 
 
@@ -75,11 +75,12 @@ def test_follow_waits_for_a_missing_file_and_stops_cleanly(tmp_path: Path) -> No
     f = Follow(log)
     assert f.proc.stderr is not None
     waiting = f.proc.stderr.readline()  # also proves it is up (signal handlers installed)
-    assert waiting.decode() == f"oomdoctor: waiting for {log} to appear\n"
+    # as tail -F: it says it cannot open the file, and keeps trying
+    assert waiting.decode() == f"oomdoctor: cannot open {log}: No such file or directory; waiting for it to appear\n"
     log.write_bytes(b"INFO hello\n")
     time.sleep(0.5)
     code, out, err = f.stop(signal.SIGTERM)
-    assert code == 0
+    assert code == 143
     assert err == b""
     assert out.endswith(b"oomdoctor: no out-of-memory failure found.\n")
 
@@ -104,3 +105,40 @@ def test_follow_with_other_files_is_a_usage_error(tmp_path: Path) -> None:
     assert proc.stderr.decode() == (
         f"oomdoctor: error: --follow follows one file; {other} would not be read: run one oomdoctor --follow per file\n"
     )
+
+
+def test_follow_jsonl_streams_each_finding_when_final(tmp_path: Path) -> None:
+    import json
+
+    log = tmp_path / "server.log"
+    log.write_bytes(KV_LOG)
+    f = Follow(log, "-f", "jsonl")
+    f.wait_for(b"\n")  # the finding's record, while the file is still being followed
+    first = json.loads(f.out.splitlines()[0])
+    assert first["type"] == "finding" and first["title"].startswith("KV cache cannot hold one request")
+    code, out, err = f.stop(signal.SIGINT)
+    assert code == 130 and err == b""
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["type"] for r in records] == ["finding", "summary"]
+    assert records[1]["summary"] == {"errors": 1, "warnings": 0}
+
+
+def test_follow_json_writes_the_report_so_far_on_each_final_finding(tmp_path: Path) -> None:
+    import json
+
+    log = tmp_path / "server.log"
+    log.write_bytes(KV_LOG)
+    f = Follow(log, "-f", "json")
+    f.wait_for(b"\n}\n")  # one whole document while following: jq reads it at once
+    assert json.loads(f.out)["summary"] == {"errors": 1, "warnings": 0}
+    code, out, err = f.stop(signal.SIGINT)
+    assert code == 130 and err == b""
+    docs = list(json.JSONDecoder().raw_decode(out.decode(), i)[0] for i in _starts(out.decode()))
+    assert len(docs) == 2  # the one per change, then the final report
+    assert docs[-1]["summary"] == {"errors": 1, "warnings": 0}
+    assert docs[0]["findings"][0]["title"] == docs[-1]["findings"][0]["title"]
+
+
+def _starts(text: str) -> list[int]:
+    """Where each top-level JSON document of ``render_json``'s output begins."""
+    return [0] + [i + 2 for i in range(len(text) - 2) if text[i : i + 3] == "}\n{"]

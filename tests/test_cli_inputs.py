@@ -44,9 +44,9 @@ def test_regular_file_stdin_is_analysed_whole_in_constant_memory(tmp_path: Path)
         "import resource, subprocess, sys\n"
         f"with open({str(log)!r}, 'rb') as f:\n"
         "    p = subprocess.run([sys.executable, '-m', 'oomdoctor', '-q', '-f', 'json'], stdin=f,\n"
-        "                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)\n"
+        "                       stdout=subprocess.PIPE)\n"  # -q: the report on stdout
         "sys.stdout.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) + '\\n')\n"
-        "sys.stdout.buffer.write(p.stderr)\n"
+        "sys.stdout.buffer.write(p.stdout)\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=300, check=True).stdout
     rss_kib, _, report = out.partition(b"\n")

@@ -202,7 +202,7 @@ SERVER_ENV_CASES: list[tuple[dict[str, str], str, str]] = [
     ({"OOMDOCTOR_HOST": "0.0.0.0"},
      "refusing to listen on 0.0.0.0 without an API token: set OOMDOCTOR_API_TOKEN (clients then send "
      "'Authorization: Bearer <token>'), listen on 127.0.0.1, or pass --insecure",
-     "API トークンなしで 0.0.0.0 では待ち受けません: OOMDOCTOR_API_TOKEN を設定する（クライアントは "
+     "API トークンなしで 0.0.0.0 では待ち受けません：OOMDOCTOR_API_TOKEN を設定する（クライアントは "
      "'Authorization: Bearer <token>' を送ります）、127.0.0.1 で待ち受ける、または --insecure を指定してください"),
 ]
 

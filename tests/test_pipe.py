@@ -112,7 +112,7 @@ def test_downstream_closed_exits_quietly_and_still_reports() -> None:
     assert "Traceback" not in err
     assert "Broken pipe" not in err and "BrokenPipe" not in err
     assert "KV cache cannot hold one request" in err
-    assert "oomdoctor: 1 out-of-memory failure(s), 0 warning(s)." in err
+    assert "oomdoctor: 1 out-of-memory failure, 0 warnings." in err
 
 
 def test_downstream_closed_in_shell_pipeline_with_head() -> None:

@@ -47,3 +47,62 @@ def test_completion_and_run_exit_status_are_documented_as_they_work() -> None:
     row = next(line for line in README.splitlines() if line.startswith("| `oomdoctor run -- COMMAND`"))
     assert "the command's own exit status" in row and "--exit-status findings" in row
     assert "--exit-status" in " ".join(_oomdoctor("run", "--help").stdout.decode().split())
+
+
+def test_brief_reads_as_the_readme_shows() -> None:
+    block = README.split("- **`--brief`**", 1)[1].split("```\n", 1)[1].split("```", 1)[0]
+    example = [line.strip() for line in block.splitlines() if line.strip()]
+    done = _oomdoctor("--brief", "--lang", "en", "fixtures/vllm/vllm-054.log")
+    assert done.returncode == 1
+    assert done.stdout.decode().replace("fixtures/vllm/vllm-054.log", "server.log").splitlines() == example
+
+
+def test_the_config_file_example_is_one_oomdoctor_reads(tmp_path: Path) -> None:
+    import os
+
+    block = README.split("- **A config file**", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "oomdoctor.toml"
+    path.write_text(block.replace("\n  ", "\n"), encoding="utf-8")
+    env = {**os.environ, "OOMDOCTOR_CONFIG": str(path), "OOMDOCTOR_LANG": "en"}
+    done = subprocess.run([sys.executable, "-m", "oomdoctor", "fixtures/vllm/vllm-054.log"], capture_output=True,
+                          cwd=ROOT, timeout=120, env=env)
+    assert done.returncode == 1 and done.stderr == b""
+    lines = done.stdout.decode().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("fixtures/vllm/vllm-054.log:4: ")  # brief = true
+
+
+def test_quiet_puts_the_report_on_stdout_as_the_readme_says() -> None:
+    assert "oomdoctor -q -f json | jq .summary" in README
+    done = subprocess.run([sys.executable, "-m", "oomdoctor", "-q", "-f", "json"], capture_output=True, cwd=ROOT,
+                          timeout=120, input=(ROOT / "fixtures/vllm/vllm-054.log").read_bytes())
+    import json
+
+    assert json.loads(done.stdout)["summary"] == {"errors": 1, "warnings": 0}
+
+
+def test_streamed_jsonl_is_documented() -> None:
+    bullet = " ".join(README.split("- **`-f jsonl`**", 1)[1].split("\n- ", 1)[0].split())
+    assert "each as soon as the finding is final" in bullet
+    assert "`-f json` writes the whole report so far" in bullet
+
+
+def test_every_code_line_of_the_fixtures_remedies_is_shell_words() -> None:
+    """Each command and flag snippet of every fixture's remedies parses as shell words (shlex), with
+    no [REDACTED] inside a command: a redacted secret is an environment variable's reference."""
+    import json
+    import shlex
+
+    from oomdoctor.render.common import remedy_snippet
+    from oomdoctor.report import Remedy
+
+    seen = 0
+    for golden in sorted((ROOT / "fixtures").glob("*/*.expected.json")):
+        for finding in json.loads(golden.read_text(encoding="utf-8")).get("findings", []):
+            for r in finding.get("remedies", []):
+                remedy = Remedy.model_validate(r)
+                for line in [remedy_snippet(remedy), remedy.command or "", *(s.command for s in remedy.run)]:
+                    if line:
+                        seen += 1
+                        assert shlex.split(line), (golden.name, line)
+                        assert "[REDACTED]" not in line, (golden.name, line)
+    assert seen > 100

@@ -75,6 +75,9 @@ def _main(args: list[str]) -> int:
         from oomdoctor.cli.pydantic_plugins import skip_plugin_lookup
 
         skip_plugin_lookup()
+    shell = _shown_completion_shell(args)
+    if shell is not None:
+        return _show_completion(shell)
     try:
         if (args and args[0] in SUBCOMMANDS) or _completing_subcommand():
             from oomdoctor.cli.tools import app as tools_app
@@ -119,6 +122,40 @@ def _help_not_a_file(args: list[str]) -> list[str]:
         if arg in _FILE_OPTIONS and args[i + 1] in ("--help", "-h"):
             return ["--help"]
     return args
+
+
+#: the shells ``--show-completion SHELL`` writes a script for (typer's)
+SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+def _shown_completion_shell(args: list[str]) -> str | None:
+    """``--show-completion zsh`` (or ``=zsh``): the shell named, else None. typer's own option is
+    a flag when the shell can be detected, so the name would be taken for a FILE and the detected
+    shell's script printed instead."""
+    if not args or args[0] in SUBCOMMANDS:
+        return None
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg.startswith("--show-completion="):
+            return arg.split("=", 1)[1]
+        if arg == "--show-completion" and i + 1 < len(args) and args[i + 1] in SHELLS:
+            return args[i + 1]
+    return None
+
+
+def _show_completion(shell: str) -> int:
+    from oomdoctor.cli.errors import fail
+
+    if shell not in SHELLS:
+        from oomdoctor.i18n import _
+
+        return fail(_("--show-completion: unknown shell {shell} (choose {shells})").format(
+            shell=repr(shell), shells=", ".join(SHELLS)))
+    from typer.completion import get_completion_script
+
+    sys.stdout.write(get_completion_script(prog_name="oomdoctor", complete_var="_OOMDOCTOR_COMPLETE", shell=shell) + "\n")
+    return 0
 
 
 def _completing_subcommand() -> bool:

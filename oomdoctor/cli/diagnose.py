@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from oomdoctor import __version__
 from oomdoctor.cli.commands import SUBCOMMANDS
 from oomdoctor.cli.errors import fail, warn
-from oomdoctor.cli.live import LiveFindings, exit_code
+from oomdoctor.cli.live import LIVE_FORMATS, LiveFindings, exit_code
 from oomdoctor.cli.live import write_report as _write_report
 from oomdoctor.i18n import N_, _
 from oomdoctor.render import FORMATS
@@ -26,16 +26,9 @@ if TYPE_CHECKING:
 # Pipe mode starts passing input through before the rule pack, pydantic and the scanner are
 # imported (they load in the analyser thread); the other modes import them where they need them.
 
-#: the facts ``--hint KEY=VALUE`` may give, with what each means
-HINT_KEYS: dict[str, str] = {
-    "gpus": "GPUs available (tensor-parallel advice)",
-    "gpu": "GPU name, e.g. A10G or H100",
-    "gpu-memory": "memory per GPU, e.g. 24GiB",
-    "model": "model name from the catalog",
-    "model-config": "the model's config.json",
-    "vllm-version": "vLLM version (alias: version)",
-    "version": "the engine version",
-}
+from oomdoctor.hints import HINT_KEYS as HINT_KEYS
+from oomdoctor.hints import HintError, parse_hint_items
+
 HINT_HELP = N_(
     "Fact KEY=VALUE (repeatable), KEY one of: gpus, gpu, gpu-memory, model, model-config, vllm-version, "
     "version. E.g. gpus=2."
@@ -47,30 +40,41 @@ LANG_HELP = N_(
 
 HELP = N_(
     "Diagnose GPU out-of-memory failures in log FILEs (.gz/.bz2/.xz ok; '-' is stdin). With no FILE and "
-    "stdin a pipe, pass the input through to stdout and print the diagnosis on stderr.\n\n"
-    "Commands: oomdoctor run -- COMMAND (run and diagnose live), oomdoctor fit (pre-flight), "
-    "oomdoctor serve (HTTP service), oomdoctor rules list|show|test. See oomdoctor COMMAND --help.\n\n"
+    "stdin a pipe, pass the input through to stdout and print the diagnosis on stderr (with -q, nothing "
+    "passes through and the diagnosis goes to stdout).\n\n"
     "Exit status: 0 no out-of-memory failure (with --fail-on warning: no finding), 1 one was found, "
-    "2 usage or input error."
+    "2 usage or input error, 130 interrupted (Ctrl-C)."
 )
 
+#: the "Commands" section of ``oomdoctor --help`` (after the options, as click lists a group's)
+COMMANDS_HELP: tuple[tuple[str, str], ...] = (
+    ("run -- COMMAND", N_("Run COMMAND, pass its output through and diagnose it live.")),
+    ("fit", N_("Pre-flight: will a model fit on these GPUs, and with which flags?")),
+    ("serve", N_("HTTP service; Slack and Mattermost answers.")),
+    ("rules list|show|test", N_("List, show and test the rules.")),
+)
+COMMANDS_MORE = N_("See oomdoctor COMMAND --help.")
 
-class HintError(ValueError):
-    """A ``--hint`` that is not KEY=VALUE with a known KEY."""
+
+def _command_class() -> type:
+    """typer's command class, with a Commands section after the options in ``--help``."""
+    from typer.core import TyperCommand
+
+    class DiagnoseCommand(TyperCommand):
+        def format_options(self, ctx: Any, formatter: Any) -> None:
+            super().format_options(ctx, formatter)
+            with formatter.section(N_("Commands")):
+                formatter.write_dl([(name, _(text)) for name, text in COMMANDS_HELP])
+                formatter.write_paragraph()
+                formatter.write_text(_(COMMANDS_MORE))
+
+    return DiagnoseCommand
 
 
 def parse_hints(items: list[str]) -> dict[str, str]:
-    """``["gpus=2"]`` -> ``{"gpus": "2"}``; raises :class:`HintError` for a malformed or unknown key."""
-    hints: dict[str, str] = {}
-    for item in items:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise HintError(_("--hint expects KEY=VALUE, got {value}").format(value=repr(item)))
-        name = key.strip().replace("_", "-")
-        if name not in HINT_KEYS:
-            raise HintError(_("unknown --hint key {key} (known: {keys})").format(key=repr(key.strip()), keys=", ".join(HINT_KEYS)))
-        hints[name] = value.strip()
-    return hints
+    """``["gpus=2"]`` -> ``{"gpus": "2"}``; raises :class:`HintError` for a malformed hint, an
+    unknown key or a value the key does not take (:mod:`oomdoctor.hints`, shared with the server)."""
+    return parse_hint_items(items)
 
 
 def _version(value: bool) -> None:
@@ -104,8 +108,9 @@ def _build_app() -> typer.Typer:
 
     app = typer.Typer(add_completion=True, pretty_exceptions_enable=False, rich_markup_mode=None)
 
-    @app.command(help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+    @app.command(help=HELP, cls=_command_class(), context_settings={"help_option_names": ["-h", "--help"]})
     def diagnose(
+        ctx: typer.Context,
         files: Annotated[
             list[str] | None,
             typer.Argument(metavar="FILE", show_default=False, hidden=True, autocompletion=_complete_first_word),
@@ -134,6 +139,9 @@ def _build_app() -> typer.Typer:
         plain: Annotated[
             bool, typer.Option("--plain", help=N_("No colour, no rules (also when not a terminal or NO_COLOR is set)."))
         ] = False,
+        brief: Annotated[
+            bool, typer.Option("--brief", help=N_("One line per finding: where, kind, cause, first remedy."))
+        ] = False,
         lang: Annotated[
             str | None,
             typer.Option("--lang", help=LANG_HELP, metavar="LANG"),
@@ -142,9 +150,22 @@ def _build_app() -> typer.Typer:
             bool, typer.Option("--version", callback=_version, is_eager=True, help=N_("Print the version."))
         ] = False,
     ) -> int:
-        return run(files, fmt, output, quiet, hint, model_config, rules, fail_on, follow, plain, lang)
+        given = given_options(ctx)  # a default is not given: the config file's value then applies
+        return run(files, fmt if "fmt" in given else None, output, quiet, hint, model_config, rules,
+                   fail_on if "fail_on" in given else None, follow, plain, lang, brief)
 
     return app
+
+
+def given_options(ctx: Any) -> set[str]:
+    """The parameters of the command being run (``ctx``: typer's context) that the command line
+    gave, not their defaults. (typer may vendor click: the source is told by its name.)"""
+    given = set()
+    for name in ctx.params:
+        source = ctx.get_parameter_source(name)
+        if source is not None and getattr(source, "name", "") != "DEFAULT":
+            given.add(name)
+    return given
 
 
 def __getattr__(name: str) -> Any:
@@ -192,8 +213,8 @@ def plain_options(args: list[str]) -> dict[str, Any] | None:
         if arg in ("-q", "--quiet"):
             opts["quiet"] = True
             continue
-        if arg == "--plain":
-            opts["plain"] = True
+        if arg in ("--plain", "--brief"):
+            opts[arg[2:]] = True
             continue
         name, eq, value = arg.partition("=")
         if name not in _PLAIN_OPTIONS or (eq and not name.startswith("--")):
@@ -216,29 +237,64 @@ def plain_options(args: list[str]) -> dict[str, Any] | None:
 
 def run(
     files: list[str] | None = None,
-    fmt: str = "text",
+    fmt: str | None = None,
     output: str | None = None,
     quiet: bool = False,
     hint: list[str] | None = None,
     model_config: str | None = None,
     rules: list[str] | None = None,
-    fail_on: str = "error",
+    fail_on: str | None = None,
     follow: str | None = None,
     plain: bool = False,
     lang: str | None = None,
+    brief: bool = False,
 ) -> int:
     """``oomdoctor [FILE...]`` once the command line is parsed; returns the exit code.
 
-    The language (``--lang``, else ``OOMDOCTOR_LANG``, else the locale, see
-    :func:`oomdoctor.i18n.resolve_lang`) is in force for the diagnosis and its output."""
+    Options not given come from the config file (:mod:`oomdoctor.cli.config_file`), else the
+    defaults. The language (``--lang``, else ``OOMDOCTOR_LANG``, else the config file's, else the
+    locale, see :func:`oomdoctor.i18n.resolve_lang`) is in force for the diagnosis and its output."""
     from oomdoctor.i18n import resolve_lang, use_lang
 
     try:
-        chosen = resolve_lang(lang)
+        options = resolve_options(fmt, fail_on, plain, lang, brief)
+    except ValueError as exc:
+        return fail(str(exc))
+    try:
+        chosen = resolve_lang(options.lang)
     except ValueError as exc:
         return fail(f"--lang: {exc}")
     with use_lang(chosen):
-        return _run(files, fmt, output, quiet, hint, model_config, rules, fail_on, follow, plain)
+        return _run(files, options.fmt, output, quiet, hint, model_config, rules, options.fail_on, follow, options.plain,
+                    options.hints)
+
+
+class Options:
+    """The output options in force: the command line's, else the config file's, else the defaults."""
+
+    def __init__(self, fmt: str, fail_on: str, plain: bool, lang: str | None, hints: dict[str, str]) -> None:
+        self.fmt = fmt  # "brief" for --brief
+        self.fail_on = fail_on
+        self.plain = plain
+        self.lang = lang
+        self.hints = hints  # the config file's (a --hint of the same key wins)
+
+
+def resolve_options(fmt: str | None, fail_on: str | None, plain: bool, lang: str | None, brief: bool) -> Options:
+    """Raises ValueError (one line) for a config file that cannot be used, or ``--brief`` with a
+    format other than text."""
+    from oomdoctor.cli.config_file import load_config
+
+    cfg = load_config()
+    out = cfg.output
+    if lang is None and not os.environ.get("OOMDOCTOR_LANG"):
+        lang = out.get("lang")
+    chosen = fmt or out.get("format") or "text"
+    if brief and chosen != "text":
+        raise ValueError(_("--brief writes text; it does not combine with --format {value}").format(value=chosen))
+    if chosen == "text" and (brief or (fmt is None and out.get("brief"))):
+        chosen = "brief"
+    return Options(chosen, fail_on or out.get("fail-on") or "error", plain or bool(out.get("plain")), lang, cfg.hints)
 
 
 def _run(
@@ -252,13 +308,14 @@ def _run(
     fail_on: str,
     follow: str | None,
     plain: bool,
+    base_hints: dict[str, str] | None = None,
 ) -> int:
-    if fmt not in FORMATS:
+    if fmt not in FORMATS and fmt != "brief":
         return fail(_("unknown --format {value} (choose {choices})").format(value=repr(fmt), choices=", ".join(FORMATS)))
     if fail_on not in ("error", "warning"):
         return fail(_("unknown --fail-on {value} (choose error or warning)").format(value=repr(fail_on)))
     try:
-        hints = parse_hints(hint or [])
+        hints = {**(base_hints or {}), **parse_hints(hint or [])}
     except HintError as exc:
         return fail(str(exc))
     if model_config:
@@ -398,7 +455,8 @@ def _pipe_mode(
 
         return Scanner(pack, source="<stdin>", hints=hints)
 
-    live = LiveFindings(fmt == "text" and not output, plain=plain)
+    # nothing passed through (-q): the report is the output, on stdout like any filter's
+    live = LiveFindings(fmt in LIVE_FORMATS and not output, stream=sys.stdout if quiet else None, plain=plain, fmt=fmt)
     try:
         in_fd = sys.stdin.fileno()
         out_fd = None if quiet else sys.stdout.fileno()

@@ -39,10 +39,14 @@ def render_fit_text(res: Any, width: int | None = None) -> str:
         out.prose(head + source, "", " " * cell_len(head))
     out.lines.append("")
     if res.fits:
-        out.prose(_(
-            "FITS: {count} full-length requests at once ({length} tokens each, {needed} of KV cache each; "
-            "{budget} of KV cache)."
-        ).format(count=res.concurrency, length=res.max_model_len, needed=_size(res.kv_needed),
+        if res.concurrency == 1:
+            fits = _("FITS: 1 full-length request at a time ({length} tokens, {needed} of KV cache; {budget} of KV cache).")
+        else:
+            fits = _(
+                "FITS: {count} full-length requests at once ({length} tokens each, {needed} of KV cache each; "
+                "{budget} of KV cache)."
+            )
+        out.prose(fits.format(count=res.concurrency, length=res.max_model_len, needed=_size(res.kv_needed),
                  budget=_size(res.kv_budget)), "", "  ")
         return "".join(line + "\n" for line in out.lines)
     if res.kv_budget <= 0:
@@ -164,7 +168,7 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--vllm-version", help=N_("vLLM version (flags and defaults)."), metavar="VERSION")
         ] = None,
         enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help=N_("No CUDA graphs."))] = False,
-        fmt: Annotated[str, typer.Option("--format", help=N_("text or json."), metavar="FORMAT")] = "text",
+        fmt: Annotated[str, typer.Option("--format", "-f", help=N_("text or json."), metavar="FORMAT")] = "text",
         show_gpus: Annotated[bool, typer.Option("--list-gpus", help=N_("List the GPUs of the catalog."))] = False,
         show_models: Annotated[bool, typer.Option("--list-models", help=N_("List the models of the catalog."))] = False,
         lang: Annotated[str | None, typer.Option("--lang", help=LANG_HELP, metavar="LANG")] = None,

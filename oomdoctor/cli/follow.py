@@ -3,9 +3,10 @@
 The file is read from its start, then followed by name: when it is replaced (rotation: another
 inode at the path) the old file is read to its end and the new one from its start; when it
 shrinks (truncation, ``> file``) reading restarts at 0. A missing file is waited for. Findings are
-printed as soon as they are complete, or after ``QUIET_SECONDS`` without new lines. SIGINT or
-SIGTERM stops following; the summary is printed and the exit code says whether an OOM was found
-(0/1, like a finished file: interrupting is the normal way to stop following).
+printed as soon as they are complete, or after ``QUIET_SECONDS`` without new lines (``-f jsonl``: a
+record each; ``-f json``: the whole report so far, a JSON document each time). SIGINT or SIGTERM
+stops following; the summary is printed and the exit status is 130 or 143, as for the pipe and
+``tail -F`` (the findings are in the report; the exit status says how following ended).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from typing import BinaryIO
 
 from oomdoctor.cli.errors import fail
-from oomdoctor.cli.live import LiveFindings, exit_code
+from oomdoctor.cli.live import LIVE_FORMATS, LiveFindings, exit_code
 from oomdoctor.cli.pipe import QUIET_SECONDS, READ_SIZE, say
 from oomdoctor.i18n import _
 from oomdoctor.scanner import RuleTimeout, Scanner
@@ -50,16 +51,23 @@ def follow_file(path: str, pack: object, hints: dict[str, str], fmt: str, output
     except OSError as exc:
         return fail(_("{path}: cannot follow: {error}").format(path=path, error=exc.strerror or exc))
     scanner = Scanner(pack, source=path, hints=hints)  # type: ignore[arg-type]
-    live = LiveFindings(fmt == "text" and not output, stream=sys.stdout)
+    every_report = fmt == "json" and not output  # a JSON document per change (see LiveFindings)
+    live = LiveFindings(
+        (fmt in LIVE_FORMATS or every_report) and not output, stream=sys.stdout, fmt=fmt,
+        report_so_far=scanner.report_so_far if every_report else None,
+    )
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _raise_stop)
     follower = _Follower(path, scanner, live)
     error: str | None = None
+    stopped_by: int | None = None
     try:
         follower.loop()
-    except (KeyboardInterrupt, _Stop):
-        pass
+    except KeyboardInterrupt:
+        stopped_by = signal.SIGINT
+    except _Stop:
+        stopped_by = signal.SIGTERM
     except (RuleTimeout, FollowError) as exc:
         error = str(exc)
     except Exception as exc:  # analysis bug: say it in one line, still summarise
@@ -75,6 +83,8 @@ def follow_file(path: str, pack: object, hints: dict[str, str], fmt: str, output
     except Exception as exc:
         return fail(_("analysis failed: {error}: {detail}").format(error=type(exc).__name__, detail=" ".join(str(exc).split())))
     live.summary(report, fmt, output)
+    if stopped_by is not None:  # as the pipe and tail -F: 130 after Ctrl-C, 143 after SIGTERM
+        return 128 + int(stopped_by)
     return exit_code(report, fail_on)
 
 
@@ -98,7 +108,8 @@ class _Follower:
             fh = open(self.path, "rb", buffering=0)  # noqa: SIM115
         except FileNotFoundError:
             if not self.waiting_said:
-                say("oomdoctor: " + _("waiting for {path} to appear").format(path=self.path))
+                say("oomdoctor: " + _("cannot open {path}: No such file or directory; waiting for it to appear").format(
+                    path=self.path))
                 self.waiting_said = True
             return False
         except OSError as exc:

@@ -76,22 +76,53 @@ def write_report(report: Report, fmt: str, output: str | None, stream: object, p
     stream.flush()  # type: ignore[attr-defined]
 
 
-class LiveFindings:
-    """Prints findings on stderr as soon as the scanner finishes them (text format only)."""
+#: formats written as the findings become final (the others once, at the end)
+LIVE_FORMATS = ("text", "brief", "jsonl")
 
-    def __init__(self, live: bool, stream: Any = None, plain: bool = False) -> None:
+
+class LiveFindings:
+    """Writes findings as soon as the scanner finishes them: text (a block per finding) and JSON
+    Lines (a ``finding`` record per finding, the ``summary`` record at the end); the other formats
+    are written once, at the end. ``every_report``: ``-f json`` writes the whole report so far
+    (one JSON document) each time findings become final (``--follow``: a jq reader gets a
+    document per change; the last one is the final report)."""
+
+    def __init__(
+        self, live: bool, stream: Any = None, plain: bool = False, fmt: str = "text",
+        report_so_far: Any = None,
+    ) -> None:
         self.live = live
+        self.fmt = fmt if live else "text"
         self.stream = stream or sys.stderr
         self.plain = plain
         self.shown: set[int] = set()
+        #: ``() -> Report`` of the findings so far (``-f json`` under ``--follow``), else None
+        self.report_so_far = report_so_far
 
     def __call__(self, found: list[Finding]) -> None:
         self.shown.update(id(f) for f in found)
-        if self.live:
-            from oomdoctor.redaction import redact_findings
-            from oomdoctor.render.text import render_findings_text
+        if self.report_so_far is not None:
+            from oomdoctor.redaction import redact_report
+            from oomdoctor.render.json import render_json
 
-            self._write(render_findings_text(redact_findings(found), color=self._color()))
+            self._write(render_json(redact_report(self.report_so_far())))
+        elif self.live:
+            self._write(self._findings_text(found))
+
+    def _findings_text(self, found: list[Finding]) -> str:
+        from oomdoctor.redaction import redact_findings
+
+        if self.fmt == "jsonl":
+            from oomdoctor.render.json import finding_jsonl
+
+            return "".join(finding_jsonl(f) for f in redact_findings(found))
+        if self.fmt == "brief":
+            from oomdoctor.render.text import render_brief_findings
+
+            return render_brief_findings(redact_findings(found))
+        from oomdoctor.render.text import render_findings_text
+
+        return render_findings_text(redact_findings(found), color=self._color())
 
     def _color(self) -> bool:
         return color_for(self.stream) and not self.plain
@@ -110,18 +141,27 @@ class LiveFindings:
 
         ``partial``: analysis skipped some input, so "none found" covers only the rest."""
         try:
-            if not self.live:
+            if not self.live or self.report_so_far is not None:
                 write_report(report, fmt, output, self.stream, self.plain)
                 return
-            from oomdoctor.redaction import redact_findings
-            from oomdoctor.render.text import render_findings_text, summary_line
-
             rest = [f for f in report.findings if id(f) not in self.shown]
-            text = render_findings_text(redact_findings(rest), color=self._color()) if rest else ""
+            text = self._findings_text(rest) if rest else ""
+            if self.fmt == "jsonl":
+                from oomdoctor.redaction import redact_report
+                from oomdoctor.render.json import jsonl_summary
+
+                self._write(text + jsonl_summary(redact_report(report)))
+                return
+            from oomdoctor.render.text import summary_line
+
             line = summary_line(report)  # the same line as file mode
             if report.findings or not quiet:
                 if partial and not report.findings:
                     line = line[:-1] + " in the part analysed."
+                if self.fmt == "text":
+                    from oomdoctor.render.text import healthy_text
+
+                    text += healthy_text(report)
                 text += line + "\n"
             self._write(text)
         except OSError:

@@ -52,6 +52,7 @@ def register(app: typer.Typer) -> None:
 
 
 def run(
+    ctx: typer.Context,
     command: Annotated[
         list[str] | None, typer.Argument(metavar="COMMAND", hidden=True)
     ] = None,
@@ -74,21 +75,29 @@ def run(
                           metavar="FROM")
     ] = "command",
     plain: Annotated[bool, typer.Option("--plain", help=N_("No colour, no rules."))] = False,
+    brief: Annotated[
+        bool, typer.Option("--brief", help=N_("One line per finding: where, kind, cause, first remedy."))
+    ] = False,
     lang: Annotated[str | None, typer.Option("--lang", help=LANG_HELP, metavar="LANG")] = None,
 ) -> int:
-    from oomdoctor.cli.diagnose import HintError, parse_hints
+    from oomdoctor.cli.diagnose import HintError, given_options, parse_hints, resolve_options
     from oomdoctor.render import FORMATS
     from oomdoctor.rulepack import RulePackError, default_pack, load_pack
 
     argv = list(command or [])
     if not argv:
         return fail(_("run: no command given (usage: oomdoctor run -- COMMAND [ARGS...])"))
-    if fmt not in FORMATS:
+    try:
+        options = resolve_options(fmt if "fmt" in given_options(ctx) else None, None, plain, lang, brief)
+    except ValueError as exc:
+        return fail(str(exc))
+    fmt, plain, lang = options.fmt, options.plain, options.lang
+    if fmt not in FORMATS and fmt != "brief":
         return fail(_("unknown --format {value} (choose {choices})").format(value=repr(fmt), choices=", ".join(FORMATS)))
     if exit_status not in ("command", "findings"):
         return fail(_("unknown --exit-status {value} (choose command or findings)").format(value=repr(exit_status)))
     try:
-        hints = parse_hints(hint or [])
+        hints = {**options.hints, **parse_hints(hint or [])}
     except HintError as exc:
         return fail(str(exc))
     if model_config:
@@ -119,7 +128,7 @@ def run_command(
     argv: list[str], pack: object, hints: dict[str, str], fmt: str, output: str | None, *, use_pty: bool = False,
     exit_status: str = "command", plain: bool = False,
 ) -> int:
-    from oomdoctor.cli.diagnose import LiveFindings, warm_imports
+    from oomdoctor.cli.diagnose import LIVE_FORMATS, LiveFindings, warm_imports
     from oomdoctor.cli.pipe import run_pipe
     from oomdoctor.scanner import Scanner
 
@@ -130,6 +139,7 @@ def run_command(
         import pty
 
         read_fd, write_fd = pty.openpty()
+        _no_crlf(write_fd)
     else:
         read_fd, write_fd = os.pipe()
     try:
@@ -164,7 +174,7 @@ def run_command(
             exited_at.append(time.monotonic())
         return time.monotonic() - exited_at[0] > DRAIN_SECONDS
 
-    live = LiveFindings(fmt == "text" and not output, plain=plain)
+    live = LiveFindings(fmt in LIVE_FORMATS and not output, plain=plain, fmt=fmt)
     try:
         try:
             out_fd: int | None = sys.stdout.fileno()
@@ -190,6 +200,17 @@ def run_command(
     if status < 0:
         return 128 - status
     return status
+
+
+def _no_crlf(fd: int) -> None:
+    """A terminal turns each \\n the command writes into \\r\\n (ONLCR); the output passed
+    through is a log, so the pty keeps the command's bytes as written."""
+    import termios
+
+    with contextlib.suppress(termios.error):
+        attrs = termios.tcgetattr(fd)
+        attrs[1] &= ~termios.ONLCR
+        termios.tcsetattr(fd, termios.TCSANOW, attrs)
 
 
 def describe(argv: list[str]) -> str:

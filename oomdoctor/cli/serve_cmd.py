@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from oomdoctor.cli.errors import fail
+from oomdoctor.cli.errors import fail, warn
 from oomdoctor.i18n import N_, _
 
 #: uvicorn's log levels (uvicorn.config.LOG_LEVELS)
@@ -54,6 +54,8 @@ def register(app: typer.Typer) -> None:
             cfg.check_exposure()
         except (ConfigError, ValueError) as exc:
             return fail(str(exc))
+        for message in cfg.warnings():
+            warn(message)
         busy = port_in_use(cfg.host, cfg.port)
         if busy:
             return fail(_("cannot listen on {host}:{port}: {reason}").format(host=cfg.host, port=cfg.port, reason=busy))

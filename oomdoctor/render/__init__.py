@@ -29,6 +29,10 @@ def renderer(fmt: str) -> Callable[..., str]:
         from oomdoctor.render.text import render_text
 
         return render_text
+    if fmt == "brief":  # --brief: text, a line per finding (not a --format of its own)
+        from oomdoctor.render.text import render_brief
+
+        return render_brief
     raise ValueError(f"unknown format {fmt!r} (choose {', '.join(FORMATS)})")
 
 

@@ -139,8 +139,14 @@ def product_name(product: str) -> str:
 def occurrences_note(f: Finding) -> str:
     if f.occurrences <= 1:
         return ""
-    ranks = _(" on {n} ranks/workers").format(n=len(f.ranks)) if len(f.ranks) > 1 else ""
-    return f"{f.occurrences}×{ranks}"
+    if len(f.ranks) > 1:
+        return _("{count}× on {n} ranks/workers").format(count=f.occurrences, n=len(f.ranks))
+    return _("{count}×").format(count=f.occurrences)
+
+
+def phase_text(phase: str) -> str:
+    """A finding's phase as shown: its id (``kv-cache-alloc``), or "unknown" in words of the language."""
+    return _("unknown") if phase == "unknown" else phase
 
 
 def facts_of(ctx: Context) -> list[str]:
@@ -158,3 +164,69 @@ def facts_of(ctx: Context) -> list[str]:
 def by_source(report: Report) -> list[tuple[str, list[Finding]]]:
     """The report's sources in order, each with its own findings (each source is a run of its own)."""
     return [(source, [f for f in report.findings if f.location.source == source]) for source in dict.fromkeys(report.sources)]
+
+
+def failures_text(n: int) -> str:
+    """``1 out-of-memory failure``, ``2 out-of-memory failures``."""
+    return (_("{n} out-of-memory failure") if n == 1 else _("{n} out-of-memory failures")).format(n=n)
+
+
+def warnings_text(n: int, memory: bool = False) -> str:
+    """``0 warnings``, ``1 warning``; ``memory``: ``1 memory warning`` (when there is no failure)."""
+    if memory:
+        return (_("{n} memory warning") if n == 1 else _("{n} memory warnings")).format(n=n)
+    return (_("{n} warning") if n == 1 else _("{n} warnings")).format(n=n)
+
+
+def result_text(errors: int, warnings: int) -> str:
+    """The result of a run in words: ``1 out-of-memory failure, 0 warnings``, ``no out-of-memory
+    failure; 2 memory warnings``, ``no out-of-memory failure found``."""
+    if errors:
+        return _("{failures}, {warnings}").format(failures=failures_text(errors), warnings=warnings_text(warnings))
+    if warnings:
+        return _("no out-of-memory failure; {warnings}").format(warnings=warnings_text(warnings, memory=True))
+    return _("no out-of-memory failure found")
+
+
+#: below this many full-length requests at once, the KV cache is thin: a burst, or one long prompt
+#: with another running, waits or is preempted
+THIN_CONCURRENCY = 2.0
+#: below this much memory outside the engine's budget, another process or a larger CUDA-graph
+#: capture may not fit beside it
+THIN_HEADROOM = 1 << 30
+
+
+def healthy_facts(ctx: Context) -> tuple[list[tuple[str, str]], list[str]]:
+    """What a run without an out-of-memory failure shows about its memory (label, value), and the
+    warnings when the headroom is thin: weights, KV cache size and tokens, the requests of full
+    length it holds at once, the memory left outside the engine's budget."""
+    rows: list[tuple[str, str]] = []
+    warnings: list[str] = []
+    if ctx.weights_bytes:
+        rows.append((_("weights"), format_size(ctx.weights_bytes)))
+    if ctx.kv_cache_bytes or ctx.kv_cache_tokens:
+        size = format_size(ctx.kv_cache_bytes) if ctx.kv_cache_bytes else ""
+        tokens = _("{tokens} tokens").format(tokens=ctx.kv_cache_tokens) if ctx.kv_cache_tokens else ""
+        rows.append((_("KV cache"), f"{size} ({tokens})" if size and tokens else size or tokens))
+    concurrency = ctx.extra.get("max_concurrency")
+    if not isinstance(concurrency, (int, float)) and ctx.kv_cache_tokens and ctx.max_model_len:
+        concurrency = round(ctx.kv_cache_tokens / ctx.max_model_len, 2)
+    if isinstance(concurrency, (int, float)) and ctx.max_model_len:
+        rows.append((_("max concurrency"), _("{n:g} requests of {length} tokens at once").format(
+            n=concurrency, length=ctx.max_model_len)))
+        if concurrency < THIN_CONCURRENCY:
+            warnings.append(_(
+                "the KV cache holds {n:g} requests of full length ({length} tokens) at once: a second long request "
+                "waits or is preempted"
+            ).format(n=concurrency, length=ctx.max_model_len))
+    if ctx.gpu_total_bytes and ctx.gpu_memory_utilization:
+        left = round(ctx.gpu_total_bytes * (1 - ctx.gpu_memory_utilization))
+        rows.append((_("headroom"), _("{size} outside the engine's budget ({total} × (1 − {utilization:g}))").format(
+            size=format_size(left), total=format_size(ctx.gpu_total_bytes), utilization=ctx.gpu_memory_utilization)))
+        if left < THIN_HEADROOM:
+            warnings.append(_(
+                "only {size} of the GPU is left outside the engine's budget: another process on this GPU, or a "
+                "larger CUDA-graph capture, may not fit"
+            ).format(size=format_size(left)))
+    return rows, warnings
+

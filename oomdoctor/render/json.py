@@ -18,7 +18,11 @@ def finding_jsonl(finding: Finding) -> str:
 
 def render_jsonl(report: Report, **_: Any) -> str:
     """One ``finding`` object per line, then one ``summary`` line with the context (one per source too) and counts."""
-    lines = [finding_jsonl(f) for f in report.findings]
+    return "".join(finding_jsonl(f) for f in report.findings) + jsonl_summary(report)
+
+
+def jsonl_summary(report: Report) -> str:
+    """The closing ``summary`` record of ``-f jsonl`` (written last: the findings stream before it)."""
     tail = {
         "type": "summary",
         "schema_version": report.schema_version,
@@ -29,8 +33,7 @@ def render_jsonl(report: Report, **_: Any) -> str:
         "summary": report.summary.model_dump(),
         "lang": report.lang,
     }
-    lines.append(json.dumps(tail, separators=(",", ":")) + "\n")
-    return "".join(lines)
+    return json.dumps(tail, separators=(",", ":")) + "\n"
 
 
 def jsonl_json_schema() -> dict[str, Any]:

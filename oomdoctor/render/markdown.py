@@ -13,10 +13,13 @@ from oomdoctor.i18n import _
 from oomdoctor.render.common import (
     by_source,
     facts_of,
+    failures_text,
     figure_items,
     occurrences_note,
+    phase_text,
     product_name,
     remedy_headline,
+    result_text,
     where,
 )
 from oomdoctor.render.why import why_line
@@ -51,13 +54,9 @@ def summary_line(report: Report) -> str:
 def findings_summary(findings: list[Finding]) -> str:
     errors = sum(f.severity == "error" for f in findings)
     warnings = len(findings) - errors
-    if not findings:
-        return _("no out-of-memory failure found")
-    if not errors:
-        return _("no out-of-memory failure; {warnings} memory warning(s)").format(warnings=warnings)
-    if warnings:
-        return _("{errors} out-of-memory failure(s), {warnings} warning(s)").format(errors=errors, warnings=warnings)
-    return _("{errors} out-of-memory failure(s)").format(errors=errors)
+    if errors and not warnings:
+        return failures_text(errors)
+    return result_text(errors, warnings)
 
 
 def context_facts(report: Report) -> list[str]:
@@ -84,7 +83,7 @@ def finding_markdown(f: Finding) -> str:
     product = ""
     if f.product:
         product = " · " + _("product: {product}").format(product=f"**{product_name(f.product)}**")
-    out.append(f"{code_span(f.kind)} · " + _("phase **{phase}**").format(phase=f.phase) + product
+    out.append(f"{code_span(f.kind)} · " + _("phase **{phase}**").format(phase=phase_text(f.phase)) + product
                + f" · {location_text(f)}" + (f" · {occ}" if occ else ""))
     out.append("")
     out.append(code_block(_clip(f.message, MESSAGE_CHARS)))

@@ -14,7 +14,13 @@ import json
 from typing import Any
 
 from oomdoctor.i18n import _
-from oomdoctor.render.common import figure_items, occurrences_note, remedy_headline, remedy_snippet
+from oomdoctor.render.common import (
+    figure_items,
+    occurrences_note,
+    phase_text,
+    remedy_headline,
+    remedy_snippet,
+)
 from oomdoctor.render.markdown import context_facts, location_text, summary_line
 from oomdoctor.render.why import why_line
 from oomdoctor.report import Finding, Report
@@ -70,7 +76,7 @@ def finding_blocks(f: Finding, max_remedies: int = 6) -> list[dict[str, Any]]:
     sev = ":x:" if f.severity == "error" else ":warning:"
     occ = occurrences_note(f)
     head = (
-        f"{sev} *{esc(f.title)}*\n{code(f.kind)} · " + _("phase *{phase}*").format(phase=esc(f.phase))
+        f"{sev} *{esc(f.title)}*\n{code(f.kind)} · " + _("phase *{phase}*").format(phase=esc(phase_text(f.phase)))
         + f" · {esc(location_text(f))}"
         + (f" · {esc(occ)}" if occ else "")
     )

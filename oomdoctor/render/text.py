@@ -24,11 +24,13 @@ from oomdoctor.render.common import (
     figure_items,
     fits_label,
     occurrences_note,
+    phase_text,
     product_name,
     remedy_snippet,
+    result_text,
     where,
 )
-from oomdoctor.render.why import why_label, why_line
+from oomdoctor.render.why import why_line
 from oomdoctor.report import Finding, Report
 from oomdoctor.units import format_size
 
@@ -47,8 +49,8 @@ _KEEP = re.compile(r"(\d) (?=(?:[KMGT]i?B|B|bytes|tokens|GB|MB)(?![A-Za-z0-9_]))
 
 #: no line starts with these (closing punctuation, Japanese or not) ...
 _NO_START = frozenset("、。，．・：；？！ー）」』】〕〉》”’)]}%,.:;!?…")
-#: ... and none ends with these (opening brackets)
-_NO_END = frozenset("（「『【〔〈《“‘([{")
+#: ... and none ends with these (opening brackets; a full-width colon stays with what it introduces)
+_NO_END = frozenset("（「『【〔〈《“‘([{：")
 
 _STYLES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 
@@ -97,19 +99,47 @@ def _chunks(text: str) -> list[tuple[str, str]]:
     breaks between any two characters, except before closing and after opening punctuation."""
     out: list[tuple[str, str]] = []
     sep, cur = "", ""
-    for ch in text:
+    short = _short_words(text)
+    for i, ch in enumerate(text):
         if ch in " \t\n":
             if cur:
                 out.append((sep, cur))
                 sep, cur = "", ""
             sep += " "
             continue
-        if cur and (_wide(ch) or _wide(cur[-1])) and ch not in _NO_START and cur[-1] not in _NO_END:
+        if (
+            cur and (_wide(ch) or _wide(cur[-1])) and ch not in _NO_START and cur[-1] not in _NO_END
+            and not (short[i] and short[i - 1])
+        ):
             out.append((sep, cur))
             sep, cur = "", ""
         cur += ch
     if cur:
         out.append((sep, cur))
+    return out
+
+
+#: a run of at most this many wide letters between narrow text, spaces or punctuation is one word
+#: kept on one line (場所, 製品, エンジン: a label is not split across two lines)
+SHORT_WORD = 4
+
+
+def _short_words(text: str) -> list[bool]:
+    """For each character: whether it belongs to a short run of wide letters (see ``SHORT_WORD``)."""
+    letter = [_wide(ch) and ch not in _NO_START and ch not in _NO_END and not unicodedata.category(ch).startswith("P")
+              for ch in text]
+    out = [False] * len(text)
+    i = 0
+    while i < len(text):
+        if not letter[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(text) and letter[j]:
+            j += 1
+        if j - i <= SHORT_WORD:
+            out[i:j] = [True] * (j - i)
+        i = j
     return out
 
 
@@ -171,7 +201,10 @@ class TextLayout:
 
     def labelled(self, label: str, text: str, indent: str, *styles: str) -> None:
         """``label: text`` with the text's continuation lines under its first word."""
-        self.prose(f"{label} {text}", indent, indent + " " * (cell_len(label) + 1), *styles)
+        from oomdoctor.render.why import labelled_text
+
+        line = labelled_text(label, text)
+        self.prose(line, indent, indent + " " * (cell_len(line) - cell_len(text)), *styles)
 
     def code(self, text: str, indent: str = CODE) -> None:
         """A command or flags: one line, never wrapped."""
@@ -192,11 +225,11 @@ def finding_lines(f: Finding, out: TextLayout) -> None:
     _title(out, f)
     if f.product:
         head = _("{kind} · phase: {phase} · engine: {engine} · product: {product} · at {where}").format(
-            kind=f.kind, phase=f.phase, engine=f.engine, product=product_name(f.product), where=where(f)
+            kind=f.kind, phase=phase_text(f.phase), engine=f.engine, product=product_name(f.product), where=where(f)
         )
     else:
         head = _("{kind} · phase: {phase} · engine: {engine} · at {where}").format(
-            kind=f.kind, phase=f.phase, engine=f.engine, where=where(f)
+            kind=f.kind, phase=phase_text(f.phase), engine=f.engine, where=where(f)
         )
     occ = occurrences_note(f)
     if occ:
@@ -212,7 +245,7 @@ def finding_lines(f: Finding, out: TextLayout) -> None:
     why = why_line(f)  # "Why: ...": the cause in words, after the figures and before the remedies
     if why:
         out.lines.append("")
-        out.prose(why, BODY, BODY + " " * (cell_len(why_label()) + 1))
+        out.prose(why, BODY, BODY + " " * (cell_len(why) - cell_len(f.cause.summary if f.cause else "")))
     if f.remedies:
         out.lines.append("")
         out.lines.append(out.style(BODY + _("Remedies, best first:"), "bold"))
@@ -246,19 +279,37 @@ def render_findings_text(findings: list[Finding], *, color: bool = False, width:
     return "".join(line + "\n" for line in out.lines)
 
 
+def brief_line(f: Finding) -> str:
+    """``--brief``: one line per finding, never wrapped (terminals, CI logs, grep): where, kind,
+    cause and the first remedy with its flags or command."""
+    cause = f.cause.summary if f.cause is not None and f.cause.summary else f.title
+    line = f"{where(f)}: {f.kind}: {' '.join(cause.split())}"
+    if f.remedies:
+        r = f.remedies[0]
+        code = remedy_snippet(r) or (r.command or "") or (r.run[0].command if r.run else "")
+        fix = f"{r.title}: {code}" if code else r.title
+        line += " " + _("Fix: {fix}").format(fix=" ".join(fix.split()))
+    return line
+
+
+def render_brief_findings(findings: list[Finding], **_options: Any) -> str:
+    return "".join(brief_line(f) + "\n" for f in findings)
+
+
+def render_brief(report: Report, **_options: Any) -> str:
+    """``--brief``: a line per finding, then the summary line of every text report."""
+    return render_brief_findings(report.findings) + summary_line(report) + "\n"
+
+
 def summary_line(report: Report) -> str:
     """The last line of every text report, in file, pipe and run modes alike."""
-    errors = report.summary.errors
-    warnings = report.summary.warnings
-    if errors:
-        return _("oomdoctor: {errors} out-of-memory failure(s), {warnings} warning(s).").format(errors=errors, warnings=warnings)
-    if warnings:
-        return _("oomdoctor: no out-of-memory failure; {warnings} memory warning(s).").format(warnings=warnings)
-    return _("oomdoctor: no out-of-memory failure found.")
+    from oomdoctor.render.common import result_text
+
+    return _("oomdoctor: {result}.").format(result=result_text(report.summary.errors, report.summary.warnings))
 
 
 def per_source_lines(report: Report) -> list[str]:
-    """With several sources, one result line for each (``a.log: 1 out-of-memory failure(s), ...``)."""
+    """With several sources, one result line for each (``a.log: 1 out-of-memory failure, ...``)."""
     if len(report.sources) < 2:
         return []
     out = []
@@ -266,13 +317,7 @@ def per_source_lines(report: Report) -> list[str]:
         mine = [f for f in report.findings if f.location.source == source]
         errors = sum(f.severity == "error" for f in mine)
         warnings = len(mine) - errors
-        if errors:
-            result = _("{errors} out-of-memory failure(s), {warnings} warning(s)").format(errors=errors, warnings=warnings)
-        elif warnings:
-            result = _("no out-of-memory failure; {warnings} memory warning(s)").format(warnings=warnings)
-        else:
-            result = _("no out-of-memory failure found")
-        out.append(f"{source}: {result}")
+        out.append(f"{source}: {result_text(errors, warnings)}")
     return out
 
 
@@ -302,4 +347,26 @@ def render_text(report: Report, *, color: bool = False, width: int | None = None
                 for f in findings:
                     finding_lines(f, out)
         body = "".join(line + "\n" for line in out.lines)
-    return body + per_source + summary_line(report) + "\n"
+    return body + per_source + healthy_text(report, width) + summary_line(report) + "\n"
+
+
+def healthy_text(report: Report, width: int | None = None) -> str:
+    """A run without an out-of-memory failure is an answer too: what its log shows of the memory
+    (:func:`~oomdoctor.render.common.healthy_facts`), with a warning when the headroom is thin.
+    Empty with a failure, several sources or nothing to show."""
+    from oomdoctor.render.common import healthy_facts
+
+    if report.summary.errors or len(report.sources) > 1:
+        return ""
+    rows, warnings = healthy_facts(report.context)
+    if not rows:
+        return ""
+    out = TextLayout(terminal_width(width), False)
+    out.lines.append(_("What the log shows:"))
+    label = max(cell_len(k) for k, _v in rows)
+    for k, v in rows:
+        out.prose(f"{pad_cells(k, label)}  {v}", BODY, BODY + " " * (label + 2))
+    for w in warnings:
+        out.prose(_("Warning: {warning}").format(warning=w), BODY, BODY + "  ")
+    out.lines.append("")
+    return "".join(line + "\n" for line in out.lines)

@@ -122,6 +122,23 @@ class Lifetime(ScanState):
                 f.kind = kind_for(ctx.engine, self.pack.rule(f.rule).rule.kind)
         return ctx
 
+    def report_so_far(self) -> Report:
+        """The report of the findings final so far (each advised when :meth:`poll` returned it),
+        input continuing: ``--follow -f json`` writes one each time findings become final."""
+        ctx = self.context()
+        findings = list(self._findings)
+        return Report(
+            tool=Tool(version=__version__),
+            sources=list(self.sources),
+            findings=findings,
+            context=ctx,
+            contexts=[SourceContext.of(self.sources[0], ctx)],
+            summary=Summary(
+                errors=sum(f.severity == "error" for f in findings),
+                warnings=sum(f.severity == "warning" for f in findings),
+            ),
+        )
+
     def close(self) -> Report:
         """End of input: finish every finding, run the advisor, return the report.
 

@@ -65,8 +65,11 @@ class DiagnoseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     log: str = Field(description="The log text (the failure and the lines before it are enough).")
-    hints: dict[str, str] = Field(
-        default_factory=dict, description='User facts, e.g. {"gpus": "2"} (same keys as the CLI\'s --hint).'
+    hints: dict[str, Any] = Field(
+        default_factory=dict,
+        description='User facts, e.g. {"gpus": 2, "gpu": "A10G"}: the keys and checks of the CLI\'s --hint '
+        "(an unknown key or a value its key does not take is a 422 with the CLI's message).",
+        json_schema_extra={"additionalProperties": {"type": ["string", "number"]}},
     )
     format: Format = Field(default="json", description="json (the report), markdown, slack (Block Kit) or text.")
     lang: Lang | None = Field(
@@ -102,18 +105,23 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
-def _clean_hints(hints: dict[str, str]) -> dict[str, str]:
+def _clean_hints(hints: dict[str, Any]) -> dict[str, str]:
+    """The request's hints, checked as the CLI checks ``--hint`` (:func:`oomdoctor.hints.validate_hints`,
+    the same messages), after the limits and the refusal of hints that name server files."""
+    from oomdoctor.hints import HintError, hint_key, validate_hints
+
     if len(hints) > MAX_HINTS:
         raise LimitError(422, f"too many hints ({len(hints)}; at most {MAX_HINTS})")
-    out: dict[str, str] = {}
     for k, v in hints.items():
-        key = k.strip().replace("_", "-")
-        if not key or len(key) > 64 or len(v) > 256:
+        key = hint_key(k)
+        if not key or len(key) > 64 or len(str(v)) > 256:
             raise LimitError(422, "hint keys must be 1-64 characters and values at most 256")
         if key in FORBIDDEN_HINTS:
             raise LimitError(422, f"hint {key!r} refers to a file on the server and is not accepted over HTTP")
-        out[key] = v.strip()
-    return out
+    try:
+        return validate_hints(hints)
+    except HintError as exc:
+        raise LimitError(422, str(exc)) from None
 
 
 def _loads(body: bytes | str) -> Any:
@@ -174,11 +182,13 @@ def accept_language(header: str | None) -> str | None:
 
 def check_content_type(ctype: str) -> None:
     """415 for a body ``/v1/diagnose`` cannot read (checked before the body is read)."""
-    if ctype == "application/json" or ctype.startswith("text/") or ctype in _RAW_TYPES:
+    if ctype == "application/json" or ctype.startswith("text/") or ctype in _RAW_TYPES or ctype == FORM_TYPE:
         return
-    raise LimitError(415, f"unsupported content type {ctype!r}: send application/json, text/plain or application/gzip")
+    raise LimitError(415, f"unsupported content type {ctype!r}: send application/json, text/plain (or curl -d's form type) or application/gzip")
 
 
+#: curl's default for ``-d @file``: the body is the file's text (as text/plain, not form-decoded)
+FORM_TYPE = "application/x-www-form-urlencoded"
 _RAW_TYPES = ("application/gzip", "application/x-gzip", "application/octet-stream", "")
 
 
@@ -355,6 +365,8 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
             data, hints, fmt, body_lang = decode_diagnose(chunks, ctype, encoding, cfg.max_log, format, query_hints)
             if len(data) > cfg.max_log:
                 raise LimitError(413, f"log too large: the limit is {cfg.max_log} bytes")
+            if not data.strip():
+                raise LimitError(400, "empty log: send the log text as the body (curl --data-binary @server.log)")
             with use_lang(body_lang or lang or accept_language(request.headers.get("accept-language")) or "en"):
                 report = analyser.report(data, _clean_hints(hints), deadline)
                 del data

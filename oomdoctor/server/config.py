@@ -183,6 +183,19 @@ class ServerConfig:
         if min(self.header_timeout, self.body_timeout, self.keep_alive_timeout) <= 0:
             raise ConfigError(_("header, body and keep-alive timeouts must be positive"))
 
+    def warnings(self) -> list[str]:
+        """What this configuration leaves silently undone (said once at start-up): a Slack app
+        whose mentions are acknowledged but never answered, for want of a bot token."""
+        from oomdoctor.i18n import _
+
+        out = []
+        if self.slack_signing_secret and not self.slack_bot_token:
+            out.append(_(
+                "OOMDOCTOR_SLACK_SIGNING_SECRET is set but OOMDOCTOR_SLACK_BOT_TOKEN is not: slash commands "
+                "are answered, but app_mention and message events are acknowledged without an answer"
+            ))
+        return out
+
     def check_exposure(self) -> None:
         """Refuse a non-loopback address without an API token unless ``insecure``."""
         if is_loopback(self.host) or self.api_token or self.insecure:
