@@ -97,12 +97,11 @@ def _gpu(led: _Ledger, fig: dict[str, Any], ctx: Context, engine: str) -> None:
     led.add("capacity", total, "stated")
     if total is None:
         led.add("capacity", ctx.gpu_total_bytes, "stated", stated_here=False, note="from the log's context")
-    if led.get("capacity") is None and engine in _GGML_ENGINES:
+    if engine in _GGML_ENGINES:
         # llama.cpp names the device ("Device 0: NVIDIA A100 80GB PCIe") but never its size
-        spec = find_gpu(ctx.gpu_name)
+        spec = find_gpu(ctx.gpu_name) if led.get("capacity") is None else None
         if spec is not None:
             led.add("capacity", spec.memory_bytes, "assumed", note=f"the catalog's {spec.name}")
-    if engine in _GGML_ENGINES:
         led.add("weights", _int(ctx.extra.get("llama_gpu_weights_bytes")), "stated", stated_here=False,
                 note="the first GPU's weight buffer")
     cap = _int(fig.get("allowed_bytes")) or _int(fig.get("max_allowed_bytes"))

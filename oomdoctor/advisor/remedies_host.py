@@ -184,7 +184,7 @@ def ray_reduce_parallelism(inp: AdviceInput) -> Remedy | None:
     """Ray's own advice when its memory monitor kills a worker: "reducing task parallelism by
     requesting more CPUs per task". Doubling a task's ``num_cpus`` halves how many run at once on
     the node (Ray schedules by the CPUs each task requests)."""
-    if engine_of(inp) != "ray" and inp.finding.engine != "ray":
+    if engine_of(inp) != "ray":  # (the finding's own engine when it names Ray)
         return None
     if (inp.finding.product or inp.context.product or "").startswith("vllm"):
         return None  # vLLM's own Ray workers (one per GPU): the user does not size their tasks

@@ -60,38 +60,35 @@ def _knob(kind: str, knob: str, value: str) -> dict[str, dict[str, str]]:
     return {"flags" if kind == "flag" else "settings": {knob: value}}
 
 
+def _product_knob(rid: str, table: dict[str, tuple[str, str, str]], inp: AdviceInput) -> Remedy | None:
+    """``rid`` in the knob ``table`` gives the product the log names; None for a program with its own
+    levers or whose knob the table does not know."""
+    product = product_of(inp)
+    if _own_levers(inp) or product not in table:
+        return None
+    kind, knob, value = table[product]
+    return Remedy(
+        id=rid,
+        title=remedy_text(rid, "title", knob=knob),
+        fits=None,
+        confidence="medium",
+        why=remedy_text(rid, "why"),
+        **_knob(kind, knob, value),  # type: ignore[arg-type]
+    )
+
+
 @remedy("weights.offload")
 def offload(inp: AdviceInput) -> Remedy | None:
     """Keep part of the weights in host memory, with the program's own switch for it."""
-    product = product_of(inp)
-    if _own_levers(inp) or product not in OFFLOAD:
-        return None
-    kind, knob, value = OFFLOAD[product]
-    return Remedy(
-        id="weights.offload",
-        title=remedy_text("weights.offload", "title", knob=knob),
-        fits=None,
-        confidence="medium",
-        why=remedy_text("weights.offload", "why"),
-        **_knob(kind, knob, value),  # type: ignore[arg-type]
-    )
+    return _product_knob("weights.offload", OFFLOAD, inp)
 
 
 @remedy("weights.quantize-on-load")
 def quantize_on_load(inp: AdviceInput) -> Remedy | None:
     """Load the weights in 4 bits (about a quarter of bf16's 2 bytes per parameter)."""
-    product = product_of(inp)
-    if _own_levers(inp) or product not in QUANTIZE or checkpoint_quantized(inp.context):
+    if checkpoint_quantized(inp.context):
         return None
-    kind, knob, value = QUANTIZE[product]
-    return Remedy(
-        id="weights.quantize-on-load",
-        title=remedy_text("weights.quantize-on-load", "title", knob=knob),
-        fits=None,
-        confidence="medium",
-        why=remedy_text("weights.quantize-on-load", "why"),
-        **_knob(kind, knob, value),  # type: ignore[arg-type]
-    )
+    return _product_knob("weights.quantize-on-load", QUANTIZE, inp)
 
 
 @remedy("weights.smaller-model")

@@ -8,7 +8,7 @@ from oomdoctor import __version__
 from oomdoctor.context import product_for_engine
 from oomdoctor.fallback import is_fallback, kind_for
 from oomdoctor.reader import normalise
-from oomdoctor.report import Finding, Report, SourceContext, Summary, Tool
+from oomdoctor.report import Context, Finding, Report, SourceContext, Summary, Tool
 from oomdoctor.scan.state import (
     _GENERIC_ENGINES,
     AFTER_LINES,
@@ -125,8 +125,12 @@ class Lifetime(ScanState):
     def report_so_far(self) -> Report:
         """The report of the findings final so far (each advised when :meth:`poll` returned it),
         input continuing: ``--follow -f json`` writes one each time findings become final."""
-        ctx = self.context()
-        findings = list(self._findings)
+        return self._report(self.context(), list(self._findings))
+
+    def _report(self, ctx: Context, findings: list[Finding]) -> Report:
+        """The report of ``findings`` in the run whose context is ``ctx``: one scan is one run, its
+        sources after the first continue it (a rotated log), so ``contexts`` holds one, under the
+        first source's name."""
         return Report(
             tool=Tool(version=__version__),
             sources=list(self.sources),
@@ -150,18 +154,7 @@ class Lifetime(ScanState):
             self._done = True
         ctx = self.context()
         findings = list(self._findings)
-        report = Report(
-            tool=Tool(version=__version__),
-            sources=list(self.sources),
-            findings=findings,
-            context=ctx,
-            # one scan is one run: its sources after the first continue it (a rotated log)
-            contexts=[SourceContext.of(self.sources[0], ctx)],
-            summary=Summary(
-                errors=sum(f.severity == "error" for f in findings),
-                warnings=sum(f.severity == "warning" for f in findings),
-            ),
-        )
+        report = self._report(ctx, findings)
         if self._advise and findings:  # (no finding: nothing to advise, and nothing of it to import)
             from oomdoctor.advisor import advise
 
