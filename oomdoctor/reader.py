@@ -206,6 +206,10 @@ PREFIX_PATTERNS: tuple[str, ...] = (
     # epoch-milliseconds<tab>message
     r"EVENTS\t(?:\d{20,}\t\d{13}\t[^\t]+\t|\d{13}\t)",
     r"\d{13}\t",
+    # Google Cloud Logging's Logs Explorer rows copied: severity, RFC 3339 time in UTC and the
+    # summary fields shown, e.g. "INFO 2025-11-19T20:16:36.096625454Z [resource.labels.containerName: vllm] "
+    r"(?:DEFAULT|DEBUG|INFO|NOTICE|WARNING|ERROR|CRITICAL|ALERT|EMERGENCY) "
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z (?:\[[\w.]+: [^\]]*\] )*",
     # Kubernetes CRI: 2024-05-01T10:00:00.123456789Z stdout F
     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] ",
     # docker compose v2 / v1:  vllm-1  | ... , vllm_1  | ...

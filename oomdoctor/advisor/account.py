@@ -149,6 +149,10 @@ def _gpu(led: _Ledger, fig: dict[str, Any], ctx: Context, engine: str) -> None:
             if held is not None and capacity - free - held > 0:
                 led.add("outside-pytorch", capacity - free - held, "derived",
                         note="capacity − free − reserved by PyTorch: other processes and this process's CUDA context")
+    held = led.get("reserved")
+    if own is not None and held is not None and led.get("outside-pytorch") is None and own - held > 0:
+        led.add("outside-pytorch", own - held, "derived",
+                note="this process − reserved by PyTorch: its CUDA context and what another allocator holds")
     weights = _int(fig.get("weights_bytes"))
     led.add("weights", weights, "stated")
     led.add("weights", ctx.weights_bytes, "stated", stated_here=False)

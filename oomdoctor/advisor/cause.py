@@ -229,8 +229,12 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
     tokens = fig.get("kv_cache_tokens") or fig.get("estimated_max_model_len")
     spare, req, capacity = a("fragmentation"), a("request"), a("capacity")
     pages = page_shortfall(fig, context) if finding.rule == "sglang.kv-pool-exhausted" else None
+    others, outside = a("other-processes"), a("outside-pytorch")
     return {
         "capacity": a("capacity"), "free": a("free"), "request": a("request"), "cap": a("cap"),
+        # memory outside PyTorch's allocator that the process figures do not place in another process
+        "outside": outside if outside is not None and not _held_elsewhere(others, capacity) else None,
+        "pytorch_held": a("reserved"),
         "others": a("other-processes") if a("other-processes") is not None else a("outside-pytorch"),
         "held": held, "full_held": held if (held and capacity and held >= FULL_SHARE * capacity) else None,
         "oversize": req if (req and capacity and req > capacity) else None,
@@ -246,6 +250,11 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "kv_alloc": req if finding.phase == "kv-cache-alloc" and finding.kind.startswith("torch.") else None,
         "n_ctx": context.max_model_len if engine_for(finding, context) in ("llama.cpp", "ggml", "ollama") else None,
     }  # fmt: skip
+
+
+def _held_elsewhere(others: int | None, capacity: int | None) -> bool:
+    """The account places a share of the GPU that counts as the cause in other processes."""
+    return others is not None and capacity is not None and others >= OTHERS_SHARE * capacity
 
 
 def _zero_stage(fig: dict[str, Any], context: Context) -> str | None:

@@ -160,8 +160,13 @@ def _free_unlisted(inp: AdviceInput) -> Remedy | None:
     if cause is None or cause.id != "other-processes" or inp.finding.account is None:
         return None
     acc = inp.finding.account
-    held = acc.get("other-processes") or acc.get("outside-pytorch")
     total, free, req = acc.get("capacity"), acc.get("free"), acc.get("request")
+    others, outside = acc.get("other-processes"), acc.get("outside-pytorch")
+    # the process figures place the memory in other processes, or only outside PyTorch's allocator
+    # (another process, or this one's CUDA context and non-PyTorch pools: the log cannot tell)
+    elsewhere = others is not None and total is not None and others >= OTHERS_SHARE * total
+    held = others if elsewhere or outside is None else outside
+    why_key = "why_held" if elsewhere or outside is None else "why_outside"
     if held is None or total is None:
         # the cause was read from where it failed, not from sizes: say how to look, promise nothing
         return Remedy(
@@ -183,11 +188,12 @@ def _free_unlisted(inp: AdviceInput) -> Remedy | None:
         saves_bytes=held,
         fits=(free or 0) + held >= req if req else None,
         # a small share held elsewhere: sizing this process to the free memory is the cheaper change
-        confidence="high" if (req and held >= OTHERS_SHARE * total) else "medium",
+        # (memory outside PyTorch's allocator may be this process's own: who holds it is not known)
+        confidence="high" if (req and held >= OTHERS_SHARE * total and why_key == "why_held") else "medium",
         why=(
-            remedy_text("gpu.free-other-processes", "why_held_free", held=held, total=total, free=free)
+            remedy_text("gpu.free-other-processes", why_key + "_free", held=held, total=total, free=free)
             if free is not None
-            else remedy_text("gpu.free-other-processes", "why_held", held=held, total=total)
+            else remedy_text("gpu.free-other-processes", why_key, held=held, total=total)
         ),
         sources={"held": "derived from the message (capacity − free − this process)"},
     )

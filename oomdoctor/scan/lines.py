@@ -43,6 +43,14 @@ _VLLM_PROCESS = regex_cache.compile(
 )
 
 
+#: vLLM's own logger layout, "%(levelname)s %(asctime)s [%(filename)s:%(lineno)d]" with the date as
+#: "%m-%d %H:%M:%S" (vllm 0.6.3 logger.py _FORMAT / _DATE_FORMAT; 0.4-0.5 printed no "[" before
+#: the file, 0.10 on prints the path below vllm/): a line so prefixed comes from vLLM
+_VLLM_LOGGER = regex_cache.compile(
+    r"(?:^|[\s)])(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./\-]+\.py:\d+\]$"
+)
+
+
 def _lines_before(block: bytes, lo: int, stop: int, number: int, most: int) -> list[tuple[int, bytes]]:
     """Up to ``most`` lines of ``block[lo:stop]`` (``stop`` at a line start) that end right before
     ``stop``, the nearest first, as ``(line number, bytes)``: the one ending there is ``number``."""
@@ -292,6 +300,8 @@ class LineAssembly(ScanState):
         """Keep a line read among the recent ones; a vLLM process name in its prefix votes for
         vLLM, a product's process name (rules/products.toml ``processes``) for the product."""
         self._recent.append(line)
+        if line.prefix.endswith("]") and _VLLM_LOGGER.search(line.prefix):
+            self._collector.vote_engine("vllm", line.number)
         if line.rank is not None:
             if _VLLM_PROCESS.match(line.rank):
                 self._collector.vote_engine("vllm", line.number)
