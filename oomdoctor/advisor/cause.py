@@ -35,6 +35,10 @@ FRAGMENTATION_SHARE = 0.05
 SEGMENT_ROUNDING = 20 * 2**20
 #: engines that pre-allocate a pool (the KV cache) to a share of the GPU and then run outside it
 _POOL_ENGINES = ("vllm", "sglang", "tgi", "tensorrt-llm")
+#: an XLA allocation under this size fails because JAX's pre-allocated pool is full (75 % of the GPU by
+#: default: jax 0.4 docs "GPU memory allocation", XLA_PYTHON_CLIENT_MEM_FRACTION), not because one
+#: step's buffers are large: no batch worth tuning asks for less
+XLA_SMALL_REQUEST = 512 * 2**20
 #: no single device has more memory than this (MI355X: 288 GB): a larger request is not a tuning matter
 LARGEST_DEVICE = 288 * GiB
 
@@ -188,6 +192,13 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         # a serving engine pre-allocated its pool (KV cache) to a share of the GPU; an allocation
         # outside the pool (an activation, a sampler or compile buffer) found too little left
         return "engine-headroom", ["capacity", "this-process", "cap", "free", "request"]
+    if (
+        kind.startswith("xla.") and engine in ("jax", "xla") and req is not None and req < XLA_SMALL_REQUEST
+        and not fig.get("tensor_shape")
+    ):
+        # JAX serves every buffer from the pool it pre-allocated at start-up: a request this small
+        # failing means the pool is full or was cut short, not that this step's buffers are large
+        return "memory-cap", ["request"]
     if phase == "training" or engine in _TRAINING_TOOLS:
         if fig.get("zero_stage") is not None or context.extra.get("zero_stage") is not None:
             return "training-state", []
@@ -247,6 +258,7 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "page": pages.page_size if pages else None, "page_worst": pages.worst if pages else None,
         "evictable_tokens": fig.get("evictable_tokens") if pages else None,
         "zero_stage": _zero_stage(fig, context),
+        "xla_small": req if (finding.kind.startswith("xla.") and req is not None and req < XLA_SMALL_REQUEST) else None,
         "kv_alloc": req if finding.phase == "kv-cache-alloc" and finding.kind.startswith("torch.") else None,
         "n_ctx": context.max_model_len if engine_for(finding, context) in ("llama.cpp", "ggml", "ollama") else None,
     }  # fmt: skip

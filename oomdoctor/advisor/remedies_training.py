@@ -73,6 +73,8 @@ def gradient_checkpointing(inp: AdviceInput) -> Remedy | None:
     sure = _training(inp)
     if not (sure or _maybe_training(inp)) or is_true(setting(inp, "gradient_checkpointing")):
         return None
+    if inp.context.extra.get("gradient_frame"):
+        return None  # DDP allocating its gradient buckets: before any forward pass, no activation yet
     return Remedy(
         id="training.gradient-checkpointing",
         title=remedy_text("training.gradient-checkpointing", "title" if sure else "title_maybe"),
@@ -168,3 +170,76 @@ def dataloader_workers(inp: AdviceInput) -> Remedy | None:
         confidence="low",
         why=remedy_text("training.dataloader-workers", "why_now" if cur else "why", current=cur),
     )
+
+
+#: product -> (kind, knob, value): how the program shards weights, gradients and optimizer states
+#: across the data-parallel GPUs (ZeRO-3 / FSDP)
+#: - hf-trainer, transformers, trl: TrainingArguments `fsdp` (transformers 4.40 training_args.py,
+#:   FSDPOption "full_shard" and "auto_wrap"); TRL's trainers take the same TrainingArguments
+#: - accelerate: `accelerate launch --use_fsdp` (accelerate 0.30 commands/launch.py)
+#: - llama-factory: `deepspeed: examples/deepspeed/ds_z3_config.json` (LLaMA-Factory's README and
+#:   the config file it ships)
+#: - axolotl: `deepspeed: deepspeed_configs/zero3.json` (the configs axolotl ships)
+#: - deepspeed-chat: `--zero_stage 3` (DeepSpeedExamples applications/DeepSpeed-Chat training main.py)
+#: - torchtune: the `full_finetune_distributed` recipe (FSDP), launched with `tune run --nproc_per_node`
+SHARD: dict[str, tuple[str, str, str]] = {
+    "hf-trainer": ("setting", "TrainingArguments(fsdp=...)", '"full_shard auto_wrap"'),
+    "transformers": ("setting", "TrainingArguments(fsdp=...)", '"full_shard auto_wrap"'),
+    "trl": ("setting", "TrainingArguments(fsdp=...)", '"full_shard auto_wrap"'),
+    "accelerate": ("flag", "--use_fsdp", ""),
+    "llama-factory": ("setting", "deepspeed", "examples/deepspeed/ds_z3_config.json"),
+    "axolotl": ("setting", "deepspeed", "deepspeed_configs/zero3.json"),
+    "deepspeed-chat": ("flag", "--zero_stage", "3"),
+    "torchtune": ("setting", "recipe", "full_finetune_distributed"),
+}
+
+#: product -> (kind, knob, value): how the program trains low-rank adapters instead of every weight
+#: - hf-trainer, transformers, trl: peft's `get_peft_model(model, LoraConfig(...))` (peft 0.10)
+#: - llama-factory: `finetuning_type: lora` (src/llamafactory/hparams/finetuning_args.py)
+#: - axolotl: `adapter: lora` (axolotl config reference)
+#: - deepspeed-chat: `--lora_dim 128 --only_optimize_lora` (DeepSpeed-Chat training main.py)
+#: - torchtune: the `lora_finetune_*` recipes
+LORA: dict[str, tuple[str, str, str]] = {
+    "hf-trainer": ("setting", "get_peft_model(model, ...)", "LoraConfig(r=16)"),
+    "transformers": ("setting", "get_peft_model(model, ...)", "LoraConfig(r=16)"),
+    "trl": ("setting", "peft_config", "LoraConfig(r=16)"),
+    "llama-factory": ("setting", "finetuning_type", "lora"),
+    "axolotl": ("setting", "adapter", "lora"),
+    "deepspeed-chat": ("flag", "--only_optimize_lora --lora_dim", "128"),
+    "torchtune": ("setting", "recipe", "lora_finetune_single_device"),
+}
+
+
+def _training_product(inp: AdviceInput) -> str | None:
+    return inp.finding.product or inp.context.product
+
+
+def _product_setting(rid: str, table: dict[str, tuple[str, str, str]], inp: AdviceInput) -> Remedy | None:
+    product = _training_product(inp)
+    if not _training(inp) or product not in table:
+        return None
+    kind, knob, value = table[product]
+    return Remedy(
+        id=rid,
+        title=remedy_text(rid, "title", knob=knob),
+        fits=None,
+        confidence="medium",
+        why=remedy_text(rid, "why"),
+        **({"flags": {knob: value}} if kind == "flag" else {"settings": {knob: value}}),  # type: ignore[arg-type]
+    )
+
+
+@remedy("training.shard-state")
+def shard_state(inp: AdviceInput) -> Remedy | None:
+    """ZeRO-3 / FSDP in the program's own setting (a DeepSpeed config has training.deepspeed-zero)."""
+    if _is_deepspeed(inp) and _training_product(inp) not in SHARD:
+        return None
+    return _product_setting("training.shard-state", SHARD, inp)
+
+
+@remedy("training.lora")
+def lora(inp: AdviceInput) -> Remedy | None:
+    """Train low-rank adapters: gradients and optimizer states only for the adapters."""
+    if is_true(setting(inp, "lora")) or str(setting(inp, "finetuning_type") or "") in ("lora", "qlora"):
+        return None
+    return _product_setting("training.lora", LORA, inp)

@@ -1,5 +1,5 @@
 """What a traceback's training frames say (rules/training.toml `deepspeed.zero-frame`,
-`torch.optimizer-step-frame`): the failing allocation is training state (ZeRO partitions, optimizer
+`torch.optimizer-step-frame`, `torch.ddp-reducer-frame`): the failing allocation is training state (ZeRO partitions, optimizer
 states), and the ZeRO stage where the file names it."""
 
 from __future__ import annotations
@@ -16,5 +16,5 @@ def frame_stage(extra: dict[str, Any]) -> str | None:
 
 
 def shows_training_state(extra: dict[str, Any]) -> bool:
-    """A ZeRO optimizer frame or an optimizer-step frame is in the log."""
-    return frame_stage(extra) is not None or bool(extra.get("optimizer_frame"))
+    """A ZeRO optimizer frame, an optimizer-step frame or DDP's gradient buckets is in the log."""
+    return frame_stage(extra) is not None or bool(extra.get("optimizer_frame") or extra.get("gradient_frame"))
