@@ -175,6 +175,9 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     ):
         # the failing allocation is the cache (sized from the budget, or from n_ctx), not an activation
         return "kv-cache-exceeds-free", ["capacity", "this-process", "free", "request", "kv-cache"]
+    if kind.startswith("trtllm.") and "kv cache" in str(fig.get("component") or "").lower():
+        # TensorRT-LLM names the executor component it could not create: the KV cache pool
+        return "kv-cache-exceeds-free", ["capacity", "free"]
     # -- what was running ----------------------------------------------------------------------
     if kind.startswith("torch.") and shows_training_state(context.extra):
         # the traceback is in a ZeRO optimizer or the optimizer step: training state, not activations

@@ -162,6 +162,28 @@ def shortage(inp: AdviceInput) -> tuple[int, str] | None:
     return None
 
 
+@remedy("vllm.kv-cache-memory-bytes")
+def kv_cache_memory_bytes(inp: AdviceInput) -> Remedy | None:
+    """The user sized the KV cache (``--kv-cache-memory-bytes``, vLLM >= 0.11) and one request of the
+    max length needs more: the value is what vLLM says is needed, rounded up to 0.01 GiB. Whether
+    the GPU holds it is not known: vLLM's "Initial free memory" is measured before the weights load."""
+    needed = inp.fig("kv_cache_needed_bytes")
+    if not is_vllm(inp) or not _kv_bytes_set(inp) or not needed:
+        return None
+    step = GiB // 100
+    value = -(-int(needed) // step) * step
+    return Remedy(
+        id="vllm.kv-cache-memory-bytes",
+        title=remedy_text("vllm.kv-cache-memory-bytes", "title", size=value),
+        flags={"--kv-cache-memory-bytes": str(value)},
+        saves_bytes=None,
+        fits=None,
+        confidence="medium",
+        why=remedy_text("vllm.kv-cache-memory-bytes", "why", needed=int(needed), size=value),
+        sources={"needed": "message"},
+    )
+
+
 @remedy("vllm.max-model-len")
 def max_model_len(inp: AdviceInput) -> Remedy | None:
     if not is_vllm(inp):
@@ -219,9 +241,14 @@ def _util_cap(f: Facts, inp: AdviceInput) -> tuple[float, str]:
     return MAX_UTILIZATION, remedy_text(_KV, "cap_ceiling")
 
 
+def _kv_bytes_set(inp: AdviceInput) -> bool:
+    """The KV cache has the size the user set (``kv_cache_memory_bytes``): the utilization does not size it."""
+    return bool(inp.context.extra.get("kv_cache_memory_set"))
+
+
 @remedy(_KV)
 def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
-    if not is_vllm(inp):
+    if not is_vllm(inp) or _kv_bytes_set(inp):
         return None
     f = get_facts(inp)
     short = shortage(inp)
@@ -280,7 +307,7 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
     Value: the current utilization (message, context, or the version's default) + :data:`UTILIZATION_STEP`,
     never above oomdoctor's ceiling or free/total.
     """
-    if not is_vllm(inp) or raise_utilization_for_kv(inp) is not None:
+    if not is_vllm(inp) or _kv_bytes_set(inp) or raise_utilization_for_kv(inp) is not None:
         return None
     f = get_facts(inp)
     if not f.utilization:
