@@ -8,8 +8,19 @@ from tests.engines_util import diagnose, only_error, remedy, remedy_ids
 def test_jax_env_remedies() -> None:
     f = only_error(diagnose("jax/other-039.log"))
     assert remedy(f, "xla.mem-fraction").env == {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95"}
-    assert remedy(f, "xla.preallocate-false").env == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     assert remedy(f, "xla.allocator-platform").env == {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}
+    # a 4.44 GiB buffer of one step: allocating on demand gives JAX no more memory (withheld)
+    assert f.cause is not None and f.cause.id == "activation-peak"
+    assert "xla.preallocate-false" not in remedy_ids(f)
+
+
+def test_small_jax_request_is_the_preallocated_pool() -> None:
+    """6 MiB failing (other-038): the pool XLA_PYTHON_CLIENT_MEM_FRACTION pre-allocated is full."""
+    f = only_error(diagnose("jax/other-038.log"))
+    assert f.cause is not None and f.cause.id == "memory-cap"
+    assert f.cause.summary.startswith("A 6.00 MiB allocation failed: JAX serves every buffer from the pool")
+    assert remedy_ids(f)[:2] == ["xla.mem-fraction", "xla.preallocate-false"]
+    assert remedy(f, "xla.preallocate-false").env == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
 
 def test_tf_batch_from_shape_and_no_jax_env() -> None:

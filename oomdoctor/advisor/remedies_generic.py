@@ -7,6 +7,7 @@ from oomdoctor.advisor.cause import FRAGMENTATION_SHARE, OTHERS_SHARE, SEGMENT_R
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.run_steps import list_gpu_processes
+from oomdoctor.advisor.training_frames import shows_training_state
 from oomdoctor.advisor.values import ceil_to, floor_to, fmt_fraction
 from oomdoctor.report import Remedy
 
@@ -208,6 +209,8 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
     engines = {inp.context.engine, inp.finding.engine}
     if engines & set(_OWN_BATCHING):
         return None  # a server batches by itself (max-num-seqs, max-running-requests, ...); XLA has xla.reduce-batch
+    if shows_training_state(inp.context.extra):
+        return None  # the failing frame allocates optimizer state, ZeRO partitions or DDP buckets: no batch in them
     req = inp.fig("requested_bytes")
     return Remedy(
         id="torch.reduce-batch",

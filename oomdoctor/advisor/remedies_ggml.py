@@ -148,7 +148,7 @@ def num_gpu(inp: AdviceInput) -> Remedy | None:
     per_layer = repeating / (model_layers - 1) if (repeating and model_layers and model_layers > 1) else _per_layer(inp, offloaded)
     fit = _layers_fit("ollama.num-gpu", offloaded, free, per_layer, _failed_request(inp))
     if fit is None:
-        return None
+        return _num_gpu_unsized(inp)
     value, why, computed = fit
     return Remedy(
         id="ollama.num-gpu",
@@ -157,6 +157,22 @@ def num_gpu(inp: AdviceInput) -> Remedy | None:
         fits=True if computed else None,
         confidence="medium" if computed else "low",
         why=join_sentences([why, remedy_text("ollama.num-gpu", "why_set")]),
+    )
+
+
+def _num_gpu_unsized(inp: AdviceInput) -> Remedy | None:
+    """The weights do not fit and the log shows neither the layers offloaded nor the free memory:
+    fewer layers is still the lever, with no number to put on it."""
+    cause = inp.finding.cause
+    if cause is None or cause.id != "weights-exceed-device":
+        return None
+    return Remedy(
+        id="ollama.num-gpu",
+        title=remedy_text("ollama.num-gpu", "title_unsized"),
+        fits=None,
+        confidence="low",
+        # (no value: num_gpu is a count of layers, and the log shows neither the count nor the sizes)
+        why=join_sentences([remedy_text("ollama.num-gpu", "why_unsized"), remedy_text("ollama.num-gpu", "why_set")]),
     )
 
 

@@ -43,7 +43,7 @@ def add_swap(inp: AdviceInput) -> Remedy | None:
     """
     rss = resident_bytes(inp)
     if not rss:
-        return None
+        return _add_swap_unsized(inp)
     return Remedy(
         id="host.add-swap",
         title=remedy_text("host.add-swap", "title"),
@@ -52,6 +52,25 @@ def add_swap(inp: AdviceInput) -> Remedy | None:
         confidence="medium",
         why=remedy_text("host.add-swap", "why", rss=rss),
         sources={"rss": "message"},
+    )
+
+
+def _add_swap_unsized(inp: AdviceInput) -> Remedy | None:
+    """The kernel killed the process for host RAM and the log does not size it: swap for the peak,
+    left to the reader to size. A failed allocation is not such a peak: one request that host RAM
+    cannot hold (a tensor, a buffer, the weights) needs a smaller request, and swap only slows it."""
+    cause = inp.finding.cause
+    if cause is None or cause.id != "host-ram" or inp.fig("requested_bytes") or inp.fig("buffer_bytes"):
+        return None
+    if inp.finding.kind == "ollama.system-memory-insufficient":
+        return None  # ollama compared the model's steady need with the RAM: not a peak to spill
+    return Remedy(
+        id="host.add-swap",
+        title=remedy_text("host.add-swap", "title"),
+        settings={"swap size": remedy_text("host.add-swap", "setting_unsized")},
+        fits=None,
+        confidence="low",
+        why=remedy_text("host.add-swap", "why_unsized"),
     )
 
 

@@ -31,7 +31,7 @@ def _is_deepspeed(inp: AdviceInput) -> bool:
 
 @remedy("training.batch-accumulation")
 def batch_accumulation(inp: AdviceInput) -> Remedy | None:
-    if not _training(inp):
+    if not _training(inp) or shows_training_state(inp.context.extra):
         return None
     per = as_int(setting(inp, "per_device_train_batch_size"))
     if not per or per < 2:
@@ -73,8 +73,10 @@ def gradient_checkpointing(inp: AdviceInput) -> Remedy | None:
     sure = _training(inp)
     if not (sure or _maybe_training(inp)) or is_true(setting(inp, "gradient_checkpointing")):
         return None
-    if inp.context.extra.get("gradient_frame"):
-        return None  # DDP allocating its gradient buckets: before any forward pass, no activation yet
+    if shows_training_state(inp.context.extra):
+        # the failing frame allocates training state (DDP's gradient buckets before any forward pass,
+        # a ZeRO partition, the optimizer step's states): recomputing activations frees none of it
+        return None
     return Remedy(
         id="training.gradient-checkpointing",
         title=remedy_text("training.gradient-checkpointing", "title" if sure else "title_maybe"),

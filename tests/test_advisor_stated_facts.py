@@ -1,0 +1,164 @@
+"""The advisor reads what the log states before it advises: the engine behind a bare traceback, memory
+held outside PyTorch's allocator, training state in the failing frame, a KV cache already 8-bit or
+sized in bytes, a checkpoint already quantized. Each case is a real log's line (the corpus id in the
+docstring) or a fixture."""
+
+from __future__ import annotations
+
+from oomdoctor.reader import split_prefix
+from tests.engines_util import diagnose, diagnose_text, only_error, remedy, remedy_ids
+
+_TORCH_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 546.00 MiB. GPU 0 has a total capacity of "
+    "15.77 GiB of which 514.19 MiB is free. Process 562167 has 15.25 GiB memory in use. Of the allocated memory "
+    "13.73 GiB is allocated by PyTorch, with 46.00 MiB allocated in private pools (e.g., CUDA Graphs), and "
+    "736.86 MiB is reserved by PyTorch but unallocated."
+)
+
+
+def test_vllm_logger_layout_names_vllm() -> None:
+    """fresh-079: a one-line torch OOM printed through vLLM's logger is vLLM's, not plain PyTorch's."""
+    f = only_error(diagnose_text(f"ERROR 04-01 23:46:56 [engine.py:160] {_TORCH_OOM}\n"))
+    assert (f.engine, f.product) == ("vllm", "vllm-serve")
+    assert f.cause is not None and f.cause.id == "engine-headroom"
+    assert remedy_ids(f)[0] == "vllm.gpu-memory-utilization.lower"
+    assert "torch.reduce-batch" not in remedy_ids(f)
+
+
+def test_the_same_line_without_vllms_layout_stays_pytorch() -> None:
+    f = only_error(diagnose_text(f"ERROR 2024-04-01 23:46:56,123 {_TORCH_OOM}\n"))
+    assert f.engine == "pytorch"
+
+
+def test_gcp_logs_explorer_row_is_a_prefix() -> None:
+    """vllm-038: Logs Explorer rows carry severity, time and labels before vLLM's own prefix."""
+    prefix, message, rank = split_prefix(
+        "INFO 2025-11-19T20:16:36.096625454Z [resource.labels.containerName: vllm] "
+        "(EngineCore_DP0 pid=270) ERROR 11-19 12:16:36 [v1/engine/core.py:842] torch.OutOfMemoryError: CUDA"
+    )
+    assert message == "torch.OutOfMemoryError: CUDA"
+    assert rank == "EngineCore_DP0 pid=270"
+    assert prefix.endswith("[v1/engine/core.py:842]")
+
+
+def test_async_engine_loop_names_vllm() -> None:
+    """new-022: AsyncLLMEngine's 'Engine loop is not running' wraps a HIP OOM."""
+    f = only_error(diagnose("vllm/new-022.log"))
+    assert f.engine == "vllm"
+    assert f.cause is not None and f.cause.id == "engine-headroom"
+
+
+def test_memory_outside_pytorchs_allocator_is_not_called_other_processes() -> None:
+    """other-026: 22.18 GiB in use by the process, 0 B of it PyTorch's: it is outside the allocator
+    (another process, or this one's non-PyTorch pools) and the advice says so, at medium confidence."""
+    f = only_error(diagnose("trtllm/other-026.log"))
+    assert f.account is not None and f.account.get("outside-pytorch") == 23815593656
+    assert f.cause is not None and f.cause.id == "other-processes"
+    assert f.cause.summary.startswith("22.18 GiB of the GPU's 22.19 GiB is held outside PyTorch's allocator, which holds 0 B")
+    first = f.remedies[0]
+    assert (first.id, first.saves_bytes, first.confidence) == ("gpu.free-other-processes", 23815593656, "medium")
+    assert "held outside PyTorch's allocator" in first.why
+
+
+def test_ddp_gradient_buckets_are_training_state() -> None:
+    """other-009: DistributedDataParallel's Reducer allocates a second copy of the model for the
+    gradients: training state, sharded in the trainer's own setting; no batch or checkpointing advice."""
+    f = only_error(diagnose("transformers/other-009.log"))
+    assert f.cause is not None and f.cause.id == "training-state"
+    assert remedy(f, "training.shard-state").settings == {"TrainingArguments(fsdp=...)": '"full_shard auto_wrap"'}
+    assert remedy(f, "training.lora").settings == {"get_peft_model(model, ...)": "LoraConfig(r=16)"}
+    assert remedy_ids(f)[:2] == ["training.shard-state", "training.lora"]
+    for rid in ("training.gradient-checkpointing", "torch.reduce-batch", "training.batch-accumulation"):
+        assert rid not in remedy_ids(f)
+
+
+def test_zero_partition_frame_gets_no_activation_advice() -> None:
+    """other-086: a 25 GiB fp32 optimizer partition in stage_1_and_2.py's step()."""
+    f = only_error(diagnose("deepspeed/other-086.log"))
+    assert f.cause is not None and f.cause.id == "training-state"
+    assert remedy_ids(f)[0] == "training.deepspeed-zero"
+    assert "training.gradient-checkpointing" not in remedy_ids(f)
+    assert "torch.reduce-batch" not in remedy_ids(f)
+
+
+_TRTLLM_EXECUTOR = """[07/08/2025-19:47:15] [TRT-LLM] [RANK 1] [E] Failed to initialize executor on rank 1: Executor creation failed due to insufficient GPU memory.
+The following component could not be created: KV cache
+Total GPU memory (GiB): 140.06
+Free GPU memory before component creation attempt (GiB): 108.86
+"""
+
+
+def test_trtllm_executor_kv_cache_component() -> None:
+    """fresh-046: TensorRT-LLM's PyTorch backend names the component it could not create."""
+    f = only_error(diagnose_text(_TRTLLM_EXECUTOR))
+    assert f.rule == "trtllm.executor-insufficient-memory"
+    assert f.figures["total_bytes"] == 150388279869 and f.figures["free_bytes"] == 116887534961
+    assert f.figures["component"] == "KV cache"
+    assert f.cause is not None and f.cause.id == "kv-cache-exceeds-free"
+    assert remedy_ids(f)[0] == "trtllm.kv-cache-free-gpu-mem-fraction"
+
+
+_VLLM_MAX_LEN = (
+    "ValueError: To serve at least one request with the models's max seq len (221000), (10.12 GiB KV cache is "
+    "needed, which is larger than the available KV cache memory (5.59 GiB). Based on the available memory, the "
+    "estimated maximum model length is 122080. Try increasing `gpu_memory_utilization` or decreasing "
+    "`max_model_len` when initializing the engine.\n"
+)
+
+
+def test_fp8_kv_cache_said_is_not_offered_again() -> None:
+    """fresh-001: 'with kv-cache-dtype fp8' above the failure: the cache is 8-bit already."""
+    plain = only_error(diagnose_text(_VLLM_MAX_LEN))
+    said = only_error(diagnose_text("with kv-cache-dtype fp8 and --max-model-len 221000\n" + _VLLM_MAX_LEN))
+    assert "vllm.kv-cache-dtype-fp8" in remedy_ids(plain)
+    assert "vllm.kv-cache-dtype-fp8" not in remedy_ids(said)
+    assert remedy(said, "vllm.max-model-len").flags == {"--max-model-len": "122080"}
+
+
+def test_sglang_fp8_checkpoint_is_not_quantized_again() -> None:
+    """new-027: SGLang's 'Load weight end. quant=fp8' — the weights are FP8 already."""
+    f = only_error(diagnose("sglang/new-027.log"))
+    assert f.cause is not None and f.cause.id == "weights-exceed-device"
+    assert "sglang.quantization" not in remedy_ids(f)
+    assert remedy_ids(f)[0] == "sglang.mem-fraction-static.raise"
+
+
+_KV_BYTES = (
+    "(EngineCore pid=316) INFO 08-21 18:37:44 [gpu_worker.py:492] Initial free memory 31.16 GiB, reserved 4.25 "
+    "GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling.\n"
+    "(EngineCore pid=316) ValueError: To serve at least one request with the models's max seq len (100000), "
+    "(4.26 GiB KV cache is needed, which is larger than the available KV cache memory (4.25 GiB). Based on the "
+    "available memory, the estimated maximum model length is 99520. Try increasing `gpu_memory_utilization` or "
+    "decreasing `max_model_len` when initializing the engine.\n"
+)
+
+
+def test_kv_cache_memory_bytes_is_the_knob_when_set() -> None:
+    """new-003's layout: with kv_cache_memory_bytes set the utilization sizes nothing; the bytes do,
+    to vLLM's needed figure rounded up to 0.01 GiB (4.26 GiB -> 4.27 GiB = 4584877486 bytes)."""
+    f = only_error(diagnose_text(_KV_BYTES))
+    assert remedy(f, "vllm.kv-cache-memory-bytes").flags == {"--kv-cache-memory-bytes": "4584877486"}
+    for rid in ("vllm.gpu-memory-utilization.raise", "vllm.gpu-memory-utilization.raise-for-kv"):
+        assert rid not in remedy_ids(f)
+
+
+def test_kill_without_sizes_gets_swap_a_failed_host_request_does_not() -> None:
+    killed = only_error(diagnose("vllm/vllm-042.log"))
+    assert killed.cause is not None and killed.cause.id == "host-ram"
+    swap = remedy(killed, "host.add-swap")
+    assert swap.settings == {"swap size": "at least the peak resident size of the job (not in the log)"}
+    assert swap.confidence == "low"
+    request = only_error(diagnose_text(
+        "RuntimeError: [enforce fail at alloc_cpu.cpp:83] err == 0. DefaultCPUAllocator: can't allocate memory: "
+        "you tried to allocate 34359738368 bytes. Error code 12 (Cannot allocate memory)\n"
+    ))
+    assert request.cause is not None and request.cause.id == "host-ram"
+    assert "host.add-swap" not in remedy_ids(request)
+
+
+def test_ollama_weights_without_layer_counts_still_point_at_num_gpu() -> None:
+    """other-006: a 34.70 GiB weight buffer failed; the log shows neither the layers nor the free memory."""
+    f = only_error(diagnose("ollama/other-006.log"))
+    first = f.remedies[0]
+    assert (first.id, first.settings, first.flags, first.confidence) == ("ollama.num-gpu", {}, {}, "low")
+    assert "ollama.num-ctx" not in remedy_ids(f)
