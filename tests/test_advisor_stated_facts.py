@@ -162,3 +162,54 @@ def test_ollama_weights_without_layer_counts_still_point_at_num_gpu() -> None:
     first = f.remedies[0]
     assert (first.id, first.settings, first.flags, first.confidence) == ("ollama.num-gpu", {}, {}, "low")
     assert "ollama.num-ctx" not in remedy_ids(f)
+
+
+def test_deepspeed_pinning_host_memory_is_host_ram() -> None:
+    """other-067: ZeRO-3's flat CPU buffers are pinned; 'CUDA error: out of memory' there is the host's."""
+    f = only_error(diagnose("deepspeed/other-067.log"))
+    assert f.cause is not None and f.cause.id == "host-ram"
+    assert f.cause.summary.startswith("The failing frame (_create_param_groups_fp16_flat_cpu_memory) was pinning host memory")
+    assert remedy_ids(f)[0] == "training.offload-pin-memory-off"
+    assert remedy(f, "training.offload-pin-memory-off").settings == {
+        "zero_optimization.offload_param.pin_memory": "false",
+        "zero_optimization.offload_optimizer.pin_memory": "false",
+    }
+
+
+def test_cuda_context_creation_failing_is_other_processes() -> None:
+    """other-065: cutorch could not create its context: the GPU was full before the program ran."""
+    f = only_error(diagnose_text(
+        "THCudaCheck FAIL file=/tmp/luarocks_cutorch-scm-1-28/cutorch/init.c line=261 error=2 : out of memory\n"
+    ))
+    assert f.cause is not None and f.cause.id == "other-processes"
+    assert f.cause.summary.startswith("Creating the CUDA context failed (file=/tmp/luarocks_cutorch-scm-1-28/cutorch/init.c)")
+    assert remedy_ids(f) == ["gpu.free-other-processes"]
+
+
+def test_old_thc_storage_failure_is_an_activation() -> None:
+    """other-066: PyTorch 0.1's THCStorage allocating a tensor."""
+    f = only_error(diagnose_text(
+        "RuntimeError: cuda runtime error (2) : out of memory at /data/users/soumith/miniconda2/conda-bld/"
+        "pytorch-0.1.5_1479441063232/work/torch/lib/THC/generic/THCStorage.cu:65\n"
+    ))
+    assert f.cause is not None and f.cause.id == "activation-peak"
+
+
+_MISTRAL_ON_11GB = (
+    "$ python -u -m vllm.entrypoints.openai.api_server --host 0.0.0.0 --model mistralai/Mistral-7B-v0.1 "
+    "--dtype half --gpu-memory-utilization 0.8  --max-model-len 4096\n"
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 224.00 MiB (GPU 0; 10.73 GiB total "
+    "capacity; 9.85 GiB already allocated; 46.44 MiB free; 9.86 GiB reserved in total by PyTorch)\n"
+)
+
+
+def test_catalog_weights_larger_than_the_gpu_are_the_cause() -> None:
+    """fresh-074: Mistral-7B in fp16 is 14.48 GB of weights (the catalog's 7.24e9 parameters × 2 B);
+    the card has 10.73 GiB, so no utilization or context setting can help."""
+    f = only_error(diagnose_text(_MISTRAL_ON_11GB))
+    assert f.account is not None and f.account.get("weights") == 14480000000
+    assert f.cause is not None and f.cause.id == "weights-exceed-device"
+    assert remedy_ids(f)[:3] == ["vllm.quantization", "vllm.quantization-4bit", "vllm.tensor-parallel-size"]
+    half = only_error(diagnose_text(_MISTRAL_ON_11GB.replace("--max-model-len 4096", "--max-model-len 4096 --tensor-parallel-size 2")))
+    assert half.account is not None and half.account.get("weights") == 7240000000
+    assert half.cause is not None and half.cause.id != "weights-exceed-device"

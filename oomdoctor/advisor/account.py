@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from oomdoctor.advisor.catalog import find_gpu
+from oomdoctor.advisor._engine_util import checkpoint_quantized
+from oomdoctor.advisor.catalog import DTYPE_BYTES, find_gpu, find_model
 from oomdoctor.report import Account, AccountEntry, Context, Finding, Provenance
 
 #: engines whose logs name the GPU but not its size, and print the weight buffer per device
@@ -225,4 +226,26 @@ def account_for(finding: Finding, context: Context) -> Account:
         _host(led, fig)
     else:
         _gpu(led, fig, context, engine)
+        _catalog_weights(led, context, engine)
     return Account(entries=led.entries)
+
+
+#: serving engines that load the named model whole onto each GPU of its tensor-parallel group
+_SERVING_ENGINES = ("vllm", "sglang", "tgi")
+
+
+def _catalog_weights(led: _Ledger, ctx: Context, engine: str) -> None:
+    """A serving engine's weights per GPU when the log does not state them: the catalog's parameter
+    count × the checkpoint's bytes per parameter, over the tensor-parallel size. Only for an
+    unquantized checkpoint (the catalog counts every parameter at one width)."""
+    if led.get("weights") is not None or engine not in _SERVING_ENGINES or checkpoint_quantized(ctx):
+        return
+    geo = find_model(ctx.model)
+    if geo is None:
+        return
+    total = geo.weight_bytes(DTYPE_BYTES.get(str(ctx.dtype)))
+    if not total:
+        return
+    tp = ctx.tensor_parallel_size or 1
+    led.add("weights", total // tp, "assumed",
+            note=f"the catalog's {geo.name}: parameters × bytes per parameter" + (f" / tensor parallel {tp}" if tp > 1 else ""))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import regex
+
 from oomdoctor.advisor.kv_pages import page_shortfall
 from oomdoctor.advisor.prescription import summary
 from oomdoctor.advisor.training_frames import frame_stage, shows_training_state
@@ -82,6 +84,8 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         if kind == "host.exit-137" or fig.get("exit_code") == 137 or fig.get("reason") or fig.get("status"):
             return "container-limit", ["rss", "limit"]
         return "host-ram", ["rss"]
+    if context.extra.get("pinned_frame") and kind.startswith("torch."):
+        return "host-ram", []  # DeepSpeed pinning host memory for CPU offload (the frame says so)
     if "pinned" in rule or fig.get("buffer_type") == "CPU" or _host_allocator(finding):
         return "host-ram", ["request"]  # a host buffer (pinned memory, llama.cpp's CPU buffer, PyTorch's CPU allocator)
     # -- RL colocation: training and a rollout engine take turns on one GPU -----------------------
@@ -187,6 +191,12 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
             return "weights-exceed-device", ["capacity", "weights", "request", "free"]
         return "placement", ["capacity", "request", "free"]
     if (
+        engine in _POOL_ENGINES and kind.startswith("torch.") and weights is not None and capacity
+        and weights >= capacity
+    ):
+        # the model the log names is larger than the GPU before any KV cache or activation
+        return "weights-exceed-device", ["capacity", "weights", "request"]
+    if (
         engine in _POOL_ENGINES
         and phase in ("inference", "unknown")
         and kind.startswith(("torch.", "tgi.oom", "trtllm."))
@@ -206,10 +216,25 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         if fig.get("zero_stage") is not None or context.extra.get("zero_stage") is not None:
             return "training-state", []
         return "activation-peak", ["this-process", "capacity", "request"]
+    if kind.startswith("torch.") and req is None and _context_init(finding.message):
+        # the CUDA context itself could not be created: the GPU was full before this program allocated
+        return "other-processes", []
+    if kind.startswith("torch.") and req is None and "THCStorage" in finding.message:
+        return "activation-peak", []  # (Lua)Torch/PyTorch < 0.4 allocating a tensor's storage
     if req is not None or phase in ("inference", "warmup", "profiling") or fig.get("tensor_shape"):
         # (a TensorFlow OOM names the tensor it was allocating: an op's output, an activation)
         return "activation-peak", ["this-process", "allocated", "capacity", "request", "free"]
     return "unknown", []
+
+
+#: where old (Lua)Torch and PyTorch < 1.0 create the CUDA context and its first buffers: cutorch's
+#: init.c (cutorch_getState, THCudaInit) and THC's THCGeneral (THCudaInit / THCState setup)
+_CONTEXT_INIT = regex.compile(r"\bfile=\S*(?:cutorch/init\.c|THCGeneral\.cp*)\b|\bat \S*THCGeneral\.cp*:\d+")
+
+
+def _context_init(message: str) -> str | None:
+    m = _CONTEXT_INIT.search(message)
+    return m.group(0) if m else None
 
 
 def _memory_was_free(free: int | None, req: int | None, capacity: int | None) -> bool:
@@ -261,6 +286,8 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "page": pages.page_size if pages else None, "page_worst": pages.worst if pages else None,
         "evictable_tokens": fig.get("evictable_tokens") if pages else None,
         "zero_stage": _zero_stage(fig, context),
+        "pinned_frame": context.extra.get("pinned_frame"),
+        "context_init": _context_init(finding.message) if req is None and finding.kind.startswith("torch.") else None,
         "xla_small": req if (finding.kind.startswith("xla.") and req is not None and req < XLA_SMALL_REQUEST) else None,
         "kv_alloc": req if finding.phase == "kv-cache-alloc" and finding.kind.startswith("torch.") else None,
         "n_ctx": context.max_model_len if engine_for(finding, context) in ("llama.cpp", "ggml", "ollama") else None,

@@ -118,8 +118,8 @@ def optim_8bit(inp: AdviceInput) -> Remedy | None:
 
 @remedy("training.deepspeed-zero")
 def deepspeed_zero(inp: AdviceInput) -> Remedy | None:
-    if not _training(inp) or not _is_deepspeed(inp):
-        return None
+    if not _training(inp) or not _is_deepspeed(inp) or inp.context.extra.get("pinned_frame"):
+        return None  # (pinning the CPU offload's buffers failed: the offload is already there)
     stage = as_int(setting(inp, "zero_stage"))
     named = frame_stage(inp.context.extra)
     if stage is None and named == "3":
@@ -245,3 +245,20 @@ def lora(inp: AdviceInput) -> Remedy | None:
     if is_true(setting(inp, "lora")) or str(setting(inp, "finetuning_type") or "") in ("lora", "qlora"):
         return None
     return _product_setting("training.lora", LORA, inp)
+
+
+@remedy("training.offload-pin-memory-off")
+def offload_pin_memory_off(inp: AdviceInput) -> Remedy | None:
+    """DeepSpeed pinning host memory for CPU offload failed (the frame says so): turn pinning off in
+    both offload sections (DeepSpeed config ``offload_param.pin_memory`` / ``offload_optimizer.pin_memory``)."""
+    if not inp.context.extra.get("pinned_frame"):
+        return None
+    return Remedy(
+        id="training.offload-pin-memory-off",
+        title=remedy_text("training.offload-pin-memory-off", "title"),
+        settings={"zero_optimization.offload_param.pin_memory": "false",
+                  "zero_optimization.offload_optimizer.pin_memory": "false"},
+        fits=None,
+        confidence="medium",
+        why=remedy_text("training.offload-pin-memory-off", "why"),
+    )
