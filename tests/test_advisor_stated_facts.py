@@ -213,3 +213,48 @@ def test_catalog_weights_larger_than_the_gpu_are_the_cause() -> None:
     half = only_error(diagnose_text(_MISTRAL_ON_11GB.replace("--max-model-len 4096", "--max-model-len 4096 --tensor-parallel-size 2")))
     assert half.account is not None and half.account.get("weights") == 7240000000
     assert half.cause is not None and half.cause.id != "weights-exceed-device"
+
+
+_TGI_WARMUP = (
+    "ERROR warmup{max_input_length=Some(30000) max_prefill_tokens=31000 max_total_tokens=Some(32000) "
+    "max_batch_size=None}:warmup: text_generation_router_v3::client: backends/v3/src/client/mod.rs:45: Server "
+    "error: Not enough memory to handle 31000 prefill tokens. You need to decrease `--max-batch-prefill-tokens`\n"
+)
+
+
+def test_tgi_prefill_stays_at_or_above_the_input_limit() -> None:
+    """fresh-063: the warm-up span (router v3: TGI 2.x+, --max-input-tokens) states an input limit of
+    30000; TGI's launcher rejects a prefill budget below it, so the halved prefill (15360) brings the
+    input limit down with it."""
+    f = only_error(diagnose_text(_TGI_WARMUP))
+    assert f.phase == "warmup"
+    first = f.remedies[0]
+    assert first.id == "tgi.max-batch-prefill-tokens"
+    assert first.flags == {"--max-batch-prefill-tokens": "15360", "--max-input-tokens": "15360"}
+
+
+def test_tgi_warmup_failure_does_not_lower_the_memory_fraction() -> None:
+    """other-019: 'Unable to warmup model' is the warm-up phase; a smaller --cuda-memory-fraction
+    would leave the warm-up less, not more."""
+    f = only_error(diagnose("tgi/other-019.log"))
+    assert f.phase == "warmup"
+    assert "tgi.cuda-memory-fraction" not in remedy_ids(f)
+
+
+def test_rl_trainer_sharing_the_gpu_is_colocation() -> None:
+    """fresh-053: ms-swift's rlhf trainer; 24.86 GiB of the GPU is outside the trainer's allocator:
+    the colocated vLLM's pool, lowered with ms-swift's own argument."""
+    log = (
+        "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.63 GiB. GPU 3 has a total "
+        "capacity of 79.11 GiB of which 2.61 GiB is free. Including non-PyTorch memory, this process has 0 bytes "
+        "memory in use. Of the allocated memory 48.16 GiB is allocated by PyTorch, and 3.48 GiB is reserved by "
+        "PyTorch but unallocated.\n"
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/mnt/users/ms-swift/swift/cli/rlhf.py", line 5, in <module>\n'
+        "[rank0]:     rlhf_main()\n"
+    )
+    f = only_error(diagnose_text(log))
+    assert f.cause is not None and f.cause.id == "colocation"
+    assert "outside the trainer's own allocator" in f.cause.summary
+    assert remedy_ids(f)[0] == "rl.rollout-gpu-memory-utilization"
+    assert list(f.remedies[0].settings) == ["--vllm_gpu_memory_utilization"]

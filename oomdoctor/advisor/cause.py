@@ -123,6 +123,13 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         return "driver-fault", ["free", "request", "capacity"]
     # -- other processes -----------------------------------------------------------------------
     others = a("other-processes")
+    outside_held = a("outside-pytorch")
+    if context.extra.get("rl_framework") and kind.startswith("torch.") and capacity and any(
+        h is not None and h >= OTHERS_SHARE * capacity for h in (others, outside_held)
+    ):
+        # an RL trainer whose rollout engine shares the GPU: the memory outside the trainer's
+        # allocator is the colocated engine's, not a stranger's
+        return "colocation", ["capacity", "other-processes", "outside-pytorch", "this-process", "free", "request"]
     if others is not None and capacity and others >= OTHERS_SHARE * capacity:
         return "other-processes", ["capacity", "other-processes", "this-process", "free", "request"]
     outside = a("outside-pytorch")
@@ -287,6 +294,9 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "evictable_tokens": fig.get("evictable_tokens") if pages else None,
         "zero_stage": _zero_stage(fig, context),
         "pinned_frame": context.extra.get("pinned_frame"),
+        # colocation read from the account (not from the engine's wake-up frame): the engine's share
+        "engine_held": (max(x for x in (others, outside) if x is not None)
+                        if not context.extra.get("colocation_frame") and (others, outside) != (None, None) else None),
         "context_init": _context_init(finding.message) if req is None and finding.kind.startswith("torch.") else None,
         "xla_small": req if (finding.kind.startswith("xla.") and req is not None and req < XLA_SMALL_REQUEST) else None,
         "kv_alloc": req if finding.phase == "kv-cache-alloc" and finding.kind.startswith("torch.") else None,

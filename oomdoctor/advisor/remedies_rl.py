@@ -15,6 +15,8 @@ ROLLOUT_SHARE_SETTING = {
     "verl": "actor_rollout_ref.rollout.gpu_memory_utilization",
     "openrlhf": "--vllm_gpu_memory_utilization",
     "trl": "vllm_gpu_memory_utilization",
+    # ms-swift `swift rlhf --vllm_gpu_memory_utilization` (swift/llm/argument/rlhf_args.py, 3.x)
+    "swift": "--vllm_gpu_memory_utilization",
 }
 #: hand back a tenth of the GPU to the training side per step
 STEP = 0.1

@@ -46,7 +46,8 @@ def max_batch_prefill_tokens(inp: AdviceInput) -> Remedy | None:
     half = n // 2
     value = round_down(half, TGI_TOKEN_STEP) if half >= TGI_TOKEN_STEP else half
     flags = {"--max-batch-prefill-tokens": str(value)}
-    max_input = as_int(setting(inp, "tgi_max_input_tokens", "tgi_max_input_length", "max_input_tokens", "max_input_length"))
+    max_input = as_int(setting(inp, "tgi_max_input_tokens", "tgi_max_input_length", "max_input_tokens", "max_input_length",
+                               "tgi_warmup_max_input"))
     extra = ""
     if max_input and max_input > value:
         flags[_input_flag(inp)] = str(value)
@@ -94,6 +95,10 @@ def cuda_memory_fraction(inp: AdviceInput) -> Remedy | None:
     allowed = inp.fig("allowed_bytes")
     if allowed:
         return _lift_cap(inp, int(allowed))
+    if inp.finding.phase == "warmup":
+        # the warm-up's prefill is what TGI sizes the KV cache after: a smaller fraction leaves it
+        # less, not more (the expert labels' fix is the prefill/input limits)
+        return None
     req, total = inp.fig("requested_bytes"), inp.fig("total_bytes") or inp.context.gpu_total_bytes
     if not (req and total):
         return None
