@@ -258,3 +258,12 @@ def test_rl_trainer_sharing_the_gpu_is_colocation() -> None:
     assert "outside the trainer's own allocator" in f.cause.summary
     assert remedy_ids(f)[0] == "rl.rollout-gpu-memory-utilization"
     assert list(f.remedies[0].settings) == ["--vllm_gpu_memory_utilization"]
+
+
+def test_llamacpp_weights_without_layer_counts_point_at_ngl_without_a_number() -> None:
+    """other-001: llama.cpp's weight buffer failed; no -ngl and no layer count in the log."""
+    f = only_error(diagnose("llamacpp/other-001.log"))
+    assert f.cause is not None and f.cause.id == "weights-exceed-device"
+    first = f.remedies[0]
+    assert (first.id, first.flags, first.confidence) == ("ggml.n-gpu-layers", {}, "low")
+    assert "-ngl" in first.title

@@ -113,7 +113,7 @@ def n_gpu_layers(inp: AdviceInput) -> Remedy | None:
     free = as_int(setting(inp, "llama_device_free_bytes")) or _hint_bytes(inp)
     fit = _layers_fit("ggml.n-gpu-layers", offloaded, free, _per_layer(inp, offloaded), _failed_request(inp))
     if fit is None:
-        return None
+        return _unsized_layers(inp, "ggml.n-gpu-layers")
     value, why, computed = fit
     return Remedy(
         id="ggml.n-gpu-layers",
@@ -160,20 +160,25 @@ def num_gpu(inp: AdviceInput) -> Remedy | None:
     )
 
 
-def _num_gpu_unsized(inp: AdviceInput) -> Remedy | None:
+def _unsized_layers(inp: AdviceInput, rid: str) -> Remedy | None:
     """The weights do not fit and the log shows neither the layers offloaded nor the free memory:
-    fewer layers is still the lever, with no number to put on it."""
+    fewer layers is still the lever, with no number to put on it (the setting is a count of layers:
+    no value is given rather than an invented one)."""
     cause = inp.finding.cause
     if cause is None or cause.id != "weights-exceed-device":
         return None
+    set_it = remedy_text(rid, "why_set") if rid == "ollama.num-gpu" else ""
     return Remedy(
-        id="ollama.num-gpu",
-        title=remedy_text("ollama.num-gpu", "title_unsized"),
+        id=rid,
+        title=remedy_text(rid, "title_unsized"),
         fits=None,
         confidence="low",
-        # (no value: num_gpu is a count of layers, and the log shows neither the count nor the sizes)
-        why=join_sentences([remedy_text("ollama.num-gpu", "why_unsized"), remedy_text("ollama.num-gpu", "why_set")]),
+        why=join_sentences(t for t in (remedy_text(rid, "why_unsized"), set_it) if t),
     )
+
+
+def _num_gpu_unsized(inp: AdviceInput) -> Remedy | None:
+    return _unsized_layers(inp, "ollama.num-gpu")
 
 
 def _ctx_value(inp: AdviceInput) -> tuple[int, int] | None:
