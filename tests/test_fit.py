@@ -186,9 +186,11 @@ def test_fit_reports_concurrency_and_labels_nominal_memory(
     geo, spec = find_model("meta-llama/Llama-3.1-8B"), find_gpu("H100")
     assert geo is not None and spec is not None
     res = fit(geo, spec)
-    assert res.concurrency == res.kv_budget // res.kv_needed >= 1
-    assert f"FITS: {res.concurrency} full-length requests at once" in out
-    assert "catalog: H100, nominal" in out
+    # vLLM's "Maximum concurrency": KV tokens / max model len, with decimals
+    assert res.concurrency == res.kv_tokens / 131072 and res.kv_tokens % 16 == 0
+    assert res.kv_tokens == res.kv_budget // (16 * 131072) * 16  # 128 KiB per token, 16-token blocks
+    assert f"FITS: {res.concurrency:.2f} full-length requests at once" in out
+    assert "catalog: H100, usable, as vLLM reports it" in out
     assert "in one request" not in out and "in this log" not in out.split("What makes")[0]
 
 
@@ -282,7 +284,7 @@ def test_fit_speaks_the_locale_language(monkeypatch: pytest.MonkeyPatch, capsys:
     assert main(["fit", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4", "--max-model-len", "131072"]) == 1
     out = capsys.readouterr().out
     assert "収まりません：131072トークンのリクエスト1件にKVキャッシュが16.00 GiB必要ですが" in out
-    assert "1. コンテキスト長を41616トークンに制限する" in out
-    assert "--max-model-len 41616" in out
+    assert "1. コンテキスト長を44256トークンに制限する" in out
+    assert "--max-model-len 44256" in out
     assert main(["fit", "--model", "no/such-model", "--gpu", "A10G"]) == 2
     assert "'no/such-model' はカタログにありません" in capsys.readouterr().err

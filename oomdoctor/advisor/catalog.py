@@ -14,7 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from oomdoctor import cache
-from oomdoctor.advisor.weights import WeightBytes, config_weight_bytes, linear_bytes_per_param, safetensors_weight_bytes
+from oomdoctor.advisor.weights import (
+    WeightBytes,
+    config_weight_bytes,
+    linear_bytes_per_param,
+    safetensors_weight_bytes,
+)
 from oomdoctor.i18n import _, current_lang
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -112,6 +117,21 @@ class ModelGeometry:
 
 def _geometry(entry: dict[str, Any]) -> ModelGeometry:
     heads = int(entry["attention_heads"])
+    geo = _catalog_geometry(entry, heads)
+    if entry.get("quantization") == "mxfp4" and geo.hidden_size and geo.intermediate_size:
+        # gpt-oss: the padded mxfp4 expert tensors vLLM allocates, from the entry's config fields
+        wb = config_weight_bytes({
+            "hidden_size": geo.hidden_size, "num_hidden_layers": geo.layers, "num_attention_heads": heads,
+            "num_key_value_heads": geo.kv_heads, "head_dim": geo.head_dim, "vocab_size": geo.vocab_size,
+            "intermediate_size": geo.intermediate_size, "num_local_experts": geo.experts,
+            "torch_dtype": geo.dtype, "quantization_config": {"quant_method": "mxfp4"},
+        })
+        if wb is not None:
+            geo = replace(geo, weights_total=wb.total, weights_source=wb.source, quantization="mxfp4")
+    return geo
+
+
+def _catalog_geometry(entry: dict[str, Any], heads: int) -> ModelGeometry:
     return ModelGeometry(
         name=entry["name"],
         layers=int(entry["layers"]),
@@ -398,3 +418,20 @@ def with_dtype(geo: ModelGeometry, dtype: str | None) -> ModelGeometry:
         scaled = geo.weight_bytes(DTYPE_BYTES.get(dtype, 2))
         return replace(geo, dtype=dtype, weights_total=scaled)
     return replace(geo, dtype=dtype)
+
+
+def runtime_quantized(geo: ModelGeometry, method: str) -> ModelGeometry:
+    """``geo`` loaded with ``--quantization METHOD`` from an unquantized checkpoint (fp8 online):
+    linear layers at the method's width, embeddings and ``lm_head`` (2 × vocab × hidden) in 16 bits."""
+    q = linear_bytes_per_param({"quant_method": method})
+    base = geo.weight_bytes()
+    if q is None or base is None or geo.quantization is not None:
+        return geo
+    per, name = q
+    b16 = DTYPE_BYTES.get(geo.dtype, 2)
+    emb = 2 * int(geo.vocab_size or 0) * geo.hidden
+    linear = max(0, base / b16 - emb)
+    total = int(linear * per + emb * b16)
+    return replace(geo, weights_total=total, quantization=name,
+                   weights_source=f"--quantization {method}: linear layers {per:g} B/param, "
+                   f"embeddings and lm_head {b16:g} B")

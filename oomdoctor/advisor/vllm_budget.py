@@ -124,7 +124,9 @@ def activation_peak(geo: ModelGeometry, tokens: int, num_seqs: int, tp: int = 1)
 
 #: non-torch memory measured by vLLM's profiler (GiB), by engine generation and TP, cases.json:
 #: V1 0.19.0 on H100: TP 1 0.24–0.25 (A1, A4), TP 2 2.06–2.07 (A2, A5), TP 4 2.13 (A3, A6);
-#: V0 0.6.5 on H100: TP 1 1.79, TP 2 3.58 (B3, B4); V1 0.10.2 on 8× L40S (PCIe, no NVLink): 0.21 (B9).
+#: V0 0.6.5 on H100: TP 1 1.79, TP 2 3.58 (B3, B4) -- V0's ``memory_profiling`` (0.6.5-0.7.x, research
+#: §1.1); V1 0.10.2 on 8× L40S (PCIe, no NVLink): 0.21 (B9); 0.6.4 on an RTX 3090: 0.35 (B1, B2), which
+#: the V1 TP-1 figure stands for.
 NON_TORCH_MEASURED = {
     ("v1", False): 0.25,
     ("v1", True): 2.13,
@@ -136,7 +138,9 @@ NON_TORCH_MEASURED = {
 def non_torch(version: Version | None, tp: int, gpu: GpuSpec | None) -> Term:
     """Non-torch memory: a measured value for this engine generation and TP (see above). Without
     NVLink (PCIe cards such as the L40S) NCCL and custom all-reduce buffers stay small (case B9)."""
-    gen = "v0" if version is not None and version < (0, 7, 0) else "v1"
+    if version is not None and version < (0, 2, 5):
+        return Term(0, "not counted: vLLM 0.2.0-0.2.4 subtract the torch peak only (worker.py@v0.2.0)")
+    gen = "v0" if version is not None and (0, 6, 5) <= version < (0, 8, 0) else "v1"
     multi = tp > 1 and (gpu is None or gpu.nvlink)
     gib = NON_TORCH_MEASURED[(gen, multi)]
     if gen == "v1" and not multi:

@@ -94,7 +94,7 @@ def hub_weight_bytes(repo: str, revision: str | None = None) -> WeightBytes | No
         return None
     per: dict[str, int] = {}
     for fm in meta.files_metadata.values():
-        for name, t in fm.tensors.items():
+        for t in fm.tensors.values():
             start, end = t.data_offsets
             per[t.dtype] = per.get(t.dtype, 0) + int(end) - int(start)
     if not per:
@@ -152,10 +152,25 @@ def linear_bytes_per_param(qcfg: dict[str, Any] | None) -> tuple[float, str] | N
         return 4.5 / 8, "nvfp4"
     if qm == "bitsandbytes":
         return (0.5 + 4 / 64, "bitsandbytes 4-bit") if qcfg.get("load_in_4bit") else (1.0, "bitsandbytes 8-bit")
-    bits = qcfg.get("bits")
-    if bits:
-        return int(bits) / 8, f"{qm or 'quantized'} {bits}-bit"
+    other_bits = qcfg.get("bits")
+    if other_bits:
+        return int(other_bits) / 8, f"{qm or 'quantized'} {other_bits}-bit"
     return None
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def mxfp4_expert_bytes(hidden: int, inter: int, experts: int) -> int:
+    """One layer's mxfp4 experts as vLLM allocates them (model_executor/layers/quantization/mxfp4.py
+    @v0.10.1 ``create_weights``, Marlin path, taken on Hopper with torch < 2.8 and on Ampere): the
+    intermediate size rounded up to 128 and the hidden size to 256; per expert ``w13`` (2I × H/2 B of
+    packed 4-bit, 2I × H/32 e8m0 scales, 2I bf16 bias) and ``w2`` (H × I/2, H × I/32, H bf16 bias)."""
+    i, h = _round_up(inter, 128), _round_up(hidden, 256)
+    w13 = 2 * i * h // 2 + 2 * i * h // 32 + 2 * i * 2
+    w2 = h * i // 2 + h * i // 32 + h * 2
+    return experts * (w13 + w2)
 
 
 def _dtype_bytes(dtype: str) -> float:
@@ -203,13 +218,14 @@ def config_weight_bytes(cfg: dict[str, Any], dtype: str | None = None) -> Weight
     per, method = q
     qcfg = cfg["quantization_config"]
     not_converted = [str(m) for m in (qcfg.get("modules_to_not_convert") or qcfg.get("ignore") or [])]
-    if method == "mxfp4":  # gpt-oss: only the MoE experts are mxfp4; attention stays 16-bit
-        linear_q, linear_16 = layers * mlp, layers * attn
-    elif any("attn" in m or "self_attn" in m for m in not_converted):
+    if method == "mxfp4" or any("attn" in m for m in not_converted):
+        # gpt-oss: only the MoE experts are mxfp4 (attention in modules_to_not_convert): 16-bit attention
         linear_q, linear_16 = layers * mlp, layers * attn
     else:
         linear_q, linear_16 = layers * (attn + mlp), 0
     rest = linear_16 + emb + head + layers * (router + norms) + hidden
     total = linear_q * per + rest * b16
+    if method == "mxfp4":
+        total = mxfp4_expert_bytes(hidden, moe_inter, experts) * layers + rest * b16
     return WeightBytes(int(total), f"config.json: {method} linear layers ({per:.3g} B/param), "
                        f"embeddings and lm_head {b16:g} B", False)

@@ -39,14 +39,15 @@ def render_fit_text(res: Any, width: int | None = None) -> str:
         out.prose(head + source, "", " " * cell_len(head))
     out.lines.append("")
     if res.fits:
-        if res.concurrency == 1:
+        if res.concurrency < 2:
             fits = _("FITS: 1 full-length request at a time ({length} tokens, {needed} of KV cache; {budget} of KV cache).")
         else:
             fits = _(
                 "FITS: {count} full-length requests at once ({length} tokens each, {needed} of KV cache each; "
                 "{budget} of KV cache)."
             )
-        out.prose(fits.format(count=res.concurrency, length=res.max_model_len, needed=_size(res.kv_needed),
+        # with two decimals, as vLLM prints "Maximum concurrency for N tokens per request: C.CCx"
+        out.prose(fits.format(count=f"{res.concurrency:.2f}", length=res.max_model_len, needed=_size(res.kv_needed),
                  budget=_size(res.kv_budget)), "", "  ")
         return "".join(line + "\n" for line in out.lines)
     if res.kv_budget <= 0:
