@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import struct
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -288,3 +291,109 @@ def test_fit_speaks_the_locale_language(monkeypatch: pytest.MonkeyPatch, capsys:
     assert "--max-model-len 44256" in out
     assert main(["fit", "--model", "no/such-model", "--gpu", "A10G"]) == 2
     assert "'no/such-model' はカタログにありません" in capsys.readouterr().err
+
+
+# -- issue 33: real weight bytes, --gpus N planning -----------------------------------------------
+
+LLAMA_8B_CONFIG = {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                   "hidden_size": 4096, "intermediate_size": 14336, "vocab_size": 128256,
+                   "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
+                   "_name_or_path": "meta-llama/Llama-3.1-8B-Instruct"}
+
+
+def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int], int]]) -> None:
+    """A safetensors file whose header lists ``tensors`` (name: dtype, shape, bytes); zero data."""
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, (dtype, shape, size) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
+
+
+def test_fit_model_dir_reads_the_safetensors_headers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B_CONFIG))
+    write_safetensors(tmp_path / "model-00001-of-00002.safetensors",
+                      {"a": ("BF16", [1000, 1000], 2_000_000), "b": ("F8_E4M3", [3000], 3_000_000)})
+    write_safetensors(tmp_path / "model-00002-of-00002.safetensors", {"c": ("F32", [10], 40)})
+    assert main(["fit", "--model", str(tmp_path), "--gpu", "H100", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    weights = next(b for b in out["budget"] if b["term"] == "weights")
+    assert weights["bytes"] == 5_000_040
+    assert weights["source"] == f"safetensors headers ({tmp_path}, 2 files)"
+    assert out["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_fit_hub_model_reads_config_and_headers_from_the_hub(monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """huggingface_hub mocked: no network in tests."""
+    from types import SimpleNamespace
+
+    from oomdoctor.advisor import weights
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(LLAMA_8B_CONFIG))
+    tensor = SimpleNamespace(dtype="BF16", data_offsets=(0, 16_000_000_000))
+    meta = SimpleNamespace(files_metadata={"model.safetensors": SimpleNamespace(tensors={"w": tensor})})
+    fake = SimpleNamespace(hf_hub_download=lambda repo, name, revision=None: str(cfg),
+                           get_safetensors_metadata=lambda repo, revision=None: meta)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", fake)
+    assert weights.hub_weight_bytes("org/new-model") == weights.WeightBytes(
+        16_000_000_000, "Hub safetensors headers (org/new-model)", True, (("BF16", 16_000_000_000),))
+    assert main(["fit", "--model", "org/new-model", "--gpu", "H100", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    weights_row = next(b for b in out["budget"] if b["term"] == "weights")
+    assert weights_row == {"term": "weights", "bytes": 16_000_000_000,
+                           "source": "Hub safetensors headers (org/new-model)"}
+    assert out["model"] == "org/new-model"
+
+
+def test_fit_hub_offline_falls_back_to_the_catalog_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # not installed
+    assert main(["fit", "--model", "org/unknown-model", "--gpu", "H100"]) == 2
+
+
+@pytest.mark.parametrize(("gpus", "tp", "length", "command"), [
+    (2, 2, 6288, "vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 2 --max-model-len 6288"),
+    (4, 4, 131072, "vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 4"),
+])
+def test_fit_gpus_n_plans_tensor_parallelism(gpus: int, tp: int, length: int, command: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """70B (131.5 GiB of bf16 weights) on 2× and 4× H100: the plan uses the GPUs and exits 0."""
+    assert main(["fit", "--model", "meta-llama/Llama-3.1-70B", "--gpu", "H100", "--gpus", str(gpus),
+                 "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["tensor_parallel_size"], out["max_model_len"], out["fits"]) == (tp, length, True)
+    assert out["command"] == command
+    assert out["plans"][0] == {"tensor_parallel_size": 1, "fits": False, "capacity_tokens": 0}
+    # the planned length is the largest the plan's KV budget holds (per GPU, 2 KV heads at TP 4)
+    geo, spec = find_model("meta-llama/Llama-3.1-70B"), find_gpu("H100")
+    assert geo is not None and spec is not None
+    single = fit(geo, spec, gpus=gpus, tensor_parallel_size=tp)
+    assert single.capacity_tokens == length
+
+
+def test_tp_candidates_divide_the_heads() -> None:
+    from oomdoctor.advisor.fit import tp_candidates
+
+    qwen32, llama70 = find_model("Qwen/Qwen2.5-32B-Instruct"), find_model("meta-llama/Llama-3.1-70B")
+    assert qwen32 is not None and llama70 is not None
+    assert tp_candidates(qwen32, 8) == [1, 2, 4, 8]  # 40 heads, 8 KV heads
+    assert tp_candidates(llama70, 6) == [1, 2, 4]  # 64 heads: 3, 5 and 6 do not divide
+
+
+def test_dtype_does_not_resize_a_quantized_checkpoint(tmp_path: Path) -> None:
+    """An FP8 checkpoint served with --dtype float16 keeps its 1-byte linear layers (issue 33 §2)."""
+    from oomdoctor.advisor.catalog import load_config
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**LLAMA_8B_CONFIG, "quantization_config": {"quant_method": "fp8"}}))
+    geo, spec = load_config(cfg), find_gpu("H100")
+    assert spec is not None
+    assert fit(geo, spec, dtype="float16").weights == fit(geo, spec).weights == geo.weight_bytes()
+    # embeddings and lm_head (2 × 128256 × 4096) at 2 B, the rest at 1 B
+    emb = 2 * 128256 * 4096
+    assert geo.weights_total == int((32 * (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336)) * 1
+                                    + (emb + 32 * 2 * 4096 + 4096) * 2)

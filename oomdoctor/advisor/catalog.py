@@ -17,6 +17,8 @@ from oomdoctor import cache
 from oomdoctor.advisor.weights import (
     WeightBytes,
     config_weight_bytes,
+    hub_config,
+    hub_weight_bytes,
     linear_bytes_per_param,
     safetensors_weight_bytes,
 )
@@ -435,3 +437,17 @@ def runtime_quantized(geo: ModelGeometry, method: str) -> ModelGeometry:
     return replace(geo, weights_total=total, quantization=name,
                    weights_source=f"--quantization {method}: linear layers {per:g} B/param, "
                    f"embeddings and lm_head {b16:g} B")
+
+
+def load_hub(repo: str) -> ModelGeometry | None:
+    """``repo``'s config.json and safetensors headers from the Hugging Face Hub (optional
+    ``huggingface_hub``; None when it is missing, offline, or the repo has no config)."""
+    cfg = hub_config(repo)
+    if cfg is None:
+        return None
+    try:
+        geo = geometry_from_config(cfg, source=f"config.json (Hub: {repo})")
+    except (KeyError, TypeError, ValueError):
+        return None
+    exact = hub_weight_bytes(repo)
+    return with_weights(geo, exact) if exact else geo

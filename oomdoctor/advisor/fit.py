@@ -72,10 +72,22 @@ class FitResult:
     activation: int = 0
     non_torch: int = 0
     kv_tokens: int = 0
-    #: tensor-parallel sizes tried by --gpus N planning: (tp, fits, capacity tokens)
+    #: tensor-parallel sizes tried by --gpus N planning (:func:`plan`): (tp, fits, capacity tokens)
     plans: list[tuple[int, bool, int]] = field(default_factory=list)
+    #: the plan chose ``max_model_len`` (the largest that fits), the user gave none
+    length_planned: bool = False
     finding: Finding | None = None
     remedies: list[Remedy] = field(default_factory=list)
+
+    @property
+    def command(self) -> str:
+        """``vllm serve`` with the plan's tensor parallelism and length (when the plan chose them)."""
+        cmd = f"vllm serve {self.model}"
+        if self.tensor_parallel_size > 1:
+            cmd += f" --tensor-parallel-size {self.tensor_parallel_size}"
+        if self.length_planned:
+            cmd += f" --max-model-len {self.max_model_len}"
+        return cmd
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,6 +106,9 @@ class FitResult:
             "concurrency": round(self.concurrency, 2),
             "kv_cache_tokens": self.kv_tokens,
             "fits": self.fits,
+            "plans": [{"tensor_parallel_size": t, "fits": f, "capacity_tokens": c} for t, f, c in self.plans],
+            "max_model_len_planned": self.length_planned,
+            "command": self.command,
             "finding": self.finding.model_dump() if self.finding else None,
             "remedies": [r.model_dump() for r in self.remedies],
         }
@@ -215,6 +230,41 @@ def fit(
     ids = KV_IDS if budget > 0 else NO_BLOCKS_IDS
     res.remedies = rank_remedies(ids, AdviceInput(res.finding, ctx, hints, planned=True))
     return res
+
+
+def tp_candidates(geo: ModelGeometry, gpus: int) -> list[int]:
+    """Tensor-parallel sizes vLLM accepts on up to ``gpus`` GPUs: the attention heads divide evenly
+    (config/parallel.py ``verify_with_parallel_config``: "Total number of attention heads must be
+    divisible by tensor parallel size"), and the KV heads either split evenly or are replicated
+    (``get_num_kv_heads``: ``max(1, kv_heads // tp)``, which needs tp % kv_heads == 0 when tp > kv_heads)."""
+    out = []
+    for t in range(1, max(1, gpus) + 1):
+        if geo.attention_heads % t:
+            continue
+        if geo.kv_heads and not geo.is_mla and geo.kv_heads % t and t % geo.kv_heads:
+            continue
+        out.append(t)
+    return out
+
+
+def plan(geo: ModelGeometry, gpu: GpuSpec | None, *, gpus: int, max_model_len: int | None = None,
+         **kwargs: Any) -> FitResult:
+    """``fit --gpus N``: try every tensor-parallel size up to N, smallest first; answer with the first
+    that fits the requested (or the model's) length, else, when no length was given, the size that
+    holds the longest context, with ``--max-model-len`` set to that length."""
+    tried: list[FitResult] = []
+    for t in tp_candidates(geo, gpus):
+        res = fit(geo, gpu, gpus=gpus, tensor_parallel_size=t, max_model_len=max_model_len, **kwargs)
+        tried.append(res)
+        if res.fits:
+            break
+    best = tried[-1] if tried[-1].fits else max(tried, key=lambda r: (r.capacity_tokens, -r.tensor_parallel_size))
+    if not best.fits and max_model_len is None and best.capacity_tokens >= BLOCK_SIZE:
+        best = fit(geo, gpu, gpus=gpus, tensor_parallel_size=best.tensor_parallel_size,
+                   max_model_len=best.capacity_tokens, **kwargs)
+        best.length_planned = True
+    best.plans = [(r.tensor_parallel_size, r.fits, r.capacity_tokens) for r in tried]
+    return best
 
 
 def expected_finding(length: int, needed: int, available: int, capacity: int) -> Finding:

@@ -102,6 +102,20 @@ def hub_weight_bytes(repo: str, revision: str | None = None) -> WeightBytes | No
     return WeightBytes(sum(per.values()), f"Hub safetensors headers ({repo})", True, tuple(sorted(per.items())))
 
 
+def hub_config(repo: str, revision: str | None = None) -> dict[str, Any] | None:
+    """``config.json`` of a Hub repo (cached by ``huggingface_hub``); None without it or offline."""
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        return None
+    try:
+        path = hf_hub_download(repo, "config.json", revision=revision)
+        cfg = json.loads(Path(path).read_text("utf-8"))
+    except Exception:  # offline, gated, no such repo
+        return None
+    return cfg if isinstance(cfg, dict) else None
+
+
 # -- config.json estimate ---------------------------------------------------------------------
 
 
