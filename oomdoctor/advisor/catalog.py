@@ -435,8 +435,9 @@ def runtime_quantized(geo: ModelGeometry, method: str) -> ModelGeometry:
     linear = max(0, base / b16 - emb)
     total = int(linear * per + emb * b16)
     return replace(geo, weights_total=total, quantization=name,
-                   weights_source=f"--quantization {method}: linear layers {per:g} B/param, "
-                   f"embeddings and lm_head {b16:g} B")
+                   weights_source=_("--quantization {method}: linear layers {per} B/param, "
+                                    "embeddings and lm_head {bytes} B").format(
+                       method=method, per=f"{per:g}", bytes=f"{b16:g}"))
 
 
 def load_hub(repo: str) -> ModelGeometry | None:

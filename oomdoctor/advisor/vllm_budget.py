@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from oomdoctor.advisor.catalog import GpuSpec, ModelGeometry
+from oomdoctor.i18n import _
 
 GiB = 2**30
 #: fused_moe processes at most this many tokens at once (envs.py VLLM_FUSED_MOE_CHUNK_SIZE, 64 K)
@@ -63,18 +64,18 @@ def batched_tokens(version: Version | None, total: int, gpu: GpuSpec | None, max
                    chunked_prefill: bool | None = None, given: int | None = None) -> Term:
     """``max_num_batched_tokens`` of the profile run."""
     if given:
-        return Term(given, "given")
+        return Term(given, _("given"))
     if is_v0(version):
         assert version is not None
         chunked = chunked_prefill if chunked_prefill is not None else (
             version >= (0, 5, 3) and max_model_len > 32768)
         if chunked:
             n = 2048 if version >= (0, 6, 0) else 512
-            return Term(n, f"V0 default with chunked prefill ({n})")
-        return Term(max(max_model_len, 2048), "V0 default without chunked prefill: max(max_model_len, 2048)")
+            return Term(n, _("V0 default with chunked prefill ({tokens})").format(tokens=n))
+        return Term(max(max_model_len, 2048), _("V0 default without chunked prefill: max(max_model_len, 2048)"))
     if large_gpu(total, gpu):
-        return Term(8192, "V1 API-server default on >= 70 GiB GPUs (8192)")
-    return Term(2048, "V1 API-server default (2048)")
+        return Term(8192, _("V1 API-server default on >= 70 GiB GPUs (8192)"))
+    return Term(2048, _("V1 API-server default (2048)"))
 
 
 def max_num_seqs(version: Version | None, total: int, gpu: GpuSpec | None, given: int | None = None) -> int:
@@ -106,19 +107,19 @@ def activation_peak(geo: ModelGeometry, tokens: int, num_seqs: int, tp: int = 1)
     inter = intermediate(geo)
     if inter is None:
         forward = tokens * 3 * h * ACT_BYTES
-        fwd_src = f"{tokens} tokens × 3·H"
+        fwd_src = _("{tokens} tokens × 3·H × 2 B").format(tokens=tokens)
     elif geo.experts > 1:
         m = min(tokens, FUSED_MOE_CHUNK)
         n = 2 * inter // tp
         forward = (m * geo.experts_per_token * (max(n, h) + n // 2) + tokens * 3 * h) * ACT_BYTES
-        fwd_src = f"MoE: {m} tokens × top-{geo.experts_per_token} × (max(2I/tp, H) + I/tp)"
+        fwd_src = _("MoE: {tokens} tokens × top-{k} × (max(2I/tp, H) + I/tp) × 2 B").format(tokens=m, k=geo.experts_per_token)
     else:
         forward = tokens * (3 * inter // tp + 3 * h) * ACT_BYTES
-        fwd_src = f"{tokens} tokens × (3·I/tp + 3·H) × 2 B"
+        fwd_src = _("{tokens} tokens × (3·I/tp + 3·H) × 2 B").format(tokens=tokens)
     rows = min(num_seqs, tokens)
     sampler = rows * int(geo.vocab_size or 0) * SAMPLER_BYTES_PER_LOGIT
     if sampler > forward:
-        return Term(sampler, f"sampler warm-up: {rows} rows × vocab {geo.vocab_size} × 16 B")
+        return Term(sampler, _("sampler warm-up: {rows} rows × vocab {vocab} × 16 B").format(rows=rows, vocab=geo.vocab_size))
     return Term(forward, fwd_src)
 
 
@@ -139,14 +140,14 @@ def non_torch(version: Version | None, tp: int, gpu: GpuSpec | None) -> Term:
     """Non-torch memory: a measured value for this engine generation and TP (see above). Without
     NVLink (PCIe cards such as the L40S) NCCL and custom all-reduce buffers stay small (case B9)."""
     if version is not None and version < (0, 2, 5):
-        return Term(0, "not counted: vLLM 0.2.0-0.2.4 subtract the torch peak only (worker.py@v0.2.0)")
+        return Term(0, _("not counted: vLLM 0.2.0–0.2.4 subtract the torch peak only"))
     gen = "v0" if version is not None and (0, 6, 5) <= version < (0, 8, 0) else "v1"
     multi = tp > 1 and (gpu is None or gpu.nvlink)
     gib = NON_TORCH_MEASURED[(gen, multi)]
     if gen == "v1" and not multi:
-        case = "cases A1/A4 (0.19.0, TP 1)" if tp == 1 else "case B9 (0.10.2, TP 8 over PCIe)"
+        case = _("start-ups A1/A4 (0.19.0, TP 1)") if tp == 1 else _("start-up B9 (0.10.2, TP 8 over PCIe)")
     elif gen == "v1":
-        case = "cases A3/A6 (0.19.0, TP 4, NVLink)"
+        case = _("start-ups A3/A6 (0.19.0, TP 4, NVLink)")
     else:
-        case = "case B4 (0.6.5, TP 2)" if multi else "case B3 (0.6.5, TP 1)"
-    return Term(int(gib * GiB), f"measured {gib:.2f} GiB, {case}")
+        case = _("start-up B4 (0.6.5, TP 2)") if multi else _("start-up B3 (0.6.5, TP 1)")
+    return Term(int(gib * GiB), _("measured {gib} GiB, {case}").format(gib=f"{gib:.2f}", case=case))

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from oomdoctor.i18n import _
+
 #: bytes per element of the safetensors dtypes (safetensors ``Dtype``)
 SAFETENSORS_DTYPE_BYTES: dict[str, float] = {
     "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
@@ -77,7 +79,8 @@ def safetensors_weight_bytes(directory: str | Path) -> WeightBytes | None:
     for f in files:
         for dt, n in header_bytes(read_safetensors_header(f)).items():
             per[dt] = per.get(dt, 0) + n
-    return WeightBytes(sum(per.values()), f"safetensors headers ({d}, {len(files)} files)", True,
+    return WeightBytes(sum(per.values()), _("safetensors headers ({path}, {count} files)").format(
+        path=d, count=len(files)), True,
                        tuple(sorted(per.items())))
 
 
@@ -99,7 +102,8 @@ def hub_weight_bytes(repo: str, revision: str | None = None) -> WeightBytes | No
             per[t.dtype] = per.get(t.dtype, 0) + int(end) - int(start)
     if not per:
         return None
-    return WeightBytes(sum(per.values()), f"Hub safetensors headers ({repo})", True, tuple(sorted(per.items())))
+    return WeightBytes(sum(per.values()), _("Hub safetensors headers ({repo})").format(repo=repo), True,
+                       tuple(sorted(per.items())))
 
 
 def hub_config(repo: str, revision: str | None = None) -> dict[str, Any] | None:
@@ -228,7 +232,8 @@ def config_weight_bytes(cfg: dict[str, Any], dtype: str | None = None) -> Weight
     q = linear_bytes_per_param(cfg.get("quantization_config"))
     if q is None:
         total = (layers * (attn + mlp + router + norms) + emb + head + hidden) * b16
-        return WeightBytes(int(total), f"config.json: parameters × {b16:g} B ({wdtype})", False)
+        return WeightBytes(int(total), _("config.json: parameters × {bytes} B ({dtype})").format(
+            bytes=f"{b16:g}", dtype=wdtype), False)
     per, method = q
     qcfg = cfg["quantization_config"]
     not_converted = [str(m) for m in (qcfg.get("modules_to_not_convert") or qcfg.get("ignore") or [])]
@@ -241,5 +246,6 @@ def config_weight_bytes(cfg: dict[str, Any], dtype: str | None = None) -> Weight
     total = linear_q * per + rest * b16
     if method == "mxfp4":
         total = mxfp4_expert_bytes(hidden, moe_inter, experts) * layers + rest * b16
-    return WeightBytes(int(total), f"config.json: {method} linear layers ({per:.3g} B/param), "
-                       f"embeddings and lm_head {b16:g} B", False)
+    return WeightBytes(int(total), _(
+        "config.json: {method} linear layers ({per} B/param), embeddings and lm_head {bytes} B"
+    ).format(method=method, per=f"{per:.3g}", bytes=f"{b16:g}"), False)
