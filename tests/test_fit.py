@@ -397,3 +397,16 @@ def test_dtype_does_not_resize_a_quantized_checkpoint(tmp_path: Path) -> None:
     emb = 2 * 128256 * 4096
     assert geo.weights_total == int((32 * (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336)) * 1
                                     + (emb + 32 * 2 * 4096 + 4096) * 2)
+
+
+def test_an_ambiguous_gpu_says_which_size_it_plans_for(capsys: pytest.CaptureFixture[str]) -> None:
+    from oomdoctor.advisor.catalog import gpu_sizes
+
+    assert gpu_sizes("A100") == ["A100-40GB", "A100-80GB"] and gpu_sizes("V100") == ["V100-16GB", "V100-32GB"]
+    assert gpu_sizes("A100-80GB") == [] and gpu_sizes("A10") == [] and gpu_sizes("H20") == []
+    main(["fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "A100", "--format", "json"])
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["gpu"] == "A100-40GB"
+    assert "--gpu A100 is sold in several sizes (A100-40GB, A100-80GB); planning for A100-40GB." in captured.err
+    main(["fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "A100-80GB", "--format", "json"])
+    assert "several sizes" not in capsys.readouterr().err

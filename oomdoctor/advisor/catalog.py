@@ -259,6 +259,15 @@ def find_gpu(name: str | None) -> GpuSpec | None:
     return _gpus().get(_gpu_key(name))
 
 
+def gpu_sizes(name: str) -> list[str]:
+    """The catalog cards a bare model number stands for when it is sold in several sizes
+    (``A100`` -> A100-40GB, A100-80GB); [] when ``name`` names one card (an entry's own name)."""
+    key = _gpu_key(name)
+    if any(_gpu_key(g.name) == key for g in gpus()):
+        return []
+    return sorted(g.name for g in gpus() if _gpu_key(g.name).startswith(key))
+
+
 def gpu_names() -> list[str]:
     return sorted({g.name for g in _gpus().values()})
 

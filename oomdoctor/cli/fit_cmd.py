@@ -211,6 +211,7 @@ def register(app: typer.Typer) -> None:
                 find_gpu,
                 find_model,
                 gpu_names,
+                gpu_sizes,
                 load_config,
                 load_hub,
                 repo_name,
@@ -250,6 +251,13 @@ def register(app: typer.Typer) -> None:
             if gpu and spec is None and not gpu_memory:
                 return fail(_("unknown GPU {gpu}; known: {known} (or give --gpu-memory)").format(
                     gpu=repr(gpu), known=", ".join(gpu_names())))
+            sizes = gpu_sizes(gpu) if gpu and spec is not None and not gpu_memory else []
+            if len(sizes) > 1 and spec is not None:  # "A100" is sold as 40 GB and 80 GB: say which one the plan assumes
+                import sys
+
+                print(_("oomdoctor: --gpu {gpu} is sold in several sizes ({sizes}); planning for {chosen}. "
+                        "Name the size to plan for another.").format(gpu=gpu, sizes=", ".join(sizes), chosen=spec.name),
+                      file=sys.stderr)
             total = None
             if gpu_memory:
                 try:
