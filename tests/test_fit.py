@@ -410,3 +410,15 @@ def test_an_ambiguous_gpu_says_which_size_it_plans_for(capsys: pytest.CaptureFix
     assert "--gpu A100 is sold in several sizes (A100-40GB, A100-80GB); planning for A100-40GB." in captured.err
     main(["fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "A100-80GB", "--format", "json"])
     assert "several sizes" not in capsys.readouterr().err
+
+
+def test_a_vision_tower_is_counted_in_16_bits() -> None:
+    """A multimodal checkpoint: the text model quantized, the vision tower (here 2 layers of width
+    64, MLP 256, GELU: 2 × (4·64² + 2·64·256) parameters) at 2 B."""
+    from oomdoctor.advisor.weights import config_weight_bytes
+
+    text = {**LLAMA_8B_CONFIG, "quantization_config": {"quant_method": "fp8"}}
+    vision = {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 256, "hidden_act": "gelu"}
+    plain, multimodal = config_weight_bytes(text), config_weight_bytes({**text, "vision_config": vision})
+    assert plain is not None and multimodal is not None
+    assert multimodal.total - plain.total == 2 * (4 * 64 * 64 + 2 * 64 * 256) * 2

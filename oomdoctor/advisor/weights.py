@@ -176,6 +176,19 @@ def linear_bytes_per_param(qcfg: dict[str, Any] | None) -> tuple[float, str] | N
     return None
 
 
+def vision_params(vcfg: Any) -> int:
+    """Parameters of a multimodal model's vision tower (kept 16-bit by the quantization methods):
+    per layer attention (q, k, v, o: 4·H²) and MLP (2·H·I, 3·H·I when gated with SiLU), from
+    ``vision_config``; 0 without one."""
+    if not isinstance(vcfg, dict):
+        return 0
+    h = _int(vcfg, "hidden_size", "embed_dim")
+    depth = _int(vcfg, "num_hidden_layers", "depth")
+    inter = _int(vcfg, "intermediate_size", default=4 * h)
+    gated = "silu" in str(vcfg.get("hidden_act", ""))
+    return depth * (4 * h * h + (3 if gated else 2) * h * inter)
+
+
 def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
@@ -202,6 +215,7 @@ def config_weight_bytes(cfg: dict[str, Any], dtype: str | None = None) -> Weight
     ``dtype`` (``--dtype``) changes the width of unquantized tensors only: a quantized checkpoint
     keeps its quantized linear layers whatever ``--dtype`` says.
     """
+    vision = vision_params(cfg.get("vision_config"))
     if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" in cfg["text_config"]:
         outer = cfg
         cfg = {**cfg["text_config"]}
@@ -231,7 +245,7 @@ def config_weight_bytes(cfg: dict[str, Any], dtype: str | None = None) -> Weight
     b16 = _dtype_bytes(wdtype)
     q = linear_bytes_per_param(cfg.get("quantization_config"))
     if q is None:
-        total = (layers * (attn + mlp + router + norms) + emb + head + hidden) * b16
+        total = (layers * (attn + mlp + router + norms) + emb + head + hidden + vision) * b16
         return WeightBytes(int(total), _("config.json: parameters × {bytes} B ({dtype})").format(
             bytes=f"{b16:g}", dtype=wdtype), False)
     per, method = q
@@ -242,7 +256,7 @@ def config_weight_bytes(cfg: dict[str, Any], dtype: str | None = None) -> Weight
         linear_q, linear_16 = layers * mlp, layers * attn
     else:
         linear_q, linear_16 = layers * (attn + mlp), 0
-    rest = linear_16 + emb + head + layers * (router + norms) + hidden
+    rest = linear_16 + emb + head + layers * (router + norms) + hidden + vision
     total = linear_q * per + rest * b16
     if method == "mxfp4":
         total = mxfp4_expert_bytes(hidden, moe_inter, experts) * layers + rest * b16
