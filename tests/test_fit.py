@@ -422,3 +422,15 @@ def test_a_vision_tower_is_counted_in_16_bits() -> None:
     plain, multimodal = config_weight_bytes(text), config_weight_bytes({**text, "vision_config": vision})
     assert plain is not None and multimodal is not None
     assert multimodal.total - plain.total == 2 * (4 * 64 * 64 + 2 * 64 * 256) * 2
+
+
+def test_runtime_quantization_keeps_embeddings_16_bit(capsys: pytest.CaptureFixture[str]) -> None:
+    """fit --quantization fp8 on a bf16 catalog model: linear layers 1 B, embeddings + lm_head 2 B."""
+    main(["fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "L4", "--quantization", "fp8",
+          "--max-model-len", "8192", "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    weights = next(b for b in out["budget"] if b["term"] == "weights")
+    emb = 2 * 128256 * 4096
+    bf16 = int(8.03 * 1e9 * 2)  # the catalog's 8.03 B parameters at 2 B (float product, as fit computes it)
+    assert weights["bytes"] == int((bf16 / 2 - emb) * 1 + emb * 2) == 9_080_673_151
+    assert weights["source"] == "--quantization fp8: linear layers 1 B/param, embeddings and lm_head 2 B"
