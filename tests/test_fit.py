@@ -434,3 +434,15 @@ def test_runtime_quantization_keeps_embeddings_16_bit(capsys: pytest.CaptureFixt
     bf16 = int(8.03 * 1e9 * 2)  # the catalog's 8.03 B parameters at 2 B (float product, as fit computes it)
     assert weights["bytes"] == int((bf16 / 2 - emb) * 1 + emb * 2) == 9_080_673_151
     assert weights["source"] == "--quantization fp8: linear layers 1 B/param, embeddings and lm_head 2 B"
+
+
+def test_values_on_a_nominal_gpu_size_are_less_confident() -> None:
+    """A10G (nominal 24 GiB) against A10 (24 GB card, usable 22.09 GiB reported): the same advice,
+    one step less confident where the GPU's size is only the vendor's."""
+    geo, a10g, a10 = find_model("Qwen/Qwen2.5-7B-Instruct"), find_gpu("A10G"), find_gpu("A10")
+    assert geo is not None and a10g is not None and a10 is not None and not a10g.reported and a10.reported
+    nominal, usable = fit(geo, a10g, max_model_len=131072), fit(geo, a10, max_model_len=131072)
+    assert nominal.remedies[0].id == usable.remedies[0].id == "vllm.max-model-len"
+    assert (usable.remedies[0].confidence, nominal.remedies[0].confidence) == ("high", "medium")
+    given = fit(geo, a10g, max_model_len=131072, total_bytes=24 * 2**30)  # --gpu-memory: the user's figure
+    assert given.remedies[0].confidence == "high"

@@ -29,6 +29,9 @@ from oomdoctor.report import Context, Finding, Location, Remedy
 #: CUDA-graph memory when not measured (research §7: typically 0.3–3 GiB).
 CUDAGRAPH_BYTES = int(0.5 * GiB)
 
+#: one step less confident, for values computed from a nominal GPU size
+LOWER = {"high": "medium", "medium": "low", "low": "low"}
+
 KV_IDS = [
     "vllm.max-model-len",
     "vllm.kv-cache-dtype-fp8",
@@ -229,6 +232,9 @@ def fit(
 
     ids = KV_IDS if budget > 0 else NO_BLOCKS_IDS
     res.remedies = rank_remedies(ids, AdviceInput(res.finding, ctx, hints, planned=True))
+    if gpu is not None and not gpu.reported and not total_bytes:
+        # every value rests on the vendor's nominal size, above the usable memory (issue 33 §3)
+        res.remedies = [r.model_copy(update={"confidence": LOWER[r.confidence]}) for r in res.remedies]
     return res
 
 
