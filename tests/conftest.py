@@ -21,6 +21,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+# tests never touch the network: `fit --model org/name` reads the Hub through huggingface_hub only
+# when it is installed and online; offline it fails fast and fit falls back to the catalog
+os.environ["HF_HUB_OFFLINE"] = "1"
 from hypothesis import HealthCheck, settings
 
 # No wall-clock limits inside the tests: a 2-core CI machine under load takes as long as it takes.

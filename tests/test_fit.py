@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import struct
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -186,9 +189,11 @@ def test_fit_reports_concurrency_and_labels_nominal_memory(
     geo, spec = find_model("meta-llama/Llama-3.1-8B"), find_gpu("H100")
     assert geo is not None and spec is not None
     res = fit(geo, spec)
-    assert res.concurrency == res.kv_budget // res.kv_needed >= 1
-    assert f"FITS: {res.concurrency} full-length requests at once" in out
-    assert "catalog: H100, nominal" in out
+    # vLLM's "Maximum concurrency": KV tokens / max model len, with decimals
+    assert res.concurrency == res.kv_tokens / 131072 and res.kv_tokens % 16 == 0
+    assert res.kv_tokens == res.kv_budget // (16 * 131072) * 16  # 128 KiB per token, 16-token blocks
+    assert f"FITS: {res.concurrency:.2f} full-length requests at once" in out
+    assert "catalog: H100, usable, as vLLM reports it" in out
     assert "in one request" not in out and "in this log" not in out.split("What makes")[0]
 
 
@@ -282,7 +287,162 @@ def test_fit_speaks_the_locale_language(monkeypatch: pytest.MonkeyPatch, capsys:
     assert main(["fit", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4", "--max-model-len", "131072"]) == 1
     out = capsys.readouterr().out
     assert "収まりません：131072トークンのリクエスト1件にKVキャッシュが16.00 GiB必要ですが" in out
-    assert "1. コンテキスト長を41616トークンに制限する" in out
-    assert "--max-model-len 41616" in out
+    assert "1. コンテキスト長を44256トークンに制限する" in out
+    assert "--max-model-len 44256" in out
     assert main(["fit", "--model", "no/such-model", "--gpu", "A10G"]) == 2
     assert "'no/such-model' はカタログにありません" in capsys.readouterr().err
+
+
+# -- issue 33: real weight bytes, --gpus N planning -----------------------------------------------
+
+LLAMA_8B_CONFIG = {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                   "hidden_size": 4096, "intermediate_size": 14336, "vocab_size": 128256,
+                   "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
+                   "_name_or_path": "meta-llama/Llama-3.1-8B-Instruct"}
+
+
+def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int], int]]) -> None:
+    """A safetensors file whose header lists ``tensors`` (name: dtype, shape, bytes); zero data."""
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, (dtype, shape, size) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
+
+
+def test_fit_model_dir_reads_the_safetensors_headers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B_CONFIG))
+    write_safetensors(tmp_path / "model-00001-of-00002.safetensors",
+                      {"a": ("BF16", [1000, 1000], 2_000_000), "b": ("F8_E4M3", [3000], 3_000_000)})
+    write_safetensors(tmp_path / "model-00002-of-00002.safetensors", {"c": ("F32", [10], 40)})
+    assert main(["fit", "--model", str(tmp_path), "--gpu", "H100", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    weights = next(b for b in out["budget"] if b["term"] == "weights")
+    assert weights["bytes"] == 5_000_040
+    assert weights["source"] == f"safetensors headers ({tmp_path}, 2 files)"
+    assert out["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_fit_hub_model_reads_config_and_headers_from_the_hub(monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """huggingface_hub mocked: no network in tests."""
+    from types import SimpleNamespace
+
+    from oomdoctor.advisor import weights
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(LLAMA_8B_CONFIG))
+    tensor = SimpleNamespace(dtype="BF16", data_offsets=(0, 16_000_000_000))
+    meta = SimpleNamespace(files_metadata={"model.safetensors": SimpleNamespace(tensors={"w": tensor})})
+    fake = SimpleNamespace(hf_hub_download=lambda repo, name, revision=None: str(cfg),
+                           get_safetensors_metadata=lambda repo, revision=None: meta)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", fake)
+    assert weights.hub_weight_bytes("org/new-model") == weights.WeightBytes(
+        16_000_000_000, "Hub safetensors headers (org/new-model)", True, (("BF16", 16_000_000_000),))
+    assert main(["fit", "--model", "org/new-model", "--gpu", "H100", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    weights_row = next(b for b in out["budget"] if b["term"] == "weights")
+    assert weights_row == {"term": "weights", "bytes": 16_000_000_000,
+                           "source": "Hub safetensors headers (org/new-model)"}
+    assert out["model"] == "org/new-model"
+
+
+def test_fit_hub_offline_falls_back_to_the_catalog_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # not installed
+    assert main(["fit", "--model", "org/unknown-model", "--gpu", "H100"]) == 2
+
+
+@pytest.mark.parametrize(("gpus", "tp", "length", "command"), [
+    (2, 2, 6288, "vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 2 --max-model-len 6288"),
+    (4, 4, 131072, "vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 4"),
+])
+def test_fit_gpus_n_plans_tensor_parallelism(gpus: int, tp: int, length: int, command: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """70B (131.5 GiB of bf16 weights) on 2× and 4× H100: the plan uses the GPUs and exits 0."""
+    assert main(["fit", "--model", "meta-llama/Llama-3.1-70B", "--gpu", "H100", "--gpus", str(gpus),
+                 "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["tensor_parallel_size"], out["max_model_len"], out["fits"]) == (tp, length, True)
+    assert out["command"] == command
+    assert out["plans"][0] == {"tensor_parallel_size": 1, "fits": False, "capacity_tokens": 0}
+    # the planned length is the largest the plan's KV budget holds (per GPU, 2 KV heads at TP 4)
+    geo, spec = find_model("meta-llama/Llama-3.1-70B"), find_gpu("H100")
+    assert geo is not None and spec is not None
+    single = fit(geo, spec, gpus=gpus, tensor_parallel_size=tp)
+    assert single.capacity_tokens == length
+
+
+def test_tp_candidates_divide_the_heads() -> None:
+    from oomdoctor.advisor.fit import tp_candidates
+
+    qwen32, llama70 = find_model("Qwen/Qwen2.5-32B-Instruct"), find_model("meta-llama/Llama-3.1-70B")
+    assert qwen32 is not None and llama70 is not None
+    assert tp_candidates(qwen32, 8) == [1, 2, 4, 8]  # 40 heads, 8 KV heads
+    assert tp_candidates(llama70, 6) == [1, 2, 4]  # 64 heads: 3, 5 and 6 do not divide
+
+
+def test_dtype_does_not_resize_a_quantized_checkpoint(tmp_path: Path) -> None:
+    """An FP8 checkpoint served with --dtype float16 keeps its 1-byte linear layers (issue 33 §2)."""
+    from oomdoctor.advisor.catalog import load_config
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**LLAMA_8B_CONFIG, "quantization_config": {"quant_method": "fp8"}}))
+    geo, spec = load_config(cfg), find_gpu("H100")
+    assert spec is not None
+    assert fit(geo, spec, dtype="float16").weights == fit(geo, spec).weights == geo.weight_bytes()
+    # embeddings and lm_head (2 × 128256 × 4096) at 2 B, the rest at 1 B
+    emb = 2 * 128256 * 4096
+    assert geo.weights_total == int((32 * (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336)) * 1
+                                    + (emb + 32 * 2 * 4096 + 4096) * 2)
+
+
+def test_an_ambiguous_gpu_says_which_size_it_plans_for(capsys: pytest.CaptureFixture[str]) -> None:
+    from oomdoctor.advisor.catalog import gpu_sizes
+
+    assert gpu_sizes("A100") == ["A100-40GB", "A100-80GB"] and gpu_sizes("V100") == ["V100-16GB", "V100-32GB"]
+    assert gpu_sizes("A100-80GB") == [] and gpu_sizes("A10") == [] and gpu_sizes("H20") == []
+    main(["fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "A100", "--format", "json"])
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["gpu"] == "A100-40GB"
+    assert "--gpu A100 is sold in several sizes (A100-40GB, A100-80GB); planning for A100-40GB." in captured.err
+    main(["fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "A100-80GB", "--format", "json"])
+    assert "several sizes" not in capsys.readouterr().err
+
+
+def test_a_vision_tower_is_counted_in_16_bits() -> None:
+    """A multimodal checkpoint: the text model quantized, the vision tower (here 2 layers of width
+    64, MLP 256, GELU: 2 × (4·64² + 2·64·256) parameters) at 2 B."""
+    from oomdoctor.advisor.weights import config_weight_bytes
+
+    text = {**LLAMA_8B_CONFIG, "quantization_config": {"quant_method": "fp8"}}
+    vision = {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 256, "hidden_act": "gelu"}
+    plain, multimodal = config_weight_bytes(text), config_weight_bytes({**text, "vision_config": vision})
+    assert plain is not None and multimodal is not None
+    assert multimodal.total - plain.total == 2 * (4 * 64 * 64 + 2 * 64 * 256) * 2
+
+
+def test_runtime_quantization_keeps_embeddings_16_bit(capsys: pytest.CaptureFixture[str]) -> None:
+    """fit --quantization fp8 on a bf16 catalog model: linear layers 1 B, embeddings + lm_head 2 B."""
+    main(["fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "L4", "--quantization", "fp8",
+          "--max-model-len", "8192", "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    weights = next(b for b in out["budget"] if b["term"] == "weights")
+    emb = 2 * 128256 * 4096
+    bf16 = int(8.03 * 1e9 * 2)  # the catalog's 8.03 B parameters at 2 B (float product, as fit computes it)
+    assert weights["bytes"] == int((bf16 / 2 - emb) * 1 + emb * 2) == 9_080_673_151
+    assert weights["source"] == "--quantization fp8: linear layers 1 B/param, embeddings and lm_head 2 B"
+
+
+def test_values_on_a_nominal_gpu_size_are_less_confident() -> None:
+    """A10G (nominal 24 GiB) against A10 (24 GB card, usable 22.09 GiB reported): the same advice,
+    one step less confident where the GPU's size is only the vendor's."""
+    geo, a10g, a10 = find_model("Qwen/Qwen2.5-7B-Instruct"), find_gpu("A10G"), find_gpu("A10")
+    assert geo is not None and a10g is not None and a10 is not None and not a10g.reported and a10.reported
+    nominal, usable = fit(geo, a10g, max_model_len=131072), fit(geo, a10, max_model_len=131072)
+    assert nominal.remedies[0].id == usable.remedies[0].id == "vllm.max-model-len"
+    assert (usable.remedies[0].confidence, nominal.remedies[0].confidence) == ("high", "medium")
+    given = fit(geo, a10g, max_model_len=131072, total_bytes=24 * 2**30)  # --gpu-memory: the user's figure
+    assert given.remedies[0].confidence == "high"

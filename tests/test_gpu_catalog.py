@@ -22,13 +22,26 @@ else:  # pragma: no cover
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 ENTRIES: list[dict[str, Any]] = tomllib.loads((DATA / "gpus.toml").read_text("utf-8"))["gpu"]
-REPORTED = [e for e in ENTRIES if "reported_gib" in e]
+REPORTED = [e for e in ENTRIES if "reported_case" in e]
+STARTUP_REPORTED = [e for e in ENTRIES if "reported_startup" in e]
+STARTUPS = Path(__file__).resolve().parent / "data" / "vllm_startups" / "cases.json"
 
 
 def test_the_catalog_has_reported_figures_for_the_cards_the_corpus_names() -> None:
     assert {e["name"] for e in REPORTED} == {
-        "V100-32GB", "A10", "RTX 3090", "RTX 4090", "A100-40GB", "A100-80GB", "H20-141GB", "RTX 5080",
+        "V100-32GB", "A10", "RTX 3090", "RTX 4090", "A100-40GB", "A100-80GB", "H20-141GB", "RTX 5080", "H100",
     }
+    assert {e["name"] for e in STARTUP_REPORTED} == {"L40S"}
+    assert all("reported_gib" in e for e in REPORTED + STARTUP_REPORTED)
+
+
+@pytest.mark.parametrize("entry", STARTUP_REPORTED, ids=[e["name"] for e in STARTUP_REPORTED])
+def test_each_startup_figure_is_the_total_of_the_startup_it_cites(entry: dict[str, Any]) -> None:
+    """A figure cited from tests/data/vllm_startups/cases.json: that start-up ran on the card and
+    printed this total."""
+    cases = {c["id"]: c for c in json.loads(STARTUPS.read_text("utf-8"))["cases"]}
+    case = cases[entry["reported_startup"]]
+    assert case["gpu"] == entry["name"] and case["total"] == entry["reported_gib"]
 
 
 @pytest.mark.parametrize("entry", REPORTED, ids=[e["name"] for e in REPORTED])
@@ -55,16 +68,18 @@ def test_nominal_gb_is_binary_sized_memory() -> None:
     the nominal figure is 80 GiB, an upper bound, not 80 × 10^9 bytes."""
     for e in REPORTED:
         assert e["reported_gib"] <= e["memory_gib"], e["name"]
-    for name in ("V100-32GB", "A100-40GB", "A100-80GB", "H20-141GB", "RTX 3090"):
+    for name in ("V100-32GB", "A100-40GB", "A100-80GB", "H20-141GB", "RTX 3090", "H100"):
         (e,) = (x for x in REPORTED if x["name"] == name)
         assert e["reported_gib"] * 2**30 > e["memory_gib"] * 10**9, name
-    h100 = find_gpu("H100")
-    assert h100 is not None and not h100.reported and h100.memory_bytes == 80 * 2**30
+    h200 = find_gpu("H200")
+    assert h200 is not None and not h200.reported and h200.memory_bytes == 141 * 2**30
 
 
 @pytest.mark.parametrize(("gpu", "total", "label"), [
     ("A10G", 24 * 2**30, "catalog: A10G, nominal (sold as 24 GB, counted as GiB); the usable memory is less"),
-    ("H100", 80 * 2**30, "catalog: H100, nominal (sold as 80 GB, counted as GiB); the usable memory is less"),
+    ("H200", 141 * 2**30, "catalog: H200, nominal (sold as 141 GB, counted as GiB); the usable memory is less"),
+    ("H100", int(79.22 * 2**30), "catalog: H100, usable, as vLLM reports it (vllm-049: vLLM PR 12126)"),
+    ("L40S", int(44.42 * 2**30), "catalog: L40S, usable, as vLLM reports it (B9: vLLM 0.10.2 start-up on 8× L40S)"),
     ("A100-80GB", int(79.35 * 2**30),
      "catalog: A100-80GB, usable, as PyTorch reports it (other-011: GPT-4-LLM issue 16)"),
 ])
@@ -84,7 +99,7 @@ def test_list_gpus_shows_usable_and_nominal(capsys: pytest.CaptureFixture[str]) 
     assert set(rows) == {g.name for g in gpus()}
     assert re.search(r"79\.35 GiB\s+usable\s+PyTorch, other-011 \(GPT-4-LLM issue 16\)$", rows["A100-80GB"])
     assert re.search(r"24\.00 GiB\s+nominal\s+sold as 24 GB$", rows["A10G"])
-    assert re.search(r"80\.00 GiB\s+nominal\s+sold as 80 GB$", rows["H100"])
+    assert re.search(r"79\.22 GiB\s+usable\s+vLLM, vllm-049 \(vLLM PR 12126\)$", rows["H100"])
     assert all(len(line) <= 80 for line in rows.values())
 
 

@@ -35,24 +35,24 @@ def test_every_catalog_model_says_its_source_in_japanese() -> None:
 
 
 def test_gpu_memory_labels_follow_the_language() -> None:
-    h100, a10 = find_gpu("H100"), find_gpu("A10")
-    assert h100 is not None and a10 is not None and not h100.reported and a10.reported
-    assert h100.memory_label == "nominal (sold as 80 GB, counted as GiB); the usable memory is less"
+    h200, a10 = find_gpu("H200"), find_gpu("A10")
+    assert h200 is not None and a10 is not None and not h200.reported and a10.reported
+    assert h200.memory_label == "nominal (sold as 141 GB, counted as GiB); the usable memory is less"
     assert a10.memory_label == "usable, as PyTorch reports it (vllm-025: vLLM issue 10034)"
     with use_lang("ja"):
-        assert h100.memory_label == "公称値（80 GBとして販売、GiBとして計算）。実際に使える容量はこれより少なくなります"
+        assert h200.memory_label == "公称値（141 GBとして販売、GiBとして計算）。実際に使える容量はこれより少なくなります"
         assert a10.memory_label == "使用可能な容量（PyTorchの報告値、vllm-025: vLLM issue 10034）"
 
 
 def test_fit_budget_sources_are_japanese(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    out = _out(capsys, monkeypatch, "fit", "--lang", "ja", "--model", "google/gemma-2-9b-it", "--gpu", "H100")
+    out = _out(capsys, monkeypatch, "fit", "--lang", "ja", "--model", "google/gemma-2-9b-it", "--gpu", "H200")
     flat = re.sub(r"\s+", "", out)  # wrapped at 80 cells
-    assert "カタログ：H100、公称値（80GBとして販売、GiBとして計算）" in flat
+    assert "カタログ：H200、公称値（141GBとして販売、GiBとして計算）" in flat
     assert "カタログ：google/gemma-2-9b-itのconfig.json（1層おきにローカル層）" in flat
     assert not ENGLISH.search(out), out
-    english = " ".join(_out(capsys, monkeypatch, "fit", "--model", "google/gemma-2-9b-it", "--gpu", "H100").split())
+    english = " ".join(_out(capsys, monkeypatch, "fit", "--model", "google/gemma-2-9b-it", "--gpu", "H200").split())
     assert "catalog: config.json of google/gemma-2-9b-it (every other layer is local)" in english
-    assert "catalog: H100, nominal (sold as 80 GB, counted as GiB); the usable memory is less" in english
+    assert "catalog: H200, nominal (sold as 141 GB, counted as GiB); the usable memory is less" in english
 
 
 @pytest.mark.parametrize("option", ["--list-gpus", "--list-models"])

@@ -136,18 +136,27 @@ def test_sliding_window_layers_from_config(extra: dict[str, Any], sliding: int) 
 
 
 @pytest.mark.parametrize(
-    ("qcfg", "per_param"),
+    ("qcfg", "per_param", "method"),
     [
-        ({"quant_method": "fp8"}, 1.0),
-        ({"quant_method": "gptq", "bits": 8}, 1.02),  # 8-bit with scales
-        ({"quant_method": "gptq", "bits": 4}, 0.53),
-        ({"quant_method": "awq"}, 0.53),
-        ({"quant_method": "mxfp4"}, 0.53),
-        ({"quant_method": "bitsandbytes"}, None),  # unknown: the dtype's bytes
+        ({"quant_method": "fp8"}, 1.0, "fp8"),
+        ({"quant_method": "gptq", "bits": 8}, 1 + 3 / 128, "gptq 8-bit"),  # + fp16 scale and 8-bit zero per 128
+        ({"quant_method": "gptq", "bits": 4}, 0.5 + 2.5 / 128, "gptq 4-bit"),
+        ({"quant_method": "awq"}, 0.5 + 2.5 / 128, "awq 4-bit"),
+        ({"quant_method": "mxfp4"}, 4.25 / 8, "mxfp4"),
+        ({"quant_method": "bitsandbytes"}, 1.0, "bitsandbytes 8-bit"),
+        ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 8, "type": "int"}}}},
+         1.0, "compressed-tensors int8"),
     ],
 )
-def test_bytes_per_parameter_of_quantized_configs(qcfg: dict[str, Any], per_param: float | None) -> None:
-    assert geometry_from_config(_config(quantization_config=qcfg), "test").weight_bytes_per_param == per_param
+def test_bytes_per_parameter_of_quantized_configs(qcfg: dict[str, Any], per_param: float, method: str) -> None:
+    from oomdoctor.advisor.weights import linear_bytes_per_param
+
+    assert linear_bytes_per_param(qcfg) == (per_param, method)
+    geo = geometry_from_config(_config(quantization_config=qcfg), "test")
+    assert geo.quantization == method and geo.weights_total is not None
+    plain = geometry_from_config(_config(), "test")
+    assert plain.quantization is None and plain.weights_total is not None
+    assert geo.weights_total < plain.weights_total  # quantized linear layers, 16-bit embeddings
 
 
 @pytest.mark.parametrize(

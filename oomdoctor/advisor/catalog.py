@@ -14,6 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from oomdoctor import cache
+from oomdoctor.advisor.weights import (
+    WeightBytes,
+    config_weight_bytes,
+    hub_config,
+    hub_weight_bytes,
+    linear_bytes_per_param,
+    safetensors_weight_bytes,
+)
 from oomdoctor.i18n import _, current_lang
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -47,6 +55,16 @@ class ModelGeometry:
     vocab_size: int | None = None
     #: ``source`` in Japanese (catalog entries: ``ja.source``); empty for a config the user passed
     source_ja: str = ""
+    hidden_size: int | None = None
+    intermediate_size: int | None = None  # per expert for MoE (moe_intermediate_size)
+    experts: int = 1
+    experts_per_token: int = 1
+    #: weight bytes of the whole checkpoint (safetensors headers or the quantization-aware config
+    #: estimate, :mod:`oomdoctor.advisor.weights`), and where that figure comes from
+    weights_total: int | None = None
+    weights_source: str = ""
+    #: the checkpoint's quantization method (``quantization_config``), None when unquantized
+    quantization: str | None = None
 
     def source_text(self) -> str:
         """``source`` in the language in force (a path stays as it is)."""
@@ -74,10 +92,25 @@ class ModelGeometry:
     def sliding_layers(self, pp: int = 1) -> int:
         return -(-self.sliding_window_layers // max(1, pp)) if self.sliding_window_layers else 0
 
+    @property
+    def hidden(self) -> int:
+        """hidden_size; for catalog entries without it, heads × head_dim (true of Llama, Qwen, Mistral)."""
+        return self.hidden_size or self.attention_heads * (self.head_dim or 128)
+
     def weight_bytes(self, dtype_bytes: float | None = None) -> int | None:
-        """params × bytes per parameter (the checkpoint's own, unless a dtype is forced)."""
+        """Weight bytes: the checkpoint's (``weights_total``) or params × bytes per parameter.
+
+        ``dtype_bytes`` (``--dtype``) re-sizes an unquantized checkpoint only: vLLM keeps a quantized
+        checkpoint's quantized layers whatever ``--dtype`` says (issue 33 §2).
+        """
+        if self.weights_total is not None:
+            if dtype_bytes is None or self.quantization is not None:
+                return self.weights_total
+            return int(self.weights_total * dtype_bytes / DTYPE_BYTES.get(self.dtype, 2))
         if self.params is None:
             return None
+        if self.weight_bytes_per_param is not None:
+            dtype_bytes = None  # quantized catalog entry: --dtype does not change it
         per = dtype_bytes if dtype_bytes is not None else (
             self.weight_bytes_per_param or DTYPE_BYTES.get(self.dtype, 2)
         )
@@ -86,6 +119,21 @@ class ModelGeometry:
 
 def _geometry(entry: dict[str, Any]) -> ModelGeometry:
     heads = int(entry["attention_heads"])
+    geo = _catalog_geometry(entry, heads)
+    if entry.get("quantization") == "mxfp4" and geo.hidden_size and geo.intermediate_size:
+        # gpt-oss: the padded mxfp4 expert tensors vLLM allocates, from the entry's config fields
+        wb = config_weight_bytes({
+            "hidden_size": geo.hidden_size, "num_hidden_layers": geo.layers, "num_attention_heads": heads,
+            "num_key_value_heads": geo.kv_heads, "head_dim": geo.head_dim, "vocab_size": geo.vocab_size,
+            "intermediate_size": geo.intermediate_size, "num_local_experts": geo.experts,
+            "torch_dtype": geo.dtype, "quantization_config": {"quant_method": "mxfp4"},
+        })
+        if wb is not None:
+            geo = replace(geo, weights_total=wb.total, weights_source=wb.source, quantization="mxfp4")
+    return geo
+
+
+def _catalog_geometry(entry: dict[str, Any], heads: int) -> ModelGeometry:
     return ModelGeometry(
         name=entry["name"],
         layers=int(entry["layers"]),
@@ -103,6 +151,10 @@ def _geometry(entry: dict[str, Any]) -> ModelGeometry:
         qk_rope_head_dim=entry.get("qk_rope_head_dim"),
         vocab_size=entry.get("vocab_size"),
         source_ja=str(entry.get("ja", {}).get("source", "")),
+        hidden_size=entry.get("hidden_size"),
+        intermediate_size=entry.get("intermediate_size"),
+        experts=int(entry.get("experts", 1)),
+        experts_per_token=int(entry.get("experts_per_token", 1)),
     )
 
 
@@ -150,6 +202,8 @@ class GpuSpec:
     reported_by: str = ""
     case: str = ""
     url: str = ""
+    #: NVLink/NVSwitch (or Infinity Fabric) between the GPUs of a node (gpus.toml ``nvlink``)
+    nvlink: bool = False
 
     @property
     def memory_label(self) -> str:
@@ -186,7 +240,8 @@ def _gpus() -> dict[str, GpuSpec]:
         spec = GpuSpec(
             entry["name"], int(gib * 2**30), (major, minor), reported, entry.get("reported_source", ""),
             nominal_gib=nominal, reported_by=entry.get("reported_by", ""),
-            case=entry.get("reported_case", ""), url=entry.get("reported_url", ""),
+            case=entry.get("reported_case", "") or entry.get("reported_startup", ""),
+            url=entry.get("reported_url", ""), nvlink=bool(entry.get("nvlink", False)),
         )
         for n in [entry["name"], *entry.get("aliases", [])]:
             out[_gpu_key(n)] = spec
@@ -202,6 +257,15 @@ def find_gpu(name: str | None) -> GpuSpec | None:
     if not name:
         return None
     return _gpus().get(_gpu_key(name))
+
+
+def gpu_sizes(name: str) -> list[str]:
+    """The catalog cards a bare model number stands for when it is sold in several sizes
+    (``A100`` -> A100-40GB, A100-80GB); [] when ``name`` names one card (an entry's own name)."""
+    key = _gpu_key(name)
+    if any(_gpu_key(g.name) == key for g in gpus()):
+        return []
+    return sorted(g.name for g in gpus() if _gpu_key(g.name).startswith(key))
 
 
 def gpu_names() -> list[str]:
@@ -245,6 +309,7 @@ def _num(cfg: dict[str, Any], *keys: str) -> Any:
 
 def geometry_from_config(cfg: dict[str, Any], source: str) -> ModelGeometry:
     """Read KV geometry from a Hugging Face ``config.json`` (multimodal: its ``text_config``)."""
+    full = cfg
     if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" in cfg["text_config"]:
         outer_dtype = cfg.get("torch_dtype") or cfg.get("dtype")
         cfg = {**cfg["text_config"]}
@@ -271,16 +336,9 @@ def geometry_from_config(cfg: dict[str, Any], source: str) -> ModelGeometry:
             sliding_layers = layers
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     qcfg = cfg.get("quantization_config") or {}
-    per_param = None
-    if isinstance(qcfg, dict):
-        qm = str(qcfg.get("quant_method", "")).lower()
-        bits = qcfg.get("bits")
-        if qm == "fp8":
-            per_param = 1.0
-        elif bits == 4 or qm in ("awq", "mxfp4"):
-            per_param = 0.53
-        elif bits == 8:
-            per_param = 1.02
+    quant = linear_bytes_per_param(qcfg if isinstance(qcfg, dict) else None)
+    wb = config_weight_bytes(full)
+    experts = int(_num(cfg, "num_local_experts", "num_experts", "n_routed_experts") or 1)
     return ModelGeometry(
         name=str(cfg.get("_name_or_path") or source),
         layers=layers,
@@ -290,13 +348,21 @@ def geometry_from_config(cfg: dict[str, Any], source: str) -> ModelGeometry:
         source=source,
         params=estimate_params(cfg),
         dtype=dtype,
-        weight_bytes_per_param=per_param,
+        weight_bytes_per_param=None,
         max_position_embeddings=_num(cfg, "max_position_embeddings", "n_positions"),
         sliding_window=int(window) if window else None,
         sliding_window_layers=sliding_layers,
         kv_lora_rank=cfg.get("kv_lora_rank"),
         qk_rope_head_dim=cfg.get("qk_rope_head_dim") if cfg.get("kv_lora_rank") else None,
         vocab_size=cfg.get("vocab_size"),
+        hidden_size=int(hidden) if hidden else None,
+        intermediate_size=_num(cfg, "moe_intermediate_size", "intermediate_size") if experts > 1
+        else _num(cfg, "intermediate_size"),
+        experts=experts,
+        experts_per_token=int(_num(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk") or 1),
+        weights_total=wb.total if wb else None,
+        weights_source=wb.source if wb else "",
+        quantization=quant[1] if quant else None,
     )
 
 
@@ -328,8 +394,20 @@ def estimate_params(cfg: dict[str, Any]) -> float | None:
 
 
 def load_config(path: str | Path) -> ModelGeometry:
+    """A ``config.json``, or a model directory: its ``config.json`` and, when present, the exact
+    weight bytes of its safetensors headers."""
     p = Path(path)
+    if p.is_dir():
+        geo = geometry_from_config(json.loads((p / "config.json").read_text("utf-8")),
+                                   source=f"config.json ({p / 'config.json'})")
+        exact = safetensors_weight_bytes(p)
+        return with_weights(geo, exact) if exact else geo
     return geometry_from_config(json.loads(p.read_text("utf-8")), source=f"config.json ({p})")
+
+
+def with_weights(geo: ModelGeometry, wb: WeightBytes) -> ModelGeometry:
+    """``geo`` with its weight bytes read from safetensors headers (exact)."""
+    return replace(geo, weights_total=wb.total, weights_source=wb.source)
 
 
 def config_model_name(path: str | Path) -> str | None:
@@ -343,4 +421,43 @@ def config_model_name(path: str | Path) -> str | None:
 
 
 def with_dtype(geo: ModelGeometry, dtype: str | None) -> ModelGeometry:
-    return replace(geo, dtype=dtype) if dtype and dtype != "auto" else geo
+    """``geo`` served with ``--dtype``: unquantized weights re-sized to it; a quantized checkpoint's
+    weights unchanged (its quantized layers keep their width)."""
+    if not dtype or dtype == "auto":
+        return geo
+    if geo.weights_total is not None and geo.quantization is None:
+        scaled = geo.weight_bytes(DTYPE_BYTES.get(dtype, 2))
+        return replace(geo, dtype=dtype, weights_total=scaled)
+    return replace(geo, dtype=dtype)
+
+
+def runtime_quantized(geo: ModelGeometry, method: str) -> ModelGeometry:
+    """``geo`` loaded with ``--quantization METHOD`` from an unquantized checkpoint (fp8 online):
+    linear layers at the method's width, embeddings and ``lm_head`` (2 × vocab × hidden) in 16 bits."""
+    q = linear_bytes_per_param({"quant_method": method})
+    base = geo.weight_bytes()
+    if q is None or base is None or geo.quantization is not None:
+        return geo
+    per, name = q
+    b16 = DTYPE_BYTES.get(geo.dtype, 2)
+    emb = 2 * int(geo.vocab_size or 0) * geo.hidden
+    linear = max(0, base / b16 - emb)
+    total = int(linear * per + emb * b16)
+    return replace(geo, weights_total=total, quantization=name,
+                   weights_source=_("--quantization {method}: linear layers {per} B/param, "
+                                    "embeddings and lm_head {bytes} B").format(
+                       method=method, per=f"{per:g}", bytes=f"{b16:g}"))
+
+
+def load_hub(repo: str) -> ModelGeometry | None:
+    """``repo``'s config.json and safetensors headers from the Hugging Face Hub (optional
+    ``huggingface_hub``; None when it is missing, offline, or the repo has no config)."""
+    cfg = hub_config(repo)
+    if cfg is None:
+        return None
+    try:
+        geo = geometry_from_config(cfg, source=f"config.json (Hub: {repo})")
+    except (KeyError, TypeError, ValueError):
+        return None
+    exact = hub_weight_bytes(repo)
+    return with_weights(geo, exact) if exact else geo

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from oomdoctor.advisor.catalog import DTYPE_BYTES, GpuSpec, ModelGeometry
+from oomdoctor.advisor.catalog import DTYPE_BYTES, GpuSpec, ModelGeometry, runtime_quantized, with_dtype
 from oomdoctor.advisor.memory_model import (
     GiB,
     capacity_tokens,
@@ -22,20 +22,15 @@ from oomdoctor.advisor.memory_model import (
 )
 from oomdoctor.advisor.registry import AdviceInput
 from oomdoctor.advisor.values import BLOCK_SIZE
+from oomdoctor.advisor.vllm_budget import activation_peak, batched_tokens, max_num_seqs, non_torch
 from oomdoctor.i18n import _
 from oomdoctor.report import Context, Finding, Location, Remedy
 
-#: activation peak of the profile run per batched token per hidden unit, in bytes. Calibrated on
-#: fixtures/vllm/vllm-016 (Qwen2.5-7B, hidden 3584, 4096 batched tokens: 1.42 GiB measured by vLLM).
-ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 104
-#: non-torch memory vLLM counts (CUDA context growth, cuBLAS workspaces); NCCL buffers add per TP rank.
-NON_TORCH_BYTES = int(0.25 * GiB)
-NCCL_BYTES = int(0.25 * GiB)
 #: CUDA-graph memory when not measured (research §7: typically 0.3–3 GiB).
 CUDAGRAPH_BYTES = int(0.5 * GiB)
-#: vLLM V1 API-server default --max-num-batched-tokens (GPUs under 70 GiB or A100; 8192 on larger ones).
-DEFAULT_BATCHED_TOKENS = 2048
-DEFAULT_BATCHED_TOKENS_LARGE = 8192
+
+#: one step less confident, for values computed from a nominal GPU size
+LOWER = {"high": "medium", "medium": "low", "low": "low"}
 
 KV_IDS = [
     "vllm.max-model-len",
@@ -72,10 +67,30 @@ class FitResult:
     kv_needed: int
     capacity_tokens: int
     fits: bool
-    #: how many requests of the full max model len the KV cache holds at once
-    concurrency: int = 0
+    #: how many requests of the full max model len the KV cache holds at once (vLLM's
+    #: "Maximum concurrency", kv tokens / max model len, with decimals)
+    concurrency: float = 0.0
+    #: the non-KV terms per GPU, and the KV cache in tokens (vLLM's "GPU KV cache size")
+    weights: int = 0
+    activation: int = 0
+    non_torch: int = 0
+    kv_tokens: int = 0
+    #: tensor-parallel sizes tried by --gpus N planning (:func:`plan`): (tp, fits, capacity tokens)
+    plans: list[tuple[int, bool, int]] = field(default_factory=list)
+    #: the plan chose ``max_model_len`` (the largest that fits), the user gave none
+    length_planned: bool = False
     finding: Finding | None = None
     remedies: list[Remedy] = field(default_factory=list)
+
+    @property
+    def command(self) -> str:
+        """``vllm serve`` with the plan's tensor parallelism and length (when the plan chose them)."""
+        cmd = f"vllm serve {self.model}"
+        if self.tensor_parallel_size > 1:
+            cmd += f" --tensor-parallel-size {self.tensor_parallel_size}"
+        if self.length_planned:
+            cmd += f" --max-model-len {self.max_model_len}"
+        return cmd
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,8 +106,12 @@ class FitResult:
             "kv_budget_bytes": self.kv_budget,
             "kv_needed_bytes": self.kv_needed,
             "capacity_tokens": self.capacity_tokens,
-            "concurrency": self.concurrency,
+            "concurrency": round(self.concurrency, 2),
+            "kv_cache_tokens": self.kv_tokens,
             "fits": self.fits,
+            "plans": [{"tensor_parallel_size": t, "fits": f, "capacity_tokens": c} for t, f, c in self.plans],
+            "max_model_len_planned": self.length_planned,
+            "command": self.command,
             "finding": self.finding.model_dump() if self.finding else None,
             "remedies": [r.model_dump() for r in self.remedies],
         }
@@ -114,6 +133,9 @@ def fit(
     max_num_batched_tokens: int | None = None,
     model_config: str | None = None,
     model_name: str | None = None,
+    max_num_seqs_given: int | None = None,
+    enable_chunked_prefill: bool | None = None,
+    quantization: str | None = None,
 ) -> FitResult:
     """Verdict and budget table for serving ``geo`` on ``gpu`` (per GPU, at TP ``tensor_parallel_size``).
 
@@ -127,8 +149,10 @@ def fit(
     if not total:
         raise ValueError("the GPU memory is unknown: name a GPU from the catalog or give its memory")
     util = utilization or default_utilization(ver)
-    w_dtype = DTYPE_BYTES.get(dtype, None) if dtype and dtype != "auto" else None
-    weights_all = geo.weight_bytes(w_dtype)
+    served = with_dtype(geo, dtype)  # --dtype re-sizes unquantized weights only
+    if quantization and served.quantization is None:
+        served = runtime_quantized(served, quantization)
+    weights_all = served.weight_bytes()
     if weights_all is None:
         raise ValueError(f"the parameter count of {geo.name} is unknown")
     weights = -(-weights_all // tp)
@@ -138,31 +162,37 @@ def fit(
     if kvb < 2 and not (kv_cache_dtype or "").startswith("fp8"):
         kvb = 2  # an fp8 checkpoint still keeps a 16-bit KV cache unless --kv-cache-dtype says otherwise
     length = max_model_len or geo.max_position_embeddings or 4096
-    large = total >= 70 * GiB and not (gpu and gpu.name.startswith("A100"))
-    batched = max_num_batched_tokens or (DEFAULT_BATCHED_TOKENS_LARGE if large else DEFAULT_BATCHED_TOKENS)
-    hidden = geo.attention_heads * (geo.head_dim or 128)
-    activation = batched * hidden * ACTIVATION_BYTES_PER_TOKEN_HIDDEN
-    non_torch = NON_TORCH_BYTES + (NCCL_BYTES if tp > 1 else 0)
+    batched_term = batched_tokens(ver, total, gpu, length, enable_chunked_prefill, max_num_batched_tokens)
+    batched = batched_term.bytes
+    seqs = max_num_seqs(ver, total, gpu, max_num_seqs_given)
+    act = activation_peak(served, batched, seqs, tp)
+    activation = act.bytes
+    nt = non_torch(ver, tp, gpu)
     graphs = 0 if enforce_eager else CUDAGRAPH_BYTES
     graphs_in_budget = counts_cudagraphs_in_budget(ver) or ver is None
     requested = int(total * util)
-    budget = requested - weights - activation - non_torch - (graphs if graphs_in_budget else 0)
+    budget = requested - weights - activation - nt.bytes - (graphs if graphs_in_budget else 0)
     needed = kv_bytes_for_len(geo, length, kvb, BLOCK_SIZE, tp, 1, batched)
     cap = capacity_tokens(geo, budget, kvb, BLOCK_SIZE, tp, 1, limit=length, max_num_batched_tokens=batched)
+    page = BLOCK_SIZE * geo.kv_entry_bytes(kvb, tp) * max(1, geo.layers)
+    kv_tokens = int(max(0, budget) // page) * BLOCK_SIZE if page else 0
     headroom = total - requested - (0 if graphs_in_budget else graphs)
-    wsrc = (_("config.json (parameters estimated from tensor shapes)") if model_config
-            else _("catalog: {source}").format(source=geo.source_text()))
+    if served.weights_total is not None and served.weights_source:
+        wsrc = served.weights_source
+    elif model_config:
+        wsrc = _("config.json (parameters estimated from tensor shapes)")
+    else:
+        wsrc = _("catalog: {source}").format(source=geo.source_text())
     gpu_src = (_("catalog: {gpu}, {label}").format(gpu=gpu.name, label=gpu.memory_label)
                if gpu and not total_bytes else _("given"))
-    estimate = _("estimate")
     rows = [
         (_("GPU memory"), total, gpu_src),
         (_("vLLM budget (× {util})").format(util=f"{util:.2f}"), requested,
          _("given") if utilization else _("vLLM default")),
         (_("weights"), weights, wsrc + (f", ÷ TP {tp}" if tp > 1 else "")),
-        (_("activation peak"), activation, _("estimate: {tokens} batched tokens × {hidden} × {bytes} B").format(
-            tokens=batched, hidden=hidden, bytes=ACTIVATION_BYTES_PER_TOKEN_HIDDEN)),
-        (_("non-torch"), non_torch, estimate + (" (+ NCCL)" if tp > 1 else "")),
+        (_("activation peak"), activation, _("estimate: {how}").format(how=act.source)
+         + f" ({batched_term.source})"),
+        (_("non-torch"), nt.bytes, nt.source),
         (_("CUDA graphs") + ("" if graphs_in_budget else _(" (outside the budget)")), graphs,
          "--enforce-eager" if enforce_eager else _("estimate (typical 0.3–3 GiB)")),
         (_("KV cache"), budget, _("the rest of the budget")),
@@ -174,7 +204,8 @@ def fit(
     res = FitResult(
         model=name, gpu=gpu.name if gpu else "custom", gpus=gpus, tensor_parallel_size=tp, total_bytes=total,
         utilization=util, max_model_len=length, kv_cache_dtype=kv_dtype, rows=rows, kv_budget=budget,
-        kv_needed=needed, capacity_tokens=cap, fits=fits, concurrency=max(0, budget) // needed if needed else 0,
+        kv_needed=needed, capacity_tokens=cap, fits=fits, concurrency=kv_tokens / length if length else 0.0,
+        weights=weights, activation=activation, non_torch=nt.bytes, kv_tokens=kv_tokens,
     )
     if fits:
         return res
@@ -183,7 +214,7 @@ def fit(
         gpu_total_bytes=total, gpu_count=gpus, tensor_parallel_size=tp, dtype=model_dtype,
         kv_cache_dtype=kv_cache_dtype, max_model_len=length, gpu_memory_utilization=util,
         max_num_batched_tokens=batched, enforce_eager=enforce_eager or None, weights_bytes=weights,
-        activation_peak_bytes=activation, non_torch_bytes=non_torch, cudagraph_bytes=graphs or None,
+        activation_peak_bytes=activation, non_torch_bytes=nt.bytes, cudagraph_bytes=graphs or None,
         kv_cache_bytes=budget,
         launch_args={k: v for k, v in {
             "model": name, "max_model_len": str(length),
@@ -201,7 +232,45 @@ def fit(
 
     ids = KV_IDS if budget > 0 else NO_BLOCKS_IDS
     res.remedies = rank_remedies(ids, AdviceInput(res.finding, ctx, hints, planned=True))
+    if gpu is not None and not gpu.reported and not total_bytes:
+        # every value rests on the vendor's nominal size, above the usable memory (issue 33 §3)
+        res.remedies = [r.model_copy(update={"confidence": LOWER[r.confidence]}) for r in res.remedies]
     return res
+
+
+def tp_candidates(geo: ModelGeometry, gpus: int) -> list[int]:
+    """Tensor-parallel sizes vLLM accepts on up to ``gpus`` GPUs: the attention heads divide evenly
+    (config/parallel.py ``verify_with_parallel_config``: "Total number of attention heads must be
+    divisible by tensor parallel size"), and the KV heads either split evenly or are replicated
+    (``get_num_kv_heads``: ``max(1, kv_heads // tp)``, which needs tp % kv_heads == 0 when tp > kv_heads)."""
+    out = []
+    for t in range(1, max(1, gpus) + 1):
+        if geo.attention_heads % t:
+            continue
+        if geo.kv_heads and not geo.is_mla and geo.kv_heads % t and t % geo.kv_heads:
+            continue
+        out.append(t)
+    return out
+
+
+def plan(geo: ModelGeometry, gpu: GpuSpec | None, *, gpus: int, max_model_len: int | None = None,
+         **kwargs: Any) -> FitResult:
+    """``fit --gpus N``: try every tensor-parallel size up to N, smallest first; answer with the first
+    that fits the requested (or the model's) length, else, when no length was given, the size that
+    holds the longest context, with ``--max-model-len`` set to that length."""
+    tried: list[FitResult] = []
+    for t in tp_candidates(geo, gpus):
+        res = fit(geo, gpu, gpus=gpus, tensor_parallel_size=t, max_model_len=max_model_len, **kwargs)
+        tried.append(res)
+        if res.fits:
+            break
+    best = tried[-1] if tried[-1].fits else max(tried, key=lambda r: (r.capacity_tokens, -r.tensor_parallel_size))
+    if not best.fits and max_model_len is None and best.capacity_tokens >= BLOCK_SIZE:
+        best = fit(geo, gpu, gpus=gpus, tensor_parallel_size=best.tensor_parallel_size,
+                   max_model_len=best.capacity_tokens, **kwargs)
+        best.length_planned = True
+    best.plans = [(r.tensor_parallel_size, r.fits, r.capacity_tokens) for r in tried]
+    return best
 
 
 def expected_finding(length: int, needed: int, available: int, capacity: int) -> Finding:

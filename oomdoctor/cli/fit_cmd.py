@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -30,6 +31,12 @@ def render_fit_text(res: Any, width: int | None = None) -> str:
         on += _(" (tensor parallel {tp})").format(tp=res.tensor_parallel_size)
     on += _(", max model len {length}, KV {dtype}").format(length=res.max_model_len, dtype=res.kv_cache_dtype)
     out.prose(on, "", "  ")
+    if res.plans:
+        tried = "; ".join(
+            _("TP {tp}: fits").format(tp=t) if ok else _("TP {tp}: room for {tokens} tokens").format(tp=t, tokens=cap)
+            for t, ok, cap in res.plans)
+        out.prose(_("Plan for {gpus} GPUs ({tried}):").format(gpus=res.gpus, tried=tried), "", "  ")
+        out.code("$ " + res.command, CODE)
     out.lines.append("")
     from rich.cells import cell_len  # East Asian wide characters take two cells
 
@@ -39,14 +46,15 @@ def render_fit_text(res: Any, width: int | None = None) -> str:
         out.prose(head + source, "", " " * cell_len(head))
     out.lines.append("")
     if res.fits:
-        if res.concurrency == 1:
+        if res.concurrency < 2:
             fits = _("FITS: 1 full-length request at a time ({length} tokens, {needed} of KV cache; {budget} of KV cache).")
         else:
             fits = _(
                 "FITS: {count} full-length requests at once ({length} tokens each, {needed} of KV cache each; "
                 "{budget} of KV cache)."
             )
-        out.prose(fits.format(count=res.concurrency, length=res.max_model_len, needed=_size(res.kv_needed),
+        # with two decimals, as vLLM prints "Maximum concurrency for N tokens per request: C.CCx"
+        out.prose(fits.format(count=f"{res.concurrency:.2f}", length=res.max_model_len, needed=_size(res.kv_needed),
                  budget=_size(res.kv_budget)), "", "  ")
         return "".join(line + "\n" for line in out.lines)
     if res.kv_budget <= 0:
@@ -138,7 +146,9 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--model-config", help=N_("The model's config.json."), metavar="PATH")
         ] = None,
         model: Annotated[
-            str | None, typer.Option("--model", help=N_("A model from the catalog (see --list-models)."), metavar="NAME")
+            str | None, typer.Option("--model", help=N_(
+                "A model directory (config.json + safetensors), a model from the catalog (see --list-models), "
+                "or org/name read from the Hugging Face Hub when online."), metavar="NAME")
         ] = None,
         gpu: Annotated[
             str | None, typer.Option("--gpu", help=N_("GPU name, e.g. A10G, L4, H100 (see --list-gpus)."), metavar="NAME")
@@ -150,8 +160,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
         gpus: Annotated[int, typer.Option("--gpus", help=N_("GPUs available."), metavar="N")] = 1,
         tensor_parallel_size: Annotated[
-            int, typer.Option("--tensor-parallel-size", "-tp", help=N_("Tensor-parallel size."), metavar="N")
-        ] = 1,
+            int | None,
+            typer.Option("--tensor-parallel-size", "-tp",
+                         help=N_("Tensor-parallel size (default with --gpus N: the best one up to N)."), metavar="N"),
+        ] = None,
         max_model_len: Annotated[
             int | None, typer.Option("--max-model-len", help=N_("Context length (default: the model's)."), metavar="TOKENS")
         ] = None,
@@ -168,6 +180,22 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--vllm-version", help=N_("vLLM version (flags and defaults)."), metavar="VERSION")
         ] = None,
         enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help=N_("No CUDA graphs."))] = False,
+        max_num_batched_tokens: Annotated[
+            int | None, typer.Option("--max-num-batched-tokens", help=N_("Tokens per profile/prefill batch."),
+                                     metavar="TOKENS")
+        ] = None,
+        max_num_seqs: Annotated[
+            int | None, typer.Option("--max-num-seqs", help=N_("Sequences per batch (sampler warm-up rows)."),
+                                     metavar="N")
+        ] = None,
+        quantization: Annotated[
+            str | None, typer.Option("--quantization", "-q", help=N_("Quantize an unquantized checkpoint at load (fp8)."),
+                                     metavar="METHOD")
+        ] = None,
+        enable_chunked_prefill: Annotated[
+            bool | None, typer.Option("--enable-chunked-prefill/--no-enable-chunked-prefill",
+                                      help=N_("V0 chunked prefill (V1: always on)."))
+        ] = None,
         fmt: Annotated[str, typer.Option("--format", "-f", help=N_("text or json."), metavar="FORMAT")] = "text",
         show_gpus: Annotated[bool, typer.Option("--list-gpus", help=N_("List the GPUs of the catalog."))] = False,
         show_models: Annotated[bool, typer.Option("--list-models", help=N_("List the models of the catalog."))] = False,
@@ -183,10 +211,12 @@ def register(app: typer.Typer) -> None:
                 find_gpu,
                 find_model,
                 gpu_names,
+                gpu_sizes,
                 load_config,
+                load_hub,
                 repo_name,
             )
-            from oomdoctor.advisor.fit import fit
+            from oomdoctor.advisor.fit import fit, plan
 
             if show_gpus or show_models:
                 print((list_gpus() if show_gpus else "") + (list_models() if show_models else ""), end="")
@@ -199,6 +229,14 @@ def register(app: typer.Typer) -> None:
                 except (OSError, ValueError, KeyError, TypeError) as exc:
                     return fail(_("cannot read {path}: {error}").format(path=model_config, error=exc))
                 name = model or config_model_name(model_config)
+            elif model and Path(model).is_dir():
+                try:
+                    geo = load_config(model)  # config.json + the safetensors headers' exact weight bytes
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    return fail(_("cannot read {path}: {error}").format(path=model, error=exc))
+                name = config_model_name(Path(model) / "config.json") or model
+            elif model and find_model(model) is None and "/" in model and (hub := load_hub(model)) is not None:
+                geo, name = hub, model
             elif model:
                 found = find_model(model)
                 if found is None:
@@ -213,6 +251,13 @@ def register(app: typer.Typer) -> None:
             if gpu and spec is None and not gpu_memory:
                 return fail(_("unknown GPU {gpu}; known: {known} (or give --gpu-memory)").format(
                     gpu=repr(gpu), known=", ".join(gpu_names())))
+            sizes = gpu_sizes(gpu) if gpu and spec is not None and not gpu_memory else []
+            if len(sizes) > 1 and spec is not None:  # "A100" is sold as 40 GB and 80 GB: say which one the plan assumes
+                import sys
+
+                print(_("oomdoctor: --gpu {gpu} is sold in several sizes ({sizes}); planning for {chosen}. "
+                        "Name the size to plan for another.").format(gpu=gpu, sizes=", ".join(sizes), chosen=spec.name),
+                      file=sys.stderr)
             total = None
             if gpu_memory:
                 try:
@@ -222,10 +267,18 @@ def register(app: typer.Typer) -> None:
             if spec is None and total is None:
                 return fail(_("give --gpu NAME or --gpu-memory SIZE"))
             try:
-                res = fit(geo, spec, model_name=name, total_bytes=total, gpus=max(gpus, tensor_parallel_size),
-                          tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, dtype=dtype,
-                          kv_cache_dtype=kv_cache_dtype, utilization=gpu_memory_utilization, version=vllm_version,
-                          enforce_eager=enforce_eager, model_config=model_config)
+                common: dict[str, Any] = dict(
+                    model_name=name, total_bytes=total, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
+                    utilization=gpu_memory_utilization, version=vllm_version, enforce_eager=enforce_eager,
+                    model_config=model_config, max_num_batched_tokens=max_num_batched_tokens,
+                    max_num_seqs_given=max_num_seqs, enable_chunked_prefill=enable_chunked_prefill,
+                    quantization=quantization)
+                if gpus > 1 and tensor_parallel_size is None:
+                    res = plan(geo, spec, gpus=gpus, max_model_len=max_model_len, **common)
+                else:
+                    tp = tensor_parallel_size or 1
+                    res = fit(geo, spec, gpus=max(gpus, tp), tensor_parallel_size=tp, max_model_len=max_model_len,
+                              **common)
             except ValueError as exc:
                 return fail(str(exc))
             if fmt == "json":

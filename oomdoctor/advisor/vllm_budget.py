@@ -1,0 +1,153 @@
+"""The non-KV terms of vLLM's start-up budget that a log does not print: activation peak of the
+profile run, non-torch memory, and the profile's batch shape, per version and architecture.
+
+Every figure is a named formula over the model's shapes, or a measured value with its case
+(research/vllm-startups/cases.json, copied to tests/data/vllm_startups/):
+
+* **profile batch** (research/vllm-memory-model.md §5): ``max_num_batched_tokens`` defaults to
+  ``max(max_model_len, 2048)`` in V0 without chunked prefill, 2048 with it (512 before 0.6.0; on by
+  default for ``max_model_len`` > 32768 from 0.5.3); V1 (0.8.0+) 2048 for the API server, 8192 on
+  GPUs of 70 GiB or more that are not A100.
+* **activation peak** = max(forward pass, sampler warm-up), divided by tensor parallelism where
+  the tensors are split:
+
+  - dense MLP: ``tokens × (3·I/tp + 3·H) × 2 B``: the gate_up output (2I) and the SiluAndMul
+    output (I) live together, with the residual, the normed input and the down output (3H).
+    Checked on cases B1/B2 (vLLM 0.6.4, Llama-3.1-8B, 20000 and 29000 tokens: 2.06 and 2.99 GiB
+    against 2.07 and 2.99 printed).
+  - MoE: ``min(tokens, 65536) × top_k × (max(2I/tp, H) + I/tp) × 2 B + tokens × 3H × 2 B``:
+    fused_moe's ``cache13`` (M·top_k·max(N, K)) and ``intermediate_cache2`` (M·top_k·N/2), chunked
+    at VLLM_FUSED_MOE_CHUNK_SIZE = 65536 (model_executor/layers/fused_moe/fused_moe.py@v0.10.1).
+  - sampler: ``min(max_num_seqs, tokens) × vocab × 16 B``: fp32 logits, the fp32 ``logits_sort``
+    and the int64 ``logits_idx`` of ``logits.sort`` (v1/sample/ops/topk_topp_sampler.py@v0.10.1
+    ``apply_top_k_top_p``; ``_dummy_sampler_run`` sets top-k and top-p). Checked on cases A1/A4
+    (0.19.0, 1024 rows: 1.96 and 2.32 GiB against 1.89 and 2.21 printed).
+* **non-torch memory** (CUDA context growth, cuBLAS workspaces; NCCL and custom all-reduce buffers
+  at TP > 1), measured: see :data:`NON_TORCH_MEASURED`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from oomdoctor.advisor.catalog import GpuSpec, ModelGeometry
+from oomdoctor.i18n import _
+
+GiB = 2**30
+#: fused_moe processes at most this many tokens at once (envs.py VLLM_FUSED_MOE_CHUNK_SIZE, 64 K)
+FUSED_MOE_CHUNK = 65536
+#: bytes per sampler element: fp32 logits + fp32 sorted logits + int64 sort indices
+SAMPLER_BYTES_PER_LOGIT = 4 + 4 + 8
+#: bytes per element of the 16-bit activations
+ACT_BYTES = 2
+
+Version = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Term:
+    bytes: int
+    source: str
+
+
+def is_v0(version: Version | None) -> bool:
+    """V0 was the default engine up to 0.7.x (research §1)."""
+    return version is not None and version < (0, 8, 0)
+
+
+def large_gpu(total: int, gpu: GpuSpec | None) -> bool:
+    """V1's usage-context defaults treat >= 70 GiB cards other than the A100 as large (research §5)."""
+    return total >= 70 * GiB and not (gpu is not None and gpu.name.startswith("A100"))
+
+
+def batched_tokens(version: Version | None, total: int, gpu: GpuSpec | None, max_model_len: int,
+                   chunked_prefill: bool | None = None, given: int | None = None) -> Term:
+    """``max_num_batched_tokens`` of the profile run."""
+    if given:
+        return Term(given, _("given"))
+    if is_v0(version):
+        assert version is not None
+        chunked = chunked_prefill if chunked_prefill is not None else (
+            version >= (0, 5, 3) and max_model_len > 32768)
+        if chunked:
+            n = 2048 if version >= (0, 6, 0) else 512
+            return Term(n, _("V0 default with chunked prefill ({tokens})").format(tokens=n))
+        return Term(max(max_model_len, 2048), _("V0 default without chunked prefill: max(max_model_len, 2048)"))
+    if large_gpu(total, gpu):
+        return Term(8192, _("V1 API-server default on >= 70 GiB GPUs (8192)"))
+    return Term(2048, _("V1 API-server default (2048)"))
+
+
+def max_num_seqs(version: Version | None, total: int, gpu: GpuSpec | None, given: int | None = None) -> int:
+    """``--max-num-seqs`` (research §5): 256 in V0; in V1 1024 on large GPUs, else 256."""
+    if given:
+        return given
+    if is_v0(version):
+        return 256
+    return 1024 if large_gpu(total, gpu) else 256
+
+
+def intermediate(geo: ModelGeometry) -> int | None:
+    """The MLP width: config's intermediate_size, else derived from a dense model's parameter count
+    (params = layers × (attention + 3·H·I) + 2·vocab·H)."""
+    if geo.intermediate_size:
+        return int(geo.intermediate_size)
+    if geo.params is None or geo.experts > 1 or not geo.vocab_size:
+        return None
+    h = geo.hidden
+    attn = 2 * h * geo.attention_heads * geo.head_dim + 2 * h * geo.kv_heads * geo.head_dim
+    per_layer = (geo.params * 1e9 - 2 * geo.vocab_size * h) / geo.layers - attn
+    return max(0, int(per_layer / (3 * h)))
+
+
+def activation_peak(geo: ModelGeometry, tokens: int, num_seqs: int, tp: int = 1) -> Term:
+    """The torch peak of vLLM's profile run: max(forward pass, sampler warm-up)."""
+    tp = max(1, tp)
+    h = geo.hidden
+    inter = intermediate(geo)
+    if inter is None:
+        forward = tokens * 3 * h * ACT_BYTES
+        fwd_src = _("{tokens} tokens × 3·H × 2 B").format(tokens=tokens)
+    elif geo.experts > 1:
+        m = min(tokens, FUSED_MOE_CHUNK)
+        n = 2 * inter // tp
+        forward = (m * geo.experts_per_token * (max(n, h) + n // 2) + tokens * 3 * h) * ACT_BYTES
+        fwd_src = _("MoE: {tokens} tokens × top-{k} × (max(2I/tp, H) + I/tp) × 2 B").format(tokens=m, k=geo.experts_per_token)
+    else:
+        forward = tokens * (3 * inter // tp + 3 * h) * ACT_BYTES
+        fwd_src = _("{tokens} tokens × (3·I/tp + 3·H) × 2 B").format(tokens=tokens)
+    rows = min(num_seqs, tokens)
+    sampler = rows * int(geo.vocab_size or 0) * SAMPLER_BYTES_PER_LOGIT
+    if sampler > forward:
+        return Term(sampler, _("sampler warm-up: {rows} rows × vocab {vocab} × 16 B").format(rows=rows, vocab=geo.vocab_size))
+    return Term(forward, fwd_src)
+
+
+#: non-torch memory measured by vLLM's profiler (GiB), by engine generation and TP, cases.json:
+#: V1 0.19.0 on H100: TP 1 0.24–0.25 (A1, A4), TP 2 2.06–2.07 (A2, A5), TP 4 2.13 (A3, A6);
+#: V0 0.6.5 on H100: TP 1 1.79, TP 2 3.58 (B3, B4) -- V0's ``memory_profiling`` (0.6.5-0.7.x, research
+#: §1.1); V1 0.10.2 on 8× L40S (PCIe, no NVLink): 0.21 (B9); 0.6.4 on an RTX 3090: 0.35 (B1, B2), which
+#: the V1 TP-1 figure stands for.
+NON_TORCH_MEASURED = {
+    ("v1", False): 0.25,
+    ("v1", True): 2.13,
+    ("v0", False): 1.79,
+    ("v0", True): 3.58,
+}
+
+
+def non_torch(version: Version | None, tp: int, gpu: GpuSpec | None) -> Term:
+    """Non-torch memory: a measured value for this engine generation and TP (see above). Without
+    NVLink (PCIe cards such as the L40S) NCCL and custom all-reduce buffers stay small (case B9)."""
+    if version is not None and version < (0, 2, 5):
+        return Term(0, _("not counted: vLLM 0.2.0–0.2.4 subtract the torch peak only"))
+    gen = "v0" if version is not None and (0, 6, 5) <= version < (0, 8, 0) else "v1"
+    multi = tp > 1 and (gpu is None or gpu.nvlink)
+    gib = NON_TORCH_MEASURED[(gen, multi)]
+    if gen == "v1" and not multi:
+        case = _("start-ups A1/A4 (0.19.0, TP 1)") if tp == 1 else _("start-up B9 (0.10.2, TP 8 over PCIe)")
+    elif gen == "v1":
+        case = _("start-ups A3/A6 (0.19.0, TP 4, NVLink)")
+    else:
+        case = _("start-up B4 (0.6.5, TP 2)") if multi else _("start-up B3 (0.6.5, TP 1)")
+    return Term(int(gib * GiB), _("measured {gib} GiB, {case}").format(gib=f"{gib:.2f}", case=case))
