@@ -267,3 +267,11 @@ def test_llamacpp_weights_without_layer_counts_point_at_ngl_without_a_number() -
     first = f.remedies[0]
     assert (first.id, first.flags, first.confidence) == ("ggml.n-gpu-layers", {}, "low")
     assert "-ngl" in first.title
+
+
+def test_ray_monitor_kill_gets_no_swap() -> None:
+    """vllm-043: Ray's memory monitor kills workers at its own threshold; swap does not stop it."""
+    f = only_error(diagnose("vllm/vllm-043.log"))
+    assert f.rule.startswith("ray.memory-monitor")
+    assert "host.add-swap" not in remedy_ids(f)
+    assert remedy_ids(f)[0] == "ray.reduce-parallelism"

@@ -62,6 +62,8 @@ def _add_swap_unsized(inp: AdviceInput) -> Remedy | None:
     cause = inp.finding.cause
     if cause is None or cause.id != "host-ram" or inp.fig("requested_bytes") or inp.fig("buffer_bytes"):
         return None
+    if inp.finding.rule.startswith("ray.memory-monitor"):
+        return None  # Ray's own memory monitor killed the workers at its threshold: swap does not stop it
     if inp.finding.kind == "ollama.system-memory-insufficient":
         return None  # ollama compared the model's steady need with the RAM: not a peak to spill
     return Remedy(

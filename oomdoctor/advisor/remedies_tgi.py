@@ -93,6 +93,9 @@ def cuda_memory_fraction(inp: AdviceInput) -> Remedy | None:
     if not _mine(inp):
         return None
     allowed = inp.fig("allowed_bytes")
+    total = inp.fig("total_bytes") or inp.context.gpu_total_bytes
+    if allowed and total and allowed >= total:
+        return None  # the fraction is already 1.0: the cap is the whole GPU, lifting it frees nothing
     if allowed:
         return _lift_cap(inp, int(allowed))
     if inp.finding.phase == "warmup":
