@@ -7,6 +7,7 @@ from __future__ import annotations
 from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, setting
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.advisor.remedies_weights import knob_remedy, product_of
 from oomdoctor.advisor.training_frames import frame_stage, shows_training_state
 from oomdoctor.report import Remedy
 
@@ -212,31 +213,12 @@ LORA: dict[str, tuple[str, str, str]] = {
 }
 
 
-def _training_product(inp: AdviceInput) -> str | None:
-    return inp.finding.product or inp.context.product
-
-
-def _product_setting(rid: str, table: dict[str, tuple[str, str, str]], inp: AdviceInput) -> Remedy | None:
-    product = _training_product(inp)
-    if not _training(inp) or product not in table:
-        return None
-    kind, knob, value = table[product]
-    return Remedy(
-        id=rid,
-        title=remedy_text(rid, "title", knob=knob),
-        fits=None,
-        confidence="medium",
-        why=remedy_text(rid, "why"),
-        **({"flags": {knob: value}} if kind == "flag" else {"settings": {knob: value}}),  # type: ignore[arg-type]
-    )
-
-
 @remedy("training.shard-state")
 def shard_state(inp: AdviceInput) -> Remedy | None:
     """ZeRO-3 / FSDP in the program's own setting (a DeepSpeed config has training.deepspeed-zero)."""
-    if _is_deepspeed(inp) and _training_product(inp) not in SHARD:
+    if not _training(inp) or (_is_deepspeed(inp) and product_of(inp) not in SHARD):
         return None
-    return _product_setting("training.shard-state", SHARD, inp)
+    return knob_remedy("training.shard-state", SHARD, inp)
 
 
 @remedy("training.lora")
@@ -244,7 +226,9 @@ def lora(inp: AdviceInput) -> Remedy | None:
     """Train low-rank adapters: gradients and optimizer states only for the adapters."""
     if is_true(setting(inp, "lora")) or str(setting(inp, "finetuning_type") or "") in ("lora", "qlora"):
         return None
-    return _product_setting("training.lora", LORA, inp)
+    if not _training(inp):
+        return None
+    return knob_remedy("training.lora", LORA, inp)
 
 
 @remedy("training.offload-pin-memory-off")

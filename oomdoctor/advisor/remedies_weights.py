@@ -63,8 +63,16 @@ def _knob(kind: str, knob: str, value: str) -> dict[str, dict[str, str]]:
 def _product_knob(rid: str, table: dict[str, tuple[str, str, str]], inp: AdviceInput) -> Remedy | None:
     """``rid`` in the knob ``table`` gives the product the log names; None for a program with its own
     levers or whose knob the table does not know."""
+    if _own_levers(inp):
+        return None
+    return knob_remedy(rid, table, inp)
+
+
+def knob_remedy(rid: str, table: dict[str, tuple[str, str, str]], inp: AdviceInput) -> Remedy | None:
+    """``rid`` spoken in the knob ``table``'s entry for the product the log names (medium
+    confidence, fit unknown); None when the table does not know the product."""
     product = product_of(inp)
-    if _own_levers(inp) or product not in table:
+    if product not in table:
         return None
     kind, knob, value = table[product]
     return Remedy(
