@@ -43,6 +43,27 @@ def _is_llamacpp(inp: AdviceInput) -> bool:
     return engine_of(inp) in ("llama.cpp", "ggml")
 
 
+#: llama-cpp-python takes llama.cpp's settings as keyword arguments of ``Llama(...)`` and as
+#: ``python -m llama_cpp.server --name value`` (llama_cpp/server/settings.py ModelSettings): the
+#: llama.cpp flag each one stands for
+_PYTHON_KNOBS = {
+    "-ngl": "n_gpu_layers", "-c": "n_ctx", "-ub": "n_ubatch", "-b": "n_batch", "-fa": "flash_attn",
+    "--cache-type-k": "type_k", "--cache-type-v": "type_v",
+}
+#: llama-cpp-python takes the cache types as ggml_type numbers (ggml.h: GGML_TYPE_Q8_0 = 8)
+_PYTHON_VALUES = {"-fa": {"": "True", "on": "True"}, "--cache-type-k": {"q8_0": "8"}, "--cache-type-v": {"q8_0": "8"}}
+
+
+def _knobs(inp: AdviceInput, flags: dict[str, str]) -> tuple[dict[str, str], dict[str, str]] | None:
+    """``flags`` in the knobs of the program the user runs, as (flags, settings): llama.cpp's flags,
+    or llama-cpp-python's settings; None when that program has no knob for one of them."""
+    if inp.context.product != "llama-cpp-python":
+        return flags, {}
+    if any(k not in _PYTHON_KNOBS for k in flags):
+        return None
+    return {}, {_PYTHON_KNOBS[k]: _PYTHON_VALUES.get(k, {}).get(v, v) for k, v in flags.items()}
+
+
 def _fa_flag_value(inp: AdviceInput) -> str:
     """``-fa`` as the detected build takes it: a switch up to b5590, ``-fa on`` from b6431."""
     from oomdoctor.advisor.engine_args import switch_value
@@ -115,10 +136,14 @@ def n_gpu_layers(inp: AdviceInput) -> Remedy | None:
     if fit is None:
         return _unsized_layers(inp, "ggml.n-gpu-layers")
     value, why, computed = fit
+    knobs = _knobs(inp, {"-ngl": str(value)})
+    if knobs is None:
+        return None
     return Remedy(
         id="ggml.n-gpu-layers",
         title=remedy_text("ggml.n-gpu-layers", "title", layers=value),
-        flags={"-ngl": str(value)},
+        flags=knobs[0],
+        settings=knobs[1],
         fits=True if computed and not assumed else None,
         confidence="medium" if computed else "low",
         why=join_sentences(t for t in (why, assumed) if t),
@@ -236,10 +261,14 @@ def ctx_size(inp: AdviceInput) -> Remedy | None:
     n_ctx, half = v
     plan = _ctx_plan(inp, n_ctx, half)
     value = plan.total
+    knobs = _knobs(inp, {"-c": str(value)})
+    if knobs is None:
+        return None
     return Remedy(
         id="ggml.ctx-size",
         title=remedy_text("ggml.ctx-size", "title" if value == half else "title_cut", tokens=value),
-        flags={"-c": str(value)},
+        flags=knobs[0],
+        settings=knobs[1],
         saves_bytes=plan.saves,
         fits=None,
         confidence="medium",
@@ -314,10 +343,14 @@ def kv_cache_type(inp: AdviceInput) -> Remedy | None:
     if not _is_llamacpp(inp) or _kv_quantized(inp) or inp.finding.phase == "weights-load":
         return None
     kv = _gpu_kv(inp)
+    knobs = _knobs(inp, {"--cache-type-k": "q8_0", "--cache-type-v": "q8_0", "-fa": _fa_flag_value(inp)})
+    if knobs is None:
+        return None
     return Remedy(
         id="ggml.kv-cache-type",
         title=remedy_text("ggml.kv-cache-type", "title"),
-        flags={"--cache-type-k": "q8_0", "--cache-type-v": "q8_0", "-fa": _fa_flag_value(inp)},
+        flags=knobs[0],
+        settings=knobs[1],
         saves_bytes=int(kv * (1 - Q8_0_RATIO)) if kv else None,
         fits=None,
         confidence="medium",
@@ -352,10 +385,14 @@ def _fa_on(inp: AdviceInput) -> bool:
 def flash_attn(inp: AdviceInput) -> Remedy | None:
     if not _is_llamacpp(inp) or _fa_on(inp) or inp.finding.phase not in ("inference", "kv-cache-alloc"):
         return None
+    knobs = _knobs(inp, {"-fa": _fa_flag_value(inp)})
+    if knobs is None:
+        return None
     return Remedy(
         id="ggml.flash-attn",
         title=remedy_text("ggml.flash-attn", "title"),
-        flags={"-fa": _fa_flag_value(inp)},
+        flags=knobs[0],
+        settings=knobs[1],
         fits=None,
         confidence="medium",
         why=remedy_text("ggml.flash-attn", "why"),
@@ -385,10 +422,14 @@ def ubatch_size(inp: AdviceInput) -> Remedy | None:
         return None
     value = cur // 2
     req = inp.fig("requested_bytes") or inp.fig("buffer_bytes")
+    knobs = _knobs(inp, {"-ub": str(value), "-b": str(value)})
+    if knobs is None:
+        return None
     return Remedy(
         id="ggml.ubatch-size",
         title=remedy_text("ggml.ubatch-size", "title", batch=value),
-        flags={"-ub": str(value), "-b": str(value)},
+        flags=knobs[0],
+        settings=knobs[1],
         saves_bytes=req // 2 if req else None,
         fits=None,
         confidence="medium",
@@ -419,4 +460,43 @@ def ollama_num_batch(inp: AdviceInput) -> Remedy | None:
             remedy_text("ollama.num-batch", key, current=cur, request=req),
             remedy_text("ollama.num-batch", "why_set"),
         ]),
+    )
+
+
+def _command_value(inp: AdviceInput, names: tuple[str, ...]) -> str | None:
+    """The value of the first of ``names`` (``-b 2048``, ``--batch-size=2048``) in the launch command."""
+    argv = inp.context.command or []
+    for i, tok in enumerate(argv):
+        key, eq, val = tok.partition("=")
+        if key in names:
+            return val if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+    return None
+
+
+#: the batch ggml's fixed scratch pools were sized for (llama.cpp 2023, before ggml-alloc: llama.cpp's
+#: MEM_REQ_SCRATCH0/1 tables assume n_batch <= 512, the default of -b and of llama-cpp-python's n_batch)
+GGML_POOL_BATCH = 512
+
+
+@remedy("ggml.n-batch-pool")
+def n_batch_pool(inp: AdviceInput) -> Remedy | None:
+    """ggml's context pool overflowed ("not enough space in the context's memory pool"): the fixed
+    scratch pools hold a batch of at most 512 tokens; the log's larger n_batch goes back to 512."""
+    if not _is_llamacpp(inp) or inp.finding.rule != "ggml.context-pool-exhausted":
+        return None
+    cur = as_int(setting(inp, "n_batch", "batch_size")) or as_int(_command_value(inp, ("-b", "--batch-size")))
+    if cur is None or cur <= GGML_POOL_BATCH:
+        return None
+    knobs = _knobs(inp, {"-b": str(GGML_POOL_BATCH)})
+    if knobs is None:
+        return None
+    return Remedy(
+        id="ggml.n-batch-pool",
+        title=remedy_text("ggml.n-batch-pool", "title", batch=GGML_POOL_BATCH),
+        flags=knobs[0],
+        settings=knobs[1],
+        saves_bytes=None,
+        fits=None,
+        confidence="medium",
+        why=remedy_text("ggml.n-batch-pool", "why", current=cur, batch=GGML_POOL_BATCH),
     )

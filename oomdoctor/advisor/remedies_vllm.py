@@ -328,15 +328,21 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
         remedy_text(_RAISE, "missing_no_total", missing=short[0])
         if short and short[0] > 0 else remedy_text(_RAISE, "missing_unknown")
     )
+    # the profiler reserved a stated CUDA-graph estimate: when the raise gives back less than that
+    # ((target - util) x total, or an unknown amount), the estimate is the budget's real sink
+    graphs = f.cudagraph.value if f.cudagraph else None
+    gain = round((target - util) * f.total.value) if f.total else None
+    outweighed = graphs is not None and (gain is None or gain < graphs)
     return Remedy(
         id=_RAISE,
         title=remedy_text(_RAISE, "title", fraction=fmt_fraction(target)),
         flags={"--gpu-memory-utilization": fmt_fraction(target)},
         saves_bytes=None,
         fits=None,
-        confidence="medium" if told else "low",
+        confidence="medium" if told and not outweighed else "low",
         why=join_sentences([
             *([remedy_text(_RAISE, "why_told")] if told else []),
+            *([remedy_text(_RAISE, "why_graphs", graphs=graphs)] if outweighed else []),
             remedy_text(
                 _RAISE, "why_capped" if target == cap else "why", unknown=unknown, util=fmt_fraction(util), base=base,
                 step=f"{UTILIZATION_STEP:.2f}", cap=fmt_fraction(cap), cap_basis=cap_why, target=fmt_fraction(target),

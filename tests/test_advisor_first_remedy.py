@@ -1,0 +1,102 @@
+"""The first remedy is the one aimed at what the log says ran out: a stated CUDA-graph estimate beats a
+blind utilization raise, and so on. Each case is a real log's lines (the corpus id in the docstring)."""
+
+from __future__ import annotations
+
+import oomdoctor
+from tests.engines_util import diagnose, diagnose_text, only_error, remedy, remedy_ids
+
+_GRAPHS_118 = (
+    "(Worker_DP1_TP1_EP3 pid=3585771) INFO 08-19 05:56:57 [gpu_model_runner.py:6936] Estimated CUDA graph memory: "
+    "118.65 GiB total\n"
+    "(EngineCore_DP0 pid=3584999) ERROR 08-19 05:56:57 [core.py:1346] ValueError: No available memory for the cache "
+    "blocks. Try increasing `gpu_memory_utilization` when initializing the engine.\n"
+)
+
+
+def test_a_cuda_graph_estimate_larger_than_the_raise_leads() -> None:
+    """new-008: 118.65 GiB of estimated graphs; +0.05 of the GPU cannot give that back."""
+    f = only_error(diagnose_text(_GRAPHS_118))
+    assert f.cause is not None and f.cause.id == "cudagraph-capture"
+    ids = remedy_ids(f)
+    assert ids[0] == "vllm.cudagraph-estimate-off"
+    assert f.remedies[0].env == {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"}
+    assert f.remedies[0].saves_bytes == 127399467418  # 118.65 GiB
+    raise_ = remedy(f, "vllm.gpu-memory-utilization.raise")
+    assert raise_.confidence == "low"
+    assert "118.65 GiB for CUDA graphs, more than this raise gives back" in raise_.why
+    assert ids.index("vllm.cudagraph-estimate-off") < ids.index("vllm.gpu-memory-utilization.raise")
+
+
+def test_a_small_estimate_on_a_known_gpu_leaves_the_raise_first() -> None:
+    """0.36 GiB of graphs on an H100: +0.05 of 79.22 GiB (3.96 GiB) covers it, so vLLM's own advice stays."""
+    log = (
+        "INFO 08-14 14:07:22 [gpu_model_runner.py:6806] Estimated CUDA graph memory: 0.36 GiB total\n"
+        + _GRAPHS_118.splitlines(keepends=True)[1]
+    )
+    f = only_error(oomdoctor.diagnose(log.encode(), hints={"gpu": "H100"}, source="<test>"))
+    raise_ = remedy(f, "vllm.gpu-memory-utilization.raise")
+    assert (raise_.confidence, raise_.flags) == ("medium", {"--gpu-memory-utilization": "0.95"})
+    assert "more than this raise gives back" not in raise_.why
+    assert remedy_ids(f)[0] == "vllm.gpu-memory-utilization.raise"
+
+
+def test_a_device_buffer_after_a_failed_pinned_model_buffer_is_the_weights() -> None:
+    """fresh-103: load_tensors' pinned host buffer fails, then the device buffer: the weights do not
+    fit, so fewer offloaded layers lead, and the KV cache's type (no cache yet) is not offered."""
+    f = only_error(diagnose_text(
+        "ggml_cuda_host_malloc: failed to allocate 335445.83 MiB of pinned memory: out of memory\n"
+        "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 28426.68 MiB on device 0: cudaMalloc failed: "
+        "out of memory\n"
+    ))
+    assert f.phase == "weights-load"
+    assert f.cause is not None and f.cause.id == "weights-exceed-device"
+    assert remedy_ids(f)[0] == "ggml.n-gpu-layers"
+    assert "ggml.kv-cache-type" not in remedy_ids(f)
+
+
+def test_a_cpu_compute_buffer_that_exhausts_ram_gets_a_smaller_ubatch_first() -> None:
+    """fresh-101: ggml_gallocr_reserve_n's 129.62 GiB CPU compute buffer: -ub, not the KV type."""
+    f = only_error(diagnose_text(
+        "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer\n\n"
+        "ggml_gallocr_reserve_n: failed to allocate CPU buffer of size 139183763104\n"
+    ))
+    assert f.phase == "inference"
+    first = f.remedies[0]
+    assert (first.id, first.flags, first.saves_bytes) == ("ggml.ubatch-size", {"-ub": "256", "-b": "256"}, 69591881552)
+
+
+_POOL = (
+    "Llama.generate: prefix-match hit\n"
+    "ggml_new_tensor_impl: not enough space in the context's memory pool (needed 35007776, available 12582912)\n"
+)
+
+
+def test_ggml_context_pool_overflow_takes_the_batch_back_to_512_in_llama_cpp_pythons_knob() -> None:
+    """fresh-092: llama-cpp-python's server launched with --n_batch 4096 overflows ggml's fixed pool."""
+    f = only_error(diagnose_text(
+        _POOL + "./run.sh: line 1:   432 Segmentation fault      python -m llama_cpp.server --n_gpu_layers 100 "
+        "--n_ctx 4096 --n_batch 4096 --model /m/stablebeluga-13b.ggmlv3.q8_0.bin\n"
+    ))
+    assert f.product == "llama-cpp-python"
+    first = f.remedies[0]
+    assert (first.id, first.flags, first.settings) == ("ggml.n-batch-pool", {}, {"n_batch": "512"})
+    assert "ggml.n-gpu-layers" not in remedy_ids(f)  # a CPU pool: GPU layers do not change it
+
+
+def test_the_same_overflow_under_llama_cpp_speaks_in_its_flag() -> None:
+    f = only_error(diagnose_text("$ ./main -m models/13b.ggmlv3.q8_0.bin -c 4096 -b 2048 -ngl 40\n" + _POOL))
+    assert f.product == "llama.cpp"
+    assert (f.remedies[0].id, f.remedies[0].flags) == ("ggml.n-batch-pool", {"-b": "512"})
+
+
+def test_without_a_stated_batch_no_batch_value_is_invented() -> None:
+    f = only_error(diagnose_text(_POOL))
+    assert "ggml.n-batch-pool" not in remedy_ids(f)
+
+
+def test_llama_cpp_python_gets_its_own_keyword_for_the_kv_cache_type() -> None:
+    """other-002 (llama-cpp-python): type_k/type_v take ggml_type numbers, q8_0 is 8 (ggml.h)."""
+    f = only_error(diagnose("llamacpp/other-002.log"))
+    kv = remedy(f, "ggml.kv-cache-type")
+    assert (kv.flags, kv.settings) == ({}, {"type_k": "8", "type_v": "8", "flash_attn": "True"})
