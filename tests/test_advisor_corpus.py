@@ -85,7 +85,8 @@ def test_v0_budget_formula_reproduces_the_logged_kv_figure() -> None:
     top = rems[0]
     assert top.id == "vllm.gpu-memory-utilization.raise-for-kv"
     # lacks ≥ 1.05 GiB of 8 GiB: 0.70 + 0.1318 → 0.84, + 0.02 for the KV of at least one request
-    assert top.flags == {"--gpu-memory-utilization": "0.86"} and top.fits is None
+    # an LLM(...) script: the engine argument as its keyword
+    assert top.settings == {"gpu_memory_utilization": "0.86"} and top.fits is None
 
 
 def test_v0_cpu_blocks_match_the_model_geometry() -> None:

@@ -100,3 +100,48 @@ def test_llama_cpp_python_gets_its_own_keyword_for_the_kv_cache_type() -> None:
     f = only_error(diagnose("llamacpp/other-002.log"))
     kv = remedy(f, "ggml.kv-cache-type")
     assert (kv.flags, kv.settings) == ({}, {"type_k": "8", "type_v": "8", "flash_attn": "True"})
+
+
+_KV_FULL = (
+    "update_slots : failed to find free space in the KV cache, retrying with smaller n_batch = 2\n"
+    "update_slots : failed to find free space in the KV cache, retrying with smaller n_batch = 1\n"
+    "update_slots : failed to decode the batch, n_batch = 1, ret = 1\n"
+)
+
+
+def test_llama_server_kv_cache_full_is_a_context_too_small_for_the_request() -> None:
+    """other-084: llama.cpp's server retried down to one token: raise -c, never a smaller batch."""
+    f = only_error(diagnose_text("llama_new_context_with_model: n_ctx      = 4096\n" + _KV_FULL))
+    assert f.cause is not None and f.cause.id == "kv-cache-too-small"
+    assert "even with a batch of 1 token(s)" in f.cause.summary
+    assert (f.remedies[0].id, f.remedies[0].flags) == ("ggml.ctx-size.raise", {"-c": "8192"})
+    ids = remedy_ids(f)
+    assert not {"ggml.ubatch-size", "ggml.kv-cache-type", "ggml.ctx-size"} & set(ids)
+
+
+def test_without_the_context_size_nothing_is_doubled() -> None:
+    f = only_error(diagnose_text(_KV_FULL))
+    assert f.cause is not None and f.cause.id == "kv-cache-too-small"
+    assert not {"ggml.ctx-size.raise", "ggml.ubatch-size", "ggml.kv-cache-type"} & set(remedy_ids(f))
+
+
+def test_vllms_llm_class_gets_keyword_arguments_not_cli_flags() -> None:
+    """vllm-016 (LLM(...) in the user's script): EngineArgs fields as keywords, a switch as True."""
+    f = only_error(diagnose("vllm/vllm-016.log"))
+    assert f.product == "vllm-python"
+    assert all(not r.flags for r in f.remedies)
+    first = f.remedies[0]
+    assert (first.id, first.settings) == ("vllm.gpu-memory-utilization.raise-for-kv", {"gpu_memory_utilization": "0.86"})
+    assert first.command is None
+
+
+def test_a_switch_becomes_true() -> None:
+    from oomdoctor.advisor.product_knobs import speak_in_product
+    from oomdoctor.report import Remedy
+
+    r = Remedy(id="vllm.enforce-eager", title="t", flags={"--enforce-eager": ""}, fits=None, confidence="medium", why="w")
+    speak_in_product([r], "vllm-python", "vllm")
+    assert (r.flags, r.settings) == ({}, {"enforce_eager": "True"})
+    s = Remedy(id="vllm.enforce-eager", title="t", flags={"--enforce-eager": ""}, fits=None, confidence="medium", why="w")
+    speak_in_product([s], "vllm-serve", "vllm")
+    assert (s.flags, s.settings) == ({"--enforce-eager": ""}, {})

@@ -100,7 +100,7 @@ def _knobs(log: str) -> tuple[list[frozenset[str]], list[str]]:
 
 
 #: knobs no calculator exists for yet: their examples are in GAPS
-UNWRITTEN = frozenset({"vllm.swap-space.raise", "vllm.limit-mm-per-prompt", "ggml.ctx-size.raise"})
+UNWRITTEN = frozenset({"vllm.swap-space.raise", "vllm.limit-mm-per-prompt"})
 
 
 def test_the_scan_sees_advice() -> None:

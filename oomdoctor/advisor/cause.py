@@ -155,6 +155,10 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     if rule == "sglang.kv-pool-exhausted" and page_shortfall(fig, context) is not None:
         # the pool had the tokens asked for, but --page-size > 1 hands them out in whole pages
         return "kv-page-granularity", ["kv-tokens", "request-tokens"]
+    if rule in ("llama.server-kv-cache-full", "llama.server-kv-cache-retry"):
+        # llama.cpp's server: a request's tokens found no free cell in the KV cache (n_ctx, shared by
+        # the -np slots), even one at a time: the cache is too small for the request
+        return "kv-cache-too-small", ["kv-cache"]
     if rule in ("sglang.kv-pool-exhausted", "sglang.req-slots-exhausted", "sglang.kv-pool-retract"):
         return "kv-budget-exhausted", ["kv-cache"]
     if phase == "cudagraph-capture" or "cuda-graph" in rule or "cudagraph" in rule:
@@ -301,6 +305,8 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "xla_small": req if (finding.kind.startswith("xla.") and req is not None and req < XLA_SMALL_REQUEST) else None,
         "kv_alloc": req if finding.phase == "kv-cache-alloc" and finding.kind.startswith("torch.") else None,
         "n_ctx": context.max_model_len if engine_for(finding, context) in ("llama.cpp", "ggml", "ollama") else None,
+        # llama.cpp's server retried down to a batch of n_batch tokens and found no free KV cell
+        "kv_full_batch": fig.get("n_batch") if finding.rule == "llama.server-kv-cache-full" else None,
     }  # fmt: skip
 
 

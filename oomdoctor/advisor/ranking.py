@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from oomdoctor.advisor.account import account_for
 from oomdoctor.advisor.cause import engine_for, name_cause
 from oomdoctor.advisor.prescription import planned_wording, prescribed, remedy_info, remedy_tradeoff, withheld
+from oomdoctor.advisor.product_knobs import speak_in_product
 from oomdoctor.advisor.registry import AdviceInput, calculator
 from oomdoctor.advisor.versions import flag_exists
 from oomdoctor.i18n import _, join_sentences
@@ -213,6 +214,7 @@ def _rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
     out.sort(key=lambda r: _rank_key(r, own, cause.id if cause else None))
     for i, rem in enumerate(out, 1):
         rem.rank = i
+    speak_in_product(out, inp.finding.product or inp.context.product, engine_for(inp.finding, inp.context))
     if out and out[0].fits is not False:
         from oomdoctor.advisor.command import corrected_command
 

@@ -251,9 +251,14 @@ def _ctx_plan(inp: AdviceInput, n_ctx: int, half: int) -> CtxPlan:
     return CtxPlan(half, "why_kv" if kv else "why", kv, None, None, kv // 2 if kv else None)
 
 
+#: llama.cpp server's messages when a request's tokens find no free cell in the KV cache: the
+#: context (n_ctx, shared by the -np slots) is too small for the request, not too large for the GPU
+_KV_FULL_RULES = ("llama.server-kv-cache-full", "llama.server-kv-cache-retry")
+
+
 @remedy("ggml.ctx-size")
 def ctx_size(inp: AdviceInput) -> Remedy | None:
-    if not _is_llamacpp(inp):
+    if not _is_llamacpp(inp) or inp.finding.rule in _KV_FULL_RULES:
         return None
     v = _ctx_value(inp)
     if v is None:
@@ -499,4 +504,28 @@ def n_batch_pool(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why=remedy_text("ggml.n-batch-pool", "why", current=cur, batch=GGML_POOL_BATCH),
+    )
+
+
+@remedy("ggml.ctx-size.raise")
+def ctx_size_raise(inp: AdviceInput) -> Remedy | None:
+    """llama.cpp's server found no free space in its KV cache for a request: the context it was
+    started with (n_ctx, split over the -np slots) is too small; twice the stated n_ctx."""
+    if not _is_llamacpp(inp) or inp.finding.rule not in _KV_FULL_RULES:
+        return None
+    n_ctx = inp.context.max_model_len or as_int(setting(inp, "ctx_size"))
+    if not n_ctx:
+        return None
+    value = 2 * n_ctx
+    knobs = _knobs(inp, {"-c": str(value)})
+    if knobs is None:
+        return None
+    return Remedy(
+        id="ggml.ctx-size.raise",
+        title=remedy_text("ggml.ctx-size.raise", "title", tokens=value),
+        flags=knobs[0],
+        settings=knobs[1],
+        fits=None,
+        confidence="medium",
+        why=remedy_text("ggml.ctx-size.raise", "why", n_ctx=n_ctx, tokens=value),
     )
