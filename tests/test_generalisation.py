@@ -56,6 +56,11 @@ UPSTREAM_RULES = (
     "xla.tpu-device-buffer-alloc-failed",
     "ggml.metal-buffer-alloc-failed",
     "ggml.sycl-alloc-failed",
+    "host.torch-cpu-alloc-failed",
+    "host.torch-mmap-failed",
+    "host.numpy-array-alloc-failed",
+    "host.windows-paging-file",
+    "torch.cuda-malloc-async.recovered",
 )
 
 

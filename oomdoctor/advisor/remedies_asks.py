@@ -94,7 +94,8 @@ def _device_tool(inp: AdviceInput) -> str | None:
         return "rocm-smi --showmeminfo vram"
     buffer = inp.fig("buffer_type")
     if (
-        f.rule.startswith(_NOT_NVIDIA_RULES)
+        f.kind.startswith("host.")  # (host memory: the GPU's tool does not show it)
+        or f.rule.startswith(_NOT_NVIDIA_RULES)
         or f.kind.startswith(_NOT_NVIDIA_KINDS)
         or (isinstance(buffer, str) and buffer.startswith(_NOT_CUDA_BUFFERS))
     ):
