@@ -61,6 +61,8 @@ UPSTREAM_RULES = (
     "host.numpy-array-alloc-failed",
     "host.windows-paging-file",
     "torch.cuda-malloc-async.recovered",
+    "torch-memory-saver.cumemcreate-oom",
+    "tf.cuda-malloc-async-failed",
 )
 
 
