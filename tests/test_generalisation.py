@@ -63,6 +63,7 @@ UPSTREAM_RULES = (
     "torch.cuda-malloc-async.recovered",
     "torch-memory-saver.cumemcreate-oom",
     "tf.cuda-malloc-async-failed",
+    "host.subprocess-sigkill",
 )
 
 
