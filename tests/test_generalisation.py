@@ -64,6 +64,7 @@ UPSTREAM_RULES = (
     "torch-memory-saver.cumemcreate-oom",
     "tf.cuda-malloc-async-failed",
     "host.subprocess-sigkill",
+    "torch.mps-invalid-buffer-size",
 )
 
 
