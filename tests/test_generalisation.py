@@ -65,6 +65,7 @@ UPSTREAM_RULES = (
     "tf.cuda-malloc-async-failed",
     "host.subprocess-sigkill",
     "torch.mps-invalid-buffer-size",
+    "torch.cudnn-oom-outside-allocator",
 )
 
 
