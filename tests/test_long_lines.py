@@ -154,3 +154,33 @@ def test_a_source_remembers_its_first_cut_lines_and_counts_the_rest() -> None:
     splitter.feed_block(b"".join(b"%09d\n" % i for i in range(CUT_LINES_KEPT + 5)))
     assert splitter.cut_lines == [(i + 1, 9) for i in range(CUT_LINES_KEPT)]
     assert splitter.cut_count == CUT_LINES_KEPT + 5
+
+
+def test_many_cut_lines_are_named_by_the_first_three_and_counted() -> None:
+    from oomdoctor.render.common import cut_lines_text
+
+    data = b"".join(b"x" * (MAX_LINE_BYTES + i + 1) + b"\n" for i in range(CUT_LINES_KEPT + 2))
+    scanner = Scanner()
+    scanner.feed(data)
+    report = scanner.close()
+    assert report.summary.cut_lines == CUT_LINES_KEPT + 2
+    assert [c.line for c in report.cut_lines] == list(range(1, CUT_LINES_KEPT + 1))
+    assert cut_lines_text(report) == (
+        f"Note: {CUT_LINES_KEPT + 2} line(s) longer than 1.00 MiB searched only in their first 1.00 MiB: "
+        "<stdin>:1 (1.00 MiB), <stdin>:2 (1.00 MiB), <stdin>:3 (1.00 MiB)"
+        f" and {CUT_LINES_KEPT - 1} more."
+    )
+
+
+def test_reports_of_several_files_add_up_their_cut_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_bytes(b"x" * (MAX_LINE_BYTES + 1) + b"\n")
+    b.write_bytes(b"ok\n" + b"y" * (MAX_LINE_BYTES + 2) + b"\n")
+    capsys.readouterr()
+    main([str(a), str(b), "-f", "json"])
+    report = Report.model_validate_json(capsys.readouterr().out)
+    assert report.summary.cut_lines == 2
+    assert [(c.source, c.line, c.bytes) for c in report.cut_lines] == [
+        (str(a), 1, MAX_LINE_BYTES + 1),
+        (str(b), 2, MAX_LINE_BYTES + 2),
+    ]
