@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from oomdoctor.newlines import count_newlines
 
-#: Longest physical line kept for analysis; the rest of a longer line is dropped (passthrough
-#: in pipe mode is unaffected, it happens before this).
-MAX_LINE_BYTES = 64 * 1024
+#: Longest physical line searched whole (1 MiB); the rest of a longer line is dropped, and the
+#: report says so (``Report.cut_lines``). Passthrough in pipe mode is unaffected, it happens
+#: before this. It bounds the memory one line costs: a 200 MB line without a newline is held as
+#: its first MiB.
+MAX_LINE_BYTES = 1024 * 1024
+
+#: How many cut lines a source remembers by number (the rest are only counted).
+CUT_LINES_KEPT = 16
 
 
 class LineSplitter:
@@ -27,7 +32,13 @@ class LineSplitter:
         self._max = max_line
         self._partial = bytearray()
         self._overflow = False
+        #: bytes of the line being kept that fell beyond the cap
+        self._dropped = 0
         self.line_number = 0
+        #: the first :data:`CUT_LINES_KEPT` lines cut to the cap: ``(line number, length in bytes)``
+        self.cut_lines: list[tuple[int, int]] = []
+        #: how many lines were cut to the cap in all
+        self.cut_count = 0
 
     def feed_block(self, data: bytes, count: bool = True) -> tuple[int, bytes]:
         """Return ``(first_line_number, block)`` where ``block`` holds only complete lines.
@@ -45,13 +56,12 @@ class LineSplitter:
             first_nl = data.find(b"\n")
             self._keep(memoryview(data)[:first_nl])
             head = b"".join((self._partial, b"\n", memoryview(data)[first_nl + 1 : end + 1]))
-            self._partial.clear()
-            self._overflow = False
+            self._end_partial()
         else:
             head = data if end == len(data) - 1 else data[: end + 1]
         first = self.line_number + 1
         if len(head) > self._max and has_long_line(head, self._max):
-            head = _cap_lines(head, self._max)
+            head = _cap_lines(head, self._max, first, self._note_cut)
         if count:
             self.line_number += count_newlines(head)
         if end + 1 < len(data):
@@ -81,8 +91,7 @@ class LineSplitter:
                 return block, 0, 0
             self._keep(memoryview(data)[: lo - 1])
             head = bytes(self._partial) + b"\n"
-            self._partial.clear()
-            self._overflow = False
+            self._end_partial()
         elif hi > self._max and has_long_line(data, self._max, 0, hi):
             _, block = self.feed_block(data, count=False)
             return block, 0, 0
@@ -101,21 +110,36 @@ class LineSplitter:
 
     def _keep(self, tail: bytes | memoryview) -> None:
         if self._overflow:
+            self._dropped += len(tail)
             return
         room = self._max - len(self._partial)
         if len(tail) > room:
             self._partial += tail[:room]
+            self._dropped += len(tail) - room
             self._overflow = True
         else:
             self._partial += tail
+
+    def _end_partial(self) -> None:
+        """The kept line is complete (it is the next line, ``line_number + 1``): forget it, and
+        note it if it was cut."""
+        if self._overflow:
+            self._note_cut(self.line_number + 1, len(self._partial) + self._dropped)
+        self._partial.clear()
+        self._overflow = False
+        self._dropped = 0
+
+    def _note_cut(self, number: int, length: int) -> None:
+        self.cut_count += 1
+        if len(self.cut_lines) < CUT_LINES_KEPT:
+            self.cut_lines.append((number, length))
 
     def close(self) -> tuple[int, bytes]:
         """Return the last line if the stream did not end with a newline."""
         if not self._partial and not self._overflow:
             return self.line_number + 1, b""
         line = bytes(self._partial) + b"\n"
-        self._partial.clear()
-        self._overflow = False
+        self._end_partial()
         self.line_number += 1
         return self.line_number, line
 
@@ -155,10 +179,18 @@ def last_lines_start(block: bytes, lo: int, hi: int, lines: int) -> int:
     return near + 1
 
 
-def _cap_lines(block: bytes, cap: int) -> bytes:
+def _cap_lines(
+    block: bytes, cap: int, first: int = 1, on_cut: Callable[[int, int], None] | None = None
+) -> bytes:
+    """``block``'s lines each cut to ``cap`` bytes; ``on_cut(number, length)`` for each line cut
+    (``first``: the number of the block's first line)."""
     out = []
-    for line in block.split(b"\n")[:-1]:
-        out.append(line[:cap])
+    for i, line in enumerate(block.split(b"\n")[:-1]):
+        if len(line) > cap:
+            if on_cut is not None:
+                on_cut(first + i, len(line))
+            line = line[:cap]
+        out.append(line)
     return b"\n".join(out) + b"\n"
 
 

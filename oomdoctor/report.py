@@ -1,7 +1,8 @@
 """The report contract (DESIGN §3): the one structure every renderer and the HTTP server read.
 
-``schema_version`` 4 (2 added ``finding.cause`` and ``finding.account``; 3 added ``remedy.run``; 4 added
-``report.contexts``, one per source, with ``finding.product`` and ``context.product``). The JSON Schema generated from these models is committed as
+``schema_version`` 5 (2 added ``finding.cause`` and ``finding.account``; 3 added ``remedy.run``; 4 added
+``report.contexts``, one per source, with ``finding.product`` and ``context.product``; 5 added
+``report.cut_lines`` and ``summary.cut_lines``, the lines longer than the bound searched whole). The JSON Schema generated from these models is committed as
 ``oomdoctor/report.schema.json`` and a test checks it does not drift.
 """
 
@@ -14,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from oomdoctor.i18n import current_lang
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 Severity = Literal["error", "warning"]
 Confidence = Literal["high", "medium", "low"]
@@ -244,6 +245,20 @@ class Tool(_Model):
 class Summary(_Model):
     errors: int = 0
     warnings: int = 0
+    cut_lines: int = Field(
+        default=0,
+        description="How many lines were longer than the bound searched whole (1 MiB) and were searched "
+        "only in their first MiB (see cut_lines of the report for the first of them).",
+    )
+
+
+class CutLine(_Model):
+    """A line longer than the bound searched whole: only its first ``searched_bytes`` were read."""
+
+    source: str = Field(description="The source of the line (as in sources).")
+    line: int = Field(description="The line's number in its source.")
+    bytes: int = Field(description="The line's length in bytes (without its newline).")
+    searched_bytes: int = Field(description="How many of its first bytes were searched (the bound, 1 MiB).")
 
 
 class Report(_Model):
@@ -264,6 +279,11 @@ class Report(_Model):
         "a finding's cause and remedies rest only on the context of its own source (finding.location.source).",
     )
     summary: Summary = Field(default_factory=Summary)
+    cut_lines: list[CutLine] = Field(
+        default_factory=list,
+        description="Lines longer than the bound searched whole (1 MiB): a failure message past the bound "
+        "is not seen. The first 16 of each source; summary.cut_lines counts them all.",
+    )
     lang: str = Field(
         default_factory=current_lang,
         description="The language of the human text (titles, cause summaries, why, trade-offs): en or ja. "
@@ -302,7 +322,9 @@ def combine_reports(reports: Sequence[Report]) -> Report:
         summary=Summary(
             errors=sum(f.severity == "error" for f in findings),
             warnings=sum(f.severity == "warning" for f in findings),
+            cut_lines=sum(r.summary.cut_lines for r in reports),
         ),
+        cut_lines=[c for r in reports for c in r.cut_lines],
         lang=reports[0].lang,
     )
 

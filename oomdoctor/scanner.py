@@ -25,7 +25,7 @@ from oomdoctor.context import ContextCollector
 from oomdoctor.prefilter import Prefilter, make_prefilter, needles
 from oomdoctor.prefilter.interface import Haystacks, json_forms
 from oomdoctor.reader import LineSplitter
-from oomdoctor.report import Finding
+from oomdoctor.report import CutLine, Finding
 from oomdoctor.rulepack import RulePack, default_pack
 from oomdoctor.rulepack.loader import CompiledContext
 from oomdoctor.scan.evidence import EvidenceAside
@@ -172,6 +172,8 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         #: per finding (by id): last line it was seen on, and the ranks (None too) that told it
         self._seen: dict[int, tuple[int, set[str | None]]] = {}
         self._done = False
+        self._cut_before: list[CutLine] = []
+        self._cut_count_before = 0
         #: the rule being matched is read case-insensitively (see :meth:`_search`)
         self._fold = False
         #: length of the anchor line of the match being read (see :meth:`_extract_figures`)

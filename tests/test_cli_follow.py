@@ -120,7 +120,7 @@ def test_follow_jsonl_streams_each_finding_when_final(tmp_path: Path) -> None:
     assert code == 130 and err == b""
     records = [json.loads(line) for line in out.splitlines()]
     assert [r["type"] for r in records] == ["finding", "summary"]
-    assert records[1]["summary"] == {"errors": 1, "warnings": 0}
+    assert records[1]["summary"] == {"errors": 1, "warnings": 0, "cut_lines": 0}
 
 
 def test_follow_json_writes_the_report_so_far_on_each_final_finding(tmp_path: Path) -> None:
@@ -130,12 +130,12 @@ def test_follow_json_writes_the_report_so_far_on_each_final_finding(tmp_path: Pa
     log.write_bytes(KV_LOG)
     f = Follow(log, "-f", "json")
     f.wait_for(b"\n}\n")  # one whole document while following: jq reads it at once
-    assert json.loads(f.out)["summary"] == {"errors": 1, "warnings": 0}
+    assert json.loads(f.out)["summary"] == {"errors": 1, "warnings": 0, "cut_lines": 0}
     code, out, err = f.stop(signal.SIGINT)
     assert code == 130 and err == b""
     docs = list(json.JSONDecoder().raw_decode(out.decode(), i)[0] for i in _starts(out.decode()))
     assert len(docs) == 2  # the one per change, then the final report
-    assert docs[-1]["summary"] == {"errors": 1, "warnings": 0}
+    assert docs[-1]["summary"] == {"errors": 1, "warnings": 0, "cut_lines": 0}
     assert docs[0]["findings"][0]["title"] == docs[-1]["findings"][0]["title"]
 
 

@@ -51,6 +51,27 @@ def test_plain_killed_while_loading_shards() -> None:
     assert (f.rule, f.phase) == ("host.shell-killed", "weights-load")
 
 
+@pytest.mark.parametrize(
+    "bar",
+    [
+        "Loading checkpoint shards:  75%|#######   | 3/4 [00:15<00:05,  5.00s/it]",
+        "Loading checkpoint shards:  75%|\u2588\u2588\u2588\u2588\u2588\u2588\u2588   | 3/4 [00:15<00:05,  5.00s/it]",
+    ],
+)
+@pytest.mark.parametrize("sep", ["", "\r"])
+def test_killed_behind_a_progress_bar_redrawn_with_carriage_returns(bar: str, sep: str) -> None:
+    # tqdm redraws its bar after "\r" and the shell's "Killed" lands on the bar's line, after it
+    # or after one more "\r": both are the same physical line, read as segments
+    text = "Loading checkpoint shards:  50%|#####     | 2/4 [00:10<00:10,  5.00s/it]\r" + bar + sep + "Killed\n"
+    f = only_error(diagnose_text(text))
+    assert (f.rule, f.location.line) == ("host.shell-killed", 1)
+
+
+def test_killed_on_the_next_line_is_located_there() -> None:
+    f = only_error(diagnose_text("step 1 loss 2.0\nKilled\n"))
+    assert (f.rule, f.location.line) == ("host.shell-killed", 2)
+
+
 def test_ray_task_killed_figures() -> None:
     f = only_error(diagnose("ray/synthetic-task-killed.log"))
     assert f.figures["memory_usage_fraction"] == 0.984283

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import oomdoctor
+from oomdoctor.rulepack import default_pack
 from tests.corpus import FIXTURES
 from tests.sampling import in_sample, stratified
 
@@ -39,7 +40,47 @@ def _failures() -> list[tuple[str, str, str]]:
     return out
 
 
-FAILURES = _failures()
+#: rules read from the upstream packages (issue 34) that no fixture shows yet: their match
+#: examples, the upstream wording, are perturbed the same way as the fixtures' failures
+UPSTREAM_RULES = (
+    "onnxruntime.bfc-arena-alloc-failed",
+    "onnxruntime.bfc-arena-extend-failed",
+    "onnxruntime.cuda-failure-oom",
+    "ctranslate2.cuda-oom",
+    "ctranslate2.cublas-alloc-failed",
+    "mlx.metal-malloc-too-large",
+    "mlx.metal-resource-limit",
+    "mlx.malloc-failed",
+    "mlx.command-buffer-oom",
+    "xla.tpu-hbm-exhausted",
+    "xla.tpu-device-buffer-alloc-failed",
+    "ggml.metal-buffer-alloc-failed",
+    "ggml.sycl-alloc-failed",
+    "host.torch-cpu-alloc-failed",
+    "host.torch-mmap-failed",
+    "host.numpy-array-alloc-failed",
+    "host.windows-paging-file",
+    "torch.cuda-malloc-async.recovered",
+    "torch-memory-saver.cumemcreate-oom",
+    "tf.cuda-malloc-async-failed",
+    "host.subprocess-sigkill",
+    "torch.mps-invalid-buffer-size",
+    "torch.cudnn-oom-outside-allocator",
+)
+
+
+def _rule_examples() -> list[tuple[str, str, str]]:
+    """(id, example log, severity) for every match example of :data:`UPSTREAM_RULES`."""
+    pack = default_pack()
+    out = []
+    for rule_id in UPSTREAM_RULES:
+        rule = pack.rule(rule_id).rule
+        for k, example in enumerate(rule.match):
+            out.append((f"rule/{rule_id}#{k}", example.log, rule.severity))
+    return out
+
+
+FAILURES = _failures() + _rule_examples()
 
 
 def _scan(text: str) -> list[Any]:

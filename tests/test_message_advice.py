@@ -24,6 +24,9 @@ SENTENCE = regex.compile(r"(?i)\b(?:try|please|consider|you (?:can|may|should))\
 
 #: advice sentence (pattern) -> the remedies that carry it out (any one suffices)
 ADVICE: list[tuple[str, frozenset[str]]] = [
+    # torch 2.14.1's cuDNN message: "Consider calling torch.cuda.memory.set_per_process_memory_fraction(...)"
+    # (a sentence here ends at the first ".")
+    (r"(?i)consider calling torch$", frozenset({"torch.memory-fraction"})),
     (r"(?i)try increasing `?gpu_memory_utilization`?[^.]*or decreasing `?max_model_len`?",
      frozenset({"vllm.gpu-memory-utilization.raise", "vllm.gpu-memory-utilization.raise-for-kv", "vllm.max-model-len"})),
     (r"(?i)try increasing `?VLLM_CPU_KVCACHE_SPACE`? or decreasing `?max_model_len`?", frozenset({"vllm.max-model-len"})),
@@ -63,6 +66,8 @@ NOT_A_KNOB = [
 
 #: (rule id, example index) -> why its advice cannot be among the remedies
 GAPS: dict[tuple[str, int], str] = {
+    ("torch.cudnn-oom-outside-allocator", 0): "the message states no figure (capacity, this process's memory, free) "
+                                              "to size the fraction from",
     ("vllm.v0.swap.exhausted", 0): "the swap space in use is not in the message, so no larger --swap-space can be computed",
     ("vllm.v1.encoder-cache.item-too-large", 0): "--limit-mm-per-prompt bounds items per prompt, not the cache size; the message's fix "
                                                  "depends on the vLLM version's encoder-cache sizing, which the message does not show",

@@ -36,7 +36,7 @@ def test_quiet_pipe_writes_the_json_report_on_stdout() -> None:
     assert proc.returncode == 1
     assert proc.stderr == b""
     report = json.loads(proc.stdout)
-    assert report["summary"] == {"errors": 1, "warnings": 0}
+    assert report["summary"] == {"errors": 1, "warnings": 0, "cut_lines": 0}
     assert report["findings"][0]["kind"] == "vllm.kv-cache.max-len-exceeds"
 
 
@@ -51,7 +51,7 @@ def test_quiet_pipe_writes_the_text_report_on_stdout() -> None:
 def test_pipe_without_quiet_keeps_stdout_for_the_input() -> None:
     proc = oomdoctor("-f", "json", stdin=KV_LOG)
     assert proc.stdout == KV_LOG
-    assert json.loads(proc.stderr)["summary"] == {"errors": 1, "warnings": 0}
+    assert json.loads(proc.stderr)["summary"] == {"errors": 1, "warnings": 0, "cut_lines": 0}
 
 
 def test_quiet_with_output_writes_the_file_only(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def test_jsonl_streams_the_finding_before_the_input_ends() -> None:
     assert proc.wait(60) == 1
     tail = [json.loads(x) for x in rest.splitlines()]
     assert [r["type"] for r in tail] == ["summary"]  # the finding is not written twice
-    assert tail[0]["summary"] == {"errors": 1, "warnings": 0}
+    assert tail[0]["summary"] == {"errors": 1, "warnings": 0, "cut_lines": 0}
 
 
 def test_jsonl_in_a_pipe_streams_on_stderr_and_passes_the_input_through() -> None:

@@ -15,6 +15,7 @@ from oomdoctor.inputs import read_blocks, rereader
 from oomdoctor.prefilter import pool as prefilter_pool
 from oomdoctor.prefilter.pool import Precomputed, newlines_before, quiet_start
 from oomdoctor.prefilter.presence import Presence
+from oomdoctor.reader import MAX_LINE_BYTES
 from oomdoctor.report import Report
 from oomdoctor.rulepack import default_pack
 from oomdoctor.scan.state import BEFORE_LINES, FAR_MARK
@@ -54,7 +55,7 @@ def _quiet_log() -> str:
         + OOM.format(n=4) + lines(NOISE, 60) + OOM.format(n=5) + lines(NOISE, 3000)  # open across a chunk's start
         + BATCH.format(n=9) + lines(NOISE, 1500) + GRAPHS + lines(NOISE, 1500)  # the latest periodic line,
         # far from any failure and not the latest progress line: read for its value alone
-        + "x" * 70000 + "\n" + lines(NOISE, 3000)  # a line over the cap: not passed over
+        + "x" * (MAX_LINE_BYTES + 1) + "\n" + lines(NOISE, 3000)  # a line over the cap: not passed over
     )
 
 
@@ -75,7 +76,7 @@ def test_a_quiet_chunk_is_passed_over_up_to_its_last_before_lines_lines() -> Non
         (lines(NOISE, BEFORE_LINES), [], None),  # no more lines than those kept
         (lines(NOISE, BEFORE_LINES + 10), [], None),  # too little before them to be worth it
         (lines(NOISE, 2000)[:-1], [], None),  # no final newline
-        (lines(NOISE, 1000) + "x" * 70000 + "\n" + lines(NOISE, 1000), [], None),  # a line over the cap
+        (lines(NOISE, 1000) + "x" * (MAX_LINE_BYTES + 1) + "\n" + lines(NOISE, 1000), [], None),  # a line over the cap
         (lines(NOISE, 1000) + BATCH.format(n=1) + lines(NOISE, 1000), [], None),  # a periodic line
         (lines(NOISE, 2000), [], True),  # one noted by the prefilter
     ],

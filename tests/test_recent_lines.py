@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from oomdoctor.reader import Line
-from oomdoctor.scan.recent import RecentLines
+from oomdoctor.scan.recent import MIN_LINES, RecentLines
 
 
 def _walk(lines: list[Line], number: int) -> list[Line]:
@@ -45,3 +45,34 @@ def test_in_order_a_window_is_found_from_the_end() -> None:
     for n in range(300, 556):  # until that line has left
         recent.append(Line(number=n, text=""))
     assert [ln.number for ln in recent.from_number(554)] == [554, 555]
+
+
+@given(
+    sizes=st.lists(st.integers(0, 40), max_size=80),
+    numbers=st.lists(st.integers(0, 60), min_size=80, max_size=80),
+    ask=st.integers(-1, 62),
+)
+def test_long_lines_leave_early_but_the_last_ones_stay_and_windows_still_agree(
+    sizes: list[int], numbers: list[int], ask: int
+) -> None:
+    # a text budget of 100 characters, of which lines up to 40 long: the oldest leave early
+    recent = RecentLines(maxlen=256, max_chars=100)
+    kept: list[Line] = []
+    for i, size in enumerate(sizes):
+        line = Line(number=numbers[i], text="x" * size)
+        recent.append(line)
+        kept.append(line)
+        while sum(len(ln.text) for ln in kept) > 100 and len(kept) > MIN_LINES:
+            kept.pop(0)
+        assert list(recent) == kept
+        assert _walk(list(recent.from_number(ask)), ask) == _walk(kept, ask)
+
+
+def test_a_run_of_lines_a_mebibyte_long_holds_at_most_the_budget_or_the_last_lines() -> None:
+    recent = RecentLines(maxlen=256)
+    for n in range(40):
+        recent.append(Line(number=n, text="x" * (1 << 20)))
+    assert [ln.number for ln in recent] == list(range(40 - MIN_LINES, 40))  # 16 MiB > 8 MiB: the last 16
+    for n in range(40, 300):
+        recent.append(Line(number=n, text="short"))
+    assert len(recent) == 256 and sum(len(ln.text) for ln in recent) == 256 * 5

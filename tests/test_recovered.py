@@ -66,3 +66,49 @@ def test_every_engine_has_a_recovered_failure_rule() -> None:
     """The engines whose recoveries are logged each have a warning rule for them."""
     warned = {r.rule.engine for r in default_pack().rules if r.rule.severity == "warning"}
     assert {"vllm", "sglang", "tgi", "ggml", "xla", "lightning", "generic"} <= warned
+
+
+# torch 2.14.1 torch/_inductor/select_algorithm.py: one kernel choice's RuntimeError (here a CUDA
+# out of memory) during max-autotune is logged with log.error, then the choice is dropped and
+# compilation goes on ("Runtime error during autotuning: \n%s. \nIgnoring this choice.")
+AUTOTUNE_PREFIX = "E1205 10:00:00.123000 1234 site-packages/torch/_inductor/select_algorithm.py:5331] [0/0] "
+AUTOTUNE_OOM = (
+    "CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of 23.64 GiB of which 1.02 GiB "
+    "is free. Including non-PyTorch memory, this process has 22.61 GiB memory in use. Of the allocated memory "
+    "20.10 GiB is allocated by PyTorch, and 1.90 GiB is reserved by PyTorch but unallocated.. \n"
+)
+TRAIN_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of "
+    "23.64 GiB of which 2.02 GiB is free.\n"
+)
+
+
+def _autotune(prefix: str = AUTOTUNE_PREFIX) -> str:
+    return (
+        f"{prefix}Runtime error during autotuning: \n{prefix}{AUTOTUNE_OOM}{prefix}Ignoring this choice.\n"
+        "  triton_mm_1 0.5120 ms 100.0%\n"
+    )
+
+
+def test_an_oom_of_one_autotuning_choice_that_inductor_ignored_is_a_warning() -> None:
+    for prefix in (AUTOTUNE_PREFIX, ""):
+        report = oomdoctor.diagnose((_autotune(prefix) + STEP).encode())
+        assert [(f.kind, f.severity, f.figures["requested_bytes"]) for f in report.findings] == [
+            ("torch.cuda-oom", "warning", 1610612736)
+        ]
+        assert report.summary.errors == 0
+
+
+def test_the_autotuning_oom_without_ignoring_the_choice_is_an_error() -> None:
+    assert _findings(f"{AUTOTUNE_PREFIX}Runtime error during autotuning: \n{AUTOTUNE_PREFIX}{AUTOTUNE_OOM}") == [
+        ("torch.cuda-oom", "error")
+    ]
+
+
+def test_a_failure_after_a_survived_one_is_the_runs_error() -> None:
+    report = oomdoctor.diagnose((_autotune() + STEP * 40 + TRAIN_OOM).encode())
+    assert [(f.severity, f.figures["requested_bytes"]) for f in report.findings] == [
+        ("warning", 1610612736),
+        ("error", 4294967296),
+    ]
+    assert report.summary.errors == 1

@@ -79,14 +79,48 @@ def request_shape(inp: AdviceInput) -> Remedy | None:
     )
 
 
+#: rules and kinds of failures on devices nvidia-smi does not show (Apple GPUs, TPUs, Intel GPUs)
+_NOT_NVIDIA_RULES = ("xla.tpu-", "ggml.metal-", "ggml.sycl-", "mlx.")
+_NOT_NVIDIA_KINDS = ("torch.mps", "torch.xpu", "mlx.")
+#: ggml buffer types of backends that are not CUDA (a Vulkan device may be any vendor's)
+_NOT_CUDA_BUFFERS = ("Metal", "SYCL", "Vulkan", "CPU", "CANN", "OpenCL")
+
+
+def _device_tool(inp: AdviceInput) -> str | None:
+    """The command that shows the failing device's memory: nvidia-smi, ROCm's for a HIP failure,
+    none known for the others (an Apple GPU, a TPU, an Intel GPU, a Vulkan device)."""
+    f = inp.finding
+    if f.kind.startswith("torch.hip") or f.rule.startswith("torch.hip"):
+        return "rocm-smi --showmeminfo vram"
+    buffer = inp.fig("buffer_type")
+    if (
+        f.kind.startswith("host.")  # (host memory: the GPU's tool does not show it)
+        or f.rule.startswith(_NOT_NVIDIA_RULES)
+        or f.kind.startswith(_NOT_NVIDIA_KINDS)
+        or (isinstance(buffer, str) and buffer.startswith(_NOT_CUDA_BUFFERS))
+    ):
+        return None
+    return "nvidia-smi"
+
+
 @remedy("ask.launch-facts")
 def launch_facts(inp: AdviceInput) -> Remedy | None:
     """No remedy could be computed from the log: name the facts that would decide one, and how to
-    get them (the launch command and its version, the GPU's memory as nvidia-smi sees it)."""
+    get them (the launch command and its version, the GPU's memory as nvidia-smi sees it; on
+    another device, its memory, with no command where none is known)."""
+    tool = _device_tool(inp)
+    if tool == "nvidia-smi":
+        return Remedy(
+            id="ask.launch-facts",
+            title=remedy_text("ask.launch-facts", "title"),
+            run=[RunStep(label=remedy_text("ask.launch-facts", "step"), command=tool)],
+            confidence="low",
+            why=remedy_text("ask.launch-facts", "why"),
+        )
     return Remedy(
         id="ask.launch-facts",
-        title=remedy_text("ask.launch-facts", "title"),
-        run=[RunStep(label=remedy_text("ask.launch-facts", "step"), command="nvidia-smi")],
+        title=remedy_text("ask.launch-facts", "title_device"),
+        run=[RunStep(label=remedy_text("ask.launch-facts", "step_device"), command=tool)] if tool else [],
         confidence="low",
-        why=remedy_text("ask.launch-facts", "why"),
+        why=remedy_text("ask.launch-facts", "why_device"),
     )

@@ -155,14 +155,16 @@ class LiveFindings:
             from oomdoctor.render.text import summary_line
 
             line = summary_line(report)  # the same line as file mode
-            if report.findings or not quiet:
+            if report.findings or not quiet or report.summary.cut_lines:
                 if partial and not report.findings:
                     line = line[:-1] + " in the part analysed."
                 if self.fmt == "text":
                     from oomdoctor.render.text import healthy_text
 
                     text += healthy_text(report)
-                text += line + "\n"
+                from oomdoctor.render.text import cut_note
+
+                text += cut_note(report) + line + "\n"
             self._write(text)
         except OSError:
             pass

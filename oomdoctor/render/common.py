@@ -188,6 +188,23 @@ def result_text(errors: int, warnings: int) -> str:
     return _("no out-of-memory failure found")
 
 
+def cut_lines_text(report: Report) -> str:
+    """The note a report gives when lines were longer than the bound searched whole: a failure
+    message past the bound was not seen, so "none found" covers only their first part. Empty
+    when no line was cut."""
+    n = report.summary.cut_lines
+    if not n:
+        return ""
+    where = ", ".join(f"{c.source}:{c.line} ({format_size(c.bytes)})" for c in report.cut_lines[:3])
+    more = n - min(len(report.cut_lines), 3)
+    if more > 0:
+        where += _(" and {n} more").format(n=more)
+    bound = format_size(report.cut_lines[0].searched_bytes) if report.cut_lines else ""
+    return _("Note: {n} line(s) longer than {bound} searched only in their first {bound}: {where}.").format(
+        n=n, bound=bound, where=where
+    )
+
+
 #: below this many full-length requests at once, the KV cache is thin: a burst, or one long prompt
 #: with another running, waits or is preempted
 THIN_CONCURRENCY = 2.0

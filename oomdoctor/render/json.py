@@ -33,6 +33,8 @@ def jsonl_summary(report: Report) -> str:
         "summary": report.summary.model_dump(),
         "lang": report.lang,
     }
+    if report.cut_lines:
+        tail["cut_lines"] = [c.model_dump() for c in report.cut_lines]
     return json.dumps(tail, separators=(",", ":")) + "\n"
 
 
@@ -57,6 +59,7 @@ def jsonl_json_schema() -> dict[str, Any]:
             "contexts": {"type": "array", "items": {"$ref": "#/$defs/SourceContext"}},
             "summary": {"$ref": "#/$defs/Summary"},
             "lang": {"type": "string", "description": "The language of the human text (en or ja)."},
+            "cut_lines": {"type": "array", "items": {"$ref": "#/$defs/CutLine"}},
         },
         "required": ["type", "schema_version", "tool", "sources", "context", "summary"],
     }

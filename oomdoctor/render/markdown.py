@@ -12,6 +12,7 @@ from typing import Any
 from oomdoctor.i18n import _
 from oomdoctor.render.common import (
     by_source,
+    cut_lines_text,
     facts_of,
     failures_text,
     figure_items,
@@ -127,6 +128,8 @@ def _parts(report: Report) -> list[tuple[str, bool]]:
 
 def render_markdown(report: Report, *, max_chars: int | None = None, **_options: Any) -> str:
     head = [f"**oomdoctor**: {summary_line(report)}"]
+    if report.summary.cut_lines:
+        head.append(cut_lines_text(report))
     facts = context_facts(report)
     if facts:
         head.append("_" + " · ".join(facts) + "_")

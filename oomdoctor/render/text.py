@@ -347,7 +347,15 @@ def render_text(report: Report, *, color: bool = False, width: int | None = None
                 for f in findings:
                     finding_lines(f, out)
         body = "".join(line + "\n" for line in out.lines)
-    return body + per_source + healthy_text(report, width) + summary_line(report) + "\n"
+    return body + per_source + healthy_text(report, width) + cut_note(report) + summary_line(report) + "\n"
+
+
+def cut_note(report: Report) -> str:
+    """:func:`~oomdoctor.render.common.cut_lines_text` as a line of its own (empty when no line was cut)."""
+    from oomdoctor.render.common import cut_lines_text
+
+    note = cut_lines_text(report)
+    return note + "\n" if note else ""
 
 
 def healthy_text(report: Report, width: int | None = None) -> str:

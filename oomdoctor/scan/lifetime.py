@@ -7,8 +7,8 @@ from typing import Any
 from oomdoctor import __version__
 from oomdoctor.context import product_for_engine
 from oomdoctor.fallback import is_fallback, kind_for
-from oomdoctor.reader import normalise
-from oomdoctor.report import Context, Finding, Report, SourceContext, Summary, Tool
+from oomdoctor.reader import MAX_LINE_BYTES, normalise
+from oomdoctor.report import Context, CutLine, Finding, Report, SourceContext, Summary, Tool
 from oomdoctor.scan.state import (
     _GENERIC_ENGINES,
     AFTER_LINES,
@@ -81,6 +81,8 @@ class Lifetime(ScanState):
             for line in normalise(number, last[:-1]):
                 self._process(line)
             self._last_line = number
+        self._cut_before.extend(self._cut_lines_of_source())
+        self._cut_count_before += self._splitter.cut_count
         self._evaluate_pending(final=True)
         if self._paste is not None and not any(
             f.location.source == self.source for f in self._findings + [o.finding for o in self._open]
@@ -127,6 +129,12 @@ class Lifetime(ScanState):
         input continuing: ``--follow -f json`` writes one each time findings become final."""
         return self._report(self.context(), list(self._findings))
 
+    def _cut_lines_of_source(self) -> list[CutLine]:
+        return [
+            CutLine(source=self.source, line=n, bytes=length, searched_bytes=MAX_LINE_BYTES)
+            for n, length in self._splitter.cut_lines
+        ]
+
     def _report(self, ctx: Context, findings: list[Finding]) -> Report:
         """The report of ``findings`` in the run whose context is ``ctx``: one scan is one run, its
         sources after the first continue it (a rotated log), so ``contexts`` holds one, under the
@@ -140,7 +148,9 @@ class Lifetime(ScanState):
             summary=Summary(
                 errors=sum(f.severity == "error" for f in findings),
                 warnings=sum(f.severity == "warning" for f in findings),
+                cut_lines=self._cut_count_before + (0 if self._done else self._splitter.cut_count),
             ),
+            cut_lines=self._cut_before + ([] if self._done else self._cut_lines_of_source()),
         )
 
     def close(self) -> Report:

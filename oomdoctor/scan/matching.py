@@ -40,11 +40,17 @@ def _cuts_a_word(m: Any, text: str) -> bool:
     return False
 
 
+#: the longest log prefix :func:`_shared_prefix` looks for (a prefix is short; two long lines that
+#: are the same must not cost a walk over all their characters)
+PREFIX_CHARS = 256
+
+
 def _shared_prefix(a: str, b: str) -> str:
     """The prefix two lines share up to a delimiter (blank, '|', ']', '>', ':') after its eighth
-    character, or "" (the prefix of a log the reader does not know, repeated on each line)."""
+    character, or "" (the prefix of a log the reader does not know, repeated on each line); it
+    is looked for in the first :data:`PREFIX_CHARS` characters."""
     n = 0
-    for x, y in zip(a, b, strict=False):
+    for x, y in zip(a[:PREFIX_CHARS], b[:PREFIX_CHARS], strict=False):
         if x != y:
             break
         n += 1

@@ -14,14 +14,24 @@ from collections.abc import Iterable, Iterator
 
 from oomdoctor.reader import Line
 
+#: the text the kept lines may hold in all (characters): lines up to ``reader.MAX_LINE_BYTES`` long
+#: would otherwise make ``maxlen`` of them hold hundreds of MiB
+MAX_CHARS = 8 << 20
+#: lines kept whatever their length (a failure's window of long lines stays whole)
+MIN_LINES = 16
+
 
 class RecentLines:
-    """The last ``maxlen`` lines read, oldest first, and whether their numbers ascend."""
+    """The last ``maxlen`` lines read, oldest first, and whether their numbers ascend. Beyond
+    ``max_chars`` of text, the oldest lines leave early (but the last :data:`MIN_LINES` stay)."""
 
-    def __init__(self, lines: Iterable[Line] = (), maxlen: int = 256) -> None:
+    def __init__(self, lines: Iterable[Line] = (), maxlen: int = 256, max_chars: int = MAX_CHARS) -> None:
         self._lines: deque[Line] = deque(maxlen=maxlen)
         #: how many lines have a number below the line's before them
         self._descents = 0
+        #: the characters of text the kept lines hold
+        self._chars = 0
+        self._max_chars = max_chars
         for line in lines:
             self.append(line)
 
@@ -39,19 +49,29 @@ class RecentLines:
         return self._lines[-1]
 
     def append(self, line: Line) -> None:
-        """Keep ``line`` (the oldest line leaves when ``maxlen`` are kept)."""
+        """Keep ``line`` (the oldest line leaves when ``maxlen`` are kept, or the oldest lines
+        while the text kept is over ``max_chars``)."""
         lines = self._lines
-        if lines:
-            if len(lines) == lines.maxlen and len(lines) > 1 and lines[1].number < lines[0].number:
-                self._descents -= 1
-            if line.number < lines[-1].number:
-                self._descents += 1
+        if lines and len(lines) == lines.maxlen:
+            self._drop_oldest()
+        if lines and line.number < lines[-1].number:
+            self._descents += 1
         lines.append(line)
+        self._chars += len(line.text)
+        while self._chars > self._max_chars and len(lines) > MIN_LINES:
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        lines = self._lines
+        if len(lines) > 1 and lines[1].number < lines[0].number:
+            self._descents -= 1
+        self._chars -= len(lines.popleft().text)
 
     def pop(self) -> Line:
         """Take back the line read last."""
         lines = self._lines
         line = lines.pop()
+        self._chars -= len(line.text)
         if lines and line.number < lines[-1].number:
             self._descents -= 1
         return line

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from oomdoctor.context import ContextCollector
     from oomdoctor.prefilter import Prefilter
     from oomdoctor.reader import Line, LineSplitter
-    from oomdoctor.report import Finding, Report
+    from oomdoctor.report import CutLine, Finding, Report
     from oomdoctor.rulepack import CompiledRule, RulePack
     from oomdoctor.scan.matching import _Pending
     from oomdoctor.scan.recent import RecentLines
@@ -240,6 +240,9 @@ class ScanState:
     _ready: list[Finding]
     _seen: dict[int, tuple[int, set[str | None]]]
     _done: bool
+    #: lines cut to the cap in the sources finished (the first of each), and how many in all
+    _cut_before: list[CutLine]
+    _cut_count_before: int
 
     if TYPE_CHECKING:  # the methods the parts call on one another
         def _triggers_for(self, mask: int) -> list[str]: ...

@@ -42,7 +42,7 @@ HOSTILE = [
     b" GiB. GPU 0 has a total capacity of ",
     b"(VllmWorkerProcess pid=12) ",
     b"[rank3]: ",
-    b"A" * 70_000,  # longer than reader.MAX_LINE_BYTES
+    b"A" * 70_000,  # a long line (lines past reader.MAX_LINE_BYTES: tests/test_long_lines.py)
 ]
 
 
