@@ -88,7 +88,7 @@ class ProductKnobs(BaseModel):
 def _where(err: ValidationError) -> str:
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"])
-    return f"{loc}: {first['msg']}"
+    return f" {loc}: {first['msg']}" if loc else f": {first['msg']}"
 
 
 def load_knobs(path: Path, products: set[str] | None = None) -> dict[str, ProductKnobs]:
@@ -107,7 +107,7 @@ def load_knobs(path: Path, products: set[str] | None = None) -> dict[str, Produc
         try:
             out[pid] = ProductKnobs.model_validate(section)
         except ValidationError as exc:
-            raise KnobsError(f"{path}: [{pid}] {_where(exc)}") from exc
+            raise KnobsError(f"{path}: [{pid}]{_where(exc)}") from exc
     return out
 
 
