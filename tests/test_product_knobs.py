@@ -237,3 +237,12 @@ def test_loader_accepts_a_good_file(tmp_path: Path) -> None:
     assert list(got) == ["ollama"]
     knob = got["ollama"].find("settings", "num_ctx")
     assert knob is not None and knob.since == "0.1.0" and knob.at("0.0.9") is False and knob.at("0.1.0") is True
+
+
+def test_readme_lists_every_product_with_knobs() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## Products and their knobs", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    missing = [pid for pid in knobs() if pid != HOST and not any(f"`{pid}`" in row.split("|")[1] for row in rows)]
+    assert missing == []
+    assert any(row.startswith("| (host)") for row in rows)
