@@ -94,6 +94,13 @@ class Lifetime(ScanState):
         self._evaluate_pending(final=True)
         self._age_open(final=True)
 
+    def held_bytes(self) -> int:
+        """Bytes of input the scan holds set aside now (phase evidence not read yet, a stretch
+        not searched yet, a paste kept whole): what :meth:`flush` lets go of, bar the paste,
+        which stops growing at ``PASTE_BYTES``. A caller holding many scans (the fleet's
+        streams) bounds each with it."""
+        return self._deferred_bytes + self._unsearched_bytes + len(self._paste or b"")
+
     def findings_so_far(self) -> int:
         """How many findings the scan has made so far (for progress displays)."""
         return len(self._findings) + len(self._open)
