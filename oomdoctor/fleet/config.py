@@ -1,0 +1,102 @@
+"""Fleet settings: ``OOMDOCTOR_FLEET_*`` and the sinks' ``OOMDOCTOR_ALERTMANAGER_URL`` etc."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+#: where a record's message is looked for, first present wins (Fluent Bit ``log``, Vector
+#: ``message``, syslog-ng's ``format-json`` ``MESSAGE``)
+MESSAGE_FIELDS = ("log", "message", "MESSAGE")
+#: where each part of a record's stream key is looked for (dotted: nested objects, as Fluent
+#: Bit's kubernetes filter and Vector's kubernetes_logs source nest them)
+HOST_FIELDS = ("host", "hostname", "HOST", "kubernetes.host", "node")
+POD_FIELDS = ("pod", "kubernetes.pod_name", "kubernetes.pod.name", "pod_name")
+CONTAINER_FIELDS = ("container", "kubernetes.container_name", "container_name")
+FILE_FIELDS = ("file", "filename", "path", "FILE_NAME", "filepath")
+
+
+def _fields(value: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in value.split(",") if p.strip())
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """What ``POST /v1/ingest`` and the sinks do; every value has an ``OOMDOCTOR_FLEET_*`` variable."""
+
+    message_fields: tuple[str, ...] = MESSAGE_FIELDS
+    host_fields: tuple[str, ...] = HOST_FIELDS
+    pod_fields: tuple[str, ...] = POD_FIELDS
+    container_fields: tuple[str, ...] = CONTAINER_FIELDS
+    file_fields: tuple[str, ...] = FILE_FIELDS
+    #: streams held at most (a new stream beyond it evicts the least recently fed, else 429)
+    max_streams: int = 10_000
+    #: bytes one stream's scanner may hold set aside before it decides what it holds (flush)
+    stream_bytes: int = 1 << 20
+    #: bytes of batches being analysed at once, all streams together (429 above it)
+    inflight_bytes: int = 64 << 20
+    #: seconds without a line after which a stream's open findings are decided
+    quiet_seconds: float = 1.0
+    #: seconds without a line after which a stream's scanner is dropped (its findings are kept)
+    idle_seconds: float = 900.0
+    #: Retry-After of a 429, seconds
+    retry_after: int = 1
+    #: findings kept per stream (the oldest dropped first)
+    findings_per_stream: int = 100
+    #: a JSON file that keeps findings and active alerts across restarts (None: memory only)
+    state_file: str | None = None
+    alertmanager_url: str | None = None
+    slack_webhook_url: str | None = None
+    webhook_url: str | None = None
+    #: where an alert's "report" annotation links to (the server's public URL), optional
+    public_url: str | None = None
+    #: seconds between re-sends of an active alert to Alertmanager
+    resend_seconds: float = 60.0
+    #: notifications queued per sink at most (the oldest dropped beyond it, counted)
+    sink_queue: int = 10_000
+    #: first and largest retry delay of a sink whose receiver is down, seconds
+    retry_min: float = 0.5
+    retry_max: float = 30.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> FleetConfig:
+        """The settings from ``OOMDOCTOR_FLEET_*`` (and the sinks' URLs) in ``env``."""
+
+        def get(name: str) -> str | None:
+            v = env.get("OOMDOCTOR_" + name)
+            return v if v not in (None, "") else None
+
+        kw: dict[str, object] = {}
+        for key in ("message", "host", "pod", "container", "file"):
+            if (v := get(f"FLEET_{key.upper()}_FIELDS")) is not None:
+                kw[f"{key}_fields"] = _fields(v)
+        for key, conv in (
+            ("max_streams", int), ("stream_bytes", int), ("inflight_bytes", int), ("retry_after", int),
+            ("findings_per_stream", int), ("sink_queue", int), ("quiet_seconds", float),
+            ("idle_seconds", float), ("resend_seconds", float), ("retry_min", float), ("retry_max", float),
+        ):
+            if (v := get("FLEET_" + key.upper())) is not None:
+                try:
+                    kw[key] = conv(v)
+                except ValueError:
+                    raise ValueError(f"OOMDOCTOR_FLEET_{key.upper()}: not a number: {v!r}") from None
+        for key, name in (
+            ("state_file", "FLEET_STATE_FILE"), ("alertmanager_url", "ALERTMANAGER_URL"),
+            ("slack_webhook_url", "SLACK_WEBHOOK_URL"), ("webhook_url", "WEBHOOK_URL"), ("public_url", "PUBLIC_URL"),
+        ):
+            if (v := get(name)) is not None:
+                kw[key] = v
+        cfg = cls(**kw)  # type: ignore[arg-type]
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        if min(self.max_streams, self.stream_bytes, self.inflight_bytes, self.findings_per_stream, self.sink_queue) < 1:
+            raise ValueError("fleet limits must be positive")
+        if min(self.quiet_seconds, self.idle_seconds, self.resend_seconds, self.retry_min, self.retry_max) <= 0:
+            raise ValueError("fleet intervals must be positive")
+        if not self.message_fields:
+            raise ValueError("OOMDOCTOR_FLEET_MESSAGE_FIELDS names no field")
+        for url in (self.alertmanager_url, self.slack_webhook_url, self.webhook_url):
+            if url is not None and not url.startswith(("http://", "https://")):
+                raise ValueError(f"sink URL must be http(s): {url!r}")
