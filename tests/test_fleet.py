@@ -380,3 +380,31 @@ def test_config_from_env() -> None:
         FleetConfig.from_env({"OOMDOCTOR_FLEET_MAX_STREAMS": "many"})
     with pytest.raises(ValueError, match="http"):
         FleetConfig.from_env({"OOMDOCTOR_ALERTMANAGER_URL": "am:9093"})
+
+
+def test_a_failure_cut_by_a_restart_is_found_once_from_the_tail_kept_at_shutdown(tmp_path: Path) -> None:
+    cfg = FleetConfig(state_file=str(tmp_path / "state.json"))
+    cut = OOM.index(b"ValueError: To serve")
+    before, after = OOM[:cut], OOM[cut:]
+    first, events = table_with_events(cfg)
+    first.ingest([(sid(), UP + before)])
+    first.save()  # shutdown: nothing decided yet, the tail kept
+    assert events == []
+    second, events2 = table_with_events(cfg)
+    second.ingest([(sid(), after)])
+    second.flush_all()
+    (f,) = second.findings("gpu-1/vllm-0/engine/-") or []
+    whole, _events = table_with_events()
+    whole.ingest([(sid(), UP + OOM)])
+    whole.flush_all()
+    (g,) = whole.findings("gpu-1/vllm-0/engine/-") or []
+    assert essentials(f["finding"]) == essentials(g["finding"])
+    assert events2 == [("firing", "vllm.kv-cache.max-len-exceeds")]
+    assert (second.streams()[0]["lines"], second.streams()[0]["bytes"]) == (
+        (UP + OOM).count(b"\n"), len(UP + OOM))
+    # and once more: the tail of a decided failure is read again without telling it twice
+    second.save()
+    third, events3 = table_with_events(cfg)
+    third.ingest([(sid(), b"INFO: still failing\n")])
+    third.flush_all()
+    assert len(third.findings("gpu-1/vllm-0/engine/-") or []) == 1 and events3 == []

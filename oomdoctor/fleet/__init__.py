@@ -61,7 +61,10 @@ class Fleet:
                 logging.getLogger("oomdoctor.fleet").exception("fleet tick failed")
 
     def stop(self) -> None:
+        """Stop ticking, keep the streams' tails in the state file (when there is one), stop the sinks."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
+        if self.cfg.state_file:
+            self.table.save()
         self.dispatcher.stop()

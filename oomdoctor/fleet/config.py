@@ -43,8 +43,11 @@ class FleetConfig:
     retry_after: int = 1
     #: findings kept per stream (the oldest dropped first)
     findings_per_stream: int = 100
-    #: a JSON file that keeps findings and active alerts across restarts (None: memory only)
+    #: a JSON file that keeps findings and active alerts across restarts (None: memory only);
+    #: at shutdown it also keeps each stream's last ``tail_bytes`` of lines, read again when the
+    #: stream's next batch arrives, so that a failure cut by the restart is still found once
     state_file: str | None = None
+    tail_bytes: int = 64 << 10
     alertmanager_url: str | None = None
     slack_webhook_url: str | None = None
     webhook_url: str | None = None
@@ -72,7 +75,7 @@ class FleetConfig:
                 kw[f"{key}_fields"] = _fields(v)
         for key, conv in (
             ("max_streams", int), ("stream_bytes", int), ("inflight_bytes", int), ("retry_after", int),
-            ("findings_per_stream", int), ("sink_queue", int), ("quiet_seconds", float),
+            ("findings_per_stream", int), ("sink_queue", int), ("tail_bytes", int), ("quiet_seconds", float),
             ("idle_seconds", float), ("resend_seconds", float), ("retry_min", float), ("retry_max", float),
         ):
             if (v := get("FLEET_" + key.upper())) is not None:
@@ -91,7 +94,8 @@ class FleetConfig:
         return cfg
 
     def validate(self) -> None:
-        if min(self.max_streams, self.stream_bytes, self.inflight_bytes, self.findings_per_stream, self.sink_queue) < 1:
+        if min(self.max_streams, self.stream_bytes, self.inflight_bytes, self.findings_per_stream, self.sink_queue,
+               self.tail_bytes) < 1:
             raise ValueError("fleet limits must be positive")
         if min(self.quiet_seconds, self.idle_seconds, self.resend_seconds, self.retry_min, self.retry_max) <= 0:
             raise ValueError("fleet intervals must be positive")

@@ -15,6 +15,7 @@ A new start-up alone is not enough: the restarted process may fail the same way 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import tempfile
@@ -71,6 +72,10 @@ class Stream:
     #: line number (in the whole stream) of the latest "process is up" line
     up_line: int = 0
     findings: list[FleetFinding] = field(default_factory=list)
+    #: the current run's last lines (only with a state file: kept at shutdown, see ``replay``)
+    tail: bytearray = field(default_factory=bytearray)
+    #: lines of the run before a restart, fed again before the stream's next batch
+    replay: bytes = b""
 
     def info(self) -> dict[str, Any]:
         return {
@@ -216,24 +221,38 @@ class StreamTable:
         s = self._stream(sid)
         n = data.count(b"\n")
         with s.lock:
+            if s.replay:  # the run's lines from before a restart: read again, nothing told twice
+                replay, s.replay = s.replay, b""
+                self._feed_all(s, replay, replaying=True)
             s.nbytes += len(data)
             s.last_fed = self._clock()
             s.last_seen = self._wall()
-            while data:
-                cut = _up_end(data)
-                piece, data = (data, b"") if cut < 0 else (data[:cut], data[cut:])
-                self._feed_piece(s, piece)
-                if cut >= 0:  # the process is up again: what follows is a new run, with a scan of its own
-                    self._new_run(s)
+            self._feed_all(s, data)
         return n
 
-    def _feed_piece(self, s: Stream, data: bytes) -> None:
+    def _feed_all(self, s: Stream, data: bytes, replaying: bool = False) -> None:
+        while data:
+            cut = _up_end(data)
+            piece, data = (data, b"") if cut < 0 else (data[:cut], data[cut:])
+            self._feed_piece(s, piece, replaying)
+            if cut >= 0:  # the process is up again: what follows is a new run, with a scan of its own
+                self._new_run(s)
+
+    def _feed_piece(self, s: Stream, data: bytes, replaying: bool) -> None:
         if s.scanner is None:
             s.scanner = Scanner(self.pack, source=s.sid.key)
-            s.base = s.lines
+            s.base = s.lines - (data.count(b"\n") if replaying else 0)
         first = s.lines + 1
+        if replaying:  # (counted before the restart)
+            first -= data.count(b"\n")
         s.scanner.feed(data)
-        s.lines += data.count(b"\n")
+        if not replaying:
+            s.lines += data.count(b"\n")
+        if self.cfg.state_file:
+            s.tail += data
+            if len(s.tail) > self.cfg.tail_bytes:
+                cut = s.tail.find(b"\n", len(s.tail) - self.cfg.tail_bytes)
+                del s.tail[: cut + 1 if cut >= 0 else len(s.tail)]
         s.dirty = True
         up = _up_line(data, first)
         if up:
@@ -241,7 +260,7 @@ class StreamTable:
         if s.scanner.held_bytes() > self.cfg.stream_bytes:
             self.counts["flushed_full"] += 1
             s.scanner.flush()
-        self._collect(s, s.scanner.poll())
+        self._collect(s, s.scanner.poll(), replaying)
         self._resolve(s)
 
     def _new_run(self, s: Stream) -> None:
@@ -253,13 +272,16 @@ class StreamTable:
             self._resolve(s)
             s.scanner = None
             s.dirty = False
+        s.tail.clear()
 
     # -- findings ------------------------------------------------------------------------------
 
-    def _collect(self, s: Stream, found: list[Finding]) -> None:
+    def _collect(self, s: Stream, found: list[Finding], replaying: bool = False) -> None:
         changed = False
         for f in found:
             ff = build(s.sid, f, self._wall(), self.cfg.public_url)
+            if replaying and any(x.fingerprint == ff.fingerprint for x in s.findings):
+                continue  # found before the restart already
             same = next((x for x in s.findings if x.fingerprint == ff.fingerprint and x.ends_at is None), None)
             if same is not None:  # told again while active: the same failure
                 same.count += 1
@@ -319,6 +341,7 @@ class StreamTable:
             self._resolve(s)
             s.scanner = None
             s.dirty = False
+            s.tail.clear()
         with self._lock:
             self.counts[why] += 1
 
@@ -354,7 +377,12 @@ class StreamTable:
 
     # -- persistence ---------------------------------------------------------------------------
 
-    def _save(self) -> None:
+    def save(self) -> None:
+        """Write the state file with each stream's tail (at shutdown: the lines of runs whose
+        failures may not be decided yet, read again by the next process)."""
+        self._save(tails=True)
+
+    def _save(self, tails: bool = False) -> None:
         """Write the findings to ``state_file`` (atomically), so that a restarted server keeps its
         active alerts and does not count a re-sent batch's failure twice."""
         path = self.cfg.state_file
@@ -364,9 +392,10 @@ class StreamTable:
             with self._lock:
                 streams = list(self._streams.values())
             doc = {"version": 1, "streams": [
-                {"key": s.sid.key, "labels": [list(x) for x in s.sid.labels],
-                 "findings": [ff.to_json() for ff in s.findings]}
-                for s in streams if s.findings
+                {"key": s.sid.key, "labels": [list(x) for x in s.sid.labels], "lines": s.lines, "bytes": s.nbytes,
+                 "findings": [ff.to_json() for ff in s.findings],
+                 "tail": base64.b64encode(bytes(s.tail) if tails else s.replay).decode()}
+                for s in streams if s.findings or (tails and s.tail) or s.replay
             ]}
             d = os.path.dirname(os.path.abspath(path))
             fd, tmp = tempfile.mkstemp(dir=d, prefix=".fleet-state-")
@@ -392,4 +421,6 @@ class StreamTable:
             s = Stream(sid, findings=[FleetFinding.from_json(f) for f in entry["findings"]])
             for ff in s.findings:  # (line numbers of the process before: any "up" line now is later)
                 ff.finding["stream_line"] = 0
+            s.lines, s.nbytes = int(entry.get("lines", 0)), int(entry.get("bytes", 0))
+            s.replay = base64.b64decode(entry.get("tail", ""))
             self._streams[sid.key] = s
