@@ -209,6 +209,17 @@ def test_quiet_stream_decides_its_findings_only_after_quiet_seconds() -> None:
     assert events == [("firing", "vllm.kv-cache.max-len-exceeds")]
 
 
+def test_an_open_finding_is_decided_quiet_seconds_after_it_opened_while_lines_keep_coming() -> None:
+    clock = Clock()
+    table, events = table_with_events(FleetConfig(quiet_seconds=1.0), clock)
+    table.ingest([(sid(), OOM)])
+    for _ in range(3):  # a line every 0.4 s: never quiet
+        clock.t += 0.4
+        table.ingest([(sid(), b"INFO: still serving\n")])
+        table.tick()
+    assert events == [("firing", "vllm.kv-cache.max-len-exceeds")]
+
+
 def test_idle_streams_are_evicted_and_keep_their_findings() -> None:
     clock = Clock()
     table, _events = table_with_events(FleetConfig(idle_seconds=60), clock)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["Fleet", "FleetConfig"]
 
 #: seconds between the background thread's looks at quiet and idle streams
-TICK_SECONDS = 0.2
+TICK_SECONDS = 0.1
 
 
 class Fleet:

@@ -35,8 +35,8 @@ class FleetConfig:
     stream_bytes: int = 1 << 20
     #: bytes of batches being analysed at once, all streams together (429 above it)
     inflight_bytes: int = 64 << 20
-    #: seconds without a line after which a stream's open findings are decided
-    quiet_seconds: float = 1.0
+    #: seconds a failure waits for the lines after it before it is decided (the pipe's QUIET_SECONDS)
+    quiet_seconds: float = 0.5
     #: seconds without a line after which a stream's scanner is dropped (its findings are kept)
     idle_seconds: float = 900.0
     #: Retry-After of a 429, seconds

@@ -7,6 +7,11 @@ holds (``Scanner.flush``; its other buffers are bounded by the scanner's own con
 ``inflight_bytes`` of batches are analysed at once: a batch beyond that is refused with
 :class:`Busy` (HTTP 429 with ``Retry-After``) rather than buffered.
 
+Latency: a finding waits for the lines after it (its phase, the other ranks' copies) until the
+scanner decides it, or until ``quiet_seconds`` after it opened, or after its stream went quiet,
+whichever comes first; so an alert leaves about ``quiet_seconds`` after its failure's last line
+even while the stream keeps printing.
+
 Resolution: an error finding stays active until the stream shows the process back up, that is a
 line holding one of :data:`UP_MARKERS` (the readiness lines of uvicorn-served engines, vLLM's
 and SGLang's API servers among them; TGI's router; llama.cpp's server; ollama) after the failure.
@@ -64,7 +69,8 @@ class Stream:
     lock: threading.Lock = field(default_factory=threading.Lock)
     last_fed: float = 0.0  # monotonic
     last_seen: float = 0.0  # wall clock, for the API
-    dirty: bool = False
+    #: when the scan's oldest finding still open (waiting for the lines after it) opened (monotonic)
+    open_since: float | None = None
     lines: int = 0
     nbytes: int = 0
     #: lines fed to the stream's earlier scanners (a scanner numbers its lines from 1)
@@ -236,7 +242,7 @@ class StreamTable:
             piece, data = (data, b"") if cut < 0 else (data[:cut], data[cut:])
             self._feed_piece(s, piece, replaying)
             if cut >= 0:  # the process is up again: what follows is a new run, with a scan of its own
-                self._new_run(s)
+                self._new_run(s, replaying)
 
     def _feed_piece(self, s: Stream, data: bytes, replaying: bool) -> None:
         if s.scanner is None:
@@ -253,25 +259,39 @@ class StreamTable:
             if len(s.tail) > self.cfg.tail_bytes:
                 cut = s.tail.find(b"\n", len(s.tail) - self.cfg.tail_bytes)
                 del s.tail[: cut + 1 if cut >= 0 else len(s.tail)]
-        s.dirty = True
         up = _up_line(data, first)
         if up:
             s.up_line = max(s.up_line, up)
         if s.scanner.held_bytes() > self.cfg.stream_bytes:
             self.counts["flushed_full"] += 1
             s.scanner.flush()
-        self._collect(s, s.scanner.poll(), replaying)
-        self._resolve(s)
+        self._poll(s, replaying)
 
-    def _new_run(self, s: Stream) -> None:
+    def _poll(self, s: Stream, replaying: bool = False) -> None:
+        """Collect the findings the scan decided; note whether one is still open, and since when."""
+        assert s.scanner is not None
+        found = s.scanner.poll()
+        self._collect(s, found, replaying)
+        self._resolve(s)
+        if s.scanner.undecided():
+            if s.open_since is None:
+                s.open_since = self._clock()
+        else:
+            s.open_since = None
+
+    def _decide(self, s: Stream, replaying: bool = False) -> None:
+        """Decide what the stream's scan holds now (its input may continue)."""
+        assert s.scanner is not None
+        s.scanner.flush()
+        self._poll(s, replaying)
+        s.open_since = None
+
+    def _new_run(self, s: Stream, replaying: bool = False) -> None:
         """Decide what the stream's scan holds and start the next run's scan afresh (its context,
         the model and flags of the process before, does not carry over)."""
         if s.scanner is not None:
-            s.scanner.flush()
-            self._collect(s, s.scanner.poll())
-            self._resolve(s)
+            self._decide(s, replaying)
             s.scanner = None
-            s.dirty = False
         s.tail.clear()
 
     # -- findings ------------------------------------------------------------------------------
@@ -313,34 +333,28 @@ class StreamTable:
             self._save()
 
     def tick(self) -> None:
-        """Decide the open findings of streams quiet for ``quiet_seconds``; drop the scanners of
-        streams idle for ``idle_seconds`` (call it a few times a second)."""
+        """Decide the findings undecided for ``quiet_seconds``; drop the scanners of streams idle
+        for ``idle_seconds`` (call it a few times a second)."""
         now = self._clock()
         with self._lock:
             streams = list(self._streams.values())
         for s in streams:
             if s.scanner is None:
                 continue
-            quiet = now - s.last_fed
-            if quiet >= self.cfg.idle_seconds:
+            if now - s.last_fed >= self.cfg.idle_seconds:
                 self._evict(s, "evicted_idle")
-            elif s.dirty and quiet >= self.cfg.quiet_seconds:
+            # (a stream with nothing undecided has nothing a flush would decide: left alone)
+            elif s.open_since is not None and now - s.open_since >= self.cfg.quiet_seconds:
                 with s.lock:
-                    if s.scanner is not None and s.dirty:
-                        s.scanner.flush()
-                        s.dirty = False
-                        self._collect(s, s.scanner.poll())
-                        self._resolve(s)
+                    if s.scanner is not None and s.open_since is not None:
+                        self._decide(s)
 
     def _evict(self, s: Stream, why: str) -> None:
         with s.lock:
             if s.scanner is None:
                 return
-            s.scanner.flush()
-            self._collect(s, s.scanner.poll())
-            self._resolve(s)
+            self._decide(s)
             s.scanner = None
-            s.dirty = False
             s.tail.clear()
         with self._lock:
             self.counts[why] += 1
@@ -352,10 +366,7 @@ class StreamTable:
         for s in streams:
             with s.lock:
                 if s.scanner is not None:
-                    s.scanner.flush()
-                    s.dirty = False
-                    self._collect(s, s.scanner.poll())
-                    self._resolve(s)
+                    self._decide(s)
 
     # -- reading -------------------------------------------------------------------------------
 
