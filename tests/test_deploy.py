@@ -18,6 +18,7 @@ yaml = pytest.importorskip("yaml")
 
 from oomdoctor import __version__  # noqa: E402
 from oomdoctor.fleet.alerts import ALERTNAME  # noqa: E402
+from oomdoctor.fleet.config import ENV as FLEET_ENV  # noqa: E402
 from oomdoctor.fleet.config import FleetConfig  # noqa: E402
 from oomdoctor.server.config import ServerConfig  # noqa: E402
 
@@ -53,7 +54,7 @@ def known_env() -> set[str]:
         names |= set(re.findall(r"OOMDOCTOR_[A-Z_]+", text))
         names |= {"OOMDOCTOR_" + n for n in re.findall(r'get\("([A-Z_]+)"\)', text)}
         names |= {"OOMDOCTOR_" + n for n in re.findall(r'\("[a-z_]+", "([A-Z_]+)"\)', text)}
-    names |= {f"OOMDOCTOR_FLEET_{f.upper()}" for f in FleetConfig.__dataclass_fields__}
+    names |= {"OOMDOCTOR_" + n for n in FLEET_ENV.values()}
     return names
 
 

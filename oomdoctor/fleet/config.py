@@ -1,4 +1,4 @@
-"""Fleet settings: ``OOMDOCTOR_FLEET_*`` and the sinks' ``OOMDOCTOR_ALERTMANAGER_URL`` etc."""
+"""Fleet settings, each from an environment variable (:data:`ENV`: ``OOMDOCTOR_FLEET_MAX_STREAMS``, ``OOMDOCTOR_ALERTMANAGER_URL``, ...)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,26 @@ CONTAINER_FIELDS = ("container", "kubernetes.container_name", "container_name")
 FILE_FIELDS = ("file", "filename", "path", "FILE_NAME", "filepath")
 
 
+#: each setting's environment variable (without the ``OOMDOCTOR_`` prefix)
+ENV = {
+    "message_fields": "FLEET_MESSAGE_FIELDS", "host_fields": "FLEET_HOST_FIELDS", "pod_fields": "FLEET_POD_FIELDS",
+    "container_fields": "FLEET_CONTAINER_FIELDS", "file_fields": "FLEET_FILE_FIELDS",
+    "max_streams": "FLEET_MAX_STREAMS", "stream_bytes": "FLEET_STREAM_BYTES", "inflight_bytes": "FLEET_INFLIGHT_BYTES",
+    "quiet_seconds": "FLEET_QUIET_SECONDS", "idle_seconds": "FLEET_IDLE_SECONDS", "retry_after": "FLEET_RETRY_AFTER",
+    "findings_per_stream": "FLEET_FINDINGS_PER_STREAM", "state_file": "FLEET_STATE_FILE",
+    "tail_bytes": "FLEET_TAIL_BYTES", "alertmanager_url": "ALERTMANAGER_URL", "slack_webhook_url": "SLACK_WEBHOOK_URL",
+    "webhook_url": "WEBHOOK_URL", "public_url": "PUBLIC_URL", "resend_seconds": "FLEET_RESEND_SECONDS",
+    "sink_queue": "FLEET_SINK_QUEUE", "retry_min": "FLEET_RETRY_MIN", "retry_max": "FLEET_RETRY_MAX",
+}
+
+
 def _fields(value: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in value.split(",") if p.strip())
 
 
 @dataclass(frozen=True)
 class FleetConfig:
-    """What ``POST /v1/ingest`` and the sinks do; every value has an ``OOMDOCTOR_FLEET_*`` variable."""
+    """What ``POST /v1/ingest`` and the sinks do; each value has a variable in :data:`ENV`."""
 
     message_fields: tuple[str, ...] = MESSAGE_FIELDS
     host_fields: tuple[str, ...] = HOST_FIELDS
@@ -63,31 +76,26 @@ class FleetConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> FleetConfig:
-        """The settings from ``OOMDOCTOR_FLEET_*`` (and the sinks' URLs) in ``env``."""
+        """The settings from the variables of :data:`ENV` in ``env``."""
 
         def get(name: str) -> str | None:
             v = env.get("OOMDOCTOR_" + name)
             return v if v not in (None, "") else None
 
         kw: dict[str, object] = {}
-        for key in ("message", "host", "pod", "container", "file"):
-            if (v := get(f"FLEET_{key.upper()}_FIELDS")) is not None:
-                kw[f"{key}_fields"] = _fields(v)
-        for key, conv in (
-            ("max_streams", int), ("stream_bytes", int), ("inflight_bytes", int), ("retry_after", int),
-            ("findings_per_stream", int), ("sink_queue", int), ("tail_bytes", int), ("quiet_seconds", float),
-            ("idle_seconds", float), ("resend_seconds", float), ("retry_min", float), ("retry_max", float),
-        ):
-            if (v := get("FLEET_" + key.upper())) is not None:
+        for key, name in ENV.items():
+            v = get(name)
+            if v is None:
+                continue
+            kind = cls.__dataclass_fields__[key].type
+            if kind == "tuple[str, ...]":
+                kw[key] = _fields(v)
+            elif kind in ("int", "float"):
                 try:
-                    kw[key] = conv(v)
+                    kw[key] = int(v) if kind == "int" else float(v)
                 except ValueError:
-                    raise ValueError(f"OOMDOCTOR_FLEET_{key.upper()}: not a number: {v!r}") from None
-        for key, name in (
-            ("state_file", "FLEET_STATE_FILE"), ("alertmanager_url", "ALERTMANAGER_URL"),
-            ("slack_webhook_url", "SLACK_WEBHOOK_URL"), ("webhook_url", "WEBHOOK_URL"), ("public_url", "PUBLIC_URL"),
-        ):
-            if (v := get(name)) is not None:
+                    raise ValueError(f"OOMDOCTOR_{name}: not a number: {v!r}") from None
+            else:
                 kw[key] = v
         cfg = cls(**kw)  # type: ignore[arg-type]
         cfg.validate()

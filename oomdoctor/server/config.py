@@ -92,7 +92,7 @@ class ServerConfig:
     keep_alive_timeout: float = 5.0
     #: request-body bytes buffered at once across requests, waiting for an analysis slot (503 above)
     body_budget: int = 256 << 20
-    #: fleet mode: ``POST /v1/ingest``, its streams and sinks (``OOMDOCTOR_FLEET_*``, ``OOMDOCTOR_ALERTMANAGER_URL``, ...)
+    #: fleet mode: ``POST /v1/ingest``, its streams and sinks (the variables of ``oomdoctor.fleet.config.ENV``)
     fleet: FleetConfig = field(default_factory=FleetConfig)
 
     @classmethod
