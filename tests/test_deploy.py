@@ -182,3 +182,21 @@ def test_syslog_ng_accepts_its_config() -> None:
         capture_output=True, text=True, check=False, env={**os.environ, "OOMDOCTOR_API_TOKEN": "t"},
     )
     assert out.returncode == 0, out.stderr
+
+
+def test_node_daemonset_follows_container_logs_with_a_valid_configuration() -> None:
+    (ds,) = list(yaml.safe_load_all((DEPLOY / "kubernetes/node-daemonset.yaml").read_text()))
+    assert ds["kind"] == "DaemonSet"
+    (c,) = ds["spec"]["template"]["spec"]["containers"]
+    assert c["image"] == container()["image"]
+    assert c["command"][:3] == ["oomdoctor", "--follow", "/var/log/containers/*.log"]
+    from oomdoctor.cli.follow import is_glob
+
+    assert is_glob(c["command"][2])
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert set(env) - known_env() == {"NODE_NAME"}  # (read by node mode: the stream's node label)
+    assert "NODE_NAME" in (ROOT / "oomdoctor/cli/follow.py").read_text()
+    cfg = FleetConfig.from_env({k: v for k, v in env.items() if v is not None})
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert os.path.dirname(cfg.state_file or "") == mounts["state"]
+    assert "/var/log/containers/".startswith(mounts["varlog"])
