@@ -81,6 +81,14 @@ def test_text_plain_needs_a_stream_key_and_takes_gzip() -> None:
         assert (r.status_code, r.json()) == (200, {"lines": OOM.count(b"\n"), "streams": 1})
         (s,) = c.get("/v1/streams").json()["streams"]
         assert (s["key"], s["labels"]) == ("job-7", {"node": "gpu-9"})
+        cut = OOM.index(b"estimated maximum model length")  # in the middle of the failing line
+        for part in (OOM[:cut], OOM[cut:]):
+            r = c.post("/v1/ingest?stream=job-8", content=part, headers={"content-type": "text/plain"})
+            assert r.status_code == 200
+        deadline = time.monotonic() + 60  # against a hang only
+        while not (found := c.get("/v1/streams/job-8/findings").json()["findings"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [f["finding"]["figures"].get("estimated_max_model_len") for f in found] == [81392]
         r = c.post("/v1/ingest", content=b"x", headers={"content-type": "application/xml"})
         assert r.status_code == 415
         r = c.post("/v1/ingest", content=b'{"log": "a"}\n{"log"', headers={"content-type": "application/json"})

@@ -442,8 +442,8 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
                 batch = group_runs(pairs)
             else:
                 parts = {"node": node or "", "pod": pod or "", "container": container or ""}
-                data = body if body.endswith(b"\n") or not body else body + b"\n"
-                batch = [(StreamId.of(parts, key=stream), data)] if data else []
+                # the bytes continue the stream as they are: a line cut between two batches is one line
+                batch = [(StreamId.of(parts, key=stream), body)] if body else []
             return fleet.table.ingest(batch), len(batch)
 
         try:
