@@ -91,21 +91,6 @@ class Stream:
         }
 
 
-def _up_line(data: bytes, first_line: int) -> int:
-    """The line number of the last "process is up" line in ``data`` (whole lines, the first
-    numbered ``first_line``), or 0."""
-    best = -1
-    for m in UP_MARKERS:
-        i = data.rfind(m)
-        if i > best:
-            if m in _END_ONLY:
-                end = data.find(b"\n", i)
-                if data[i + len(m): end if end >= 0 else len(data)].strip() not in (b"", b"."):
-                    continue
-            best = i
-    return 0 if best < 0 else first_line + data.count(b"\n", 0, best)
-
-
 def _up_end(data: bytes) -> int:
     """The offset just after the first "process is up" line in ``data``, or -1."""
     best = -1
@@ -240,17 +225,15 @@ class StreamTable:
         while data:
             cut = _up_end(data)
             piece, data = (data, b"") if cut < 0 else (data[:cut], data[cut:])
-            self._feed_piece(s, piece, replaying)
+            self._feed_piece(s, piece, replaying, up=cut >= 0)
             if cut >= 0:  # the process is up again: what follows is a new run, with a scan of its own
                 self._new_run(s, replaying)
 
-    def _feed_piece(self, s: Stream, data: bytes, replaying: bool) -> None:
+    def _feed_piece(self, s: Stream, data: bytes, replaying: bool, up: bool) -> None:
+        """Feed one piece of a stream's lines; ``up``: its last line says the process is up."""
         if s.scanner is None:
             s.scanner = Scanner(self.pack, source=s.sid.key)
             s.base = s.lines - (data.count(b"\n") if replaying else 0)
-        first = s.lines + 1
-        if replaying:  # (counted before the restart)
-            first -= data.count(b"\n")
         s.scanner.feed(data)
         if not replaying:
             s.lines += data.count(b"\n")
@@ -259,9 +242,8 @@ class StreamTable:
             if len(s.tail) > self.cfg.tail_bytes:
                 cut = s.tail.find(b"\n", len(s.tail) - self.cfg.tail_bytes)
                 del s.tail[: cut + 1 if cut >= 0 else len(s.tail)]
-        up = _up_line(data, first)
         if up:
-            s.up_line = max(s.up_line, up)
+            s.up_line = s.lines
         if s.scanner.held_bytes() > self.cfg.stream_bytes:
             self.counts["flushed_full"] += 1
             s.scanner.flush()
