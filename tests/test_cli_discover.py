@@ -131,6 +131,9 @@ def test_the_readme_lists_every_environment_variable() -> None:
         names.update(re.findall(r"OOMDOCTOR_[A-Z][A-Z_]*[A-Z]", text))
     config = (ROOT / "oomdoctor" / "server" / "config.py").read_text(encoding="utf-8")
     names.update("OOMDOCTOR_" + n for n in re.findall(r'(?:get\(|, )"([A-Z][A-Z_]*[A-Z])"\)', config) if not n.startswith("OOMDOCTOR_"))
+    from oomdoctor.fleet.config import ENV as FLEET_ENV
+
+    names.update("OOMDOCTOR_" + n for n in FLEET_ENV.values())
     names.discard("OOMDOCTOR_COMPLETE")  # click's completion protocol (_OOMDOCTOR_COMPLETE)
     table = (ROOT / "README.md").read_text(encoding="utf-8").split("Environment variables:", 1)[1]
     missing = sorted(n for n in names if f"`{n}`" not in table)

@@ -343,8 +343,10 @@ def _run(
         if paths:  # (each file is its own run: one follower each)
             return fail(_("--follow follows one file; {files} would not be read: run one oomdoctor --follow per file").format(
                 files=", ".join(paths)))
-        from oomdoctor.cli.follow import follow_file
+        from oomdoctor.cli.follow import follow_file, follow_glob, is_glob
 
+        if is_glob(follow):  # node mode: every matching file, each its own stream, to the fleet's sinks
+            return follow_glob(follow, pack, fmt, fail_on)
         return follow_file(follow, pack, hints, fmt, output, fail_on)
     if not paths:
         if sys.stdin is None or sys.stdin.isatty():

@@ -88,6 +88,81 @@ def follow_file(path: str, pack: object, hints: dict[str, str], fmt: str, output
     return exit_code(report, fail_on)
 
 
+def is_glob(path: str) -> bool:
+    """Whether ``--follow``'s argument is a pattern (node mode) rather than one file's path."""
+    return any(c in path for c in "*?[") and not os.path.exists(path)
+
+
+def follow_glob(pattern: str, pack: object, fmt: str, fail_on: str) -> int:
+    """Node mode: follow every file matching ``pattern`` (each its own stream, see
+    :mod:`oomdoctor.fleet.node`) and send its findings to the fleet's sinks, configured as for
+    ``oomdoctor serve`` (``OOMDOCTOR_ALERTMANAGER_URL``, ...). Each firing or resolved finding is
+    printed as it happens, a JSON line each with ``-f jsonl`` or ``-f json``. Exit status as for
+    one followed file: 130 or 143 when stopped by a signal."""
+    import json
+    import socket
+
+    from oomdoctor.fleet import Fleet, FleetConfig
+    from oomdoctor.fleet.node import GlobFollower
+
+    try:
+        cfg = FleetConfig.from_env(os.environ)
+    except ValueError as exc:
+        return fail(str(exc))
+    fleet = Fleet(cfg, pack)  # type: ignore[arg-type]
+    errors = [0]
+    warnings = [0]
+
+    def show(event: str, ff: object) -> None:
+        from oomdoctor.fleet.alerts import FleetFinding
+
+        assert isinstance(ff, FleetFinding)
+        if event == "firing":
+            errors[0] += 1
+        if fmt in ("jsonl", "json"):
+            line = json.dumps({"status": event, **ff.to_json()})
+        else:
+            lab, ann = ff.labels, ff.annotations
+            line = f"{event}: {lab.get('kind')} [{lab.get('cause')}] {ff.stream}: {ann.get('summary', '')}"
+            if ann.get("command"):
+                line += f" | {ann.get('remedy', '')}: {ann['command']}"
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    def counted(ff: object) -> None:
+        from oomdoctor.fleet.alerts import FleetFinding
+
+        assert isinstance(ff, FleetFinding)
+        if ff.labels.get("severity") != "error":
+            warnings[0] += 1
+
+    fleet.table.subscribe(show)
+    fleet.table.on_finding.append(counted)
+    node = os.environ.get("NODE_NAME") or socket.gethostname()
+    follower = GlobFollower(pattern, fleet.table, node)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _raise_stop)
+    stopped_by: int | None = None
+    fleet.start()
+    try:
+        while True:
+            if not follower.poll():
+                time.sleep(POLL_SECONDS)
+    except KeyboardInterrupt:
+        stopped_by = signal.SIGINT
+    except _Stop:
+        stopped_by = signal.SIGTERM
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        follower.close()
+        fleet.stop()
+    if stopped_by is not None:
+        return 128 + int(stopped_by)
+    return 1 if errors[0] or (fail_on == "warning" and warnings[0]) else 0
+
+
 class _Follower:
     def __init__(self, path: str, scanner: Scanner, live: object) -> None:
         self.path = path

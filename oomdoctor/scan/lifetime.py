@@ -96,6 +96,18 @@ class Lifetime(ScanState):
         self._evaluate_pending(final=True)
         self._age_open(final=True)
 
+    def held_bytes(self) -> int:
+        """Bytes of input the scan holds set aside now (phase evidence not read yet, a stretch
+        not searched yet, a paste kept whole): what :meth:`flush` lets go of, bar the paste,
+        which stops growing at ``PASTE_BYTES``. A caller holding many scans (the fleet's
+        streams) bounds each with it."""
+        return self._deferred_bytes + self._unsearched_bytes + len(self._paste or b"")
+
+    def undecided(self) -> bool:
+        """Whether a failure read so far waits to be decided: a candidate line waiting for its
+        look-ahead, or a finding open for the lines after it (:meth:`flush` decides them)."""
+        return bool(self._open or self._pending)
+
     def findings_so_far(self) -> int:
         """How many findings the scan has made so far (for progress displays)."""
         return len(self._findings) + len(self._open)

@@ -1,6 +1,7 @@
 """The FastAPI application: ``create_app(config)``.
 
-Endpoints: ``POST /v1/diagnose``, ``GET /v1/rules`` (bearer token when configured),
+Endpoints: ``POST /v1/diagnose``, ``GET /v1/rules``, ``POST /v1/ingest``, ``GET /v1/streams``,
+``GET /v1/streams/{key}/findings`` (bearer token when configured), ``GET /metrics``,
 ``POST /slack/commands``, ``POST /slack/events`` (Slack request signing), ``POST
 /mattermost/commands`` (Mattermost token), ``GET /healthz``, ``GET /openapi.json``.
 Every 4xx/5xx body is ``{"error": "..."}``; no log text reaches the server's own logs.
@@ -9,6 +10,7 @@ Every 4xx/5xx body is ``{"error": "..."}``; no log text reaches the server's own
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -232,6 +234,17 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
     seen_events = slack.ReplayCache(3600, max_entries=10_000)
     background: set[asyncio.Task[Any]] = set()
     budget = BodyBudget(cfg.body_budget)
+    from oomdoctor.fleet import Fleet
+
+    fleet = Fleet(cfg.fleet, pack)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> Any:
+        fleet.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(fleet.stop)
 
     async def body_of(request: Request, *, verified: bool = False, limit: int | None = None) -> bytes:
         """A chat body: read under the same time limit and budget (the unverified share unless the
@@ -246,8 +259,10 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         description="Diagnose GPU out-of-memory failures in logs; answers with ranked remedies and exact flags.",
         docs_url=None,
         redoc_url=None,
+        lifespan=lifespan,
     )
     app.state.config = cfg
+    app.state.fleet = fleet
     app.state.analyser = analyser
     app.state.body_budget = budget
     bearer = HTTPBearer(auto_error=False, description="OOMDOCTOR_API_TOKEN, when the server has one")
@@ -377,6 +392,89 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         finally:
             chunks.clear()
             budget.give(taken)
+
+    # -- fleet: log shippers' batches (a thin adapter over oomdoctor.fleet) ---------------------------
+
+    ingest_body = {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/x-ndjson": {"schema": {"type": "string"}},
+                "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
+                "text/plain": {"schema": {"type": "string"}},
+            },
+        }
+    }
+
+    @app.post(
+        "/v1/ingest", dependencies=[Depends(require_token)], tags=["fleet"], openapi_extra=ingest_body,
+        responses={400: {"model": ErrorBody}, 401: {"model": ErrorBody}, 413: {"model": ErrorBody},
+                   415: {"model": ErrorBody}, 429: {"model": ErrorBody}},
+    )
+    async def ingest(
+        request: Request,
+        stream: str | None = Query(None, max_length=1024, description="text/plain: the stream key (required)."),
+        node: str | None = Query(None, max_length=253, description="text/plain: the node label."),
+        pod: str | None = Query(None, max_length=253, description="text/plain: the pod label."),
+        container: str | None = Query(None, max_length=253, description="text/plain: the container label."),
+    ) -> JSONResponse:
+        from oomdoctor.fleet.records import RecordError, StreamId, group_runs, parse_records
+        from oomdoctor.fleet.streams import Busy
+
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        encoding = request.headers.get("content-encoding", "").strip().lower()
+        is_json = ctype in ("application/json", "application/x-ndjson", "application/jsonlines", "application/json-seq")
+        if not is_json and not ctype.startswith("text/"):
+            raise LimitError(415, f"unsupported content type {ctype!r}: send application/x-ndjson, application/json or text/plain")
+        if not is_json and not stream:
+            raise LimitError(400, "a text/plain batch needs its stream key in the query: ?stream=KEY")
+        codings = content_codings(encoding)
+        chunks, taken = await read_body(request.stream(), budget, cfg.body_timeout)
+
+        def work() -> tuple[int, int]:
+            body = decode_codings(chunks, codings, cfg.max_log)
+            chunks.clear()
+            if is_json:
+                try:
+                    pairs = parse_records(body, cfg.fleet)
+                except RecordError as exc:
+                    raise LimitError(400, str(exc)) from None
+                batch = group_runs(pairs)
+            else:
+                parts = {"node": node or "", "pod": pod or "", "container": container or ""}
+                # the bytes continue the stream as they are: a line cut between two batches is one line
+                batch = [(StreamId.of(parts, key=stream), body)] if body else []
+            return fleet.table.ingest(batch), len(batch)
+
+        try:
+            lines, streams = await asyncio.to_thread(work)
+        except Busy as exc:
+            raise LimitError(429, str(exc), {"Retry-After": str(exc.retry_after)}) from None
+        finally:
+            chunks.clear()
+            budget.give(taken)
+        return JSONResponse({"lines": lines, "streams": streams})
+
+    @app.get("/v1/streams", dependencies=[Depends(require_token)], tags=["fleet"],
+             responses={401: {"model": ErrorBody}})
+    async def streams() -> JSONResponse:
+        return JSONResponse({"streams": fleet.table.streams()})
+
+    @app.get("/v1/streams/{key:path}/findings", dependencies=[Depends(require_token)], tags=["fleet"],
+             responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
+    async def stream_findings(key: str) -> JSONResponse:
+        found = fleet.table.findings(key)
+        if found is None:
+            raise LimitError(404, "no such stream")
+        return JSONResponse({"stream": key, "findings": found})
+
+    @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
+    async def metrics() -> Response:
+        if fleet.metrics is None:
+            raise LimitError(404, "metrics need prometheus_client: pip install 'oomdoctor[server]'")
+        from oomdoctor.fleet.metrics import CONTENT_TYPE
+
+        return Response(await asyncio.to_thread(fleet.metrics.exposition), media_type=CONTENT_TYPE)
 
     # -- chat ---------------------------------------------------------------------------------------
 
@@ -621,7 +719,40 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
     app.add_middleware(ErrorShieldMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_body=cfg.max_body)
     app.add_middleware(AccessLogMiddleware)
+    if fleet.metrics is not None:
+        app.add_middleware(RequestMetricsMiddleware, counter=fleet.metrics.requests)
     return app
+
+
+#: the paths whose requests are counted by name (any other path counts as "other": no label per URL)
+_COUNTED_ROUTES = ("/v1/diagnose", "/v1/rules", "/v1/ingest", "/v1/streams", "/metrics", "/healthz",
+                   "/slack/commands", "/slack/events", "/mattermost/commands")
+
+
+class RequestMetricsMiddleware:
+    """Counts every HTTP answer by route and status in the fleet's registry (``/metrics``)."""
+
+    def __init__(self, app: Any, counter: Any) -> None:
+        self.app = app
+        self.counter = counter
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        route = next((r for r in _COUNTED_ROUTES if path == r or (r == "/v1/streams" and path.startswith(r + "/"))), "other")
+        status = [0]
+
+        async def counting_send(msg: Any) -> None:
+            if msg["type"] == "http.response.start":
+                status[0] = int(msg["status"])
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, counting_send)
+        finally:
+            self.counter.labels(route=route, status=str(status[0] or 500)).inc()
 
 
 def create_app_from_env() -> FastAPI:

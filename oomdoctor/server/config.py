@@ -7,6 +7,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 
+from oomdoctor.fleet.config import FleetConfig
+
 DEFAULT_MAX_BODY = 4 << 20  # 4 MiB on the wire
 DEFAULT_MAX_LOG = 32 << 20  # 32 MiB after gzip decompression
 
@@ -90,6 +92,8 @@ class ServerConfig:
     keep_alive_timeout: float = 5.0
     #: request-body bytes buffered at once across requests, waiting for an analysis slot (503 above)
     body_budget: int = 256 << 20
+    #: fleet mode: ``POST /v1/ingest``, its streams and sinks (the variables of ``oomdoctor.fleet.config.ENV``)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> ServerConfig:
@@ -145,6 +149,10 @@ class ServerConfig:
             kw["mattermost_response_prefixes"] = _prefixes(v)
         if get("INSECURE") in ("1", "true", "yes"):
             kw["insecure"] = True
+        try:
+            kw["fleet"] = FleetConfig.from_env(e)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         names = {f.name for f in fields(cls)}
         for k, ov in overrides.items():
             if k not in names:
