@@ -145,3 +145,49 @@ def test_a_switch_becomes_true() -> None:
     s = Remedy(id="vllm.enforce-eager", title="t", flags={"--enforce-eager": ""}, fits=None, confidence="medium", why="w")
     speak_in_product([s], "vllm-serve", "vllm")
     assert (s.flags, s.settings) == ({"--enforce-eager": ""}, {})
+
+
+_COMPUTE_2_5G = (
+    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 2560.00 MiB on device 0: cudaMalloc failed: out of memory\n"
+    "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 2684354560\n"
+    "llama_new_context_with_model: failed to allocate compute buffers\n"
+)
+
+
+def test_a_small_kv_cache_gets_no_kv_type_for_a_large_compute_buffer() -> None:
+    """256 MiB of KV cache against a 2.5 GiB compute buffer: q8_0 would save 120 MiB, under a tenth."""
+    f = only_error(diagnose_text(
+        "llama_new_context_with_model: n_ctx      = 2048\n"
+        "llama_kv_cache_init:      CUDA0 KV buffer size =   256.00 MiB\n" + _COMPUTE_2_5G
+    ))
+    assert f.phase == "inference"
+    assert "ggml.kv-cache-type" not in remedy_ids(f)
+
+
+def test_a_kv_cache_in_host_memory_gets_no_kv_type_for_a_gpu_buffer() -> None:
+    f = only_error(diagnose_text(
+        "llama_new_context_with_model: n_ctx      = 65536\n"
+        "llama_kv_cache_init:  CUDA_Host KV buffer size =  8192.00 MiB\n" + _COMPUTE_2_5G
+    ))
+    assert "ggml.kv-cache-type" not in remedy_ids(f)
+
+
+def test_a_large_gpu_kv_cache_still_gets_the_kv_type() -> None:
+    f = only_error(diagnose_text(
+        "llama_new_context_with_model: n_ctx      = 65536\n"
+        "llama_kv_cache_init:      CUDA0 KV buffer size =  8192.00 MiB\n" + _COMPUTE_2_5G
+    ))
+    assert remedy(f, "ggml.kv-cache-type").saves_bytes == 4026531840  # 8 GiB x (1 - 8.5/16)
+
+
+def test_no_utilization_step_for_a_shortfall_no_gpu_could_give_back() -> None:
+    """44 GiB needed against 8.20 GiB: +0.05 of even the largest card oomdoctor knows is far less
+    than the 35.80 GiB missing, so the step is not offered; the length from vLLM's estimate leads."""
+    f = only_error(diagnose_text(
+        "ValueError: To serve at least one request with the models's max seq len (1048576), (44.00 GiB KV cache is "
+        "needed), which is larger than the available KV cache memory (8.20 GiB). Based on the available memory, the "
+        "estimated maximum model length is 199552. Try increasing `gpu_memory_utilization` or decreasing "
+        "`max_model_len` when initializing the engine.\n"
+    ))
+    assert (f.remedies[0].id, f.remedies[0].flags) == ("vllm.max-model-len", {"--max-model-len": "199552"})
+    assert "vllm.gpu-memory-utilization.raise" not in remedy_ids(f)

@@ -48,22 +48,14 @@ NOT_KNOBS: dict[tuple[str, str, str], str] = {
 
 #: (product, field, key) -> why the product lacks it: keys the advisor prints that the product does not have
 ADVISOR_BUGS: dict[tuple[str, str, str], str] = {
-    ("deepspeed", "settings", "batch_size"): "DeepSpeed's config key is train_micro_batch_size_per_gpu",
-    ("deepspeed", "settings", "bf16"): "DeepSpeed's config wants \"bf16\": {\"enabled\": true} (bf16.enabled); "
-    "\"bf16\": true fails in its config parser",
     ("deepspeed", "settings", "gradient_checkpointing"): "a TrainingArguments name; DeepSpeed's config has "
     "activation_checkpointing",
-    ("deepspeed", "settings", "dataloader_num_workers"): "a TrainingArguments name, not a DeepSpeed config key",
-    ("hf-trainer", "settings", "batch_size"): "TrainingArguments calls it per_device_train_batch_size",
-    ("diffusers", "settings", "batch_size"): "diffusers pipelines take num_images_per_prompt",
     ("pytorch", "settings", "bf16"): "a TrainingArguments name; a plain PyTorch program uses "
     "torch.autocast(dtype=torch.bfloat16)",
     ("pytorch", "settings", "optim"): "a TrainingArguments name; a plain PyTorch program constructs "
     "bitsandbytes.optim.AdamW8bit",
     ("pytorch", "settings", "gradient_checkpointing"): "a TrainingArguments name; a plain PyTorch program "
     "calls torch.utils.checkpoint",
-    ("pytorch", "settings", "dataloader_num_workers"): "a TrainingArguments name; PyTorch's is "
-    "DataLoader(num_workers=...)",
 }
 
 

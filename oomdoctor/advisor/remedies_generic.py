@@ -204,6 +204,15 @@ def _free_unlisted(inp: AdviceInput) -> Remedy | None:
 _OWN_BATCHING = ("vllm", "sglang", "tgi", "tensorrt-llm", "llama.cpp", "ollama", "ggml", "jax", "tensorflow", "xla")
 
 
+#: the batch-size key of each product that names it (TrainingArguments, DeepSpeed's config,
+#: axolotl's YAML, a diffusers pipeline call); any other program's batch is its own variable
+BATCH_KEY = {
+    "hf-trainer": "per_device_train_batch_size", "trl": "per_device_train_batch_size",
+    "llama-factory": "per_device_train_batch_size", "axolotl": "micro_batch_size",
+    "deepspeed": "train_micro_batch_size_per_gpu", "diffusers": "num_images_per_prompt",
+}
+
+
 @remedy("torch.reduce-batch")
 def reduce_batch(inp: AdviceInput) -> Remedy | None:
     engines = {inp.context.engine, inp.finding.engine}
@@ -215,7 +224,8 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="torch.reduce-batch",
         title=remedy_text("torch.reduce-batch", "title"),
-        settings={"batch_size": remedy_text("torch.reduce-batch", "setting")},
+        settings={BATCH_KEY.get(inp.finding.product or inp.context.product or "", "batch_size"):
+                  remedy_text("torch.reduce-batch", "setting")},
         saves_bytes=None,
         fits=None,
         confidence="low",

@@ -343,9 +343,23 @@ def _kv_quantized(inp: AdviceInput) -> bool:
     return dt.startswith("q") or str(setting(inp, "cache_type_k") or "").startswith("q")
 
 
+#: a KV-type change saving less than this share of the failed allocation cannot matter to it
+NEGLIGIBLE_SHARE = 0.1
+
+
+def _kv_type_pointless(inp: AdviceInput) -> bool:
+    """A smaller KV type cannot answer this failure: the log puts the cache in host memory (a GPU
+    allocation failed), or the cache is so small that q8_0 saves under a tenth of the failed request."""
+    buf = str(inp.context.extra.get("llama_kv_buffer_type") or "")
+    if buf == "CPU" or buf.endswith("_Host"):
+        return True
+    kv, req = _gpu_kv(inp), _failed_request(inp)
+    return bool(kv and req and kv * (1 - Q8_0_RATIO) < NEGLIGIBLE_SHARE * req)
+
+
 @remedy("ggml.kv-cache-type")
 def kv_cache_type(inp: AdviceInput) -> Remedy | None:
-    if not _is_llamacpp(inp) or _kv_quantized(inp) or inp.finding.phase == "weights-load":
+    if not _is_llamacpp(inp) or _kv_quantized(inp) or inp.finding.phase == "weights-load" or _kv_type_pointless(inp):
         return None
     kv = _gpu_kv(inp)
     knobs = _knobs(inp, {"--cache-type-k": "q8_0", "--cache-type-v": "q8_0", "-fa": _fa_flag_value(inp)})
@@ -365,7 +379,7 @@ def kv_cache_type(inp: AdviceInput) -> Remedy | None:
 
 @remedy("ollama.kv-cache-type")
 def ollama_kv_cache_type(inp: AdviceInput) -> Remedy | None:
-    if not _is_ollama(inp) or _kv_quantized(inp) or inp.finding.phase == "weights-load":
+    if not _is_ollama(inp) or _kv_quantized(inp) or inp.finding.phase == "weights-load" or _kv_type_pointless(inp):
         return None
     kv = _gpu_kv(inp)
     return Remedy(

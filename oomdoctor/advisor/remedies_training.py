@@ -95,7 +95,8 @@ def bf16(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="training.bf16",
         title=remedy_text("training.bf16", "title"),
-        settings={"bf16": "true"},
+        # DeepSpeed's config takes {"bf16": {"enabled": true}} (runtime/constants.py BFLOAT16)
+        settings={("bf16.enabled" if (inp.finding.product or inp.context.product) == "deepspeed" else "bf16"): "true"},
         fits=None,
         confidence="low",
         why=remedy_text("training.bf16", "why"),
@@ -159,6 +160,10 @@ def deepspeed_zero(inp: AdviceInput) -> Remedy | None:
     )
 
 
+#: products configured through transformers' TrainingArguments
+_TRAINER_PRODUCTS = ("hf-trainer", "transformers", "trl", "llama-factory")
+
+
 @remedy("training.dataloader-workers")
 def dataloader_workers(inp: AdviceInput) -> Remedy | None:
     if inp.finding.phase != "training" and engine_of(inp) not in _TRAINING_TOOLS:
@@ -168,7 +173,9 @@ def dataloader_workers(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="training.dataloader-workers",
         title=remedy_text("training.dataloader-workers", "title", workers=value),
-        settings={"dataloader_num_workers": str(value)},
+        # TrainingArguments' name; elsewhere torch.utils.data.DataLoader(num_workers=...)
+        settings={("dataloader_num_workers" if (inp.finding.product or inp.context.product) in _TRAINER_PRODUCTS
+                   else "num_workers"): str(value)},
         fits=None,
         confidence="low",
         why=remedy_text("training.dataloader-workers", "why_now" if cur else "why", current=cur),

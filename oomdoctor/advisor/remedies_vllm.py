@@ -324,6 +324,14 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
         else remedy_text(_RAISE, "base_log") if src in ("message", "context") else src
     )
     short = shortage(inp)
+    if short and short[0] > 0 and not shortage_is_lower_bound(inp):
+        # the step gives back (target - util) x total: of the log's GPU, else of the largest card
+        # oomdoctor knows; a shortfall beyond that is not closed by this raise (other remedies size it)
+        from oomdoctor.advisor.catalog import gpus
+
+        total = f.total.value if f.total else max(g.memory_bytes for g in gpus())
+        if short[0] > (target - util) * total:
+            return None
     unknown = (
         remedy_text(_RAISE, "missing_no_total", missing=short[0])
         if short and short[0] > 0 else remedy_text(_RAISE, "missing_unknown")
