@@ -10,6 +10,7 @@ from oomdoctor.i18n import current_lang
 from oomdoctor.reader import Line, normalise
 from oomdoctor.report import Finding, Location
 from oomdoctor.rulepack import CompiledRule, RulePack
+from oomdoctor.scan.clock import line_time
 from oomdoctor.scan.matching import match_order
 from oomdoctor.scan.state import (
     _GENERIC_ENGINES,
@@ -117,6 +118,7 @@ class Folding(ScanState):
         before = [(number, ph) for number, ph in self._progress if number <= anchor.number]
         if before:
             o.progress_phase = max(before, key=lambda item: item[0])[1]
+        o.time = line_time(anchor)
         self._open.append(o)
 
     def _repeat_triggers(self, mask: int) -> list[str] | None:

@@ -9,6 +9,7 @@ from oomdoctor.context import product_for_engine
 from oomdoctor.fallback import is_fallback, kind_for
 from oomdoctor.reader import MAX_LINE_BYTES, normalise
 from oomdoctor.report import Context, CutLine, Finding, Report, SourceContext, Summary, Tool
+from oomdoctor.scan.clock import EARLIER_WITHIN, seconds
 from oomdoctor.scan.state import (
     _GENERIC_ENGINES,
     AFTER_LINES,
@@ -41,6 +42,11 @@ class Lifetime(ScanState):
         for ph in self.pack.phases:
             if ph.frames & foreign or "@" + ph.rule.phase in foreign or "%" + ph.rule.phase in foreign:
                 return ph.rule.phase
+        # a log printed newest first (its lines state times): the progress lines after the failure
+        # in the file that state an earlier time happened before it; the latest of them wins
+        earlier = self._earlier_progress(o)
+        if earlier is not None:
+            return earlier
         if o.progress_phase:
             return o.progress_phase
         # none before it: a progress line interleaved right after it (another worker still
@@ -49,6 +55,18 @@ class Lifetime(ScanState):
         end = max(o.last_line, o.finding.location.end_line)
         after = [ph for number, ph in self._progress if o.line < number <= end + PROGRESS_LAG]
         return after[0] if after else "unknown"
+
+    def _earlier_progress(self, o: _Open) -> str | None:
+        """The phase of the latest-stated progress line after the failure in the file (within
+        ``AFTER_LINES``) whose stated time is before the failure's: a log printed newest first."""
+        if o.time is None:
+            return None
+        cands = [
+            (t, ph) for number, ph in self._progress
+            if o.line < number <= o.line + AFTER_LINES
+            and (t := self._progress_times.get(number)) is not None and 0 < seconds(o.time) - seconds(t) < EARLIER_WITHIN
+        ]
+        return max(cands, key=lambda c: c[0])[1] if cands else None
 
     def _recovered(self, o: _Open) -> bool:
         """Whether a line after the failure, of its rank, says the program recovered from it (a

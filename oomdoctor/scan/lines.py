@@ -11,6 +11,7 @@ from oomdoctor.newlines import count_newlines
 from oomdoctor.reader import Line, normalise, only_cut_by_normalise, only_cut_in
 from oomdoctor.rulepack import CompiledRule
 from oomdoctor.rulepack.loader import REGEX_TIMEOUT
+from oomdoctor.scan.clock import line_time
 from oomdoctor.scan.evidence import search_any
 from oomdoctor.scan.matching import RuleTimeout, _Pending
 from oomdoctor.scan.state import (
@@ -270,6 +271,12 @@ class LineAssembly(ScanState):
                 self._frames.append((line.number, "@" + ph.rule.phase, line.rank))
             if search_any(self._progress_patterns[i], text):
                 self._progress.append((line.number, ph.rule.phase))
+                stated = line_time(line)
+                if stated is not None:
+                    self._progress_times[line.number] = stated
+                    if len(self._progress_times) > 4 * (self._progress.maxlen or 64):
+                        kept = {n for n, _ in self._progress}
+                        self._progress_times = {n: t for n, t in self._progress_times.items() if n in kept}
         # context lines
         for ctx in contexts:
             self._timing = f'{ctx.source}: context "{ctx.rule.id}": pattern'

@@ -132,6 +132,8 @@ class _Open:
     marker_phases: list[str] = field(default_factory=list)
     before_phase: str | None = None
     progress_phase: str | None = None
+    #: the time the failure's line states (clock.line_time)
+    time: tuple[int, ...] | None = None
     last_line: int = 0
     #: ranks of merged occurrences: their frames count as evidence too
     merged_ranks: set[str | None] = field(default_factory=set)
@@ -225,6 +227,8 @@ class ScanState:
     _frames: deque[tuple[int, str, str | None]]
     _traceback_at: dict[str | None, deque[int]]
     _progress: deque[tuple[int, str]]
+    #: the time each progress line states (line number -> clock.line_time), for newest-first logs
+    _progress_times: dict[int, tuple[int, ...]]
     #: lines saying the program recovered from an out-of-memory error just before (line, rank)
     _recovered_at: deque[tuple[int, str | None]]
     _run_start: int
