@@ -133,3 +133,29 @@ def test_busy_is_a_429_with_retry_after() -> None:
         thread.join(10)
     assert (r.status_code, r.headers["retry-after"], r.json()) == (
         429, "7", {"error": "100 bytes are being analysed (limit 64)"})
+
+
+def test_ingest_lag_is_the_arrival_less_the_records_own_time() -> None:
+    """Records stamped an hour ago (Fluent Bit's epoch ``date``, Vector's RFC 3339 ``timestamp``)
+    land in the histogram's 900 s+ tail; a record without a time is not observed."""
+    old = time.time() - 3600
+    iso = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(old))
+    recs = [{"log": "a", "host": "n1", "date": old}, {"log": "b", "host": "n1", "timestamp": iso}, {"log": "c", "host": "n1"}]
+    body = b"\n".join(json.dumps(r).encode() for r in recs)
+    with running(cfg()) as url, httpx.Client(base_url=url, headers={**AUTH, "content-type": "application/x-ndjson"}) as c:
+        assert c.post("/v1/ingest", content=body).status_code == 200
+        metrics = c.get("/metrics").text
+    assert "oomdoctor_ingest_lag_seconds_count 2.0" in metrics
+    assert 'oomdoctor_ingest_lag_seconds_bucket{le="900.0"} 0.0' in metrics
+    assert 'oomdoctor_ingest_lag_seconds_bucket{le="+Inf"} 2.0' in metrics
+
+
+def test_record_time_reads_epoch_seconds_milliseconds_and_zoned_iso() -> None:
+    from oomdoctor.fleet.records import record_time
+
+    assert record_time({"date": 1733450000.5}) == 1733450000.5
+    assert record_time({"date": 1733450000500}) == 1733450000.5
+    assert record_time({"timestamp": "2024-12-06T02:33:20Z"}) == 1733452400.0
+    assert record_time({"ISODATE": "2024-12-06T03:33:20+01:00"}) == 1733452400.0
+    assert record_time({"time": "2024-12-06 02:33:20"}) is None  # no zone: no lag claimed
+    assert record_time({"date": True, "log": "x"}) is None

@@ -14,6 +14,10 @@ HOST_FIELDS = ("host", "hostname", "HOST", "kubernetes.host", "node")
 POD_FIELDS = ("pod", "kubernetes.pod_name", "kubernetes.pod.name", "pod_name")
 CONTAINER_FIELDS = ("container", "kubernetes.container_name", "container_name")
 FILE_FIELDS = ("file", "filename", "path", "FILE_NAME", "filepath")
+#: where a record's own time is looked for, for the ingest-lag metric: Fluent Bit's ``date``
+#: (``json_date_key``, epoch seconds by default), Vector's ``timestamp`` (RFC 3339), syslog-ng's
+#: ``ISODATE``, and the common ``@timestamp`` / ``time``
+TIME_FIELDS = ("date", "timestamp", "@timestamp", "time", "ISODATE")
 
 
 #: each setting's environment variable (without the ``OOMDOCTOR_`` prefix)

@@ -35,6 +35,11 @@ class FleetMetrics:
             "oomdoctor_ingest_analysis_seconds", "Time to analyse one ingest batch.", registry=self.registry,
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
+        self.lag = Histogram(
+            "oomdoctor_ingest_lag_seconds",
+            "Arrival time less the record's own time (date, timestamp, @timestamp, time, ISODATE), per record.",
+            registry=self.registry, buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900),
+        )
         self.requests = Counter(
             "oomdoctor_http_requests", "HTTP requests answered, by route and status.",
             ["route", "status"], registry=self.registry,
@@ -42,6 +47,11 @@ class FleetMetrics:
         self.registry.register(_TableCollector(table, dispatcher))
         table.on_finding.append(self._count)
         table.on_analysis.append(self.analysis.observe)
+
+    def observe_lag(self, times: list[float], now: float) -> None:
+        """One observation per record time; a time ahead of ``now`` (another clock) counts as 0."""
+        for t in times:
+            self.lag.observe(max(0.0, now - t))
 
     def _count(self, ff: FleetFinding) -> None:
         lab = ff.labels

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from oomdoctor.fleet.config import FleetConfig
+from oomdoctor.fleet.config import TIME_FIELDS, FleetConfig
 
 #: the parts of a stream key, in order; a missing part is written ``-``
 KEY_PARTS = ("node", "pod", "container", "file")
@@ -84,9 +85,31 @@ def _objects(body: bytes) -> Iterator[Any]:
             yield obj
 
 
-def parse_records(body: bytes, cfg: FleetConfig) -> list[tuple[StreamId, bytes]]:
+def record_time(rec: dict[str, Any]) -> float | None:
+    """The record's own time in epoch seconds (:data:`~oomdoctor.fleet.config.TIME_FIELDS`: epoch
+    seconds or milliseconds as a number, or an ISO 8601 / RFC 3339 string with its zone), or None."""
+    for name in TIME_FIELDS:
+        v = rec.get(name)
+        if isinstance(v, bool) or v is None:
+            continue
+        if isinstance(v, (int, float)):
+            return float(v) / 1000 if v > 1e11 else float(v)  # epoch milliseconds are > 1e11 after 1973
+        if isinstance(v, str):
+            try:
+                t = datetime.fromisoformat(v.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            if t.tzinfo is not None:
+                return t.timestamp()
+    return None
+
+
+def parse_records(
+    body: bytes, cfg: FleetConfig, times: list[float] | None = None
+) -> list[tuple[StreamId, bytes]]:
     """The (stream, line) pairs of a JSON batch, in order; each line ends with ``\\n``. A record
-    without any message field is skipped; one that is not an object is an error."""
+    without any message field is skipped; one that is not an object is an error. ``times``, when
+    given, receives each kept record's own time (:func:`record_time`) where it states one."""
     out: list[tuple[StreamId, bytes]] = []
     ids: dict[tuple[str, ...], StreamId] = {}
     for n, rec in enumerate(_objects(body), 1):
@@ -102,6 +125,8 @@ def parse_records(body: bytes, cfg: FleetConfig) -> list[tuple[StreamId, bytes]]
         sid = ids.get(parts)
         if sid is None:
             sid = ids[parts] = StreamId.of(dict(zip(KEY_PARTS, parts, strict=True)))
+        if times is not None and (t := record_time(rec)) is not None:
+            times.append(t)
         data = msg.encode("utf-8", "surrogatepass")
         out.append((sid, data if data.endswith(b"\n") else data + b"\n"))
     return out

@@ -435,10 +435,13 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
             body = decode_codings(chunks, codings, cfg.max_log)
             chunks.clear()
             if is_json:
+                times: list[float] = []
                 try:
-                    pairs = parse_records(body, cfg.fleet)
+                    pairs = parse_records(body, cfg.fleet, times)
                 except RecordError as exc:
                     raise LimitError(400, str(exc)) from None
+                if fleet.metrics is not None and times:
+                    fleet.metrics.observe_lag(times, time.time())
                 batch = group_runs(pairs)
             else:
                 parts = {"node": node or "", "pod": pod or "", "container": container or ""}
