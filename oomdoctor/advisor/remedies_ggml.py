@@ -64,6 +64,16 @@ def _knobs(inp: AdviceInput, flags: dict[str, str]) -> tuple[dict[str, str], dic
     return {}, {_PYTHON_KNOBS[k]: _PYTHON_VALUES.get(k, {}).get(v, v) for k, v in flags.items()}
 
 
+def _spoken(inp: AdviceInput, flags: dict[str, str], rem: Remedy) -> Remedy | None:
+    """``rem`` with llama.cpp's ``flags`` in the knobs of the product the user runs (:func:`_knobs`);
+    None when that product has no knob for one of them."""
+    knobs = _knobs(inp, flags)
+    if knobs is None:
+        return None
+    rem.flags, rem.settings = knobs
+    return rem
+
+
 def _fa_flag_value(inp: AdviceInput) -> str:
     """``-fa`` as the detected build takes it: a switch up to b5590, ``-fa on`` from b6431."""
     from oomdoctor.advisor.engine_args import switch_value
@@ -136,18 +146,13 @@ def n_gpu_layers(inp: AdviceInput) -> Remedy | None:
     if fit is None:
         return _unsized_layers(inp, "ggml.n-gpu-layers")
     value, why, computed = fit
-    knobs = _knobs(inp, {"-ngl": str(value)})
-    if knobs is None:
-        return None
-    return Remedy(
+    return _spoken(inp, {"-ngl": str(value)}, Remedy(
         id="ggml.n-gpu-layers",
         title=remedy_text("ggml.n-gpu-layers", "title", layers=value),
-        flags=knobs[0],
-        settings=knobs[1],
         fits=True if computed and not assumed else None,
         confidence="medium" if computed else "low",
         why=join_sentences(t for t in (why, assumed) if t),
-    )
+    ))
 
 
 def _hint_bytes(inp: AdviceInput) -> int | None:
@@ -266,14 +271,9 @@ def ctx_size(inp: AdviceInput) -> Remedy | None:
     n_ctx, half = v
     plan = _ctx_plan(inp, n_ctx, half)
     value = plan.total
-    knobs = _knobs(inp, {"-c": str(value)})
-    if knobs is None:
-        return None
-    return Remedy(
+    return _spoken(inp, {"-c": str(value)}, Remedy(
         id="ggml.ctx-size",
         title=remedy_text("ggml.ctx-size", "title" if value == half else "title_cut", tokens=value),
-        flags=knobs[0],
-        settings=knobs[1],
         saves_bytes=plan.saves,
         fits=None,
         confidence="medium",
@@ -282,7 +282,7 @@ def ctx_size(inp: AdviceInput) -> Remedy | None:
             request=inp.fig("requested_bytes") or inp.fig("buffer_bytes"), tokens=value,
         ),
         tradeoff=remedy_text("ggml.ctx-size", "cost", value=value),
-    )
+    ))
 
 
 @remedy("ollama.num-ctx")
@@ -362,19 +362,14 @@ def kv_cache_type(inp: AdviceInput) -> Remedy | None:
     if not _is_llamacpp(inp) or _kv_quantized(inp) or inp.finding.phase == "weights-load" or _kv_type_pointless(inp):
         return None
     kv = _gpu_kv(inp)
-    knobs = _knobs(inp, {"--cache-type-k": "q8_0", "--cache-type-v": "q8_0", "-fa": _fa_flag_value(inp)})
-    if knobs is None:
-        return None
-    return Remedy(
+    return _spoken(inp, {"--cache-type-k": "q8_0", "--cache-type-v": "q8_0", "-fa": _fa_flag_value(inp)}, Remedy(
         id="ggml.kv-cache-type",
         title=remedy_text("ggml.kv-cache-type", "title"),
-        flags=knobs[0],
-        settings=knobs[1],
         saves_bytes=int(kv * (1 - Q8_0_RATIO)) if kv else None,
         fits=None,
         confidence="medium",
         why=remedy_text("ggml.kv-cache-type", "why_sized" if kv else "why", kv=kv, q8=kv * Q8_0_RATIO if kv else None),
-    )
+    ))
 
 
 @remedy("ollama.kv-cache-type")
@@ -404,18 +399,13 @@ def _fa_on(inp: AdviceInput) -> bool:
 def flash_attn(inp: AdviceInput) -> Remedy | None:
     if not _is_llamacpp(inp) or _fa_on(inp) or inp.finding.phase not in ("inference", "kv-cache-alloc"):
         return None
-    knobs = _knobs(inp, {"-fa": _fa_flag_value(inp)})
-    if knobs is None:
-        return None
-    return Remedy(
+    return _spoken(inp, {"-fa": _fa_flag_value(inp)}, Remedy(
         id="ggml.flash-attn",
         title=remedy_text("ggml.flash-attn", "title"),
-        flags=knobs[0],
-        settings=knobs[1],
         fits=None,
         confidence="medium",
         why=remedy_text("ggml.flash-attn", "why"),
-    )
+    ))
 
 
 @remedy("ollama.flash-attention")
@@ -441,19 +431,14 @@ def ubatch_size(inp: AdviceInput) -> Remedy | None:
         return None
     value = cur // 2
     req = inp.fig("requested_bytes") or inp.fig("buffer_bytes")
-    knobs = _knobs(inp, {"-ub": str(value), "-b": str(value)})
-    if knobs is None:
-        return None
-    return Remedy(
+    return _spoken(inp, {"-ub": str(value), "-b": str(value)}, Remedy(
         id="ggml.ubatch-size",
         title=remedy_text("ggml.ubatch-size", "title", batch=value),
-        flags=knobs[0],
-        settings=knobs[1],
         saves_bytes=req // 2 if req else None,
         fits=None,
         confidence="medium",
         why=remedy_text("ggml.ubatch-size", "why_sized" if req else "why", current=cur, request=req),
-    )
+    ))
 
 
 @remedy("ollama.num-batch")
@@ -506,19 +491,14 @@ def n_batch_pool(inp: AdviceInput) -> Remedy | None:
     cur = as_int(setting(inp, "n_batch", "batch_size")) or as_int(_command_value(inp, ("-b", "--batch-size")))
     if cur is None or cur <= GGML_POOL_BATCH:
         return None
-    knobs = _knobs(inp, {"-b": str(GGML_POOL_BATCH)})
-    if knobs is None:
-        return None
-    return Remedy(
+    return _spoken(inp, {"-b": str(GGML_POOL_BATCH)}, Remedy(
         id="ggml.n-batch-pool",
         title=remedy_text("ggml.n-batch-pool", "title", batch=GGML_POOL_BATCH),
-        flags=knobs[0],
-        settings=knobs[1],
         saves_bytes=None,
         fits=None,
         confidence="medium",
         why=remedy_text("ggml.n-batch-pool", "why", current=cur, batch=GGML_POOL_BATCH),
-    )
+    ))
 
 
 @remedy("ggml.ctx-size.raise")
@@ -531,15 +511,10 @@ def ctx_size_raise(inp: AdviceInput) -> Remedy | None:
     if not n_ctx:
         return None
     value = 2 * n_ctx
-    knobs = _knobs(inp, {"-c": str(value)})
-    if knobs is None:
-        return None
-    return Remedy(
+    return _spoken(inp, {"-c": str(value)}, Remedy(
         id="ggml.ctx-size.raise",
         title=remedy_text("ggml.ctx-size.raise", "title", tokens=value),
-        flags=knobs[0],
-        settings=knobs[1],
         fits=None,
         confidence="medium",
         why=remedy_text("ggml.ctx-size.raise", "why", n_ctx=n_ctx, tokens=value),
-    )
+    ))
