@@ -191,3 +191,15 @@ def test_no_utilization_step_for_a_shortfall_no_gpu_could_give_back() -> None:
     ))
     assert (f.remedies[0].id, f.remedies[0].flags) == ("vllm.max-model-len", {"--max-model-len": "199552"})
     assert "vllm.gpu-memory-utilization.raise" not in remedy_ids(f)
+
+
+def test_torch_memory_saver_curesult_2_is_an_oom_of_the_colocated_rollout() -> None:
+    """torch_memory_saver 0.0.6 prints CUresult 2 (CUDA_ERROR_OUT_OF_MEMORY) and exits; under verl the
+    rollout engine could not take its memory back: the rollout's own share comes first."""
+    f = only_error(diagnose_text(
+        "python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.name=sglang\n"
+        " [torch_memory_saver.cpp] CUresult error  result=2 file=csrc/torch_memory_saver.cpp func=cu_mem_create line=103\n"
+    ))
+    assert (f.rule, f.figures.get("function")) == ("torch-memory-saver.curesult-oom", "cu_mem_create")
+    assert f.cause is not None and f.cause.id == "colocation"
+    assert f.remedies[0].id == "rl.rollout-gpu-memory-utilization"
