@@ -136,14 +136,14 @@ def test_vllms_llm_class_gets_keyword_arguments_not_cli_flags() -> None:
 
 
 def test_a_switch_becomes_true() -> None:
-    from oomdoctor.advisor.product_knobs import speak_in_product
+    from oomdoctor.advisor.product_knobs import in_product_knobs
     from oomdoctor.report import Remedy
 
     r = Remedy(id="vllm.enforce-eager", title="t", flags={"--enforce-eager": ""}, fits=None, confidence="medium", why="w")
-    speak_in_product([r], "vllm-python", "vllm")
+    assert in_product_knobs(r, "vllm-python") is r
     assert (r.flags, r.settings) == ({}, {"enforce_eager": "True"})
     s = Remedy(id="vllm.enforce-eager", title="t", flags={"--enforce-eager": ""}, fits=None, confidence="medium", why="w")
-    speak_in_product([s], "vllm-serve", "vllm")
+    assert in_product_knobs(s, "vllm-serve") is s
     assert (s.flags, s.settings) == ({"--enforce-eager": ""}, {})
 
 
@@ -203,3 +203,16 @@ def test_torch_memory_saver_curesult_2_is_an_oom_of_the_colocated_rollout() -> N
     assert (f.rule, f.figures.get("function")) == ("torch-memory-saver.curesult-oom", "cu_mem_create")
     assert f.cause is not None and f.cause.id == "colocation"
     assert f.remedies[0].id == "rl.rollout-gpu-memory-utilization"
+
+
+def test_only_the_engines_own_remedies_become_keywords() -> None:
+    """docker run's --shm-size is no keyword of LLM(...); a llama.cpp flag llama-cpp-python lacks drops the remedy."""
+    from oomdoctor.advisor.product_knobs import in_product_knobs
+    from oomdoctor.report import Remedy
+
+    shm = Remedy(id="host.shm-size", title="t", flags={"--shm-size": "16g"}, fits=None, confidence="medium", why="w")
+    assert in_product_knobs(shm, "vllm-python") is shm and shm.flags == {"--shm-size": "16g"}
+    odd = Remedy(id="ggml.tensor-split", title="t", flags={"--tensor-split": "1,1"}, fits=None, confidence="low", why="w")
+    assert in_product_knobs(odd, "llama-cpp-python") is None
+    fa = Remedy(id="ggml.flash-attn", title="t", flags={"-fa": "on"}, fits=None, confidence="low", why="w")
+    assert in_product_knobs(fa, "llama-cpp-python") is fa and fa.settings == {"flash_attn": "True"}

@@ -32,6 +32,11 @@ def engine_of(inp: AdviceInput) -> str | None:
     return inp.context.engine or eng
 
 
+def product_of(inp: AdviceInput) -> str | None:
+    """The program the user runs and configures: the finding's product, else the run's."""
+    return inp.finding.product or inp.context.product
+
+
 def setting(inp: AdviceInput, *names: str) -> Any:
     """First value found under ``names`` in the finding's figures, the context extras or launch args."""
     for name in names:

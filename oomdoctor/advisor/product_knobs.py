@@ -1,20 +1,50 @@
 """Remedies in the knobs of the product the user runs, when it is not the engine's command line.
 
-The calculators speak in an engine's flags (``vllm serve --gpu-memory-utilization 0.85``). A user of
-vLLM's Python ``LLM(...)`` class sets the same engine arguments as keyword arguments
-(``LLM(model, gpu_memory_utilization=0.85)``): ``LLM.__init__`` passes ``**kwargs`` to ``EngineArgs``,
-whose fields are the flags' names in snake case (vllm/entrypoints/llm.py, vllm/engine/arg_utils.py,
-0.4 ... 0.12). A switch becomes ``True``.
+The calculators speak in an engine's flags (``vllm serve --gpu-memory-utilization 0.85``,
+``llama-server -ngl 40``). Some products take the same engine arguments as keyword arguments of a
+Python call, and their users get those instead:
+
+- vLLM's ``LLM(...)`` class: ``LLM.__init__`` passes ``**kwargs`` to ``EngineArgs``, whose fields are
+  the flags' names in snake case (vllm/entrypoints/llm.py, vllm/engine/arg_utils.py, 0.4 ... 0.12).
+- llama-cpp-python: ``Llama(...)`` and ``python -m llama_cpp.server --name value``
+  (llama_cpp/server/settings.py ModelSettings) name each llama.cpp setting in a table of their own,
+  and take the KV cache's type as a ggml_type number (ggml.h: GGML_TYPE_Q8_0 = 8).
+
+A switch becomes ``True``. Only the engine's own remedies are spoken this way (a host remedy's
+``docker run --shm-size`` stays a flag), and one whose flag the product has no keyword for is dropped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from oomdoctor.report import Remedy
 
-#: products whose engine arguments are keyword arguments of a Python call: product -> engine
-KEYWORD_PRODUCTS = {"vllm-python": "vllm"}
+
+@dataclass(frozen=True)
+class KeywordProduct:
+    """How a product takes its engine's arguments as keywords."""
+
+    #: the id prefix of the engine's own remedies
+    family: str
+    #: flag -> keyword; None: every flag, in snake case
+    names: Mapping[str, str] | None = None
+    #: flag -> {flag value: keyword value}
+    values: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+KEYWORD_PRODUCTS: dict[str, KeywordProduct] = {
+    "vllm-python": KeywordProduct("vllm."),
+    "llama-cpp-python": KeywordProduct(
+        "ggml.",
+        names={
+            "-ngl": "n_gpu_layers", "-c": "n_ctx", "-ub": "n_ubatch", "-b": "n_batch", "-fa": "flash_attn",
+            "--cache-type-k": "type_k", "--cache-type-v": "type_v",
+        },
+        values={"-fa": {"on": "True"}, "--cache-type-k": {"q8_0": "8"}, "--cache-type-v": {"q8_0": "8"}},
+    ),
+}
 
 
 def keyword_name(flag: str) -> str:
@@ -22,13 +52,24 @@ def keyword_name(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
-def speak_in_product(remedies: Iterable[Remedy], product: str | None, engine: str | None) -> None:
-    """Move each remedy's engine flags into keyword settings (in place) where ``product`` takes
-    them as keyword arguments of its Python call and the remedy is the engine's own."""
-    if KEYWORD_PRODUCTS.get(product or "") != engine or engine is None:
-        return
-    for r in remedies:
-        if not r.flags:
-            continue
-        r.settings = {**{keyword_name(k): (v if v != "" else "True") for k, v in r.flags.items()}, **r.settings}
-        r.flags = {}
+def _own(rem: Remedy, family: str) -> bool:
+    parts = rem.id[len("combined:"):].split("+") if rem.id.startswith("combined:") else [rem.id]
+    return all(p.startswith(family) for p in parts)
+
+
+def in_product_knobs(rem: Remedy, product: str | None) -> Remedy | None:
+    """``rem`` with its engine flags moved into keyword settings (in place) where ``product`` takes
+    them as keyword arguments; None when the product has no keyword for one of them."""
+    spec = KEYWORD_PRODUCTS.get(product or "")
+    if spec is None or not rem.flags or not _own(rem, spec.family):
+        return rem
+    if spec.names is not None and any(k not in spec.names for k in rem.flags):
+        return None
+    keywords = {
+        (spec.names[k] if spec.names is not None else keyword_name(k)):
+            ("True" if v == "" else spec.values.get(k, {}).get(v, v))
+        for k, v in rem.flags.items()
+    }
+    rem.settings = {**keywords, **rem.settings}
+    rem.flags = {}
+    return rem

@@ -8,10 +8,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import combinations
 from typing import TYPE_CHECKING
 
+from oomdoctor.advisor._engine_util import product_of
 from oomdoctor.advisor.account import account_for
 from oomdoctor.advisor.cause import engine_for, name_cause
 from oomdoctor.advisor.prescription import planned_wording, prescribed, remedy_info, remedy_tradeoff, withheld
-from oomdoctor.advisor.product_knobs import speak_in_product
+from oomdoctor.advisor.product_knobs import in_product_knobs
 from oomdoctor.advisor.registry import AdviceInput, calculator
 from oomdoctor.advisor.versions import flag_exists
 from oomdoctor.i18n import _, join_sentences
@@ -212,9 +213,10 @@ def _rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
     cause = inp.finding.cause
     own = set(prescribed(cause.id, engine_for(inp.finding, inp.context), inp.finding.phase)) if cause else set()
     out.sort(key=lambda r: _rank_key(r, own, cause.id if cause else None))
+    # in the knobs of the product the user runs (keywords of a Python call); one it lacks is dropped
+    out = [r for r in (in_product_knobs(rem, product_of(inp)) for rem in out) if r is not None]
     for i, rem in enumerate(out, 1):
         rem.rank = i
-    speak_in_product(out, inp.finding.product or inp.context.product, engine_for(inp.finding, inp.context))
     if out and out[0].fits is not False:
         from oomdoctor.advisor.command import corrected_command
 

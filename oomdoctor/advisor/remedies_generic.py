@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from oomdoctor.advisor._engine_util import product_of
 from oomdoctor.advisor.account import allocator_held, other_processes
 from oomdoctor.advisor.cause import FRAGMENTATION_SHARE, OTHERS_SHARE, SEGMENT_ROUNDING
 from oomdoctor.advisor.prescription import remedy_text
@@ -224,7 +225,7 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="torch.reduce-batch",
         title=remedy_text("torch.reduce-batch", "title"),
-        settings={BATCH_KEY.get(inp.finding.product or inp.context.product or "", "batch_size"):
+        settings={BATCH_KEY.get(product_of(inp) or "", "batch_size"):
                   remedy_text("torch.reduce-batch", "setting")},
         saves_bytes=None,
         fits=None,

@@ -43,37 +43,6 @@ def _is_llamacpp(inp: AdviceInput) -> bool:
     return engine_of(inp) in ("llama.cpp", "ggml")
 
 
-#: llama-cpp-python takes llama.cpp's settings as keyword arguments of ``Llama(...)`` and as
-#: ``python -m llama_cpp.server --name value`` (llama_cpp/server/settings.py ModelSettings): the
-#: llama.cpp flag each one stands for
-_PYTHON_KNOBS = {
-    "-ngl": "n_gpu_layers", "-c": "n_ctx", "-ub": "n_ubatch", "-b": "n_batch", "-fa": "flash_attn",
-    "--cache-type-k": "type_k", "--cache-type-v": "type_v",
-}
-#: llama-cpp-python takes the cache types as ggml_type numbers (ggml.h: GGML_TYPE_Q8_0 = 8)
-_PYTHON_VALUES = {"-fa": {"": "True", "on": "True"}, "--cache-type-k": {"q8_0": "8"}, "--cache-type-v": {"q8_0": "8"}}
-
-
-def _knobs(inp: AdviceInput, flags: dict[str, str]) -> tuple[dict[str, str], dict[str, str]] | None:
-    """``flags`` in the knobs of the program the user runs, as (flags, settings): llama.cpp's flags,
-    or llama-cpp-python's settings; None when that program has no knob for one of them."""
-    if inp.context.product != "llama-cpp-python":
-        return flags, {}
-    if any(k not in _PYTHON_KNOBS for k in flags):
-        return None
-    return {}, {_PYTHON_KNOBS[k]: _PYTHON_VALUES.get(k, {}).get(v, v) for k, v in flags.items()}
-
-
-def _spoken(inp: AdviceInput, flags: dict[str, str], rem: Remedy) -> Remedy | None:
-    """``rem`` with llama.cpp's ``flags`` in the knobs of the product the user runs (:func:`_knobs`);
-    None when that product has no knob for one of them."""
-    knobs = _knobs(inp, flags)
-    if knobs is None:
-        return None
-    rem.flags, rem.settings = knobs
-    return rem
-
-
 def _fa_flag_value(inp: AdviceInput) -> str:
     """``-fa`` as the detected build takes it: a switch up to b5590, ``-fa on`` from b6431."""
     from oomdoctor.advisor.engine_args import switch_value
@@ -146,13 +115,14 @@ def n_gpu_layers(inp: AdviceInput) -> Remedy | None:
     if fit is None:
         return _unsized_layers(inp, "ggml.n-gpu-layers")
     value, why, computed = fit
-    return _spoken(inp, {"-ngl": str(value)}, Remedy(
+    return Remedy(
         id="ggml.n-gpu-layers",
         title=remedy_text("ggml.n-gpu-layers", "title", layers=value),
+        flags={"-ngl": str(value)},
         fits=True if computed and not assumed else None,
         confidence="medium" if computed else "low",
         why=join_sentences(t for t in (why, assumed) if t),
-    ))
+    )
 
 
 def _hint_bytes(inp: AdviceInput) -> int | None:
@@ -271,9 +241,10 @@ def ctx_size(inp: AdviceInput) -> Remedy | None:
     n_ctx, half = v
     plan = _ctx_plan(inp, n_ctx, half)
     value = plan.total
-    return _spoken(inp, {"-c": str(value)}, Remedy(
+    return Remedy(
         id="ggml.ctx-size",
         title=remedy_text("ggml.ctx-size", "title" if value == half else "title_cut", tokens=value),
+        flags={"-c": str(value)},
         saves_bytes=plan.saves,
         fits=None,
         confidence="medium",
@@ -282,7 +253,7 @@ def ctx_size(inp: AdviceInput) -> Remedy | None:
             request=inp.fig("requested_bytes") or inp.fig("buffer_bytes"), tokens=value,
         ),
         tradeoff=remedy_text("ggml.ctx-size", "cost", value=value),
-    ))
+    )
 
 
 @remedy("ollama.num-ctx")
@@ -362,14 +333,15 @@ def kv_cache_type(inp: AdviceInput) -> Remedy | None:
     if not _is_llamacpp(inp) or _kv_quantized(inp) or inp.finding.phase == "weights-load" or _kv_type_pointless(inp):
         return None
     kv = _gpu_kv(inp)
-    return _spoken(inp, {"--cache-type-k": "q8_0", "--cache-type-v": "q8_0", "-fa": _fa_flag_value(inp)}, Remedy(
+    return Remedy(
         id="ggml.kv-cache-type",
         title=remedy_text("ggml.kv-cache-type", "title"),
+        flags={"--cache-type-k": "q8_0", "--cache-type-v": "q8_0", "-fa": _fa_flag_value(inp)},
         saves_bytes=int(kv * (1 - Q8_0_RATIO)) if kv else None,
         fits=None,
         confidence="medium",
         why=remedy_text("ggml.kv-cache-type", "why_sized" if kv else "why", kv=kv, q8=kv * Q8_0_RATIO if kv else None),
-    ))
+    )
 
 
 @remedy("ollama.kv-cache-type")
@@ -399,13 +371,14 @@ def _fa_on(inp: AdviceInput) -> bool:
 def flash_attn(inp: AdviceInput) -> Remedy | None:
     if not _is_llamacpp(inp) or _fa_on(inp) or inp.finding.phase not in ("inference", "kv-cache-alloc"):
         return None
-    return _spoken(inp, {"-fa": _fa_flag_value(inp)}, Remedy(
+    return Remedy(
         id="ggml.flash-attn",
         title=remedy_text("ggml.flash-attn", "title"),
+        flags={"-fa": _fa_flag_value(inp)},
         fits=None,
         confidence="medium",
         why=remedy_text("ggml.flash-attn", "why"),
-    ))
+    )
 
 
 @remedy("ollama.flash-attention")
@@ -431,14 +404,15 @@ def ubatch_size(inp: AdviceInput) -> Remedy | None:
         return None
     value = cur // 2
     req = inp.fig("requested_bytes") or inp.fig("buffer_bytes")
-    return _spoken(inp, {"-ub": str(value), "-b": str(value)}, Remedy(
+    return Remedy(
         id="ggml.ubatch-size",
         title=remedy_text("ggml.ubatch-size", "title", batch=value),
+        flags={"-ub": str(value), "-b": str(value)},
         saves_bytes=req // 2 if req else None,
         fits=None,
         confidence="medium",
         why=remedy_text("ggml.ubatch-size", "why_sized" if req else "why", current=cur, request=req),
-    ))
+    )
 
 
 @remedy("ollama.num-batch")
@@ -491,14 +465,15 @@ def n_batch_pool(inp: AdviceInput) -> Remedy | None:
     cur = as_int(setting(inp, "n_batch", "batch_size")) or as_int(_command_value(inp, ("-b", "--batch-size")))
     if cur is None or cur <= GGML_POOL_BATCH:
         return None
-    return _spoken(inp, {"-b": str(GGML_POOL_BATCH)}, Remedy(
+    return Remedy(
         id="ggml.n-batch-pool",
         title=remedy_text("ggml.n-batch-pool", "title", batch=GGML_POOL_BATCH),
+        flags={"-b": str(GGML_POOL_BATCH)},
         saves_bytes=None,
         fits=None,
         confidence="medium",
         why=remedy_text("ggml.n-batch-pool", "why", current=cur, batch=GGML_POOL_BATCH),
-    ))
+    )
 
 
 @remedy("ggml.ctx-size.raise")
@@ -511,10 +486,11 @@ def ctx_size_raise(inp: AdviceInput) -> Remedy | None:
     if not n_ctx:
         return None
     value = 2 * n_ctx
-    return _spoken(inp, {"-c": str(value)}, Remedy(
+    return Remedy(
         id="ggml.ctx-size.raise",
         title=remedy_text("ggml.ctx-size.raise", "title", tokens=value),
+        flags={"-c": str(value)},
         fits=None,
         confidence="medium",
         why=remedy_text("ggml.ctx-size.raise", "why", n_ctx=n_ctx, tokens=value),
-    ))
+    )

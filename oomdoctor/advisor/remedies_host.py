@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from oomdoctor.advisor._engine_util import as_float, as_int, engine_of
+from oomdoctor.advisor._engine_util import as_float, as_int, engine_of, product_of
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.remedies_vllm import SWAP_SPACE_DEFAULT, swap_space_flag_exists
@@ -207,7 +207,7 @@ def ray_reduce_parallelism(inp: AdviceInput) -> Remedy | None:
     the node (Ray schedules by the CPUs each task requests)."""
     if engine_of(inp) != "ray":  # (the finding's own engine when it names Ray)
         return None
-    if (inp.finding.product or inp.context.product or "").startswith("vllm"):
+    if (product_of(inp) or "").startswith("vllm"):
         return None  # vLLM's own Ray workers (one per GPU): the user does not size their tasks
     value = 2 * RAY_DEFAULT_TASK_CPUS
     return Remedy(

@@ -4,10 +4,10 @@ log when it prints them ("Instantaneous batch size per device", "Gradient Accumu
 
 from __future__ import annotations
 
-from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, setting
+from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, product_of, setting
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
-from oomdoctor.advisor.remedies_weights import knob_remedy, product_of
+from oomdoctor.advisor.remedies_weights import knob_remedy
 from oomdoctor.advisor.training_frames import frame_stage, shows_training_state
 from oomdoctor.report import Remedy
 
@@ -96,7 +96,7 @@ def bf16(inp: AdviceInput) -> Remedy | None:
         id="training.bf16",
         title=remedy_text("training.bf16", "title"),
         # DeepSpeed's config takes {"bf16": {"enabled": true}} (runtime/constants.py BFLOAT16)
-        settings={("bf16.enabled" if (inp.finding.product or inp.context.product) == "deepspeed" else "bf16"): "true"},
+        settings={("bf16.enabled" if product_of(inp) == "deepspeed" else "bf16"): "true"},
         fits=None,
         confidence="low",
         why=remedy_text("training.bf16", "why"),
@@ -174,7 +174,7 @@ def dataloader_workers(inp: AdviceInput) -> Remedy | None:
         id="training.dataloader-workers",
         title=remedy_text("training.dataloader-workers", "title", workers=value),
         # TrainingArguments' name; elsewhere torch.utils.data.DataLoader(num_workers=...)
-        settings={("dataloader_num_workers" if (inp.finding.product or inp.context.product) in _TRAINER_PRODUCTS
+        settings={("dataloader_num_workers" if product_of(inp) in _TRAINER_PRODUCTS
                    else "num_workers"): str(value)},
         fits=None,
         confidence="low",

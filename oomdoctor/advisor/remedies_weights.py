@@ -9,7 +9,7 @@ program whose knob they do not know. Each knob cites where the program defines i
 
 from __future__ import annotations
 
-from oomdoctor.advisor._engine_util import checkpoint_quantized, engine_of
+from oomdoctor.advisor._engine_util import checkpoint_quantized, engine_of, product_of
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.report import Remedy
@@ -46,10 +46,6 @@ QUANTIZE: dict[str, tuple[str, str, str]] = {
     "hf-trainer": ("setting", "from_pretrained(quantization_config=...)", "BitsAndBytesConfig(load_in_4bit=True)"),
     "trl": ("setting", "from_pretrained(quantization_config=...)", "BitsAndBytesConfig(load_in_4bit=True)"),
 }
-
-
-def product_of(inp: AdviceInput) -> str | None:
-    return inp.finding.product or inp.context.product
 
 
 def _own_levers(inp: AdviceInput) -> bool:
