@@ -27,12 +27,15 @@ CTX_STEP = 256
 OLLAMA_NUM_BATCH = 512
 
 
+def _kv_on_host(inp: AdviceInput) -> bool:
+    """The log shows the KV cache in host memory (a CPU or CUDA_Host / ROCm_Host buffer)."""
+    buf = str(inp.context.extra.get("llama_kv_buffer_type") or "")
+    return buf == "CPU" or buf.endswith("_Host")
+
+
 def _gpu_kv(inp: AdviceInput) -> int | None:
     """KV-cache bytes held on a GPU (None when the log shows the cache in host memory)."""
-    buf = str(inp.context.extra.get("llama_kv_buffer_type") or "")
-    if buf == "CPU" or buf.endswith("_Host"):
-        return None
-    return inp.context.kv_cache_bytes
+    return None if _kv_on_host(inp) else inp.context.kv_cache_bytes
 
 
 def _is_ollama(inp: AdviceInput) -> bool:
@@ -321,8 +324,7 @@ NEGLIGIBLE_SHARE = 0.1
 def _kv_type_pointless(inp: AdviceInput) -> bool:
     """A smaller KV type cannot answer this failure: the log puts the cache in host memory (a GPU
     allocation failed), or the cache is so small that q8_0 saves under a tenth of the failed request."""
-    buf = str(inp.context.extra.get("llama_kv_buffer_type") or "")
-    if buf == "CPU" or buf.endswith("_Host"):
+    if _kv_on_host(inp):
         return True
     kv, req = _gpu_kv(inp), _failed_request(inp)
     return bool(kv and req and kv * (1 - Q8_0_RATIO) < NEGLIGIBLE_SHARE * req)
