@@ -392,7 +392,7 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         #: line numbers of "Traceback (most recent call last)" headers, per rank
         self._traceback_at: dict[str | None, deque[int]] = {}
         self._progress: deque[tuple[int, str]] = deque(maxlen=64)
-        self._progress_times: dict[int, tuple[int, ...]] = {}
+        self._timed_progress: deque[tuple[int, str, tuple[int, ...]]] = deque(maxlen=64)
         self._reread: Callable[[int, int], bytes] | None = None
         self._fed = 0
         self._block_base = -1

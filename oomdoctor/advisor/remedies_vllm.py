@@ -324,13 +324,15 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
         else remedy_text(_RAISE, "base_log") if src in ("message", "context") else src
     )
     short = shortage(inp)
+    # the step gives back (target - util) x total (unknown without the log's total)
+    gain = (target - util) * f.total.value if f.total else None
     if short and short[0] > 0 and not shortage_is_lower_bound(inp):
-        # the step gives back (target - util) x total: of the log's GPU, else of the largest card
-        # oomdoctor knows; a shortfall beyond that is not closed by this raise (other remedies size it)
+        # a shortfall beyond what it gives back, even on the largest card oomdoctor knows when the
+        # total is unknown, is not closed by this raise (other remedies size it)
         from oomdoctor.advisor.catalog import gpus
 
-        total = f.total.value if f.total else max(g.memory_bytes for g in gpus())
-        if short[0] > (target - util) * total:
+        ceiling = gain if gain is not None else (target - util) * max(g.memory_bytes for g in gpus())
+        if short[0] > ceiling:
             return None
     unknown = (
         remedy_text(_RAISE, "missing_no_total", missing=short[0])
@@ -339,7 +341,6 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
     # the profiler reserved a stated CUDA-graph estimate: when the raise gives back less than that
     # ((target - util) x total, or an unknown amount), the estimate is the budget's real sink
     graphs = f.cudagraph.value if f.cudagraph else None
-    gain = round((target - util) * f.total.value) if f.total else None
     outweighed = graphs is not None and (gain is None or gain < graphs)
     return Remedy(
         id=_RAISE,

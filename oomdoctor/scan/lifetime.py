@@ -62,9 +62,8 @@ class Lifetime(ScanState):
         if o.time is None:
             return None
         cands = [
-            (t, ph) for number, ph in self._progress
-            if o.line < number <= o.line + AFTER_LINES
-            and (t := self._progress_times.get(number)) is not None and 0 < seconds(o.time) - seconds(t) < EARLIER_WITHIN
+            (t, ph) for number, ph, t in self._timed_progress
+            if o.line < number <= o.line + AFTER_LINES and 0 < seconds(o.time) - seconds(t) < EARLIER_WITHIN
         ]
         return max(cands, key=lambda c: c[0])[1] if cands else None
 

@@ -273,10 +273,7 @@ class LineAssembly(ScanState):
                 self._progress.append((line.number, ph.rule.phase))
                 stated = line_time(line)
                 if stated is not None:
-                    self._progress_times[line.number] = stated
-                    if len(self._progress_times) > 4 * (self._progress.maxlen or 64):
-                        kept = {n for n, _ in self._progress}
-                        self._progress_times = {n: t for n, t in self._progress_times.items() if n in kept}
+                    self._timed_progress.append((line.number, ph.rule.phase, stated))
         # context lines
         for ctx in contexts:
             self._timing = f'{ctx.source}: context "{ctx.rule.id}": pattern'

@@ -227,8 +227,8 @@ class ScanState:
     _frames: deque[tuple[int, str, str | None]]
     _traceback_at: dict[str | None, deque[int]]
     _progress: deque[tuple[int, str]]
-    #: the time each progress line states (line number -> clock.line_time), for newest-first logs
-    _progress_times: dict[int, tuple[int, ...]]
+    #: the latest progress lines that state a time (line, phase, clock.line_time), for newest-first logs
+    _timed_progress: deque[tuple[int, str, tuple[int, ...]]]
     #: lines saying the program recovered from an out-of-memory error just before (line, rank)
     _recovered_at: deque[tuple[int, str | None]]
     _run_start: int
