@@ -120,9 +120,11 @@ def test_llama_server_kv_cache_full_is_a_context_too_small_for_the_request() -> 
 
 
 def test_without_the_context_size_nothing_is_doubled() -> None:
+    """No n_ctx in the log: the context is named without a value (no doubled number), then the ask."""
     f = only_error(diagnose_text(_KV_FULL))
     assert f.cause is not None and f.cause.id == "kv-cache-too-small"
-    assert not {"ggml.ctx-size.raise", "ggml.ubatch-size", "ggml.kv-cache-type"} & set(remedy_ids(f))
+    assert remedy_ids(f) == ["ggml.ctx-size.raise", "ask.launch-facts"]
+    assert f.remedies[0].flags == {}
 
 
 def test_vllms_llm_class_gets_keyword_arguments_not_cli_flags() -> None:
@@ -216,3 +218,79 @@ def test_only_the_engines_own_remedies_become_keywords() -> None:
     assert in_product_knobs(odd, "llama-cpp-python") is None
     fa = Remedy(id="ggml.flash-attn", title="t", flags={"-fa": "on"}, fits=None, confidence="low", why="w")
     assert in_product_knobs(fa, "llama-cpp-python") is fa and fa.settings == {"flash_attn": "True"}
+
+
+# --- the cause's own knob without a value (advisor/unsized.py) -----------------------------------
+
+_TGI_WARMUP = (
+    "thread 'main' panicked at 'Unable to warmup model: Generation(\"Allocation on device 0 would exceed allowed "
+    "memory. (out of memory)\\nCurrently allocated : 16.08 GiB\\nRequested : 4.83 GiB\\nDevice limit : 22.20 GiB"
+    "\\nFree (according to CUDA): 11.12 MiB\\nPyTorch limit (set by user-supplied memory fraction)\\n : 22.20 GiB\")', "
+    "router/src/main.rs:216:18\n"
+    "2023-07-07T17:55:43.805488Z ERROR text_generation_launcher: Webserver Crashed\n"
+)
+
+
+def test_tgi_warmup_without_its_args_names_the_prefill_budget_then_asks() -> None:
+    """other-019: TGI's warm-up needs 4.83 GiB more; its Args line is not in the log, so no value can
+    be put on --max-batch-prefill-tokens, but it is still the knob, ahead of the ask for facts."""
+    f = only_error(diagnose_text(_TGI_WARMUP))
+    assert remedy_ids(f) == ["tgi.max-batch-prefill-tokens", "ask.launch-facts"]
+    first = f.remedies[0]
+    assert (first.rank, first.title, first.flags, first.fits, first.confidence) == (
+        1, "Lower --max-batch-prefill-tokens", {}, None, "low")
+    assert "Args line" in first.why and "--max-input-length before TGI 2.0" in first.why
+    assert f.remedies[1].rank == 2
+
+
+def test_tgi_with_its_args_line_gets_the_sized_value_not_the_unsized_one() -> None:
+    """The same warm-up with the launcher's Args line: half of the stated 4096 prefill tokens."""
+    f = only_error(diagnose_text(
+        "Args { model_id: \"google/flan-t5-xl\", max_input_length: 1024, max_total_tokens: 2048, "
+        "max_batch_prefill_tokens: 4096, cuda_memory_fraction: 1.0 }\n" + _TGI_WARMUP
+    ))
+    first = f.remedies[0]
+    assert first.id == "tgi.max-batch-prefill-tokens"
+    assert first.flags == {"--max-batch-prefill-tokens": "2048"}
+    assert "ask.launch-facts" not in remedy_ids(f)
+
+
+def test_sglang_request_slots_name_max_running_requests() -> None:
+    """other-022: alloc_req_slots' own message asks for a smaller --max-running-requests; the limit
+    is not in the log, so the knob leads without a value and the ask follows."""
+    f = only_error(diagnose_text(
+        "RuntimeError: alloc_req_slots runs out of memory. Please set a smaller number for "
+        "`--max-running-requests`. self.req_to_token_pool.available_size()=1, num_reqs=2,\n"
+    ))
+    assert remedy_ids(f) == ["sglang.max-running-requests", "ask.launch-facts"]
+    assert f.remedies[0].title == "Lower --max-running-requests"
+    assert f.remedies[0].flags == {}
+
+
+def test_sglang_request_slots_with_the_stated_limit_halve_it() -> None:
+    """With the server's max_running_requests in the log, the knob carries half of it."""
+    f = only_error(diagnose_text(
+        "server_args=ServerArgs(model_path='Qwen/Qwen2-7B', mem_fraction_static=0.88, max_running_requests=64)\n"
+        "RuntimeError: alloc_req_slots runs out of memory. Please set a smaller number for "
+        "`--max-running-requests`. self.req_to_token_pool.available_size()=1, num_reqs=2,\n"
+    ))
+    assert f.remedies[0].id == "sglang.max-running-requests"
+    assert f.remedies[0].flags == {"--max-running-requests": "32"}
+
+
+def test_llama_server_kv_full_without_n_ctx_names_the_context() -> None:
+    """other-084: the server's KV cache had no cell even for one token, and -c is not in the log:
+    raise the context (or fewer slots), never a smaller batch."""
+    f = only_error(diagnose_text(_KV_FULL))
+    assert f.remedies[0].title == "Raise the context (-c / --ctx-size), or serve fewer slots (-np)"
+    assert "The log does not show -c" in f.remedies[0].why
+
+
+def test_an_unsized_knob_of_another_engine_is_never_offered() -> None:
+    """A bare CUDA OOM names no engine: no TGI, SGLang or llama.cpp knob is offered without a value."""
+    f = only_error(diagnose_text(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.71 GiB. GPU 0 has a total capacity of "
+        "22.30 GiB of which 1.52 GiB is free. Of the allocated memory 19.55 GiB is allocated by PyTorch, and "
+        "244.94 MiB is reserved by PyTorch but unallocated.\n"
+    ))
+    assert not [r for r in f.remedies if r.id.split(".")[0] in ("tgi", "sglang", "ggml", "ollama", "trtllm")]

@@ -74,12 +74,6 @@ GAPS: dict[tuple[str, int], str] = {
     ("vllm.v1.encoder-cache.item-too-large", 1): "as example 0: the encoder cache size is not a flag of its own in the versions that print it",
     ("vllm.mm.profiling-seq-too-short", 0): "a start-up warning; the lengths it names are figures, the remedy for the failure it "
                                             "predicts belongs to that failure",
-    ("sglang.not-enough-memory", 2): "SGLang derives the default --mem-fraction-static from the GPU's memory, and the bare message "
-                                     "shows neither the current fraction nor the GPU",
-    ("sglang.kv-pool-exhausted", 2): "neither the running-request limit nor the chunked-prefill size is in the bare message, so "
-                                     "no smaller value can be computed",
-    ("sglang.req-slots-exhausted", 0): "the current --max-running-requests is not in the message (SGLang derives it from the pool)",
-    ("llama.server-kv-cache-full", 1): "the server's -c and -np are not in the excerpt, so no larger context can be computed",
     ("llama.server-kv-cache-retry", 1): "a retry warning; as llama.server-kv-cache-full, the server's -c and -np are not in it",
 }
 

@@ -14,6 +14,7 @@ from oomdoctor.advisor.cause import engine_for, name_cause
 from oomdoctor.advisor.prescription import planned_wording, prescribed, remedy_info, remedy_tradeoff, withheld
 from oomdoctor.advisor.product_knobs import in_product_knobs
 from oomdoctor.advisor.registry import AdviceInput, calculator
+from oomdoctor.advisor.unsized import unsized_lever
 from oomdoctor.advisor.versions import flag_exists
 from oomdoctor.i18n import _, join_sentences
 from oomdoctor.report import Cause, Context, Finding, Remedy, Report
@@ -175,6 +176,7 @@ def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
 
 
 def _rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
+    ids = list(ids)
     out: list[Remedy] = []
     seen: set[tuple[tuple[str, str], ...]] = set()
     for order, rid in enumerate(ids):
@@ -211,7 +213,16 @@ def _rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
             combo.rank = -1
             out.append(combo)
     cause = inp.finding.cause
-    own = set(prescribed(cause.id, engine_for(inp.finding, inp.context), inp.finding.phase)) if cause else set()
+    engine = engine_for(inp.finding, inp.context)
+    prescription = [i for i in prescribed(cause.id, engine, inp.finding.phase) if i in ids] if cause else []
+    own = set(prescription)
+    if cause is not None and inp.finding.severity == "error" and not any(_tier(r, own, cause.id) == 0 for r in out):
+        # none of the cause's own knobs could be sized: the first that can be named without a
+        # value still leads (unsized.py), ahead of the generic remedies
+        lever = unsized_lever(prescription, (r.id for r in out), engine)
+        if lever is not None:
+            lever.tradeoff = remedy_tradeoff(lever.id)
+            out.append(lever)
     out.sort(key=lambda r: _rank_key(r, own, cause.id if cause else None))
     # in the knobs of the product the user runs (keywords of a Python call); one it lacks is dropped
     out = [r for r in (in_product_knobs(rem, product_of(inp)) for rem in out) if r is not None]
@@ -267,9 +278,13 @@ def remedies_for(
     ids = prescription_ids(finding, context, rule_ids)
     inp = AdviceInput(finding, context, dict(hints or {}))
     ranked = rank_remedies(ids, inp)
-    if not ranked and finding.severity == "error":
+    if finding.severity == "error" and not any(_changes(r) or r.run or r.id.startswith("ask.") for r in ranked):
         # no error goes unanswered: where the log sizes no remedy, ask for the facts that would
-        ranked = rank_remedies(["ask.launch-facts"], inp)
+        # (after the knob named without a value, when there is one)
+        asks = rank_remedies(["ask.launch-facts"], inp)
+        for i, ask in enumerate(asks, len(ranked) + 1):
+            ask.rank = i
+        ranked = [*ranked, *asks]
     return ranked
 
 

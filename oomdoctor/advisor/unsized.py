@@ -1,0 +1,63 @@
+"""The cause's own knob when the log gives no number to put on it.
+
+A calculator answers ``None`` when the log lacks the figures its value needs (TGI's prefill
+budget, SGLang's request limit or static fraction, llama.cpp's context). When that leaves the
+cause without any of its own knobs, the knob is still the answer an expert gives first: it is
+offered without a value ("lower --max-batch-prefill-tokens"), at low confidence, worded by the
+remedy's ``title_unsized`` / ``why_unsized`` templates in ``rules/advice/remedies.toml`` (only
+remedies with such templates can be offered this way), and an ask for the missing facts follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from oomdoctor.advisor.prescription import remedy_info, remedy_text
+from oomdoctor.report import Remedy
+
+#: the templates a remedy needs to be offered without a value
+TITLE_KEY = "title_unsized"
+WHY_KEY = "why_unsized"
+
+
+def can_be_unsized(remedy_id: str) -> bool:
+    """True when the remedy table words ``remedy_id`` without a value."""
+    text = remedy_info(remedy_id).text
+    return TITLE_KEY in text and WHY_KEY in text
+
+
+def unsized_remedy(remedy_id: str) -> Remedy:
+    """``remedy_id`` as a direction with no value: the knob, why it is the one, how to size it."""
+    return Remedy(
+        id=remedy_id,
+        title=remedy_text(remedy_id, TITLE_KEY),
+        fits=None,
+        confidence="low",
+        why=remedy_text(remedy_id, WHY_KEY),
+    )
+
+
+#: remedy id prefix -> the engine whose knob it is (an engine's knob is never offered for another)
+ENGINE_OF_PREFIX: dict[str, str] = {
+    "vllm": "vllm", "sglang": "sglang", "tgi": "tgi", "ggml": "ggml", "ollama": "ggml", "trtllm": "tensorrt-llm",
+}
+
+
+def _for_engine(remedy_id: str, engine: str | None) -> bool:
+    owner = ENGINE_OF_PREFIX.get(remedy_id.split(".", 1)[0])
+    if owner is None:
+        return True
+    if owner == "ggml":
+        return engine in ("ggml", "llama.cpp", "ollama")
+    return engine == owner
+
+
+def unsized_lever(own: Iterable[str], computed: Iterable[str], engine: str | None) -> Remedy | None:
+    """The first of the cause's own remedies ``own`` (in the prescription's order) that no
+    calculator sized, that is ``engine``'s, and that the table can word without a value, as an
+    unsized remedy; None when there is none."""
+    done = set(computed)
+    for rid in own:
+        if rid not in done and _for_engine(rid, engine) and can_be_unsized(rid):
+            return unsized_remedy(rid)
+    return None
