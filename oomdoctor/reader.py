@@ -290,6 +290,8 @@ PREFIX_PATTERNS: tuple[str, ...] = (
     r"\[(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?:\|[\w./\-]+:\d+)?\]\s*",
     r"\[[\w.\-]+\.py:\d+(?::\w+)?\]\s*",
     r"\[Rank (?P<rank>\d+)\]\s*",
+    # TensorRT-LLM's Python logger (tensorrt_llm/logger.py): [09/17/2025-21:24:19] [TRT-LLM] [RANK 2] [E]
+    r"\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] \[TRT-LLM\] (?:\[RANK (?P<rank>\d+)\] )?(?:\[[VIWEF]\] )?",
     # glog (XLA, TF, C10): E1021 12:00:00.123456 123 file.cc:12]  /  [W1021 12:00:00.000000 1 f.cpp:1]
     r"\[?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w./\-]+:\d+\]\s?",
     # TF: 2024-01-01 00:00:00.000000: W tensorflow/core/...cc:123]

@@ -3,6 +3,8 @@ blind utilization raise, and so on. Each case is a real log's lines (the corpus 
 
 from __future__ import annotations
 
+import re
+
 import oomdoctor
 from tests.engines_util import diagnose, diagnose_text, only_error, remedy, remedy_ids
 
@@ -294,3 +296,58 @@ def test_an_unsized_knob_of_another_engine_is_never_offered() -> None:
         "244.94 MiB is reserved by PyTorch but unallocated.\n"
     ))
     assert not [r for r in f.remedies if r.id.split(".")[0] in ("tgi", "sglang", "ggml", "ollama", "trtllm")]
+
+
+# --- the job's own ranks on one GPU (advisor/siblings.py) -----------------------------------------
+
+_RANKS_ON_GPU0 = (
+    "[09/17/2025-21:24:19] [TRT-LLM] [RANK 2] [E] Error executing load_single_module with args "
+    "('model.layers.9.mlp.gate_up_proj', Linear()): CUDA out of memory. Tried to allocate 40.00 MiB. GPU 0 has a "
+    "total capacity of 22.07 GiB of which 20.62 MiB is free. Process 157 has 270.00 MiB memory in use. Process 451 "
+    "has 1.16 GiB memory in use. Including non-PyTorch memory, this process has 1.12 GiB memory in use. Process 453 "
+    "has 1.28 GiB memory in use. Process 454 has 1.14 GiB memory in use. Process 455 has 1.20 GiB memory in use. "
+    "Process 450 has 7.69 GiB memory in use. Process 456 has 1.08 GiB memory in use. Process 457 has 1.16 GiB "
+    "memory in use. Of the allocated memory 880.00 MiB is allocated by PyTorch, and 20.00 MiB is reserved by "
+    "PyTorch but unallocated.\n"
+)
+
+
+def test_a_jobs_ranks_stacked_on_one_gpu_are_a_placement_not_processes_to_stop() -> None:
+    """new-030: TensorRT-LLM rank 2 fails on GPU 0 next to seven processes with PIDs 450-457 (the
+    job's other ranks): give each rank its own GPU; never "stop the other processes", which would
+    stop the job, and no weights or KV-share remedy for a load on the wrong GPU."""
+    f = only_error(diagnose_text(_RANKS_ON_GPU0))
+    assert f.ranks == ["rank2"] and f.product == "trtllm"
+    assert f.cause is not None and f.cause.id == "placement"
+    assert f.cause.summary.startswith("7 processes with PIDs started together (450–457: this job's other ranks) "
+                                      "hold 14.71 GiB on GPU 0")
+    assert remedy_ids(f) == ["gpu.rank-devices"]
+    first = f.remedies[0]
+    assert first.saves_bytes == 15794742232  # each stated size in bytes, summed: 1.16 + 1.28 + 1.14 + 1.20 + 7.69 + 1.08 + 1.16 GiB
+    assert [s.command for s in first.run] == ["nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv"]
+
+
+def test_scattered_pids_without_ranks_are_other_processes() -> None:
+    """The same figures on a single-process run (no rank label, no parallelism): other processes."""
+    line = _RANKS_ON_GPU0.split("[E] ", 1)[1]
+    f = only_error(diagnose_text(line))
+    assert f.cause is not None and f.cause.id == "other-processes"
+    assert remedy_ids(f)[0] == "gpu.free-other-processes"
+
+
+def test_ranks_with_pids_far_apart_are_not_siblings() -> None:
+    """A ranked line whose other processes have PIDs far apart (other users' jobs): other processes."""
+    line = re.sub(r"Process 45(\d)", lambda m: f"Process {int(m[1]) * 1000 + 17}", _RANKS_ON_GPU0)
+    f = only_error(diagnose_text(line))
+    assert f.cause is not None and f.cause.id == "other-processes"
+
+
+def test_a_multi_paragraph_message_under_a_rank_prefix_is_read_whole() -> None:
+    """fresh-046: TensorRT-LLM's executor failure, its figures in bare lines after a blank one."""
+    f = only_error(diagnose_text(
+        "[07/08/2025-19:47:15] [TRT-LLM] [RANK 1] [E] Failed to initialize executor on rank 1: Executor creation "
+        "failed due to insufficient GPU memory.\n\nThe following component could not be created: KV cache\n"
+        "Total GPU memory (GiB): 140.06\nFree GPU memory before component creation attempt (GiB): 108.86\n"
+    ))
+    assert f.rule == "trtllm.executor-insufficient-memory"
+    assert f.figures == {"component": "KV cache", "total_bytes": 150388279869, "free_bytes": 116887534961}

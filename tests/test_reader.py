@@ -105,6 +105,9 @@ MSG = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
          "2024-05-01 10:00:00.123 | ERROR    | __main__:main:10 -", None),
         # Slurm srun --label
         (f" 12: {MSG}", " 12:", "rank12"),
+        # TensorRT-LLM's Python logger, with and without the rank
+        (f"[09/17/2025-21:24:19] [TRT-LLM] [RANK 2] [E] {MSG}", "[09/17/2025-21:24:19] [TRT-LLM] [RANK 2] [E]", "rank2"),
+        (f"[09/17/2025-21:24:19] [TRT-LLM] [W] {MSG}", "[09/17/2025-21:24:19] [TRT-LLM] [W]", None),
     ],
 )
 def test_cloud_and_console_prefixes_are_split_off(line: str, prefix: str, rank: str | None) -> None:

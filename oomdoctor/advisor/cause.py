@@ -13,6 +13,7 @@ import regex
 
 from oomdoctor.advisor.kv_pages import page_shortfall
 from oomdoctor.advisor.prescription import summary
+from oomdoctor.advisor.siblings import sibling_bytes, sibling_pids
 from oomdoctor.advisor.training_frames import frame_stage, shows_training_state
 from oomdoctor.report import Account, Cause, Context, Finding
 from oomdoctor.units import format_size
@@ -130,6 +131,11 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         # an RL trainer whose rollout engine shares the GPU: the memory outside the trainer's
         # allocator is the colocated engine's, not a stranger's
         return "colocation", ["capacity", "other-processes", "outside-pytorch", "this-process", "free", "request"]
+    siblings = sibling_pids(finding, context)
+    if siblings and capacity and sibling_bytes(finding, siblings) >= OTHERS_SHARE * capacity:
+        # the "other processes" are this job's own ranks (PIDs spawned together): every rank was
+        # placed on one GPU, a device mapping to fix, not processes to stop
+        return "placement", ["capacity", "other-processes", "free", "request"]
     if others is not None and capacity and others >= OTHERS_SHARE * capacity:
         return "other-processes", ["capacity", "other-processes", "this-process", "free", "request"]
     outside = a("outside-pytorch")
@@ -307,7 +313,19 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "n_ctx": context.max_model_len if engine_for(finding, context) in ("llama.cpp", "ggml", "ollama") else None,
         # llama.cpp's server retried down to a batch of n_batch tokens and found no free KV cell
         "kv_full_batch": fig.get("n_batch") if finding.rule == "llama.server-kv-cache-full" else None,
+        **_sibling_values(finding, context),
     }  # fmt: skip
+
+
+def _sibling_values(finding: Finding, context: Context) -> dict[str, Any]:
+    """The sibling ranks' count, PIDs and memory on the failing GPU (siblings.py), when there are any."""
+    pids = sibling_pids(finding, context)
+    if not pids:
+        return {"sibling_count": None, "sibling_pids": None, "sibling_held": None, "gpu": None}
+    return {
+        "sibling_count": len(pids), "sibling_pids": f"{pids[0]}–{pids[-1]}",
+        "sibling_held": sibling_bytes(finding, pids), "gpu": finding.figures.get("gpu_index"),
+    }
 
 
 def _held_elsewhere(others: int | None, capacity: int | None) -> bool:

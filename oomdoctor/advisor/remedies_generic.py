@@ -7,7 +7,8 @@ from oomdoctor.advisor.account import allocator_held, other_processes
 from oomdoctor.advisor.cause import FRAGMENTATION_SHARE, OTHERS_SHARE, SEGMENT_ROUNDING
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
-from oomdoctor.advisor.run_steps import list_gpu_processes
+from oomdoctor.advisor.run_steps import list_gpu_processes, list_processes_by_gpu
+from oomdoctor.advisor.siblings import ranks_share_gpu, sibling_bytes, sibling_pids
 from oomdoctor.advisor.training_frames import shows_training_state
 from oomdoctor.advisor.values import ceil_to, floor_to, fmt_fraction
 from oomdoctor.report import Remedy
@@ -130,8 +131,32 @@ def memory_fraction(inp: AdviceInput) -> Remedy | None:
     )
 
 
+@remedy("gpu.rank-devices")
+def rank_devices(inp: AdviceInput) -> Remedy | None:
+    """The job's ranks share the failing GPU (siblings.py): give each rank its own device."""
+    if not ranks_share_gpu(inp.finding, inp.context):
+        return None
+    pids = sibling_pids(inp.finding, inp.context)
+    held = sibling_bytes(inp.finding, pids)
+    req, free = inp.fig("requested_bytes"), inp.fig("free_bytes") or 0
+    gpu = inp.fig("gpu_index")
+    return Remedy(
+        id="gpu.rank-devices",
+        title=remedy_text("gpu.rank-devices", "title", gpu="?" if gpu is None else gpu),
+        run=[list_processes_by_gpu()],
+        saves_bytes=held,
+        fits=(free + held >= req) if req else None,
+        confidence="high",
+        why=remedy_text("gpu.rank-devices", "why", count=len(pids), pids=f"{pids[0]}–{pids[-1]}", held=held,
+                        gpu="?" if gpu is None else gpu),
+        sources={"sibling ranks": "message"},
+    )
+
+
 @remedy("gpu.free-other-processes")
 def free_other_processes(inp: AdviceInput) -> Remedy | None:
+    if ranks_share_gpu(inp.finding, inp.context):
+        return None  # the other processes are this job's own ranks: stopping them stops the job
     others = other_processes(inp.figures)
     req = inp.fig("requested_bytes")
     free = inp.fig("free_bytes") or 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 from oomdoctor.advisor._engine_util import checkpoint_quantized, engine_of, product_of
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.advisor.siblings import ranks_share_gpu
 from oomdoctor.report import Remedy
 
 #: engines with their own weight levers (see the module docstring)
@@ -49,7 +50,9 @@ QUANTIZE: dict[str, tuple[str, str, str]] = {
 
 
 def _own_levers(inp: AdviceInput) -> bool:
-    return engine_of(inp) in _OWN_LEVERS
+    """The program has levers of its own for its weights (an engine), or the weights are not what
+    is misplaced: the job's ranks share one GPU (siblings.py)."""
+    return engine_of(inp) in _OWN_LEVERS or ranks_share_gpu(inp.finding, inp.context)
 
 
 def _knob(kind: str, knob: str, value: str) -> dict[str, dict[str, str]]:

@@ -15,3 +15,12 @@ NVIDIA_SMI_COMPUTE_APPS = "nvidia-smi --query-compute-apps=pid,used_memory --for
 def list_gpu_processes() -> RunStep:
     """The processes holding GPU memory, with their pids and sizes (nvidia-smi)."""
     return RunStep(label=_("list the processes holding GPU memory:"), command=NVIDIA_SMI_COMPUTE_APPS)
+
+
+#: the same query with the GPU each process is on (a job whose ranks all landed on one GPU shows it)
+NVIDIA_SMI_APPS_BY_GPU = "nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv"
+
+
+def list_processes_by_gpu() -> RunStep:
+    """The processes holding GPU memory, with the GPU (bus id) each one is on (nvidia-smi)."""
+    return RunStep(label=_("list which GPU each process is on:"), command=NVIDIA_SMI_APPS_BY_GPU)

@@ -47,6 +47,8 @@ _VLLM_PROCESS = regex_cache.compile(
 #: vLLM's own logger layout, "%(levelname)s %(asctime)s [%(filename)s:%(lineno)d]" with the date as
 #: "%m-%d %H:%M:%S" (vllm 0.6.3 logger.py _FORMAT / _DATE_FORMAT; 0.4-0.5 printed no "[" before
 #: the file, 0.10 on prints the path below vllm/): a line so prefixed comes from vLLM
+#: the tag of TensorRT-LLM's Python logger, read as a line prefix (reader.py): "[TRT-LLM] [RANK 2] [E]"
+_TRTLLM_LOGGER = "[TRT-LLM]"
 _VLLM_LOGGER = regex_cache.compile(
     r"(?:^|[\s)])(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./\-]+\.py:\d+\]$"
 )
@@ -306,6 +308,9 @@ class LineAssembly(ScanState):
         self._recent.append(line)
         if line.prefix.endswith("]") and _VLLM_LOGGER.search(line.prefix):
             self._collector.vote_engine("vllm", line.number)
+        if _TRTLLM_LOGGER in line.prefix:  # TensorRT-LLM's Python logger (tensorrt_llm/logger.py)
+            self._collector.vote_engine("tensorrt-llm", line.number)
+            self._collector.vote_product("trtllm", line.number)
         if line.rank is not None:
             if _VLLM_PROCESS.match(line.rank):
                 self._collector.vote_engine("vllm", line.number)
@@ -388,14 +393,18 @@ class LineAssembly(ScanState):
         pieces without the prefix)."""
         out: list[Line] = []
         limit = anchor.number + max(size, 1) * 4
-        last = anchor.number
+        last = previous = anchor.number
         for ln in self._recent.from_number(anchor.number):
             if ln is anchor or ln.number < anchor.number:
                 continue
             if ln.number > limit:
                 break
             same = ln.rank == anchor.rank
-            wrapped = anchor.rank is not None and ln.rank is None and not ln.prefix and ln.number <= last + 1
+            # a bare piece right after the last line taken: nothing kept in between (a blank line,
+            # which is not kept, may separate the paragraphs of one multi-line message)
+            adjacent = previous == last and ln.number <= last + 2
+            wrapped = anchor.rank is not None and ln.rank is None and not ln.prefix and adjacent
+            previous = ln.number
             if same or wrapped:
                 if ln.number == anchor.number and ln.text == anchor.text:
                     continue
