@@ -25,11 +25,11 @@ from oomdoctor.i18n import _
 from oomdoctor.report import Context, Finding, Location
 
 MiB = 2**20
-#: memory taken before SGLang measures ``before`` (GiB): the CUDA context on one GPU, 0.41 (the
-#: research catalog's SGLang start-up example: 63.72 GB available + 15.06 GB loaded on a 79.22 GB
-#: H100); with tensor parallelism over NVLink NCCL and the custom all-reduce buffers add to it:
-#: 2.13, what case S1 implies (Qwen3-235B-A22B-FP8, TP 4 on H100, 367404 tokens at 0.93) and what
-#: vLLM measured at TP 4 (cases A3/A6)
+#: memory taken before SGLang measures ``before`` (GiB). One GPU: the CUDA context, an estimate
+#: (the research catalog's example SGLang start-up shows 63.72 GB available + 15.06 GB loaded on a
+#: 79.22 GB H100; a composed example, not a measured case). Tensor parallelism over NVLink adds NCCL
+#: and the custom all-reduce buffers: 2.13, what case S1 implies (Qwen3-235B-A22B-FP8, TP 4 on H100,
+#: 367404 tokens at 0.93) and what vLLM measured at TP 4 (cases A3/A6).
 BEFORE_TP1_GIB = 0.41
 BEFORE_NVLINK_GIB = 2.13
 REMEDY_IDS = ["sglang.mem-fraction-static.raise", "sglang.tp-size", "sglang.quantization"]
@@ -99,10 +99,13 @@ def cell_bytes(geo: ModelGeometry, kv_dtype_bytes: float, tp: int) -> int:
     return int(geo.kv_entry_bytes(kv_dtype_bytes, tp) * max(1, geo.layers))
 
 
-def before_bytes(total: int, tp: int, gpu: GpuSpec | None) -> int:
-    """Free memory when SGLang measures it, after the CUDA context and NCCL (see above)."""
-    nvlink = tp > 1 and (gpu is None or gpu.nvlink)
-    return total - int((BEFORE_NVLINK_GIB if nvlink else BEFORE_TP1_GIB) * GiB)
+def before_bytes(total: int, tp: int, gpu: GpuSpec | None) -> tuple[int, str]:
+    """Free memory when SGLang measures it, after the CUDA context and NCCL (see above), and how it is known."""
+    if tp > 1 and (gpu is None or gpu.nvlink):
+        return total - int(BEFORE_NVLINK_GIB * GiB), _("less {gib} GiB: CUDA context and NCCL at TP > 1 (case S1)").format(
+            gib=f"{BEFORE_NVLINK_GIB:.2f}")
+    return total - int(BEFORE_TP1_GIB * GiB), _("less {gib} GiB: the CUDA context (estimate)").format(
+        gib=f"{BEFORE_TP1_GIB:.2f}")
 
 
 def fit_sglang(
@@ -141,7 +144,7 @@ def fit_sglang(
     kvb = DTYPE_BYTES.get(kv_dtype, 2)
     if kvb < 2 and not (kv_cache_dtype or "").startswith("fp8"):
         kvb = 2  # the pool is in the model's activation dtype unless --kv-cache-dtype says otherwise
-    before = before_bytes(total, tp, gpu)
+    before, before_src = before_bytes(total, tp, gpu)
     static = int(before * frac)
     pool = static - weights
     cell = cell_bytes(geo, kvb, tp)
@@ -153,7 +156,7 @@ def fit_sglang(
                if gpu and not total_bytes else _("given"))
     rows = [
         (_("GPU memory"), total, gpu_src),
-        (_("free when SGLang measures"), before, _("after the CUDA context and NCCL")),
+        (_("free when SGLang measures"), before, before_src),
         (_("static memory (× {frac})").format(frac=f"{frac:.3f}"), static,
          _("given") if mem_fraction_static else _("SGLang default")),
         (_("weights"), weights, wsrc + (f", ÷ TP {tp}" if tp > 1 else "")),
