@@ -89,3 +89,13 @@ def test_cli_engine_sglang(capsys: pytest.CaptureFixture[str]) -> None:
                  "--max-model-len", "131072", "--mem-fraction-static", "0.9"]) == 1
     assert "SGLang starts" in capsys.readouterr().out
     assert main(["fit", "--engine", "tgi", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100"]) == 2
+
+
+def test_gpus_n_plans_the_tp_size_for_sglang_too(capsys: pytest.CaptureFixture[str]) -> None:
+    """70B on 4× H100: TP 1 and 2 leave no pool at SGLang's default fraction; TP 4 holds 32K."""
+    assert main(["fit", "--engine", "sglang", "--model", "meta-llama/Llama-3.1-70B", "--gpu", "H100", "--gpus", "4",
+                 "--max-model-len", "32768", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["tensor_parallel_size"] == 4 and out["fits"]
+    assert [(p["tensor_parallel_size"], p["fits"]) for p in out["plans"]] == [(1, False), (2, False), (4, True)]
+    assert out["command"] == "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-70B --tp-size 4"

@@ -17,8 +17,10 @@ length (requests are then limited to the pool); ``fit`` calls that "does not fit
 
 from __future__ import annotations
 
+from typing import Any
+
 from oomdoctor.advisor.catalog import DTYPE_BYTES, GpuSpec, ModelGeometry, runtime_quantized, with_dtype
-from oomdoctor.advisor.fit import LOWER, FitResult
+from oomdoctor.advisor.fit import LOWER, FitResult, tp_candidates
 from oomdoctor.advisor.memory_model import GiB, parse_version
 from oomdoctor.advisor.registry import AdviceInput
 from oomdoctor.i18n import _
@@ -200,3 +202,14 @@ def fit_sglang(
     if gpu is not None and not gpu.reported and not total_bytes:
         res.remedies = [r.model_copy(update={"confidence": LOWER[r.confidence]}) for r in res.remedies]
     return res
+
+
+def plan_sglang(geo: ModelGeometry, gpu: GpuSpec | None, *, gpus: int, **kwargs: Any) -> FitResult:
+    """``fit --engine sglang --gpus N``: the smallest tensor-parallel size SGLang accepts on up to N
+    GPUs (:func:`~oomdoctor.advisor.fit.tp_candidates`) whose pool holds one full-length request,
+    else the one with the largest pool."""
+    tried = [fit_sglang(geo, gpu, gpus=gpus, tensor_parallel_size=t, **kwargs) for t in tp_candidates(geo, gpus)]
+    best = next((r for r in tried if r.fits), None) or max(tried, key=lambda r: (r.kv_tokens, -r.tensor_parallel_size))
+    shown = tried[: tried.index(best) + 1] if best.fits else tried
+    best.plans = [(r.tensor_parallel_size, r.fits, r.capacity_tokens) for r in shown]
+    return best

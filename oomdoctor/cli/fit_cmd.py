@@ -292,15 +292,18 @@ def register(app: typer.Typer) -> None:
             if spec is None and total is None:
                 return fail(_("give --gpu NAME or --gpu-memory SIZE"))
             if engine == "sglang":
-                from oomdoctor.advisor.sglang_fit import fit_sglang
+                from oomdoctor.advisor.sglang_fit import fit_sglang, plan_sglang
 
-                tp = tensor_parallel_size or gpus
+                args: dict[str, Any] = dict(
+                    total_bytes=total, max_model_len=max_model_len, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
+                    mem_fraction_static=mem_fraction_static, version=sglang_version,
+                    chunked_prefill_size=chunked_prefill_size, model_name=name, quantization=quantization)
                 try:
-                    res = fit_sglang(geo, spec, total_bytes=total, gpus=max(gpus, tp), tensor_parallel_size=tp,
-                                     max_model_len=max_model_len, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
-                                     mem_fraction_static=mem_fraction_static, version=sglang_version,
-                                     chunked_prefill_size=chunked_prefill_size, model_name=name,
-                                     quantization=quantization)
+                    if gpus > 1 and tensor_parallel_size is None:
+                        res = plan_sglang(geo, spec, gpus=gpus, **args)
+                    else:
+                        tp = tensor_parallel_size or 1
+                        res = fit_sglang(geo, spec, gpus=max(gpus, tp), tensor_parallel_size=tp, **args)
                 except ValueError as exc:
                     return fail(str(exc))
                 print(json.dumps(res.to_dict(), indent=2, ensure_ascii=False) if fmt == "json" else render_fit_text(res),
