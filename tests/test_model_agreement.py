@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from oomdoctor.advisor.account import account_for
 from oomdoctor.advisor.catalog import find_gpu, find_model, models
 from oomdoctor.advisor.fit import fit
 from oomdoctor.advisor.memory_model import Facts, facts
@@ -105,4 +106,8 @@ def test_advisor_and_fit_agree_on_the_fixture(item: tuple[str, Finding, Context,
     assert res.total_bytes == f.total.value
     if from_model:
         assert f.weights is not None and f.weights.value == res.weights
+    # the report's account (its ledger) assumes the same weights where the log states none
+    ledger = {e.name: e for e in account_for(finding, ctx).entries}
+    if "weights" in ledger and ledger["weights"].source == "assumed":
+        assert ledger["weights"].bytes == res.weights
     assert from_model or per_token  # something the two compute from the model
