@@ -89,6 +89,15 @@ def test_cli_engine_sglang(capsys: pytest.CaptureFixture[str]) -> None:
                  "--max-model-len", "131072", "--mem-fraction-static", "0.9"]) == 1
     assert "SGLang starts" in capsys.readouterr().out
     assert main(["fit", "--engine", "tgi", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100"]) == 2
+    # SGLang names its fp8 KV caches fp8_e4m3 / fp8_e5m2: vLLM's "fp8" is a usage error there
+    assert main(["fit", "--engine", "sglang", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100",
+                 "--kv-cache-dtype", "fp8"]) == 2
+    assert "fp8_e4m3" in capsys.readouterr().err
+    assert main(["fit", "--engine", "sglang", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100",
+                 "--kv-cache-dtype", "fp8_e4m3", "--max-model-len", "8192", "--format", "json"]) == 0
+    fp8 = json.loads(capsys.readouterr().out)
+    assert fp8["kv_cache_dtype"] == "fp8_e4m3"
+    assert fp8["kv_cache_tokens"] == fp8["kv_budget_bytes"] // (32 * 8 * 128 * 2 * 1)  # 1 B a KV element
 
 
 def test_gpus_n_plans_the_tp_size_for_sglang_too(capsys: pytest.CaptureFixture[str]) -> None:

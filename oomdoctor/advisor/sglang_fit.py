@@ -34,6 +34,8 @@ MiB = 2**20
 #: 367404 tokens at 0.93) and what vLLM measured at TP 4 (cases A3/A6).
 BEFORE_TP1_GIB = 0.41
 BEFORE_NVLINK_GIB = 2.13
+#: ``--kv-cache-dtype`` choices of SGLang 0.4.6-0.5.8 (server_args.py)
+KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3")
 REMEDY_IDS = ["sglang.mem-fraction-static.raise", "sglang.tp-size", "sglang.quantization"]
 
 
@@ -133,6 +135,8 @@ def fit_sglang(
     total = total_bytes or (gpu.memory_bytes if gpu else None)
     if not total:
         raise ValueError("the GPU memory is unknown: name a GPU from the catalog or give its memory")
+    if kv_cache_dtype and kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ValueError(f"SGLang's --kv-cache-dtype is one of {', '.join(KV_CACHE_DTYPES)}, not {kv_cache_dtype!r}")
     served = with_dtype(geo, dtype)
     if quantization and served.quantization is None:
         served = runtime_quantized(served, quantization)
