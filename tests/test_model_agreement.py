@@ -3,8 +3,11 @@ memory model: for every vLLM start-up of tests/data/vllm_startups whose model is
 the weights per GPU and the KV bytes per token the advisor derives from a log's context (model,
 GPU, TP, dtype, KV dtype, version; no printed weights) are the ones ``fit`` computes.
 
-The fixture corpus has no log that names both a catalog model and a catalog GPU (checked: the
-logs name local paths or checkpoints outside the catalog), so the start-ups stand in for it.
+The same holds on every fixture of the corpus where both apply: a vLLM or SGLang finding whose log
+names a catalog model and whose GPU memory is known (from the message or the log): the advisor's
+weights, KV bytes per token and vLLM budget are the ones ``fit`` (or ``fit --engine sglang``)
+computes for that log's settings, wherever the advisor took them from the model rather than from a
+figure the log printed.
 """
 
 from __future__ import annotations
@@ -15,12 +18,17 @@ from typing import Any
 
 import pytest
 
-from oomdoctor.advisor.catalog import find_gpu, find_model
+from oomdoctor.advisor.account import account_for
+from oomdoctor.advisor.catalog import find_gpu, find_model, models
 from oomdoctor.advisor.fit import fit
-from oomdoctor.advisor.memory_model import facts
-from oomdoctor.report import Context
+from oomdoctor.advisor.memory_model import Facts, facts
+from oomdoctor.advisor.sglang_fit import cell_bytes, fit_sglang
+from oomdoctor.api import diagnose
+from oomdoctor.report import Context, Finding
 
-DATA = Path(__file__).resolve().parent / "data" / "vllm_startups"
+ROOT = Path(__file__).resolve().parent
+DATA = ROOT / "data" / "vllm_startups"
+FIXTURES = ROOT.parent / "fixtures"
 CASES = [c for c in json.loads((DATA / "cases.json").read_text("utf-8"))["cases"] if find_model(c.get("model"))]
 
 
@@ -45,3 +53,61 @@ def test_advisor_and_fit_agree(case: dict[str, Any]) -> None:
     if not geo.sliding_window_layers:
         assert f.bytes_per_token is not None
         assert res.kv_needed == f.bytes_per_token.value * -(-case["len"] // 16) * 16
+
+
+def _fixture_findings() -> list[tuple[str, Finding, Context, Facts]]:
+    """(fixture, finding, its context, the advisor's facts) where both the advisor and ``fit`` apply."""
+    names = {m.name.rsplit("/", 1)[-1].lower() for m in models()}
+    out = []
+    for log in sorted(FIXTURES.glob("vllm/*.log")) + sorted(FIXTURES.glob("sglang/*.log")):
+        if not any(n in log.read_text("utf-8", "replace").lower() for n in names):
+            continue  # cheap: a log that names no catalog model cannot apply
+        rep = diagnose(log.read_bytes())
+        for finding in rep.findings:
+            ctx = rep.context_of(finding)
+            f = facts(finding, ctx)
+            if (finding.engine in ("vllm", "sglang") or ctx.engine in ("vllm", "sglang")) and f.geometry and f.total:
+                out.append((log.stem, finding, ctx, f))
+    return out
+
+
+FIXTURE_FINDINGS = _fixture_findings()
+
+
+def test_the_fixtures_where_both_apply() -> None:
+    assert sorted({name for name, *_ in FIXTURE_FINDINGS}) == [
+        "synthetic-cuda-graph-oom", "synthetic-decode-then-cuda-oom", "synthetic-v0-worker-capture-oom",
+        "synthetic-v1-failed-to-load-model", "synthetic-v1-worker-failed-profiling",
+    ]
+
+
+@pytest.mark.parametrize("item", FIXTURE_FINDINGS, ids=[f"{n}:{fd.rule}" for n, fd, _, _ in FIXTURE_FINDINGS])
+def test_advisor_and_fit_agree_on_the_fixture(item: tuple[str, Finding, Context, Facts]) -> None:
+    _, finding, ctx, f = item
+    geo = find_model(ctx.model)
+    assert geo is not None and f.total is not None
+    length = int(f.max_model_len.value) if f.max_model_len else None
+    common: dict[str, Any] = dict(total_bytes=f.total.value, tensor_parallel_size=f.tp, gpus=f.tp, dtype=ctx.dtype,
+                                  kv_cache_dtype=ctx.kv_cache_dtype, max_model_len=length, version=ctx.engine_version)
+    from_model = f.weights is not None and f.weights.source not in ("context", "message")
+    per_token = f.bytes_per_token is not None and f.bytes_per_token.source not in ("context", "message")
+    if (finding.engine if finding.engine in ("vllm", "sglang") else ctx.engine) == "sglang":
+        res = fit_sglang(geo, None, mem_fraction_static=ctx.gpu_memory_utilization, **common)
+        if per_token:
+            assert f.bytes_per_token is not None
+            assert cell_bytes(geo, f.kv_dtype_bytes, f.tp) == f.bytes_per_token.value
+    else:
+        assert f.utilization is not None
+        res = fit(geo, None, utilization=f.utilization.value, **common)
+        assert f.requested == int(res.total_bytes * res.utilization)
+        if per_token and length:
+            assert f.bytes_per_token is not None
+            assert res.kv_needed == f.bytes_per_token.value * -(-length // 16) * 16
+    assert res.total_bytes == f.total.value
+    if from_model:
+        assert f.weights is not None and f.weights.value == res.weights
+    # the report's account (its ledger) assumes the same weights where the log states none
+    ledger = {e.name: e for e in account_for(finding, ctx).entries}
+    if "weights" in ledger and ledger["weights"].source == "assumed":
+        assert ledger["weights"].bytes == res.weights
+    assert from_model or per_token  # something the two compute from the model

@@ -86,10 +86,9 @@ def table(rows: list[Row]) -> str:
 
 
 ROWS = [evaluate(c) for c in CASES]
-#: start-ups whose non-KV memory the model does not reach (README, "What the model misses"): MoE
-#: profile runs (B8 Qwen3-235B-FP8 at TP 4: 3.7 GiB more than modelled; B11 gpt-oss-120b: 4.3 GiB
-#: more) and vLLM 0.2.4 at TP 4 (B6: 10 GiB more than the weights and activations explain)
-NOT_MODELLED = {"B6", "B8", "B11"}
+#: start-ups whose non-KV memory the model does not reach (README, "What the model misses"): vLLM
+#: 0.2.4 at TP 4 (B6: 13 GiB more than the weights and activations explain)
+NOT_MODELLED = {"B6"}
 
 
 def test_print_the_error_table() -> None:
@@ -104,13 +103,13 @@ def test_weights_within_3_percent(row: Row) -> None:
 
 def test_kv_cache_median_within_5_percent_and_worst_within_20() -> None:
     errs = [abs(r.kv_err) for r in ROWS if r.kv_err is not None and r.id not in NOT_MODELLED]
-    assert len(errs) == 17
+    assert len(errs) == 19
     assert statistics.median(errs) <= 0.05
     assert max(errs) <= 0.20
 
 
 def test_the_cases_left_out_are_still_off() -> None:
-    """When the model learns MoE profile runs, this fails: move the case back into the thresholds."""
+    """When the model learns vLLM 0.2.4's TP start-up, this fails: move the case back into the thresholds."""
     off = {r.id for r in ROWS if (r.kv_err is not None and abs(r.kv_err) > 0.20) or r.verdict == "WRONG"}
     assert off == NOT_MODELLED
 
@@ -119,3 +118,18 @@ def test_the_cases_left_out_are_still_off() -> None:
                          ids=lambda r: r.id)
 def test_verdict_right(row: Row) -> None:
     assert row.verdict == "right"
+
+
+@pytest.mark.parametrize(("version", "per_logit"), [("0.6.5", 38), ("0.11.0", 38), ("0.16.0", 38), ("0.17.0", 16),
+                                                    ("0.19.0", 16), (None, 16)])
+def test_the_sampler_warm_up_sorts_the_vocabulary_before_0_17(version: str | None, per_logit: int) -> None:
+    """gpt-oss-120b on an H100 at 1024 rows: 7.36 GiB of sampler where the warm-up sorts (B10, B11 leave
+    1.71 GiB of KV cache, or -2.14, only with it), 3.07 GiB with 0.17.0's Triton top-k/top-p."""
+    from oomdoctor.advisor.memory_model import parse_version
+    from oomdoctor.advisor.vllm_budget import activation_peak
+
+    geo = find_model("openai/gpt-oss-120b")
+    assert geo is not None
+    term = activation_peak(geo, 1024, 1024, 1, parse_version(version))
+    assert term.bytes == 1024 * 201088 * per_logit
+    assert f"× {per_logit} B" in term.source

@@ -247,5 +247,5 @@ def _catalog_weights(led: _Ledger, ctx: Context, engine: str) -> None:
     if not total:
         return
     tp = ctx.tensor_parallel_size or 1
-    led.add("weights", total // tp, "assumed",
+    led.add("weights", -(-total // tp), "assumed",  # rounded up, as fit and memory_model.facts do
             note=f"the catalog's {geo.name}: parameters × bytes per parameter" + (f" / tensor parallel {tp}" if tp > 1 else ""))

@@ -81,10 +81,15 @@ class FitResult:
     length_planned: bool = False
     finding: Finding | None = None
     remedies: list[Remedy] = field(default_factory=list)
+    #: the serving engine the budget is SGLang's or vLLM's (:mod:`~oomdoctor.advisor.sglang_fit`)
+    engine: str = "vllm"
 
     @property
     def command(self) -> str:
         """``vllm serve`` with the plan's tensor parallelism and length (when the plan chose them)."""
+        if self.engine == "sglang":
+            cmd = f"python -m sglang.launch_server --model-path {self.model}"
+            return cmd + (f" --tp-size {self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else "")
         cmd = f"vllm serve {self.model}"
         if self.tensor_parallel_size > 1:
             cmd += f" --tensor-parallel-size {self.tensor_parallel_size}"
@@ -94,12 +99,13 @@ class FitResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "engine": self.engine,
             "model": self.model,
             "gpu": self.gpu,
             "gpus": self.gpus,
             "tensor_parallel_size": self.tensor_parallel_size,
             "total_bytes": self.total_bytes,
-            "gpu_memory_utilization": self.utilization,
+            ("mem_fraction_static" if self.engine == "sglang" else "gpu_memory_utilization"): self.utilization,
             "max_model_len": self.max_model_len,
             "kv_cache_dtype": self.kv_cache_dtype,
             "budget": [{"term": t, "bytes": b, "source": s} for t, b, s in self.rows],
@@ -165,7 +171,7 @@ def fit(
     batched_term = batched_tokens(ver, total, gpu, length, enable_chunked_prefill, max_num_batched_tokens)
     batched = batched_term.bytes
     seqs = max_num_seqs(ver, total, gpu, max_num_seqs_given)
-    act = activation_peak(served, batched, seqs, tp)
+    act = activation_peak(served, batched, seqs, tp, ver)
     activation = act.bytes
     nt = non_torch(ver, tp, gpu)
     graphs = 0 if enforce_eager else CUDAGRAPH_BYTES

@@ -18,10 +18,22 @@ Every figure is a named formula over the model's shapes, or a measured value wit
   - MoE: ``min(tokens, 65536) × top_k × (max(2I/tp, H) + I/tp) × 2 B + tokens × 3H × 2 B``:
     fused_moe's ``cache13`` (M·top_k·max(N, K)) and ``intermediate_cache2`` (M·top_k·N/2), chunked
     at VLLM_FUSED_MOE_CHUNK_SIZE = 65536 (model_executor/layers/fused_moe/fused_moe.py@v0.10.1).
-  - sampler: ``min(max_num_seqs, tokens) × vocab × 16 B``: fp32 logits, the fp32 ``logits_sort``
-    and the int64 ``logits_idx`` of ``logits.sort`` (v1/sample/ops/topk_topp_sampler.py@v0.10.1
-    ``apply_top_k_top_p``; ``_dummy_sampler_run`` sets top-k and top-p). Checked on cases A1/A4
-    (0.19.0, 1024 rows: 1.96 and 2.32 GiB against 1.89 and 2.21 printed).
+  - sampler warm-up (``_dummy_sampler_run`` sets top-k and top-p), ``min(max_num_seqs, tokens) ×
+    vocab`` logits at a cost per logit that depends on the version:
+
+    * before 0.17.0, 38 B: ``apply_top_k_top_p`` sorts the vocabulary
+      (v1/sample/ops/topk_topp_sampler.py@v0.11.0, @v0.12.0; V0's sampler sorts too). Live at the
+      sort: the bf16 logits of ``compute_logits`` (2 B), their fp32 copy (4), the sorted values (4)
+      and int64 indices (8), the int64 index input the segmented sort builds (8) and cub's alternate
+      key and value buffers (4 + 8). Checked on case B9 (0.10.2, 256 rows × 151936: 1.38 GiB against
+      1.40 printed), B3/B4 (0.6.5: 1.16 against 1.26) and on what gpt-oss-120b leaves for the KV
+      cache (B10, B11: 7.4 GiB of sampler). FlashInfer's sampler, which sorts nothing, was the
+      default only where FlashInfer was installed (an extra up to 0.11; opt-in
+      ``VLLM_USE_FLASHINFER_SAMPLER=1`` from 0.12).
+    * from 0.17.0, 16 B: ``apply_top_k_top_p_triton`` for 8 rows or more
+      (v1/sample/ops/topk_topp_triton.py, new in 0.17.0; still so in 0.34.0), no sort. Checked on
+      cases A1/A4 (0.19.0, 1024 rows: 1.96 and 2.32 GiB against 1.89 and 2.21 printed). Also the
+      figure for an unknown version.
 * **non-torch memory** (CUDA context growth, cuBLAS workspaces; NCCL and custom all-reduce buffers
   at TP > 1), measured: see :data:`NON_TORCH_MEASURED`.
 """
@@ -36,8 +48,14 @@ from oomdoctor.i18n import _
 GiB = 2**30
 #: fused_moe processes at most this many tokens at once (envs.py VLLM_FUSED_MOE_CHUNK_SIZE, 64 K)
 FUSED_MOE_CHUNK = 65536
-#: bytes per sampler element: fp32 logits + fp32 sorted logits + int64 sort indices
+#: bytes per sampler logit from 0.17.0 (Triton top-k/top-p, no sort): measured on cases A1/A4
 SAMPLER_BYTES_PER_LOGIT = 4 + 4 + 8
+#: bytes per sampler logit before 0.17.0, when the warm-up sorts the vocabulary: bf16 logits 2 +
+#: fp32 logits 4 + sorted values 4 + sort indices 8 + the sort's index input 8 + cub's alternate
+#: buffers 4 + 8 (see the module docstring)
+SORTING_SAMPLER_BYTES_PER_LOGIT = 2 + 4 + 4 + 8 + 8 + 4 + 8
+#: the first release whose sampler warm-up does not sort (apply_top_k_top_p_triton)
+TRITON_TOPK_TOPP = (0, 17, 0)
 #: bytes per element of the 16-bit activations
 ACT_BYTES = 2
 
@@ -100,7 +118,14 @@ def intermediate(geo: ModelGeometry) -> int | None:
     return max(0, int(per_layer / (3 * h)))
 
 
-def activation_peak(geo: ModelGeometry, tokens: int, num_seqs: int, tp: int = 1) -> Term:
+def sampler_bytes_per_logit(version: Version | None) -> int:
+    """38 B where the sampler warm-up sorts the vocabulary (before 0.17.0), else 16 B."""
+    return SORTING_SAMPLER_BYTES_PER_LOGIT if version is not None and version < TRITON_TOPK_TOPP \
+        else SAMPLER_BYTES_PER_LOGIT
+
+
+def activation_peak(geo: ModelGeometry, tokens: int, num_seqs: int, tp: int = 1,
+                    version: Version | None = None) -> Term:
     """The torch peak of vLLM's profile run: max(forward pass, sampler warm-up)."""
     tp = max(1, tp)
     h = geo.hidden
@@ -117,9 +142,11 @@ def activation_peak(geo: ModelGeometry, tokens: int, num_seqs: int, tp: int = 1)
         forward = tokens * (3 * inter // tp + 3 * h) * ACT_BYTES
         fwd_src = _("{tokens} tokens × (3·I/tp + 3·H) × 2 B").format(tokens=tokens)
     rows = min(num_seqs, tokens)
-    sampler = rows * int(geo.vocab_size or 0) * SAMPLER_BYTES_PER_LOGIT
+    per = sampler_bytes_per_logit(version)
+    sampler = rows * int(geo.vocab_size or 0) * per
     if sampler > forward:
-        return Term(sampler, _("sampler warm-up: {rows} rows × vocab {vocab} × 16 B").format(rows=rows, vocab=geo.vocab_size))
+        return Term(sampler, _("sampler warm-up: {rows} rows × vocab {vocab} × {bytes} B").format(
+            rows=rows, vocab=geo.vocab_size, bytes=per))
     return Term(forward, fwd_src)
 
 

@@ -57,7 +57,13 @@ def render_fit_text(res: Any, width: int | None = None) -> str:
         out.prose(fits.format(count=f"{res.concurrency:.2f}", length=res.max_model_len, needed=_size(res.kv_needed),
                  budget=_size(res.kv_budget)), "", "  ")
         return "".join(line + "\n" for line in out.lines)
-    if res.kv_budget <= 0:
+    if res.engine == "sglang" and res.kv_tokens > 0:
+        out.prose(_(
+            "DOES NOT FIT: SGLang starts, but its KV pool holds {tokens} tokens, less than one {length}-token "
+            "request ({needed} of KV cache; the pool is {budget})."
+        ).format(tokens=res.kv_tokens, length=res.max_model_len, needed=_size(res.kv_needed),
+                 budget=_size(res.kv_budget)), "", "  ")
+    elif res.kv_budget <= 0:
         out.prose(_("DOES NOT FIT: nothing is left for the KV cache ({budget}).").format(budget=_size(res.kv_budget)),
                   "", "  ")
     else:
@@ -137,7 +143,7 @@ def register(app: typer.Typer) -> None:
     @app.command(
         "fit",
         help=N_(
-            "Pre-flight: will a model fit on a GPU under vLLM? Budget table, how many full-length requests "
+            "Pre-flight: will a model fit on a GPU under vLLM (or SGLang)? Budget table, how many full-length requests "
             "fit at once, and the flags that make it fit. Exit status: 0 fits, 1 does not fit, 2 usage error."
         ),
     )
@@ -196,6 +202,23 @@ def register(app: typer.Typer) -> None:
             bool | None, typer.Option("--enable-chunked-prefill/--no-enable-chunked-prefill",
                                       help=N_("V0 chunked prefill (V1: always on)."))
         ] = None,
+        engine: Annotated[
+            str, typer.Option("--engine", help=N_("vllm or sglang (SGLang's --mem-fraction-static budget)."),
+                              metavar="ENGINE")
+        ] = "vllm",
+        mem_fraction_static: Annotated[
+            float | None, typer.Option("--mem-fraction-static",
+                                       help=N_("SGLang's static fraction: weights + KV pool (default: SGLang's)."),
+                                       metavar="FRACTION")
+        ] = None,
+        sglang_version: Annotated[
+            str | None, typer.Option("--sglang-version", help=N_("SGLang version (its default fraction)."),
+                                     metavar="VERSION")
+        ] = None,
+        chunked_prefill_size: Annotated[
+            int | None, typer.Option("--chunked-prefill-size", help=N_("SGLang's prefill chunk (its default fraction)."),
+                                     metavar="TOKENS")
+        ] = None,
         fmt: Annotated[str, typer.Option("--format", "-f", help=N_("text or json."), metavar="FORMAT")] = "text",
         show_gpus: Annotated[bool, typer.Option("--list-gpus", help=N_("List the GPUs of the catalog."))] = False,
         show_models: Annotated[bool, typer.Option("--list-models", help=N_("List the models of the catalog."))] = False,
@@ -223,6 +246,8 @@ def register(app: typer.Typer) -> None:
                 return 0
             if fmt not in ("text", "json"):
                 return fail(_("--format must be text or json, not {value}").format(value=repr(fmt)))
+            if engine not in ("vllm", "sglang"):
+                return fail(_("--engine must be vllm or sglang, not {value}").format(value=repr(engine)))
             if model_config:
                 try:
                     geo = load_config(model_config)
@@ -266,6 +291,24 @@ def register(app: typer.Typer) -> None:
                     return fail(_("--gpu-memory: cannot read {value} (e.g. 24GB, 24GiB)").format(value=repr(gpu_memory)))
             if spec is None and total is None:
                 return fail(_("give --gpu NAME or --gpu-memory SIZE"))
+            if engine == "sglang":
+                from oomdoctor.advisor.sglang_fit import fit_sglang, plan_sglang
+
+                args: dict[str, Any] = dict(
+                    total_bytes=total, max_model_len=max_model_len, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
+                    mem_fraction_static=mem_fraction_static, version=sglang_version,
+                    chunked_prefill_size=chunked_prefill_size, model_name=name, quantization=quantization)
+                try:
+                    if gpus > 1 and tensor_parallel_size is None:
+                        res = plan_sglang(geo, spec, gpus=gpus, **args)
+                    else:
+                        tp = tensor_parallel_size or 1
+                        res = fit_sglang(geo, spec, gpus=max(gpus, tp), tensor_parallel_size=tp, **args)
+                except ValueError as exc:
+                    return fail(str(exc))
+                print(json.dumps(res.to_dict(), indent=2, ensure_ascii=False) if fmt == "json" else render_fit_text(res),
+                      end="\n" if fmt == "json" else "")
+                return 0 if res.fits else 1
             try:
                 common: dict[str, Any] = dict(
                     model_name=name, total_bytes=total, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
