@@ -10,7 +10,7 @@ import typer
 
 from oomdoctor.cli.diagnose import LANG_HELP
 from oomdoctor.cli.errors import fail
-from oomdoctor.i18n import N_, _, resolve_lang, use_lang
+from oomdoctor.i18n import N_, _, current_lang, resolve_lang, use_lang
 
 
 def _size(n: int) -> str:
@@ -32,7 +32,7 @@ def render_fit_text(res: Any, width: int | None = None) -> str:
     on += _(", max model len {length}, KV {dtype}").format(length=res.max_model_len, dtype=res.kv_cache_dtype)
     out.prose(on, "", "  ")
     if res.plans:
-        tried = "; ".join(
+        tried = ("、" if current_lang() == "ja" else "; ").join(
             _("TP {tp}: fits").format(tp=t) if ok else _("TP {tp}: room for {tokens} tokens").format(tp=t, tokens=cap)
             for t, ok, cap in res.plans)
         out.prose(_("Plan for {gpus} GPUs ({tried}):").format(gpus=res.gpus, tried=tried), "", "  ")

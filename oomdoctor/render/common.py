@@ -101,11 +101,17 @@ def remedy_snippet(r: Remedy) -> str:
     return " ".join(parts)
 
 
+def colon() -> str:
+    """What joins a label to its text: ``": "`` in English, the full-width ``"："`` (no space) in
+    Japanese (CONTRIBUTING.md, "Japanese style")."""
+    return "：" if current_lang() == "ja" else ": "
+
+
 def remedy_headline(r: Remedy, code: Callable[[str], str], esc: Callable[[str], str] = str) -> str:
     """``N. Title: `flags` _(fits, saves X)_``, the first line of a remedy in chat renderers."""
     snippet = remedy_snippet(r)
     saves = _(", saves {size}").format(size=format_size(r.saves_bytes)) if r.saves_bytes else ""
-    return f"{r.rank}. {esc(r.title)}" + (f": {code(snippet)}" if snippet else "") + f" _({fits_label(r)}{saves})_"
+    return f"{r.rank}. {esc(r.title)}" + (colon() + code(snippet) if snippet else "") + f" _({fits_label(r)}{saves})_"
 
 
 def fits_label(r: Remedy) -> str:
