@@ -38,12 +38,7 @@ def render_fit_text(res: Any, width: int | None = None) -> str:
         out.prose(_("Plan for {gpus} GPUs ({tried}):").format(gpus=res.gpus, tried=tried), "", "  ")
         out.code("$ " + res.command, CODE)
     out.lines.append("")
-    from rich.cells import cell_len  # East Asian wide characters take two cells
-
-    term_w = max(cell_len(row[0]) for row in res.rows)
-    for term, value, source in res.rows:
-        head = f"{BODY}{term}{' ' * (term_w - cell_len(term))}  {_size(value):>10}  "
-        out.prose(head + source, "", " " * cell_len(head))
+    budget_table(res.rows, out)
     out.lines.append("")
     if res.fits:
         if res.concurrency < 2:
@@ -81,6 +76,30 @@ def render_fit_text(res: Any, width: int | None = None) -> str:
             if r.why:
                 out.labelled(_("why:"), r.why, REMEDY)
     return "".join(line + "\n" for line in out.lines)
+
+
+#: the narrowest the budget table's third column (where each figure comes from) may be; narrower,
+#: each row's note goes on the lines below its term instead
+NOTE_MIN = 30
+
+
+def budget_table(rows: list[tuple[str, int, str]], out: Any) -> None:
+    """The budget rows (term, bytes, where the figure comes from) as three columns, the note
+    wrapped in its own column; when the terms leave it fewer than :data:`NOTE_MIN` cells (long
+    Japanese terms at 80 columns), each note goes under its term, indented, across the full width.
+    A term is never split."""
+    from oomdoctor.render.text import BODY, cell_len, pad_cells
+
+    term_w = max(cell_len(row[0]) for row in rows)
+    head_w = len(BODY) + term_w + 2 + 10 + 2
+    stacked = out.width - head_w < NOTE_MIN
+    for term, value, source in rows:
+        head = f"{BODY}{pad_cells(term, term_w)}  {_size(value):>10}"
+        if stacked:
+            out.lines.append(head)
+            out.prose(source, BODY + "    ")
+        else:
+            out.prose(source, head + "  ", " " * head_w)
 
 
 #: ``--gpu-memory`` units as written: GB/MB/TB decimal, GiB/MiB/TiB binary; a bare number is GiB
