@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from oomdoctor.cli import complete
 from oomdoctor.cli.diagnose import LANG_HELP
 from oomdoctor.cli.errors import fail
 from oomdoctor.i18n import N_, _, current_lang, resolve_lang, use_lang
@@ -167,10 +168,11 @@ def register(app: typer.Typer) -> None:
         model: Annotated[
             str | None, typer.Option("--model", help=N_(
                 "A model directory (config.json + safetensors), a model from the catalog (see --list-models), "
-                "or org/name read from the Hugging Face Hub when online."), metavar="NAME")
+                "or org/name read from the Hugging Face Hub when online."), metavar="NAME", autocompletion=complete.models)
         ] = None,
         gpu: Annotated[
-            str | None, typer.Option("--gpu", help=N_("GPU name, e.g. A10G, L4, H100 (see --list-gpus)."), metavar="NAME")
+            str | None, typer.Option("--gpu", help=N_("GPU name, e.g. A10G, L4, H100 (see --list-gpus)."), metavar="NAME",
+                                autocompletion=complete.gpus)
         ] = None,
         gpu_memory: Annotated[
             str | None,
@@ -187,10 +189,12 @@ def register(app: typer.Typer) -> None:
             int | None, typer.Option("--max-model-len", help=N_("Context length (default: the model's)."), metavar="TOKENS")
         ] = None,
         dtype: Annotated[
-            str | None, typer.Option("--dtype", help=N_("auto, bfloat16, float16, float32."), metavar="DTYPE")
+            str | None, typer.Option("--dtype", help=N_("auto, bfloat16, float16, float32."), metavar="DTYPE",
+                                autocompletion=complete.choices("auto", "bfloat16", "float16", "float32"))
         ] = None,
         kv_cache_dtype: Annotated[
-            str | None, typer.Option("--kv-cache-dtype", help=N_("auto or fp8."), metavar="DTYPE")
+            str | None, typer.Option("--kv-cache-dtype", help=N_("auto or fp8."), metavar="DTYPE",
+                                autocompletion=complete.choices("auto", "fp8"))
         ] = None,
         gpu_memory_utilization: Annotated[
             float | None, typer.Option("--gpu-memory-utilization", help=N_("vLLM's budget fraction."), metavar="FRACTION")
@@ -215,10 +219,12 @@ def register(app: typer.Typer) -> None:
             bool | None, typer.Option("--enable-chunked-prefill/--no-enable-chunked-prefill",
                                       help=N_("V0 chunked prefill (V1: always on)."))
         ] = None,
-        fmt: Annotated[str, typer.Option("--format", "-f", help=N_("text or json."), metavar="FORMAT")] = "text",
+        fmt: Annotated[str, typer.Option("--format", "-f", help=N_("text or json."), metavar="FORMAT",
+                                         autocompletion=complete.choices("text", "json"))] = "text",
         show_gpus: Annotated[bool, typer.Option("--list-gpus", help=N_("List the GPUs of the catalog."))] = False,
         show_models: Annotated[bool, typer.Option("--list-models", help=N_("List the models of the catalog."))] = False,
-        lang: Annotated[str | None, typer.Option("--lang", help=LANG_HELP, metavar="LANG")] = None,
+        lang: Annotated[str | None, typer.Option("--lang", help=LANG_HELP, metavar="LANG",
+                                                 autocompletion=complete.langs)] = None,
     ) -> int:
         try:
             chosen = resolve_lang(lang)  # --lang, else OOMDOCTOR_LANG, else the locale
