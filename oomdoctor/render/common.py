@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -91,14 +92,37 @@ def figure_label(name: str) -> str:
     return name.replace("_bytes", "").replace("_", " ")
 
 
+#: a setting that is code: a dotted name set to one word (``gradient_checkpointing=true``,
+#: ``zero_optimization.stage=3``, ``optim=adamw_bnb_8bit``); any other is prose (issue 37)
+_SETTING_KEY = re.compile(r"[A-Za-z_][\w.\-]*", re.ASCII)
+_SETTING_VALUE = re.compile(r"[\w.+\-/:@]+", re.ASCII)
+
+
+def is_code_setting(key: str, value: str) -> bool:
+    """Whether ``key=value`` is a setting as a config file takes it, not words about one
+    (``batch_size``: "half of the current value", ``model``: "an AWQ or GPTQ 4-bit checkpoint")."""
+    return bool(_SETTING_KEY.fullmatch(key) and _SETTING_VALUE.fullmatch(value))
+
+
+def prose_settings(r: Remedy) -> list[tuple[str, str]]:
+    """The remedy's settings said in words: shown as ``name: words``, never on a code line."""
+    return [(k, v) for k, v in r.settings.items() if not is_code_setting(k, v)]
+
+
 def remedy_snippet(r: Remedy) -> str:
-    """The copy-pasteable part of a remedy: env assignments and flags."""
+    """The copy-pasteable part of a remedy: env assignments, flags, and the settings that are code
+    (:func:`is_code_setting`); every word is a shell word, so the line pastes as it reads."""
     parts: list[str] = []
     parts += [f"{k}={shlex.quote(v)}" for k, v in r.env.items()]
     for k, v in r.flags.items():
         parts.append(k if v == "" else f"{k} {shlex.quote(v)}")
-    parts += [f"{k}={v}" for k, v in r.settings.items()]
+    parts += [f"{k}={v}" for k, v in r.settings.items() if is_code_setting(k, v)]
     return " ".join(parts)
+
+
+def setting_lines(r: Remedy) -> list[str]:
+    """``name: words`` for each prose setting (``name：words`` in Japanese)."""
+    return [f"{k}{colon()}{v}" for k, v in prose_settings(r)]
 
 
 def colon() -> str:

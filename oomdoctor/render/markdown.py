@@ -22,6 +22,7 @@ from oomdoctor.render.common import (
     product_name,
     remedy_headline,
     result_text,
+    setting_lines,
     where,
 )
 from oomdoctor.render.why import labelled_text, why_line
@@ -102,6 +103,7 @@ def finding_markdown(f: Finding) -> str:
         out.append("**" + _("Try, in this order:") + "**")
         for r in f.remedies:
             out.append(remedy_headline(r, code_span))
+            out.extend(f"   - {line}" for line in setting_lines(r))
             if r.why:
                 out.append("   - " + labelled_text(_("why:"), r.why))
             if r.tradeoff:

@@ -21,6 +21,7 @@ from oomdoctor.render.common import (
     phase_text,
     remedy_headline,
     remedy_snippet,
+    setting_lines,
 )
 from oomdoctor.render.markdown import context_facts, location_text, summary_line
 from oomdoctor.render.why import labelled_text, why_line
@@ -98,6 +99,7 @@ def finding_blocks(f: Finding, max_remedies: int = 6) -> list[dict[str, Any]]:
         lines.append("*" + _("Try, in this order:") + "*")
     for r in f.remedies[:max_remedies]:
         lines.append(remedy_headline(r, code, esc))
+        lines.extend(f"      {esc(line)}" for line in setting_lines(r))
         if r.why:
             lines.append(f"      _{esc(_clip(r.why, 300))}_")
         if r.command:

@@ -28,6 +28,7 @@ from oomdoctor.render.common import (
     product_name,
     remedy_snippet,
     result_text,
+    setting_lines,
     where,
 )
 from oomdoctor.render.why import why_line
@@ -259,6 +260,8 @@ def finding_lines(f: Finding, out: TextLayout) -> None:
             snippet = remedy_snippet(r)
             if snippet:
                 out.code(snippet)
+            for line in setting_lines(r):
+                out.prose(line, REMEDY, REMEDY + "  ")
             if r.command:
                 out.code("$ " + r.command)
             for step in r.run:  # a command to run by hand: its label, then the command on its own line
