@@ -96,7 +96,7 @@ def test_every_code_line_of_the_fixtures_remedies_is_shell_words() -> None:
     import json
     import shlex
 
-    from oomdoctor.render.common import is_code_setting, remedy_snippet
+    from oomdoctor.render.common import is_code_setting, snippet_lines
     from oomdoctor.report import Remedy
 
     seen = prose = python = 0
@@ -104,14 +104,21 @@ def test_every_code_line_of_the_fixtures_remedies_is_shell_words() -> None:
         for finding in json.loads(golden.read_text(encoding="utf-8")).get("findings", []):
             for r in finding.get("remedies", []):
                 remedy = Remedy.model_validate(r)
-                snippet = remedy_snippet(remedy)
+                codes = snippet_lines(remedy)
+                snippet = "\n".join(codes)
+                # a command line's flags and a config file's settings never share a line
+                for code in codes:
+                    words = shlex.split(code)
+                    flags = any(w.startswith("-") for w in words)
+                    settings = any("=" in w and not w.startswith("-") and not w.split("=")[0].isupper() for w in words)
+                    assert not (flags and settings), (golden.name, code)
                 for key, value in remedy.settings.items():
                     if is_code_setting(key, value):
                         assert f"{key}={value}" in shlex.split(snippet), (golden.name, key, value)
                     else:
                         prose += 1
                         assert f"{key}={value}" not in snippet, (golden.name, key, value)
-                for line in [snippet, remedy.command or "", *(s.command for s in remedy.run)]:
+                for line in [*codes, remedy.command or "", *(s.command for s in remedy.run)]:
                     if line:
                         seen += 1
                         words = shlex.split(line)
@@ -137,3 +144,13 @@ def test_a_setting_in_words_is_prose_not_code() -> None:
                 location=Location(source="a.log", line=1, end_line=1), remedies=[r])
     lines = render_findings_text([f], width=100).splitlines()
     assert "       gradient_checkpointing=true" in lines and "     batch_size: half of it" in lines
+
+
+def test_a_flag_and_a_config_setting_never_share_a_code_line() -> None:
+    from oomdoctor.render.common import remedy_headline, snippet_lines
+    from oomdoctor.report import Remedy
+
+    r = Remedy(id="host.container-memory-limit", title="Raise the limit", flags={"--memory": "20g"},
+               settings={"resources.limits.memory": "20Gi"})
+    assert snippet_lines(r) == ["--memory 20g", "resources.limits.memory=20Gi"]
+    assert "`--memory 20g` · `resources.limits.memory=20Gi`" in remedy_headline(r, lambda c: f"`{c}`")

@@ -23,7 +23,7 @@ def _size(n: int) -> str:
 def render_fit_text(res: Any, width: int | None = None) -> str:
     """The budget table, the verdict and the remedies, laid out like the post-mortem text: prose
     wrapped to the terminal with hanging indents, flags and commands whole on their own lines."""
-    from oomdoctor.render.common import confidence_label, fits_label, remedy_snippet, setting_lines
+    from oomdoctor.render.common import confidence_label, fits_label, setting_lines, snippet_lines
     from oomdoctor.render.text import BODY, CODE, REMEDY, TextLayout, terminal_width
 
     out = TextLayout(terminal_width(width), False)
@@ -69,9 +69,8 @@ def render_fit_text(res: Any, width: int | None = None) -> str:
             number = f"{r.rank}. "
             out.prose(number + r.title, BODY, BODY + " " * len(number))
             out.prose(f"{fits_label(r)} · {confidence_label(r.confidence)}", REMEDY)
-            snippet = remedy_snippet(r)
-            if snippet:
-                out.code(snippet, CODE)
+            for code in snippet_lines(r):
+                out.code(code, CODE)
             for line in setting_lines(r):
                 out.prose(line, REMEDY, REMEDY + "  ")
             if r.command:

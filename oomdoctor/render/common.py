@@ -109,15 +109,22 @@ def prose_settings(r: Remedy) -> list[tuple[str, str]]:
     return [(k, v) for k, v in r.settings.items() if not is_code_setting(k, v)]
 
 
-def remedy_snippet(r: Remedy) -> str:
-    """The copy-pasteable part of a remedy: env assignments, flags, and the settings that are code
-    (:func:`is_code_setting`); every word is a shell word, so the line pastes as it reads."""
-    parts: list[str] = []
-    parts += [f"{k}={shlex.quote(v)}" for k, v in r.env.items()]
+def snippet_lines(r: Remedy) -> list[str]:
+    """The copy-pasteable parts of a remedy, each on a line of its own: env assignments and flags
+    (a command line's words), then the settings that are code (:func:`is_code_setting`) — a flag
+    and a config setting never share a line (``--memory 20g`` is docker's, ``resources.limits.memory=20Gi``
+    Kubernetes'). Every word is a shell word, so each line pastes as it reads."""
+    words: list[str] = [f"{k}={shlex.quote(v)}" for k, v in r.env.items()]
     for k, v in r.flags.items():
-        parts.append(k if v == "" else f"{k} {shlex.quote(v)}")
-    parts += [f"{k}={v}" for k, v in r.settings.items() if is_code_setting(k, v)]
-    return " ".join(parts)
+        words.append(k if v == "" else f"{k} {shlex.quote(v)}")
+    settings = [f"{k}={v}" for k, v in r.settings.items() if is_code_setting(k, v)]
+    return [line for line in (" ".join(words), " ".join(settings)) if line]
+
+
+def remedy_snippet(r: Remedy) -> str:
+    """The first of :func:`snippet_lines` (one line: ``--brief``, a chat's fallback text)."""
+    lines = snippet_lines(r)
+    return lines[0] if lines else ""
 
 
 def setting_lines(r: Remedy) -> list[str]:
@@ -133,9 +140,9 @@ def colon() -> str:
 
 def remedy_headline(r: Remedy, code: Callable[[str], str], esc: Callable[[str], str] = str) -> str:
     """``N. Title: `flags` _(fits, saves X)_``, the first line of a remedy in chat renderers."""
-    snippet = remedy_snippet(r)
+    snippet = " · ".join(code(line) for line in snippet_lines(r))
     saves = _(", saves {size}").format(size=format_size(r.saves_bytes)) if r.saves_bytes else ""
-    return f"{r.rank}. {esc(r.title)}" + (colon() + code(snippet) if snippet else "") + f" _({fits_label(r)}{saves})_"
+    return f"{r.rank}. {esc(r.title)}" + (colon() + snippet if snippet else "") + f" _({fits_label(r)}{saves})_"
 
 
 def fits_label(r: Remedy) -> str:
