@@ -141,3 +141,15 @@ def test_show_completion_for_an_unknown_shell(capsys: pytest.CaptureFixture[str]
     assert capsys.readouterr().err == (
         "oomdoctor: error: --show-completion: unknown shell 'tcsh' (choose bash, zsh, fish, powershell, pwsh)\n"
     )
+
+
+def test_the_gpu_count_says_where_it_came_from(capsys: pytest.CaptureFixture[str]) -> None:
+    """"2 GPUs are available (hint)" named an option the user of fit never typed: fit says
+    --gpus, a diagnosis says --hint gpus=N, in either language."""
+    fit = ["fit", "--model", "meta-llama/Llama-3.1-70B", "--gpu", "A10G", "--gpus", "2"]
+    assert "2 GPUs are available (--gpus 2)" in " ".join(_out(fit, capsys, 1).split())
+    assert main(["--lang", "ja", *fit]) == 1
+    assert "利用できるGPUは2台です（--gpus2で指定）" in "".join(capsys.readouterr().out.split())
+    log = str(ROOT / "fixtures" / "vllm" / "seed-001.log")
+    out = " ".join(_out(["--plain", "--hint", "gpus=2", log], capsys, 1).split())
+    assert "2 GPUs are available (--hint gpus=2)" in out and "(hint)" not in out

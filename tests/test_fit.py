@@ -290,7 +290,7 @@ def test_fit_speaks_the_locale_language(monkeypatch: pytest.MonkeyPatch, capsys:
     assert "1. コンテキスト長を44256トークンに制限する" in out
     assert "--max-model-len 44256" in out
     assert main(["fit", "--model", "no/such-model", "--gpu", "A10G"]) == 2
-    assert "'no/such-model' はカタログにありません" in capsys.readouterr().err
+    assert "'no/such-model'はカタログにありません" in capsys.readouterr().err
 
 
 # -- issue 33: real weight bytes, --gpus N planning -----------------------------------------------

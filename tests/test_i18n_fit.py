@@ -27,7 +27,7 @@ def _out(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *a
 def test_every_catalog_model_says_its_source_in_japanese() -> None:
     for geo in models():
         repo = geo.source.removeprefix("config.json of ").split(" ")[0]
-        assert geo.source_ja.startswith(f"{repo} の config.json"), geo.name
+        assert geo.source_ja.startswith(f"{repo}のconfig.json"), geo.name
         assert ("(" in geo.source) == ("（" in geo.source_ja), geo.name  # a note is translated, not dropped
         with use_lang("ja"):
             assert geo.source_text() == geo.source_ja

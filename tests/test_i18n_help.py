@@ -69,8 +69,8 @@ def test_both_ways_of_choosing_japanese_print_the_same_japanese_help(
     assert _help(monkeypatch, capsys, ["--lang=ja", *command, "--help"]) == by_flag
     assert _help(monkeypatch, capsys, [*command, "--help"], LANG="ja_JP.UTF-8") == by_flag
     assert _help(monkeypatch, capsys, [*command, "--help"], OOMDOCTOR_LANG="ja", LANG="C") == by_flag
-    assert by_flag.startswith(f"使い方: oomdoctor {' '.join(command)}".rstrip())
-    assert "オプション:" in by_flag and "このヘルプを表示して終了する。" in by_flag
+    assert by_flag.startswith(f"使い方：oomdoctor {' '.join(command)}".rstrip())
+    assert "オプション：" in by_flag and "このヘルプを表示して終了する。" in by_flag
     # every line fits 80 terminal cells, a wide character counting two (click itself counts one)
     assert max(cell_len(line) for line in by_flag.splitlines()) <= 80, by_flag
     # no English sentence is left: once the option names, metavars and file names are taken

@@ -107,3 +107,47 @@ def test_no_setting_value_is_english_prose() -> None:
                     if len(words) >= 2 and T.cell_len(value) == len(value):  # English words, no Japanese
                         prose[f"{log.name} {r.id} {name}"] = value
     assert prose == {}
+
+
+#: the "now" column of issue 37's native review: none may come back in a Japanese report
+REVIEWED_AWAY = [
+    "メモリ不足の失敗", "代償", "効果の可能性あり", "確度", "これで収まる", "個のランク", "GPU総量", "満杯です",
+    "GPUは満杯", "が入りません", "より小さなバッチでプロファイル", "キャプチャを省く", "4ビット量子化（AWQまたはGPTQ）",
+    "プレフィル", "PyTorch外", "PyTorch以外", "シーケンス1本", "（hint）", "vLLM外", "前提情報", "unknown",
+]
+#: labels that wrapping must never split across two lines
+LABELS = ["場所", "製品", "エンジン", "フェーズ", "原因", "理由", "トレードオフ", "信頼度", "要求量", "GPU総容量"]
+
+
+def _ja_cli(*args: str) -> str:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "oomdoctor", "--lang", "ja", *args], capture_output=True, cwd=ROOT,
+                          timeout=120, env={"PATH": "/usr/bin:/bin", "COLUMNS": "80"})
+    return done.stdout.decode() + done.stderr.decode()
+
+
+def test_the_native_review_wording_is_in_every_japanese_report() -> None:
+    """No wording the review replaced is printed by any fixture's report (text, markdown, at 80
+    columns and unwrapped), by fit or by --help; and at 80 columns no label is split across lines."""
+    seen: dict[str, list[str]] = {}
+    split: dict[str, list[str]] = {}
+    for log in FIXTURES:
+        report = _report(log)
+        with use_lang("ja"):
+            wide, narrow = T.render_text(report, width=10_000), T.render_text(report, width=80)
+            rendered = wide + narrow + render_markdown(report)
+        echoed = {f.message for f in report.findings}
+        lines = [line for line in rendered.splitlines() if not any(m and m[:60] in line for m in echoed)]
+        if old := [s for s in REVIEWED_AWAY if any(s in line for line in lines)]:
+            seen[log.name] = old
+        if cut := [label for label in LABELS if wide.count(label) != narrow.count(label)]:
+            split[log.name] = cut
+    for args in (["fit", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "A10G"],
+                 ["fit", "--model", "meta-llama/Llama-3.1-70B", "--gpu", "A10G", "--gpus", "2"], ["--help"]):
+        out = _ja_cli(*args)
+        if old := [s for s in REVIEWED_AWAY if s in out]:
+            seen[" ".join(args)] = old
+    assert seen == {}
+    assert split == {}

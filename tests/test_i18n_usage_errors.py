@@ -22,33 +22,33 @@ LOCALE_VARS = ("OOMDOCTOR_LANG", "LC_ALL", "LC_MESSAGES", "LANG")
 
 #: (arguments, the English line, the Japanese line)
 CASES: list[tuple[list[str], str, str]] = [
-    (["--bogus"], "No such option: --bogus", "--bogus というオプションはありません"),
+    (["--bogus"], "No such option: --bogus", "--bogusというオプションはありません"),
     (["fit", "--bogus"], "No such option: --bogus (Possible options: --gpu, --gpus)",
-     "--bogus というオプションはありません（使えるオプション：--gpu, --gpus）"),
-    (["rules", "bogus"], "No such command 'bogus'.", "'bogus' というコマンドはありません。"),
-    (["rules", "show"], "Missing argument 'RULE_ID'.", "引数 'RULE_ID' が指定されていません。"),
+     "--bogusというオプションはありません（使えるオプション：--gpu, --gpus）"),
+    (["rules", "bogus"], "No such command 'bogus'.", "'bogus'というコマンドはありません。"),
+    (["rules", "show"], "Missing argument 'RULE_ID'.", "引数'RULE_ID'が指定されていません。"),
     (["rules", "list", "extra"], "Got unexpected extra argument(s) (extra)", "余分な引数があります（extra）"),
-    (["x.log", "--format"], "Option '--format' requires an argument.", "オプション '--format' には値が必要です。"),
+    (["x.log", "--format"], "Option '--format' requires an argument.", "オプション'--format'には値が必要です。"),
     (["serve", "--insecure=maybe"], "Option '--insecure' does not take a value.",
-     "オプション '--insecure' は値を取りません。"),
+     "オプション'--insecure'は値を取りません。"),
     (["serve", "--port", "abc"],
      "Invalid value for '--port': Input should be a valid integer, unable to parse string as an integer",
-     "'--port' の値が不正です：整数を指定してください（文字列を整数として読めません）"),
+     "'--port'の値が不正です：整数を指定してください（文字列を整数として読めません）"),
     (["fit", "--gpu-memory-utilization", "abc"],
      "Invalid value for '--gpu-memory-utilization': Input should be a valid number, unable to parse string as a number",
-     "'--gpu-memory-utilization' の値が不正です：数値を指定してください（文字列を数値として読めません）"),
+     "'--gpu-memory-utilization'の値が不正です：数値を指定してください（文字列を数値として読めません）"),
     (["--format", "nope", "x.log"], "unknown --format 'nope' (choose text, json, jsonl, markdown, slack)",
-     "--format 'nope' は使えません（text, json, jsonl, markdown, slack から選んでください）"),
+     "--format 'nope'は使えません（text, json, jsonl, markdown, slackから選んでください）"),
     (["--hint", "nope", "x.log"], "--hint expects KEY=VALUE, got 'nope'",
-     "--hint は KEY=VALUE の形で指定してください（指定値：'nope'）"),
-    (["/nonexistent/x.log"], "/nonexistent/x.log: no such file", "/nonexistent/x.log: ファイルがありません"),
-    (["serve", "--port", "99999"], "port must be 1..65535, got 99999", "ポートは 1..65535 で指定してください（指定値：99999）"),
+     "--hintはKEY=VALUEの形で指定してください（指定値：'nope'）"),
+    (["/nonexistent/x.log"], "/nonexistent/x.log: no such file", "/nonexistent/x.log：ファイルがありません"),
+    (["serve", "--port", "99999"], "port must be 1..65535, got 99999", "ポートは1..65535で指定してください（指定値：99999）"),
     (["serve", "--log-level", "nope"], "unknown --log-level 'nope' (choose critical, error, warning, info, debug, trace)",
-     "--log-level 'nope' は使えません（critical, error, warning, info, debug, trace から選んでください）"),
+     "--log-level 'nope'は使えません（critical, error, warning, info, debug, traceから選んでください）"),
     (["fit"], "give --model-config config.json (or --model NAME from the catalog)",
-     "--model-config config.json（またはカタログの --model NAME）を指定してください"),
+     "--model-config config.json（またはカタログの--model NAME）を指定してください"),
     (["rules", "show", "nosuch"], "no rule with id 'nosuch' (see 'oomdoctor rules list')",
-     "ID 'nosuch' のルールはありません（'oomdoctor rules list' を参照）"),
+     "ID 'nosuch'のルールはありません（'oomdoctor rules list'を参照）"),
 ]
 
 
@@ -78,7 +78,7 @@ def test_usage_error_in_japanese_and_english(monkeypatch: pytest.MonkeyPatch, ca
 def test_a_directory_is_refused_in_japanese(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                             tmp_path: Path) -> None:
     assert _error(monkeypatch, capsys, [str(tmp_path)]) == f"oomdoctor: error: {tmp_path}: is a directory\n"
-    assert _error(monkeypatch, capsys, [str(tmp_path)], LANG="ja_JP.UTF-8") == f"oomdoctor: error: {tmp_path}: ディレクトリです\n"
+    assert _error(monkeypatch, capsys, [str(tmp_path)], LANG="ja_JP.UTF-8") == f"oomdoctor: error: {tmp_path}：ディレクトリです\n"
 
 
 def test_an_unknown_lang_is_refused_in_the_environments_language(monkeypatch: pytest.MonkeyPatch,
@@ -86,13 +86,13 @@ def test_an_unknown_lang_is_refused_in_the_environments_language(monkeypatch: py
     assert _error(monkeypatch, capsys, ["--lang", "xx", "x.log"]) == (
         "oomdoctor: error: --lang: unknown language 'xx' (choose en, ja)\n")
     assert _error(monkeypatch, capsys, ["--lang", "xx", "x.log"], LANG="ja_JP.UTF-8") == (
-        "oomdoctor: error: --lang: 言語 'xx' には対応していません（en, ja から選んでください）\n")
+        "oomdoctor: error: --lang: 言語'xx'には対応していません（en, jaから選んでください）\n")
 
 
 def test_nested_reason_and_unknown_text() -> None:
     with use_lang("ja"):
         assert translate("Invalid value: Value must be an iterable.") == "値が不正です：値は反復可能でなければなりません。"
-        assert translate("Missing argument 'X'. Choose from a, b.") == "引数 'X' が指定されていません。Choose from a, b."
+        assert translate("Missing argument 'X'. Choose from a, b.") == "引数'X'が指定されていません。Choose from a, b."
         assert translate("something click never says") == "something click never says"
     assert translate("No such option: --x") == "No such option: --x"
 
@@ -191,19 +191,19 @@ def test_the_forms_click_composes_are_translated(exc: object) -> None:
 #: (environment, the English line, the Japanese line): the server's settings read from OOMDOCTOR_*
 SERVER_ENV_CASES: list[tuple[dict[str, str], str, str]] = [
     ({"OOMDOCTOR_MAX_BODY": "abc"}, "OOMDOCTOR_MAX_BODY: not a size: 'abc'",
-     "OOMDOCTOR_MAX_BODY: サイズとして読めません（指定値：'abc'）"),
+     "OOMDOCTOR_MAX_BODY：サイズとして読めません（指定値：'abc'）"),
     ({"OOMDOCTOR_MAX_BODY": "0"}, "OOMDOCTOR_MAX_BODY: must be a positive size, got '0'",
-     "OOMDOCTOR_MAX_BODY: 正のサイズを指定してください（指定値：'0'）"),
-    ({"OOMDOCTOR_PORT": "x"}, "OOMDOCTOR_PORT: not a number: 'x'", "OOMDOCTOR_PORT: 数値として読めません（指定値：'x'）"),
+     "OOMDOCTOR_MAX_BODY：正のサイズを指定してください（指定値：'0'）"),
+    ({"OOMDOCTOR_PORT": "x"}, "OOMDOCTOR_PORT: not a number: 'x'", "OOMDOCTOR_PORT：数値として読めません（指定値：'x'）"),
     ({"OOMDOCTOR_PORT": "-1"}, "OOMDOCTOR_PORT: must not be negative, got '-1'",
-     "OOMDOCTOR_PORT: 負の値は指定できません（指定値：'-1'）"),
+     "OOMDOCTOR_PORT：負の値は指定できません（指定値：'-1'）"),
     ({"OOMDOCTOR_CHAT_LANG": "xx"}, "chat language must be one of en, ja, got 'xx'",
-     "チャットの言語は en, ja のいずれかを指定してください（指定値：'xx'）"),
+     "チャットの言語はen, jaのいずれかを指定してください（指定値：'xx'）"),
     ({"OOMDOCTOR_HOST": "0.0.0.0"},
      "refusing to listen on 0.0.0.0 without an API token: set OOMDOCTOR_API_TOKEN (clients then send "
      "'Authorization: Bearer <token>'), listen on 127.0.0.1, or pass --insecure",
-     "API トークンなしで 0.0.0.0 では待ち受けません：OOMDOCTOR_API_TOKEN を設定する（クライアントは "
-     "'Authorization: Bearer <token>' を送ります）、127.0.0.1 で待ち受ける、または --insecure を指定してください"),
+     "APIトークンなしで0.0.0.0では待ち受けません：OOMDOCTOR_API_TOKENを設定する（クライアントは"
+     "'Authorization: Bearer <token>'を送ります）、127.0.0.1で待ち受ける、または--insecureを指定してください"),
 ]
 
 

@@ -122,7 +122,7 @@ def test_text_and_markdown_show_the_product_by_name() -> None:
     from oomdoctor.i18n import use_lang
 
     with use_lang("ja"):
-        assert "製品：vLLM（LLM クラス）" in render_text(ja, width=200)
+        assert "製品：vLLM（LLMクラス）" in render_text(ja, width=200)
 
 
 def test_a_bare_allocator_oom_under_vllm_serve_happened_inside_vllm() -> None:

@@ -88,21 +88,69 @@ def test_streamed_jsonl_is_documented() -> None:
 
 def test_every_code_line_of_the_fixtures_remedies_is_shell_words() -> None:
     """Each command and flag snippet of every fixture's remedies parses as shell words (shlex), with
-    no [REDACTED] inside a command: a redacted secret is an environment variable's reference."""
+    no [REDACTED] inside a command: a redacted secret is an environment variable's reference. A
+    setting on a code line is ``name=value`` with a one-word value; a setting said in words
+    ("half of the current value", "an AWQ or GPTQ 4-bit checkpoint of ...") is never on one. The
+    Python of a ``python -c`` parses (ast)."""
+    import ast
     import json
     import shlex
 
-    from oomdoctor.render.common import remedy_snippet
+    from oomdoctor.render.common import is_code_setting, snippet_lines
     from oomdoctor.report import Remedy
 
-    seen = 0
+    seen = prose = python = 0
     for golden in sorted((ROOT / "fixtures").glob("*/*.expected.json")):
         for finding in json.loads(golden.read_text(encoding="utf-8")).get("findings", []):
             for r in finding.get("remedies", []):
                 remedy = Remedy.model_validate(r)
-                for line in [remedy_snippet(remedy), remedy.command or "", *(s.command for s in remedy.run)]:
+                codes = snippet_lines(remedy)
+                snippet = "\n".join(codes)
+                # a command line's flags and a config file's settings never share a line
+                for code in codes:
+                    words = shlex.split(code)
+                    flags = any(w.startswith("-") for w in words)
+                    settings = any("=" in w and not w.startswith("-") and not w.split("=")[0].isupper() for w in words)
+                    assert not (flags and settings), (golden.name, code)
+                for key, value in remedy.settings.items():
+                    if is_code_setting(key, value):
+                        assert f"{key}={value}" in shlex.split(snippet), (golden.name, key, value)
+                    else:
+                        prose += 1
+                        assert f"{key}={value}" not in snippet, (golden.name, key, value)
+                for line in [*codes, remedy.command or "", *(s.command for s in remedy.run)]:
                     if line:
                         seen += 1
-                        assert shlex.split(line), (golden.name, line)
+                        words = shlex.split(line)
+                        assert words, (golden.name, line)
                         assert "[REDACTED]" not in line, (golden.name, line)
-    assert seen > 100
+                        for i, word in enumerate(words[:-2]):
+                            if word.rsplit("/", 1)[-1].startswith("python") and words[i + 1] == "-c":
+                                python += 1
+                                ast.parse(words[i + 2])
+    assert seen > 100 and prose > 20 and python > 0
+
+
+def test_a_setting_in_words_is_prose_not_code() -> None:
+    from oomdoctor.render.common import remedy_snippet, setting_lines
+    from oomdoctor.render.text import render_findings_text
+    from oomdoctor.report import Finding, Location, Remedy
+
+    r = Remedy(id="r", title="Halve the batch", settings={"gradient_checkpointing": "true", "batch_size": "half of it",
+                                                           "model": "an AWQ or GPTQ 4-bit checkpoint of x/y"})
+    assert remedy_snippet(r) == "gradient_checkpointing=true"
+    assert setting_lines(r) == ["batch_size: half of it", "model: an AWQ or GPTQ 4-bit checkpoint of x/y"]
+    f = Finding(rule="x", kind="torch.cuda-oom", engine="pytorch", severity="error", title="t", message="m",
+                location=Location(source="a.log", line=1, end_line=1), remedies=[r])
+    lines = render_findings_text([f], width=100).splitlines()
+    assert "       gradient_checkpointing=true" in lines and "     batch_size: half of it" in lines
+
+
+def test_a_flag_and_a_config_setting_never_share_a_code_line() -> None:
+    from oomdoctor.render.common import remedy_headline, snippet_lines
+    from oomdoctor.report import Remedy
+
+    r = Remedy(id="host.container-memory-limit", title="Raise the limit", flags={"--memory": "20g"},
+               settings={"resources.limits.memory": "20Gi"})
+    assert snippet_lines(r) == ["--memory 20g", "resources.limits.memory=20Gi"]
+    assert "`--memory 20g` · `resources.limits.memory=20Gi`" in remedy_headline(r, lambda c: f"`{c}`")

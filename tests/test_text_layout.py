@@ -77,3 +77,43 @@ def test_plain_has_no_colour_and_no_rules_colour_has_both() -> None:
     coloured = T.render_text(report, width=80, color=True)
     assert "\x1b[31" in coloured and "── CUDA out of memory ─" in coloured
     assert ANSI.sub("", coloured).replace("─", "").split("\n")[1:] == plain.split("\n")[1:]
+
+
+def _fit_text(lang: str, width: int) -> tuple[str, list[str]]:
+    from oomdoctor.advisor.catalog import find_gpu, find_model
+    from oomdoctor.advisor.fit import fit
+    from oomdoctor.cli.fit_cmd import render_fit_text
+    from oomdoctor.i18n import use_lang
+
+    with use_lang(lang):
+        geo, gpu = find_model("meta-llama/Llama-3.1-8B"), find_gpu("A10G")
+        assert geo is not None and gpu is not None
+        res = fit(geo, gpu)
+        return render_fit_text(res, width=width), [term for term, _b, _s in res.rows]
+
+
+@pytest.mark.parametrize("lang", ["en", "ja"])
+@pytest.mark.parametrize("width", [80, 120])
+def test_fit_table_keeps_terms_whole_and_its_note_column_wide(lang: str, width: int) -> None:
+    """fit's budget table at 80 and 120 columns in both languages: no line over the width, every
+    term whole on one line, and the note column never narrower than NOTE_MIN cells (Japanese terms
+    at 80 columns put each note under its term instead of squeezing it to a dozen cells)."""
+    from oomdoctor.cli.fit_cmd import NOTE_MIN
+
+    out, terms = _fit_text(lang, width)
+    lines = out.splitlines()
+    assert all(T.cell_len(line) <= width for line in lines if "$ " not in line and "--" not in line)
+    rows = [next(line for line in lines if line.startswith("  " + term + " ")) for term in terms]
+    head_w = 2 + max(T.cell_len(term) for term in terms) + 2 + 10
+    stacked = all(T.cell_len(row) == head_w for row in rows)  # the size ends the row, the note is below
+    assert stacked == (lang == "ja" and width == 80)
+    if not stacked:  # three columns: the note column has room
+        assert all(T.cell_len(row) > head_w + 2 for row in rows) and width - head_w - 2 >= NOTE_MIN
+    assert all(label in out for label in terms)
+
+
+def test_the_stacked_fit_table_puts_each_note_under_its_term() -> None:
+    out, _terms = _fit_text("ja", 80)
+    lines = out.splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith("  重み "))
+    assert lines[i + 1].startswith("      カタログ：meta-llama/Llama-3.1-8B")

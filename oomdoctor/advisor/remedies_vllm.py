@@ -753,10 +753,14 @@ def _per_gpu_need(f: Facts, tp: int, pp: int) -> int | None:
 
 
 def _gpus(inp: AdviceInput) -> tuple[int, str] | None:
+    """The GPU count and where it comes from, in words: the log, ``--hint gpus=N``, or ``fit --gpus N``
+    (fit passes its option as a hint and plans)."""
     f = get_facts(inp)
     if f.gpus is None:
         return None
-    return int(f.gpus.value), f.gpus.source
+    n = int(f.gpus.value)
+    key = "source_log" if f.gpus.source == "context" else ("source_flag" if inp.planned else "source_hint")
+    return n, remedy_text("vllm.tensor-parallel-size", key, count=n)
 
 
 @remedy("vllm.tensor-parallel-size")

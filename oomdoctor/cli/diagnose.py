@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from oomdoctor import __version__
+from oomdoctor.cli import complete
 from oomdoctor.cli.commands import SUBCOMMANDS
 from oomdoctor.cli.errors import fail, warn
 from oomdoctor.cli.live import LIVE_FORMATS, LiveFindings, exit_code
@@ -116,13 +117,14 @@ def _build_app() -> typer.Typer:
             typer.Argument(metavar="FILE", show_default=False, hidden=True, autocompletion=_complete_first_word),
         ] = None,
         fmt: Annotated[
-            str, typer.Option("--format", "-f", help=N_("One of: text, json, jsonl, markdown, slack."), metavar="FORMAT")
+            str, typer.Option("--format", "-f", help=N_("One of: text, json, jsonl, markdown, slack."), metavar="FORMAT",
+                         autocompletion=complete.formats)
         ] = "text",
         output: Annotated[
             str | None, typer.Option("--output", "-o", help=N_("Write the report here."), metavar="PATH")
         ] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help=N_("Pipe mode: do not pass input through."))] = False,
-        hint: Annotated[list[str] | None, typer.Option("--hint", help=HINT_HELP, metavar="KEY=VALUE")] = None,
+        hint: Annotated[list[str] | None, typer.Option("--hint", help=HINT_HELP, metavar="KEY=VALUE", autocompletion=complete.hints)] = None,
         model_config: Annotated[
             str | None,
             typer.Option("--model-config", help=N_("The model's config.json (KV geometry)."), metavar="PATH"),
@@ -131,7 +133,8 @@ def _build_app() -> typer.Typer:
             list[str] | None, typer.Option("--rules", help=N_("Extra rule directory (repeatable)."), metavar="DIR")
         ] = None,
         fail_on: Annotated[
-            str, typer.Option("--fail-on", help=N_("Exit 1 on: error or warning."), metavar="LEVEL")
+            str, typer.Option("--fail-on", help=N_("Exit 1 on: error or warning."), metavar="LEVEL",
+                         autocompletion=complete.choices("error", "warning"))
         ] = "error",
         follow: Annotated[
             str | None, typer.Option("--follow", "-F", help=N_("Follow FILE like tail -F."), metavar="FILE")
@@ -144,7 +147,7 @@ def _build_app() -> typer.Typer:
         ] = False,
         lang: Annotated[
             str | None,
-            typer.Option("--lang", help=LANG_HELP, metavar="LANG"),
+            typer.Option("--lang", help=LANG_HELP, metavar="LANG", autocompletion=complete.langs),
         ] = None,
         version: Annotated[
             bool, typer.Option("--version", callback=_version, is_eager=True, help=N_("Print the version."))

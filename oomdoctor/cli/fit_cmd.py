@@ -8,9 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
+from oomdoctor.cli import complete
 from oomdoctor.cli.diagnose import LANG_HELP
 from oomdoctor.cli.errors import fail
-from oomdoctor.i18n import N_, _, resolve_lang, use_lang
+from oomdoctor.i18n import N_, _, current_lang, resolve_lang, use_lang
 
 
 def _size(n: int) -> str:
@@ -22,7 +23,7 @@ def _size(n: int) -> str:
 def render_fit_text(res: Any, width: int | None = None) -> str:
     """The budget table, the verdict and the remedies, laid out like the post-mortem text: prose
     wrapped to the terminal with hanging indents, flags and commands whole on their own lines."""
-    from oomdoctor.render.common import confidence_label, fits_label, remedy_snippet
+    from oomdoctor.render.common import confidence_label, fits_label, setting_lines, snippet_lines
     from oomdoctor.render.text import BODY, CODE, REMEDY, TextLayout, terminal_width
 
     out = TextLayout(terminal_width(width), False)
@@ -32,18 +33,13 @@ def render_fit_text(res: Any, width: int | None = None) -> str:
     on += _(", max model len {length}, KV {dtype}").format(length=res.max_model_len, dtype=res.kv_cache_dtype)
     out.prose(on, "", "  ")
     if res.plans:
-        tried = "; ".join(
+        tried = ("、" if current_lang() == "ja" else "; ").join(
             _("TP {tp}: fits").format(tp=t) if ok else _("TP {tp}: room for {tokens} tokens").format(tp=t, tokens=cap)
             for t, ok, cap in res.plans)
         out.prose(_("Plan for {gpus} GPUs ({tried}):").format(gpus=res.gpus, tried=tried), "", "  ")
         out.code("$ " + res.command, CODE)
     out.lines.append("")
-    from rich.cells import cell_len  # East Asian wide characters take two cells
-
-    term_w = max(cell_len(row[0]) for row in res.rows)
-    for term, value, source in res.rows:
-        head = f"{BODY}{term}{' ' * (term_w - cell_len(term))}  {_size(value):>10}  "
-        out.prose(head + source, "", " " * cell_len(head))
+    budget_table(res.rows, out)
     out.lines.append("")
     if res.fits:
         if res.concurrency < 2:
@@ -79,14 +75,39 @@ def render_fit_text(res: Any, width: int | None = None) -> str:
             number = f"{r.rank}. "
             out.prose(number + r.title, BODY, BODY + " " * len(number))
             out.prose(f"{fits_label(r)} · {confidence_label(r.confidence)}", REMEDY)
-            snippet = remedy_snippet(r)
-            if snippet:
-                out.code(snippet, CODE)
+            for code in snippet_lines(r):
+                out.code(code, CODE)
+            for line in setting_lines(r):
+                out.prose(line, REMEDY, REMEDY + "  ")
             if r.command:
                 out.code("$ " + r.command, CODE)
             if r.why:
                 out.labelled(_("why:"), r.why, REMEDY)
     return "".join(line + "\n" for line in out.lines)
+
+
+#: the narrowest the budget table's third column (where each figure comes from) may be; narrower,
+#: each row's note goes on the lines below its term instead
+NOTE_MIN = 30
+
+
+def budget_table(rows: list[tuple[str, int, str]], out: Any) -> None:
+    """The budget rows (term, bytes, where the figure comes from) as three columns, the note
+    wrapped in its own column; when the terms leave it fewer than :data:`NOTE_MIN` cells (long
+    Japanese terms at 80 columns), each note goes under its term, indented, across the full width.
+    A term is never split."""
+    from oomdoctor.render.text import BODY, cell_len, pad_cells
+
+    term_w = max(cell_len(row[0]) for row in rows)
+    head_w = len(BODY) + term_w + 2 + 10 + 2
+    stacked = out.width - head_w < NOTE_MIN
+    for term, value, source in rows:
+        head = f"{BODY}{pad_cells(term, term_w)}  {_size(value):>10}"
+        if stacked:
+            out.lines.append(head)
+            out.prose(source, BODY + "    ")
+        else:
+            out.prose(source, head + "  ", " " * head_w)
 
 
 #: ``--gpu-memory`` units as written: GB/MB/TB decimal, GiB/MiB/TiB binary; a bare number is GiB
@@ -154,10 +175,11 @@ def register(app: typer.Typer) -> None:
         model: Annotated[
             str | None, typer.Option("--model", help=N_(
                 "A model directory (config.json + safetensors), a model from the catalog (see --list-models), "
-                "or org/name read from the Hugging Face Hub when online."), metavar="NAME")
+                "or org/name read from the Hugging Face Hub when online."), metavar="NAME", autocompletion=complete.models)
         ] = None,
         gpu: Annotated[
-            str | None, typer.Option("--gpu", help=N_("GPU name, e.g. A10G, L4, H100 (see --list-gpus)."), metavar="NAME")
+            str | None, typer.Option("--gpu", help=N_("GPU name, e.g. A10G, L4, H100 (see --list-gpus)."), metavar="NAME",
+                                autocompletion=complete.gpus)
         ] = None,
         gpu_memory: Annotated[
             str | None,
@@ -174,10 +196,12 @@ def register(app: typer.Typer) -> None:
             int | None, typer.Option("--max-model-len", help=N_("Context length (default: the model's)."), metavar="TOKENS")
         ] = None,
         dtype: Annotated[
-            str | None, typer.Option("--dtype", help=N_("auto, bfloat16, float16, float32."), metavar="DTYPE")
+            str | None, typer.Option("--dtype", help=N_("auto, bfloat16, float16, float32."), metavar="DTYPE",
+                                autocompletion=complete.choices("auto", "bfloat16", "float16", "float32"))
         ] = None,
         kv_cache_dtype: Annotated[
-            str | None, typer.Option("--kv-cache-dtype", help=N_("auto or fp8."), metavar="DTYPE")
+            str | None, typer.Option("--kv-cache-dtype", help=N_("auto or fp8."), metavar="DTYPE",
+                                autocompletion=complete.choices("auto", "fp8"))
         ] = None,
         gpu_memory_utilization: Annotated[
             float | None, typer.Option("--gpu-memory-utilization", help=N_("vLLM's budget fraction."), metavar="FRACTION")
@@ -204,7 +228,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         engine: Annotated[
             str, typer.Option("--engine", help=N_("vllm or sglang (SGLang's --mem-fraction-static budget)."),
-                              metavar="ENGINE")
+                              metavar="ENGINE", autocompletion=complete.choices("vllm", "sglang"))
         ] = "vllm",
         mem_fraction_static: Annotated[
             float | None, typer.Option("--mem-fraction-static",
@@ -219,10 +243,12 @@ def register(app: typer.Typer) -> None:
             int | None, typer.Option("--chunked-prefill-size", help=N_("SGLang's prefill chunk (its default fraction)."),
                                      metavar="TOKENS")
         ] = None,
-        fmt: Annotated[str, typer.Option("--format", "-f", help=N_("text or json."), metavar="FORMAT")] = "text",
+        fmt: Annotated[str, typer.Option("--format", "-f", help=N_("text or json."), metavar="FORMAT",
+                                         autocompletion=complete.choices("text", "json"))] = "text",
         show_gpus: Annotated[bool, typer.Option("--list-gpus", help=N_("List the GPUs of the catalog."))] = False,
         show_models: Annotated[bool, typer.Option("--list-models", help=N_("List the models of the catalog."))] = False,
-        lang: Annotated[str | None, typer.Option("--lang", help=LANG_HELP, metavar="LANG")] = None,
+        lang: Annotated[str | None, typer.Option("--lang", help=LANG_HELP, metavar="LANG",
+                                                 autocompletion=complete.langs)] = None,
     ) -> int:
         try:
             chosen = resolve_lang(lang)  # --lang, else OOMDOCTOR_LANG, else the locale

@@ -99,7 +99,11 @@ def _formatter_class(base: Any) -> type:
             super().write_usage(prog, args, _("Usage: ") if prefix is None else prefix)
 
         def write_heading(self, heading: str) -> None:
-            super().write_heading(_(heading))
+            text = _(heading)
+            if _has_wide(text):  # a Japanese heading takes the full-width colon (CONTRIBUTING, "Japanese style")
+                self.write(f"{'':>{self.current_indent}}{text}：\n")
+            else:
+                super().write_heading(text)
 
         def write_text(self, text: str) -> None:
             if not _has_wide(text):

@@ -24,6 +24,7 @@ from typing import Annotated
 
 import typer
 
+from oomdoctor.cli import complete
 from oomdoctor.cli.diagnose import HINT_HELP, LANG_HELP
 from oomdoctor.cli.errors import fail
 from oomdoctor.i18n import N_, _
@@ -56,11 +57,12 @@ def run(
     command: Annotated[
         list[str] | None, typer.Argument(metavar="COMMAND", hidden=True)
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help=N_("Report format at the end."), metavar="FORMAT")] = "text",
+    fmt: Annotated[str, typer.Option("--format", "-f", help=N_("Report format at the end."), metavar="FORMAT",
+                                     autocompletion=complete.formats)] = "text",
     output: Annotated[
         str | None, typer.Option("--output", "-o", help=N_("Write the report here."), metavar="PATH")
     ] = None,
-    hint: Annotated[list[str] | None, typer.Option("--hint", help=HINT_HELP, metavar="KEY=VALUE")] = None,
+    hint: Annotated[list[str] | None, typer.Option("--hint", help=HINT_HELP, metavar="KEY=VALUE", autocompletion=complete.hints)] = None,
     model_config: Annotated[
         str | None, typer.Option("--model-config", help=N_("The model's config.json (KV geometry)."), metavar="PATH")
     ] = None,
@@ -72,13 +74,13 @@ def run(
     ] = False,
     exit_status: Annotated[
         str, typer.Option("--exit-status", help=N_("command (its status) or findings (1 if an OOM was found)."),
-                          metavar="FROM")
+                          metavar="FROM", autocompletion=complete.choices("command", "findings"))
     ] = "command",
     plain: Annotated[bool, typer.Option("--plain", help=N_("No colour, no rules."))] = False,
     brief: Annotated[
         bool, typer.Option("--brief", help=N_("One line per finding: where, kind, cause, first remedy."))
     ] = False,
-    lang: Annotated[str | None, typer.Option("--lang", help=LANG_HELP, metavar="LANG")] = None,
+    lang: Annotated[str | None, typer.Option("--lang", help=LANG_HELP, metavar="LANG", autocompletion=complete.langs)] = None,
 ) -> int:
     from oomdoctor.cli.diagnose import HintError, given_options, parse_hints, resolve_options
     from oomdoctor.render import FORMATS

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from oomdoctor.cli import complete
 from oomdoctor.cli.errors import fail, warn
 from oomdoctor.i18n import N_, _
 
@@ -34,7 +35,8 @@ def register(app: typer.Typer) -> None:
         insecure: Annotated[
             bool, typer.Option("--insecure", help=N_("Allow a non-loopback address without OOMDOCTOR_API_TOKEN."))
         ] = False,
-        log_level: Annotated[str, typer.Option("--log-level", help=N_("uvicorn log level."), metavar="LEVEL")] = "info",
+        log_level: Annotated[str, typer.Option("--log-level", help=N_("uvicorn log level."), metavar="LEVEL",
+                                          autocompletion=complete.choices(*LOG_LEVELS))] = "info",
     ) -> int:
         try:
             import fastapi  # noqa: F401

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from oomdoctor import cache
+from oomdoctor.cli import complete
 from oomdoctor.cli.errors import fail
 from oomdoctor.i18n import N_, _, current_lang, use_lang
 from oomdoctor.rulepack import RulePackError, load_pack
@@ -36,6 +37,7 @@ def _pack(dirs: list[str] | None, builtin: bool = True):
 
 
 _FORMAT_HELP = N_("text or json.")
+_FORMATS = complete.choices("text", "json")
 
 
 def _check_format(fmt: str) -> int | None:
@@ -48,7 +50,7 @@ def _check_format(fmt: str) -> int | None:
 @rules_app.command("list", help=N_("List every rule: id, kind, engine, title."))
 def rules_list(
     rules: Annotated[list[str] | None, typer.Option("--rules", help=N_("Extra rule directory (repeatable)."), metavar="DIR")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help=_FORMAT_HELP, metavar="FORMAT")] = "text",
+    fmt: Annotated[str, typer.Option("--format", "-f", help=_FORMAT_HELP, metavar="FORMAT", autocompletion=_FORMATS)] = "text",
     as_json: Annotated[bool, typer.Option("--json", help=N_("JSON output."), hidden=True)] = False,
 ) -> int:
     if as_json:
@@ -100,9 +102,9 @@ def _table(rows: list[tuple[str, ...]], cut: bool) -> list[str]:
     short_help=N_("Show a rule as written in its TOML file."),
 )
 def rules_show(
-    rule_id: Annotated[str, typer.Argument(metavar="RULE_ID", hidden=True)],
+    rule_id: Annotated[str, typer.Argument(metavar="RULE_ID", hidden=True, autocompletion=complete.rule_ids)],
     rules: Annotated[list[str] | None, typer.Option("--rules", help=N_("Extra rule directory (repeatable)."), metavar="DIR")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help=_FORMAT_HELP, metavar="FORMAT")] = "text",
+    fmt: Annotated[str, typer.Option("--format", "-f", help=_FORMAT_HELP, metavar="FORMAT", autocompletion=_FORMATS)] = "text",
 ) -> int:
     if (bad := _check_format(fmt)) is not None:
         return bad

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -91,21 +92,57 @@ def figure_label(name: str) -> str:
     return name.replace("_bytes", "").replace("_", " ")
 
 
-def remedy_snippet(r: Remedy) -> str:
-    """The copy-pasteable part of a remedy: env assignments and flags."""
-    parts: list[str] = []
-    parts += [f"{k}={shlex.quote(v)}" for k, v in r.env.items()]
+#: a setting that is code: a dotted name set to one word (``gradient_checkpointing=true``,
+#: ``zero_optimization.stage=3``, ``optim=adamw_bnb_8bit``); any other is prose (issue 37)
+_SETTING_KEY = re.compile(r"[A-Za-z_][\w.\-]*", re.ASCII)
+_SETTING_VALUE = re.compile(r"[\w.+\-/:@]+", re.ASCII)
+
+
+def is_code_setting(key: str, value: str) -> bool:
+    """Whether ``key=value`` is a setting as a config file takes it, not words about one
+    (``batch_size``: "half of the current value", ``model``: "an AWQ or GPTQ 4-bit checkpoint")."""
+    return bool(_SETTING_KEY.fullmatch(key) and _SETTING_VALUE.fullmatch(value))
+
+
+def prose_settings(r: Remedy) -> list[tuple[str, str]]:
+    """The remedy's settings said in words: shown as ``name: words``, never on a code line."""
+    return [(k, v) for k, v in r.settings.items() if not is_code_setting(k, v)]
+
+
+def snippet_lines(r: Remedy) -> list[str]:
+    """The copy-pasteable parts of a remedy, each on a line of its own: env assignments and flags
+    (a command line's words), then the settings that are code (:func:`is_code_setting`) — a flag
+    and a config setting never share a line (``--memory 20g`` is docker's, ``resources.limits.memory=20Gi``
+    Kubernetes'). Every word is a shell word, so each line pastes as it reads."""
+    words: list[str] = [f"{k}={shlex.quote(v)}" for k, v in r.env.items()]
     for k, v in r.flags.items():
-        parts.append(k if v == "" else f"{k} {shlex.quote(v)}")
-    parts += [f"{k}={v}" for k, v in r.settings.items()]
-    return " ".join(parts)
+        words.append(k if v == "" else f"{k} {shlex.quote(v)}")
+    settings = [f"{k}={v}" for k, v in r.settings.items() if is_code_setting(k, v)]
+    return [line for line in (" ".join(words), " ".join(settings)) if line]
+
+
+def remedy_snippet(r: Remedy) -> str:
+    """The first of :func:`snippet_lines` (one line: ``--brief``, a chat's fallback text)."""
+    lines = snippet_lines(r)
+    return lines[0] if lines else ""
+
+
+def setting_lines(r: Remedy) -> list[str]:
+    """``name: words`` for each prose setting (``name：words`` in Japanese)."""
+    return [f"{k}{colon()}{v}" for k, v in prose_settings(r)]
+
+
+def colon() -> str:
+    """What joins a label to its text: ``": "`` in English, the full-width ``"："`` (no space) in
+    Japanese (CONTRIBUTING.md, "Japanese style")."""
+    return "：" if current_lang() == "ja" else ": "
 
 
 def remedy_headline(r: Remedy, code: Callable[[str], str], esc: Callable[[str], str] = str) -> str:
     """``N. Title: `flags` _(fits, saves X)_``, the first line of a remedy in chat renderers."""
-    snippet = remedy_snippet(r)
+    snippet = " · ".join(code(line) for line in snippet_lines(r))
     saves = _(", saves {size}").format(size=format_size(r.saves_bytes)) if r.saves_bytes else ""
-    return f"{r.rank}. {esc(r.title)}" + (f": {code(snippet)}" if snippet else "") + f" _({fits_label(r)}{saves})_"
+    return f"{r.rank}. {esc(r.title)}" + (colon() + snippet if snippet else "") + f" _({fits_label(r)}{saves})_"
 
 
 def fits_label(r: Remedy) -> str:

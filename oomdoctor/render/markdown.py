@@ -12,6 +12,7 @@ from typing import Any
 from oomdoctor.i18n import _
 from oomdoctor.render.common import (
     by_source,
+    colon,
     cut_lines_text,
     facts_of,
     failures_text,
@@ -21,9 +22,10 @@ from oomdoctor.render.common import (
     product_name,
     remedy_headline,
     result_text,
+    setting_lines,
     where,
 )
-from oomdoctor.render.why import why_line
+from oomdoctor.render.why import labelled_text, why_line
 from oomdoctor.report import Finding, Report
 
 MESSAGE_CHARS = 600
@@ -91,7 +93,7 @@ def finding_markdown(f: Finding) -> str:
     items = figure_items(f)
     if items:
         out.append("")
-        out.append(" · ".join(f"{k}: **{v}**" for k, v in items))
+        out.append(" · ".join(f"{k}{colon()}**{v}**" for k, v in items))
     why = why_line(f)
     if why:
         out.append("")
@@ -101,14 +103,15 @@ def finding_markdown(f: Finding) -> str:
         out.append("**" + _("Try, in this order:") + "**")
         for r in f.remedies:
             out.append(remedy_headline(r, code_span))
+            out.extend(f"   - {line}" for line in setting_lines(r))
             if r.why:
-                out.append(f"   - {_('why:')} {r.why}")
+                out.append("   - " + labelled_text(_("why:"), r.why))
             if r.tradeoff:
-                out.append(f"   - {_('cost:')} {r.tradeoff}")
+                out.append("   - " + labelled_text(_("cost:"), r.tradeoff))
             if r.command:
-                out.append(f"   - {_('command:')} {code_span(r.command)}")
+                out.append("   - " + labelled_text(_("command:"), code_span(r.command)))
             for step in r.run:
-                out.append(f"   - {step.label} {code_span(step.command)}")
+                out.append("   - " + labelled_text(step.label, code_span(step.command)))
     return "\n".join(out)
 
 
@@ -120,14 +123,14 @@ def _parts(report: Report) -> list[tuple[str, bool]]:
     parts: list[tuple[str, bool]] = []
     for source, findings in by_source(report):
         facts = facts_of(report.context_of(source))
-        head = f"\n\n## {code_span(source)}: {findings_summary(findings)}"
+        head = f"\n\n## {code_span(source)}{colon()}{findings_summary(findings)}"
         parts.append((head + ("\n_" + " · ".join(facts) + "_" if facts else ""), False))
         parts.extend(("\n\n" + finding_markdown(f), True) for f in findings)
     return parts
 
 
 def render_markdown(report: Report, *, max_chars: int | None = None, **_options: Any) -> str:
-    head = [f"**oomdoctor**: {summary_line(report)}"]
+    head = [f"**oomdoctor**{colon()}{summary_line(report)}"]
     if report.summary.cut_lines:
         head.append(cut_lines_text(report))
     facts = context_facts(report)

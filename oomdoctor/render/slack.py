@@ -15,14 +15,16 @@ from typing import Any
 
 from oomdoctor.i18n import _
 from oomdoctor.render.common import (
+    colon,
     figure_items,
     occurrences_note,
     phase_text,
     remedy_headline,
     remedy_snippet,
+    setting_lines,
 )
 from oomdoctor.render.markdown import context_facts, location_text, summary_line
-from oomdoctor.render.why import why_line
+from oomdoctor.render.why import labelled_text, why_line
 from oomdoctor.report import Finding, Report
 
 MAX_TEXT = 3000
@@ -97,12 +99,13 @@ def finding_blocks(f: Finding, max_remedies: int = 6) -> list[dict[str, Any]]:
         lines.append("*" + _("Try, in this order:") + "*")
     for r in f.remedies[:max_remedies]:
         lines.append(remedy_headline(r, code, esc))
+        lines.extend(f"      {esc(line)}" for line in setting_lines(r))
         if r.why:
             lines.append(f"      _{esc(_clip(r.why, 300))}_")
         if r.command:
             lines.append(f"      {code(r.command)}")
         for step in r.run:
-            lines.append(f"      {esc(step.label)} {code(step.command)}")
+            lines.append("      " + labelled_text(esc(step.label), code(step.command)))
     if len(f.remedies) > max_remedies:
         lines.append("_" + _("…and {n} more remedies (see the full report).").format(n=len(f.remedies) - max_remedies) + "_")
     blocks += [_section(t) for t in _chunks(lines)]
@@ -114,7 +117,7 @@ def _size(blocks: list[dict[str, Any]]) -> int:
 
 
 def fallback_text(report: Report) -> str:
-    text = f"oomdoctor: {summary_line(report)}"
+    text = f"oomdoctor{colon()}{summary_line(report)}"
     errors = [f for f in report.findings if f.severity == "error"] or report.findings
     if errors:
         f = errors[0]
@@ -129,7 +132,7 @@ def render_slack_blocks(report: Report, *, response_type: str | None = None) -> 
     icon = ":rotating_light:" if report.has_errors else (":warning:" if report.findings else ":white_check_mark:")
     header = {
         "type": "header",
-        "text": {"type": "plain_text", "text": _clip(f"{icon} oomdoctor: {summary_line(report)}", MAX_HEADER), "emoji": True},
+        "text": {"type": "plain_text", "text": _clip(f"{icon} oomdoctor{colon()}{summary_line(report)}", MAX_HEADER), "emoji": True},
     }
     blocks: list[dict[str, Any]] = [header]
     facts = context_facts(report)

@@ -28,6 +28,8 @@ from oomdoctor.render.common import (
     product_name,
     remedy_snippet,
     result_text,
+    setting_lines,
+    snippet_lines,
     where,
 )
 from oomdoctor.render.why import why_line
@@ -256,9 +258,10 @@ def finding_lines(f: Finding, out: TextLayout) -> None:
             if r.saves_bytes:
                 facts += " · " + _("saves {size}").format(size=format_size(r.saves_bytes))
             out.prose(facts, REMEDY)
-            snippet = remedy_snippet(r)
-            if snippet:
-                out.code(snippet)
+            for code in snippet_lines(r):
+                out.code(code)
+            for line in setting_lines(r):
+                out.prose(line, REMEDY, REMEDY + "  ")
             if r.command:
                 out.code("$ " + r.command)
             for step in r.run:  # a command to run by hand: its label, then the command on its own line
