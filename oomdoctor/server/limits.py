@@ -16,7 +16,7 @@ from oomdoctor.report import Report
 from oomdoctor.rulepack import RulePack
 from oomdoctor.scanner import RuleTimeout, Scanner
 
-#: the analysis deadline is checked between chunks of this size
+#: the analysis deadline is checked between chunks of this size (and before each candidate line)
 CHUNK = 256 << 10
 
 Scope = dict[str, Any]
@@ -331,23 +331,30 @@ class AnalysisTimeout(Exception):
 
 
 class Deadline:
-    """The time limit of one request's work in its worker thread (decoding, analysis, redaction, rendering)."""
+    """The time limit of one request's work in its worker thread (decoding, analysis, redaction,
+    rendering). ``clock``: seconds, ascending (a test's own)."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.seconds = seconds
-        self.at = time.monotonic() + seconds
+        self.clock = clock
+        self.at = clock() + seconds
 
     def check(self) -> None:
-        if time.monotonic() > self.at:
+        if self.clock() > self.at:
             raise AnalysisTimeout()
 
 
 def analyse(
     data: bytes, pack: RulePack, hints: Mapping[str, str], timeout: float | Deadline, source: str = "<request>"
 ) -> Report:
-    """Diagnose ``data``, stopping with :class:`AnalysisTimeout` once ``timeout`` seconds have passed."""
+    """Diagnose ``data``, stopping with :class:`AnalysisTimeout` once ``timeout`` seconds have passed.
+
+    The deadline is checked before each candidate line is read (the costly work: a line read
+    costs at most a few milliseconds, its regexes bounded by ``REGEX_TIMEOUT``) and between
+    chunks (the prefilter's pass over one), so the limit holds within a small fraction of itself."""
     deadline = timeout if isinstance(timeout, Deadline) else Deadline(timeout)
     scanner = Scanner(pack, source=source, hints=dict(hints))
+    scanner.tick = deadline.check
     view = memoryview(data)
     for start in range(0, len(data), CHUNK):
         scanner.feed(bytes(view[start : start + CHUNK]))
