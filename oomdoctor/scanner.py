@@ -34,6 +34,7 @@ from oomdoctor.scan.lifetime import Lifetime
 from oomdoctor.scan.lines import LineAssembly
 from oomdoctor.scan.matching import RuleMatching, RuleTimeout, _Pending
 from oomdoctor.scan.recent import RecentLines
+from oomdoctor.scan.runs import RepeatRuns
 from oomdoctor.scan.state import (
     _BUILTIN_TRIGGERS,
     _GENERIC_ENGINES,
@@ -133,7 +134,7 @@ def scan_triggers(pack: RulePack) -> list[str]:
     return [*pack.all_triggers(), *_BUILTIN_TRIGGERS]
 
 
-class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
+class Scanner(LineAssembly, RepeatRuns, EvidenceAside, RuleMatching, Folding, Lifetime):
     """Streaming API: ``feed(bytes)`` as data arrives, ``poll()`` for finished findings,
     ``close() -> Report`` at the end."""
 
@@ -181,6 +182,8 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         self._timing = ""  # the context/phase rule whose regex runs (named by RuleTimeout)
         #: user rules dropped during this scan (their regex timed out): id -> why
         self.dropped_rules: dict[str, str] = {}
+        #: called before each candidate line is read: a service's deadline raises from it
+        self.tick: Callable[[], None] | None = None
         self._start_source(source)
 
     def _derive(self, prefilter: Prefilter | None) -> None:
@@ -403,6 +406,7 @@ class Scanner(LineAssembly, EvidenceAside, RuleMatching, Folding, Lifetime):
         self._paste: bytearray | None = bytearray()
         #: the latest start-up banner (a line naming the engine's version): a new run begins
         self._run_start = 0
+        self._start_runs()
 
     @property
     def prefilter(self) -> Prefilter:

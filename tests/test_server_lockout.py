@@ -193,3 +193,38 @@ def test_follow_help_shows_help_not_a_wait() -> None:
                            stdin=subprocess.DEVNULL)
         assert p.returncode == 0, (args, p.stderr)
         assert p.stdout.startswith(b"Usage: oomdoctor [OPTIONS] [FILE]..."), args
+
+
+def test_a_connection_just_made_is_not_displaced_before_an_unverified_one(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A /healthz probe whose headers are on their way when an attacker's next connection
+    arrives at the cap: the oldest unverified upload goes, not the probe (it used to be the
+    oldest connection waiting for its headers, displaced first)."""
+    from oomdoctor.server import protocol
+
+    monkeypatch.setattr(protocol, "WAIT_GRACE", PATIENCE)  # "a moment ago", however slow the machine
+    cfg = base_config(receiver, body_timeout=30.0, header_timeout=30.0, max_connections=CAP)
+    with running_server(cfg) as (url, server):
+        state = server.server_state
+        held = []
+        try:
+            for _ in range(CAP - 1):
+                s = connect(url)
+                s.sendall(_forged_slack_headers(1000) + b"text=a")
+                held.append(s)
+            assert until(lambda: len(getattr(state, "oomdoctor_unverified", ())) == CAP - 1)
+            probe = connect(url)  # connected, its request not sent yet
+            held.append(probe)
+            assert until(lambda: len(getattr(state, "oomdoctor_waiting", ())) == 1)
+            attacker = connect(url)  # over the cap
+            held.append(attacker)
+            assert until(lambda: len(getattr(state, "oomdoctor_waiting", ())) == 2)
+            probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert _answer(probe).startswith(b"HTTP/1.1 200")
+            held[0].settimeout(PATIENCE)
+            with contextlib.suppress(ConnectionResetError):
+                assert held[0].recv(65536) == b""  # the oldest unverified upload was closed
+        finally:
+            for s in held:
+                s.close()

@@ -83,11 +83,12 @@ class Folding(ScanState):
     rank's copy, a re-raise, a more specific message about it)."""
 
     def _add_finding(
-        self, rule: CompiledRule, m: Any, text: str, figures: dict[str, Any], anchor: Line, end_line: int
+        self, rule: CompiledRule, m: Any, text: str, figures: dict[str, Any], anchor: Line, end_line: int,
+        copies: int = 1,
     ) -> None:
         message = message_of(m, text)
         rank = anchor.rank
-        if self._same_failure(rule, figures, anchor, message, end_line):
+        if self._same_failure(rule, figures, anchor, message, end_line, copies):
             return
         if len(self._findings) + len(self._open) >= MAX_FINDINGS:
             return
@@ -178,6 +179,7 @@ class Folding(ScanState):
             return False  # (nothing changed: a first occurrence is read as every line is)
         self._claimed_until[line.rank] = max(self._claimed_until.get(line.rank, 0), end_line)
         self._note_read(line)
+        self._note_fold(line, rule, m, text, figures, end_line, -1)
         return True
 
     def _evidence(self, anchor: Line, rank: str | None) -> list[str]:
@@ -203,7 +205,8 @@ class Folding(ScanState):
         return out
 
     def _same_failure(
-        self, rule: CompiledRule, figures: dict[str, Any], anchor: Line, message: str, end_line: int
+        self, rule: CompiledRule, figures: dict[str, Any], anchor: Line, message: str, end_line: int,
+        copies: int = 1,
     ) -> bool:
         """Merge this match into a finding it repeats; ``True`` when it did.
 
@@ -213,6 +216,7 @@ class Folding(ScanState):
         same rule with the same figures in the same run (:meth:`_same_run`), or, within ``SAME_FAILURE_LINES``, the same rule from
         another rank, or a message whose figures agree with it (same kind, or a shared figure).
         A memory warning repeated any number of times stays one finding with its latest figures.
+        ``copies``: the copies of the line this match stands for (see :mod:`oomdoctor.scan.runs`).
         """
         rank = anchor.rank
         r = rule.rule
@@ -248,7 +252,7 @@ class Folding(ScanState):
             adds = f.rule != rule.id or rank in seen
             again = f.rule == rule.id and (r.severity == "warning" or (f.figures == figures and not near))
             if not retold and (rank not in seen or again):
-                f.occurrences += 1
+                f.occurrences += copies
                 if rank and rank not in f.ranks:
                     f.ranks.append(rank)
             seen.add(rank)

@@ -142,10 +142,14 @@ class LineAssembly(ScanState):
         # line (~5 µs each): then no line needs its own
         clean = masks_ok and len(spans) * 640 > n - lo and only_cut_in(block, lo, n, ascii_needles)
 
+        tick = self.tick
+
         def ahead(pos: int, line: int, owe: int, stop: int) -> tuple[int, int, int]:
             """Process the look-ahead lines still owed, up to offset ``stop``: none once no
             rule candidate waits for its window."""
             while owe > 0 and pos < stop and self._pending:
+                if tick is not None:
+                    tick()
                 e = find(b"\n", pos)
                 for ln in normalise(line, block[pos:e]):
                     process(ln)
@@ -157,6 +161,8 @@ class LineAssembly(ScanState):
         frame_marks = self._frame_marks
         pos, line = lo, first  # the next line not yet processed or skipped
         for start, end, mask in spans:
+            if start < pos:
+                continue  # a copy of a line passed over (see oomdoctor.scan.runs)
             if absorbing and not owe and not self._pending and not self._open and self._absorbs(mask):
                 raw = block[start:end]
                 if any(m in raw for m in frame_marks) and (clean or only_cut_by_normalise(raw, ascii_needles)):
@@ -171,6 +177,13 @@ class LineAssembly(ScanState):
                 line += count(block, pos, start)
             has_rule = False
             raw = block[start:end]
+            if tick is not None:
+                tick()
+            copies = self._copies_to_pass(block, start, n, line, raw)
+            if copies:  # the middle of a run of one line repeated: passed over (see oomdoctor.scan.runs)
+                pos, line = start + copies * (end - start + 1), line + copies
+                owe = max(0, owe - copies)
+                continue
             if between is not None:
                 mask |= self._ev_mask_of(raw) << self._ev_shift
             if not (clean or (masks_ok and only_cut_by_normalise(raw, ascii_needles))):
@@ -180,11 +193,15 @@ class LineAssembly(ScanState):
                 # (a warning repeated: folded into its finding from its own line)
                 or ((repeats := self._repeat_triggers(mask)) is not None and self._fold_repeat(line, raw, repeats))
             ):
+                # (a warning folded was read as one line; a line deferred was not read)
+                self._run_line = self._recent.last() if self._recent and self._recent.last().number == line else None
                 pos, line = end + 1, line + 1
                 continue
             self._here = (block, lo, start, line)  # where _lead_from_block finds the lines above
-            for ln in normalise(line, raw):
+            lines = normalise(line, raw)
+            for ln in lines:
                 has_rule = process(ln, mask) or has_rule
+            self._run_line = lines[0] if len(lines) == 1 else None
             pos, line = end + 1, line + 1
             if owe > 0:
                 owe -= 1

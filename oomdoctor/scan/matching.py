@@ -141,6 +141,8 @@ class RuleMatching(ScanState):
             m, text, end_line, figures = found
             self._claimed_until[start.rank] = max(self._claimed_until.get(start.rank, 0), end_line)
             self._claimed_until[anchor.rank] = max(self._claimed_until.get(anchor.rank, 0), end_line)
+            # (its window filled, the lines before the last one read aged the open findings)
+            self._note_fold(start, rule, m, text, figures, end_line, max(r.rule.window for r in p.rules) - 1)
             self._add_finding(rule, m, text, figures, start, end_line)
             return
 

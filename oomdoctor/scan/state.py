@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from oomdoctor.rulepack import CompiledRule, RulePack
     from oomdoctor.scan.matching import _Pending
     from oomdoctor.scan.recent import RecentLines
+    from oomdoctor.scan.runs import LastFold
 
 #: lines after a finding during which traceback frames and markers still count for its phase
 AFTER_LINES = 80
@@ -232,6 +233,18 @@ class ScanState:
     #: lines saying the program recovered from an out-of-memory error just before (line, rank)
     _recovered_at: deque[tuple[int, str | None]]
     _run_start: int
+    #: called before each candidate line is read (a service's deadline: see server.limits.analyse)
+    tick: Callable[[], None] | None
+    # runs of one line repeated (see oomdoctor.scan.runs): the raw bytes of the candidate line
+    # read last, the number the next copy would have, how many copies in a row so far, the first
+    # copy's number, the line read for the copies (None: not one logical line read: not passed
+    # over), and what reading a candidate line last did
+    _run_raw: bytes
+    _run_next: int
+    _run_count: int
+    _run_first: int
+    _run_line: Line | None
+    _last_fold: LastFold | None
     # matching
     _claimed_until: dict[str | None, int]
     _fold: bool
@@ -293,12 +306,18 @@ class ScanState:
         def _extract_figures(self, rule: CompiledRule, m: Any, text: str) -> dict[str, Any]: ...
         def _match_across_breaks(self, data: bytes) -> None: ...
         def _add_finding(
-            self, rule: CompiledRule, m: Any, text: str, figures: dict[str, Any], anchor: Line, end_line: int
+            self, rule: CompiledRule, m: Any, text: str, figures: dict[str, Any], anchor: Line, end_line: int,
+            copies: int = 1,
         ) -> None: ...
         def _evidence(self, anchor: Line, rank: str | None) -> list[str]: ...
         def _same_failure(
-            self, rule: CompiledRule, figures: dict[str, Any], anchor: Line, message: str, end_line: int
+            self, rule: CompiledRule, figures: dict[str, Any], anchor: Line, message: str, end_line: int,
+            copies: int = 1,
         ) -> bool: ...
+        def _copies_to_pass(self, block: bytes, start: int, n: int, number: int, raw: bytes) -> int: ...
+        def _note_fold(
+            self, anchor: Line, rule: CompiledRule, m: Any, text: str, figures: dict[str, Any], end: int, lag: int
+        ) -> None: ...
         def _same_run(self, last: int, line: int) -> bool: ...
         def _phase_for(self, o: _Open) -> str: ...
         def _age_open(self, final: bool, last_line: int | None = None) -> None: ...

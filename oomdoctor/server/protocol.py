@@ -8,7 +8,8 @@ request headers, and it accepts connections until the process runs out of file d
   ``header_timeout`` seconds of connecting (or of its previous response); it is closed otherwise.
   The deadline is not extended by data, so a client trickling one byte at a time gains nothing;
 * a **connection cap**: at ``max_connections`` open connections, a new one displaces the oldest
-  connection still waiting for its request headers, else the oldest one still sending the body of
+  connection still waiting for its request headers (one that connected less than
+  :data:`WAIT_GRACE` ago only when nothing else can go), else the oldest one still sending the body of
   an *unverified* request (one whose credentials are not in its headers: a Slack request, whose
   signature covers the body, a Mattermost request with the token in its form, any other path);
   when every connection is busy with a verified request (``/healthz``, a ``/v1`` request with the
@@ -38,6 +39,11 @@ BUSY_RESPONSE = (
 )
 
 
+#: seconds a connection may wait for its request headers before it is displaced ahead of
+#: connections sending unverified bodies (a client's headers are on their way that long)
+WAIT_GRACE = 1.0
+
+
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with a header deadline and a connection cap (see the module doc)."""
 
@@ -56,7 +62,7 @@ class GuardedH11Protocol(H11Protocol):
         if waiting is None:
             waiting = OrderedDict()
             self.server_state.oomdoctor_waiting = waiting  # type: ignore[attr-defined]
-        self._waiting: OrderedDict[GuardedH11Protocol, None] = waiting
+        self._waiting: OrderedDict[GuardedH11Protocol, float] = waiting  # (since when, loop time)
         # connections sending the body of an unverified request, oldest first (displaced next)
         unverified = getattr(self.server_state, "oomdoctor_unverified", None)
         if unverified is None:
@@ -69,7 +75,7 @@ class GuardedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self._limits.max_connections:
-            victim = next(iter(self._waiting), None) or next(iter(self._unverified), None)
+            victim = self._waiting_since(WAIT_GRACE) or next(iter(self._unverified), None) or next(iter(self._waiting), None)
             if victim is None:  # every connection is busy with a request: shed this one
                 self._forget()
                 self.connections.discard(self)
@@ -79,6 +85,15 @@ class GuardedH11Protocol(H11Protocol):
             victim._close()
         self._await_headers()
 
+    def _waiting_since(self, grace: float) -> GuardedH11Protocol | None:
+        """The oldest connection waiting for its request headers, if it has waited ``grace``
+        seconds: one that connected a moment ago (a ``/healthz`` probe, an authorized client
+        whose headers are on their way) is displaced only when nothing unverified can be."""
+        oldest = next(iter(self._waiting.items()), None)
+        if oldest is None or self.loop.time() - oldest[1] < grace:
+            return None
+        return oldest[0]
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._forget()
         super().connection_lost(exc)
@@ -87,7 +102,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def _await_headers(self) -> None:
         self._forget()
-        self._waiting[self] = None
+        self._waiting[self] = self.loop.time()
         self._header_timer = self.loop.call_later(self._limits.header_timeout, self._close)
 
     def _forget(self) -> None:
