@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from oomdoctor.advisor import prescription
-from oomdoctor.advisor.catalog import _gpu_key, geometry_from_config
+from oomdoctor.advisor.catalog import _gpu_key, find_gpu, find_model, geometry_from_config
 from oomdoctor.advisor.command import apply_flags, argv_from_launch_args
 from oomdoctor.advisor.engine_args import _near
+from oomdoctor.advisor.fit import fit
 from oomdoctor.advisor.memory_model import (
     MLA_BLOCK_SIZE,
     Facts,
@@ -25,6 +26,8 @@ from oomdoctor.advisor.memory_model import (
     default_utilization,
     facts,
     fp8_kv_flag_value,
+    kv_budget,
+    parse_version,
 )
 from oomdoctor.advisor.prescription import Prescribe, prescribed, remedy_table
 from oomdoctor.advisor.registry import AdviceInput, calculator
@@ -84,7 +87,7 @@ def test_version_defaults_of_the_kv_budget(version: tuple[int, int, int] | None,
         ((0, 19, 0), 29 * GiB),
         # from 0.20.0 the 3 GiB CUDA-graph estimate comes off the budget too: 26 GiB
         ((0, 20, 0), 26 * GiB),
-        # unknown version: counted as before 0.20.0 (fit.py counts it; see the issue's unification note)
+        # unknown version: read as a release before 0.20.0, as default_utilization reads it
         (None, 29 * GiB),
     ],
 )
@@ -98,6 +101,28 @@ def test_facts_kv_budget(version: tuple[int, int, int] | None, budget: int) -> N
     assert f.kv_budget == (72 - 40 - (3 if version == (0, 20, 0) else 0)) * GiB  # absent terms count 0
     f.weights = None
     assert f.kv_budget is None  # no weights, no budget
+
+
+@pytest.mark.parametrize(
+    ("version", "graphs_counted"),
+    [(None, False), ("0.19.1", False), ("0.20.0", True), ("0.33.0", True)],
+)
+def test_fit_and_the_post_mortem_share_one_kv_budget(version: str | None, graphs_counted: bool) -> None:
+    """fit's table, the Facts the remedies read and the plan search take the same budget: requested
+    − weights − activation − non-torch, less the 512 MiB graph estimate only from 0.20.0 (an unknown
+    version is a release before 0.20.0 for the utilization and the graphs alike)."""
+    geo, gpu = find_model("meta-llama/Llama-3.1-8B-Instruct"), find_gpu("L4")
+    assert geo is not None and gpu is not None
+    res = fit(geo, gpu, max_model_len=131072, utilization=0.9, version=version)
+    requested = int(24 * GiB * 0.9)
+    expected = requested - res.weights - res.activation - res.non_torch - (512 * MiB if graphs_counted else 0)
+    assert res.kv_budget == expected
+    assert kv_budget(requested, res.weights, res.activation, res.non_torch, 512 * MiB,
+                     parse_version(version)) == expected
+    f = Facts(version=parse_version(version), total=Value(24 * GiB, "t"), utilization=Value(0.9, "t"),
+              weights=Value(res.weights, "t"), activation=Value(res.activation, "t"),
+              non_torch=Value(res.non_torch, "t"), cudagraph=Value(512 * MiB, "t"))
+    assert f.kv_budget == expected
 
 
 def test_mla_models_default_to_128_token_blocks_unless_the_log_says() -> None:
