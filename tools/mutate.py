@@ -64,7 +64,7 @@ DEFAULT_TESTS: dict[str, list[str]] = {
     "oomdoctor/redaction.py": ["tests/test_survivors.py", "tests/test_redaction.py"],
     "oomdoctor/rulepack/loader.py": ["tests/test_survivors.py", "tests/test_rule_examples.py", "tests/test_startup.py"],
     "oomdoctor/scan/matching.py": ["tests/test_survivors.py", "tests/test_scanner.py"],
-    "oomdoctor/server/limits.py": ["tests/test_survivors.py", "tests/test_server_hardening.py"],
+    "oomdoctor/server/limits.py": ["tests/test_server_limits.py"],
 }
 
 #: named sets of modules for ``--set``, each run with its DEFAULT_TESTS
