@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from oomdoctor.advisor import prescription
-from oomdoctor.advisor.catalog import _gpu_key, find_gpu, find_model, geometry_from_config
+from oomdoctor.advisor.catalog import ModelGeometry, _gpu_key, find_gpu, find_model, geometry_from_config
 from oomdoctor.advisor.command import apply_flags, argv_from_launch_args
 from oomdoctor.advisor.engine_args import _near
 from oomdoctor.advisor.fit import fit
@@ -22,16 +22,22 @@ from oomdoctor.advisor.memory_model import (
     Facts,
     GiB,
     Value,
+    capacity_tokens,
+    capture_sizes,
     counts_cudagraphs_in_budget,
+    default_max_num_seqs,
     default_utilization,
     facts,
     fp8_kv_flag_value,
+    fp8_weights_min_cc,
     kv_budget,
+    kv_bytes_for_len,
     parse_version,
 )
 from oomdoctor.advisor.prescription import Prescribe, prescribed, remedy_table
 from oomdoctor.advisor.registry import AdviceInput, calculator
 from oomdoctor.advisor.remedies_ggml import GGML_HEADROOM_BYTES
+from oomdoctor.redaction import MASK, _entropy, _walk, redact, redact_command
 from oomdoctor.report import Context, Finding, Location, Remedy
 
 MiB = 2**20
@@ -431,3 +437,161 @@ def test_a_dump_of_more_than_40_arguments_is_no_command_line() -> None:
 )
 def test_samples_that_decide_for_a_version(version: str | None, near: list[str] | None) -> None:
     assert _near(["0.6.0", "0.7.0"], version) == near
+
+
+# -- memory_model: the second mutation run's survivors -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "capacity", "gpu", "seqs"),
+    [
+        ((0, 6, 4), None, None, 256),  # before 0.6.5: always 256
+        ((0, 6, 5), 80 * GiB, "H100", None),  # 0.6.5–0.8.3 with V1: 1024 everywhere, not knowable
+        ((0, 8, 3), 80 * GiB, "H100", None),
+        ((0, 8, 4), 70 * GiB, "H100", 1024),  # exactly 70 GiB is a big GPU
+        ((0, 8, 4), 70 * GiB - 1, "H100", 256),
+        ((0, 8, 4), 80 * GiB, "A100-SXM4-80GB", 1024),  # A100 excluded only from 0.9.0
+        ((0, 9, 0), 80 * GiB, "NVIDIA A100-SXM4-80GB", 256),
+        ((0, 9, 0), 80 * GiB, None, 1024),
+        (None, 80 * GiB, "H100", None),  # the version decides
+        (None, 24 * GiB, "L4", 256),
+        ((0, 9, 0), None, "H100", None),  # unknown capacity
+    ],
+)
+def test_default_max_num_seqs_edges(version: tuple[int, int, int] | None, capacity: int | None,
+                                    gpu: str | None, seqs: int | None) -> None:
+    assert default_max_num_seqs(version, capacity, gpu) == seqs
+
+
+@pytest.mark.parametrize(
+    ("size", "first", "last", "count"),
+    [(1, 1, 1, 1), (3, 1, 2, 2), (4, 1, 4, 3), (8, 1, 8, 4), (255, 1, 248, 34), (256, 1, 256, 35), (271, 1, 256, 35),
+     (272, 1, 272, 36), (512, 1, 512, 51)],
+)
+def test_capture_sizes_include_the_maximum(size: int, first: int, last: int, count: int) -> None:
+    sizes = capture_sizes(size)
+    assert (sizes[0], sizes[-1], len(sizes)) == (first, last, count)
+
+
+@pytest.mark.parametrize(
+    ("version", "cc"), [(None, 80), ((0, 5, 9), 89), ((0, 6, 0), 80), ((0, 19, 9), 80), ((0, 20, 0), 75)],
+)
+def test_fp8_weights_min_cc_at_each_boundary(version: tuple[int, int, int] | None, cc: int) -> None:
+    assert fp8_weights_min_cc(version) == cc
+
+
+def test_facts_default_to_one_gpu_per_stage() -> None:
+    f = Facts()
+    assert (f.tp, f.pp, f.kv_dtype_bytes, f.block_size.value) == (1, 1, 2, 16)
+
+
+#: 4 layers, 2 of them sliding (window 1024), 1 KV head of 64 dims: 256 B a token per layer at 2 bytes
+_SLIDING = ModelGeometry(name="s", layers=4, attention_heads=8, kv_heads=1, head_dim=64, source="t",
+                         sliding_window=1024, sliding_window_layers=2)
+
+
+def test_sliding_layers_hold_the_window_plus_the_default_batch() -> None:
+    page = 16 * 256
+    # full: cdiv(8192, 16) = 512 pages × 2 layers; sliding: cdiv(min(1023 + 2048, 8192), 16) + 1 = 193 pages × 2
+    assert kv_bytes_for_len(_SLIDING, 8192, 2) == (512 * 2 + 193 * 2) * page
+    assert kv_bytes_for_len(_SLIDING, 8192, 2, max_num_batched_tokens=4096) == (512 * 2 + 321 * 2) * page
+    assert kv_bytes_for_len(_SLIDING, 100, 2) == (7 * 2 + 8 * 2) * page  # a short request: its own length
+    # the capacity search uses the same default batch: 1410 pages of budget fit 512 + 193 pages × 2 layers
+    assert capacity_tokens(_SLIDING, (512 * 2 + 193 * 2) * page, 2, limit=8192) == 8192
+    assert capacity_tokens(_SLIDING, (512 * 2 + 193 * 2) * page - 1, 2) == 8176
+
+
+# -- redaction -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "out"),
+    [
+        ("12345", "12345"),  # a number under a secret-named key is a figure, not a secret
+        ("1.5", "1.5"),  # one decimal point: still a number
+        ("1.2.3", MASK),  # two: no number, so a value to hide
+        ("none", "none"),
+        ("", ""),
+        ("abcdef", MASK),
+    ],
+)
+def test_numbers_under_secret_named_keys_stay(value: str, out: str) -> None:
+    assert _walk({"api_key": value}) == {"api_key": out}
+    assert _walk({"latency": value}) == {"latency": value}  # a key that names no secret
+
+
+@pytest.mark.parametrize(
+    ("argv", "out"),
+    [
+        (["--api-key", "abc123"], ["--api-key", MASK]),  # the last pair of the list is checked too
+        (["vllm", "--api-key", "--port", "8000"], ["vllm", "--api-key", "--port", "8000"]),  # a flag is no value
+        (["--api-key", "12345"], ["--api-key", "12345"]),
+        (["--api-key", "[REDACTED]x"], ["--api-key", "[REDACTED]x"]),  # already redacted
+        (["--hf-token", "abcdef", "x"], ["--hf-token", MASK, "x"]),
+    ],
+)
+def test_the_value_after_a_secret_flag_in_an_argv_list(argv: list[str], out: list[str]) -> None:
+    assert _walk(argv) == out
+
+
+@pytest.mark.parametrize(
+    ("text", "out"),
+    [
+        ("vllm serve m --api-key abcdefgh", 'vllm serve m --api-key "$VLLM_API_KEY"'),
+        ("python x.py a b vllm --api-key abcdefgh", 'python x.py a b vllm --api-key "$API_KEY"'),  # vllm past argv[:4]
+        ("python x.py a vllm --api-key abcdefgh", 'python x.py a vllm --api-key "$VLLM_API_KEY"'),
+        ("cmd --hf-token=abcd1234", 'cmd --hf-token="$HF_TOKEN"'),
+        ("cmd --my-secret=abcd1234", 'cmd --my-secret="$MY_SECRET"'),
+        ("HF_TOKEN=hf_abcdefghijklmnopqrstuv cmd", 'HF_TOKEN="$HF_TOKEN" cmd'),
+        ("cmd --api-key --port 1", "cmd --api-key --port 1"),  # the flag after it is no value
+        ("echo 'unclosed", "echo 'unclosed"),  # no shell words: redacted as text
+    ],
+)
+def test_redact_command_refers_to_the_environment(text: str, out: str) -> None:
+    assert redact_command(text) == out
+    assert _walk({"command": text}) == {"command": out}
+
+
+@pytest.mark.parametrize(
+    ("url", "out"),
+    [
+        ("postgres://user:pass@host/db", "postgres://user:[REDACTED]@host/db"),
+        ("redis://:p@ss@host:1/0", "redis://:[REDACTED]@host:1/0"),  # the password runs to the last '@'
+        ("http://host:8080/a@b", "http://host:8080/a@b"),  # a port, then a path with '@'
+        ("x://u:123@h", "x://u:123@h"),  # digits only: a port
+        ("x://u:1/2@h", "x://u:1/2@h"),
+        ("x://u:@h", "x://u:@h"),  # nothing before the '@'
+        ("x://u:pw", "x://u:pw"),  # no '@' at all
+    ],
+)
+def test_url_credentials(url: str, out: str) -> None:
+    assert redact(url) == out
+
+
+@pytest.mark.parametrize(
+    ("key", "masked"),
+    [
+        ("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", True),  # mixed case and digits, 4.66 bits a character
+        ("wjalrxutnfemi/k7mdeng/bpxrficyexamplekey", False),  # no upper case
+        ("WJALRXUTNFEMI/K7MDENG/BPXRFICYEXAMPLEKEY", False),  # no lower case
+        ("wJalrXUtnFEMI/KzMDENG/bPxRfiCYEXAMPLEKEY", False),  # no digit
+        ("aaaaaaaaaaaaaaaaaaaaAAAAAAAAAAAAAAAAAAA1", False),  # too regular: entropy 1.1
+    ],
+)
+def test_bare_aws_secret_needs_mixed_characters_and_randomness(key: str, masked: bool) -> None:
+    assert redact(f"k {key} v") == ("k [REDACTED] v" if masked else f"k {key} v")
+
+
+def test_entropy_edges() -> None:
+    assert _entropy("") == 0.0
+    assert _entropy("aaaa") == 0.0
+    assert _entropy("ab") == 1.0
+    assert _entropy("abcd") == 2.0
+    # 20 distinct characters twice each: log2(20) = 4.32 bits, over the 4.0 an AWS secret needs
+    v = "aB1cD2eF3gH4iJ5kL6mN" * 2
+    assert _entropy(v) == pytest.approx(4.3219, abs=1e-4)
+    assert redact(f"k {v} v") == "k [REDACTED] v"
+    # 16 distinct characters, uneven: 3.97 bits, under it
+    v = "aB1cD2eF3gH4iJ5k" * 2 + "aB1cD2eF"
+    assert len(v) == 40 and _entropy(v) == pytest.approx(3.9710, abs=1e-4)
+    assert redact(f"k {v} v") == f"k {v} v"
