@@ -19,9 +19,11 @@ from oomdoctor.advisor.engine_args import _near
 from oomdoctor.advisor.fit import fit
 from oomdoctor.advisor.memory_model import (
     MLA_BLOCK_SIZE,
+    PRINT_HALF_STEP,
     Facts,
     GiB,
     Value,
+    capacity_from_figures,
     capacity_tokens,
     capture_sizes,
     counts_cudagraphs_in_budget,
@@ -595,3 +597,47 @@ def test_entropy_edges() -> None:
     v = "aB1cD2eF3gH4iJ5k" * 2 + "aB1cD2eF"
     assert len(v) == 40 and _entropy(v) == pytest.approx(3.9710, abs=1e-4)
     assert redact(f"k {v} v") == f"k {v} v"
+
+
+@pytest.mark.parametrize(("dtype", "per"), [("fp8", 1), ("fp8_e5m2", 1), ("auto", 2), (None, 2), ("float32", 4)])
+def test_the_kv_dtype_of_the_log_sets_the_bytes_per_entry(dtype: str | None, per: float) -> None:
+    f = facts(_finding("vllm.kv", "vllm", "kv-cache-alloc"), Context(engine="vllm", kv_cache_dtype=dtype), {})
+    assert f.kv_dtype_bytes == per
+
+
+_DENSE = ModelGeometry(name="d", layers=1, attention_heads=1, kv_heads=1, head_dim=1, source="t")  # 4 B a token
+
+
+@pytest.mark.parametrize(
+    ("budget", "block", "limit", "tokens"),
+    [
+        (4, 1, None, 1),  # one token fits at block size 1
+        (3, 1, None, 0),
+        (4, 1, 1, 1),
+        (3, 1, 1, 0),  # nothing fits: 0, even at a limit of 1
+        (4 * 100, 16, 100, 96),  # 100 tokens need 7 blocks = 448 B: 96 fit
+        (4 * 112, 16, 100, 100),  # the whole limit fits: the limit itself, not rounded to blocks
+        (4 * 112, 16, 112, 112),
+        (1, 16, None, 0),
+    ],
+)
+def test_capacity_search_edges(budget: int, block: int, limit: int | None, tokens: int) -> None:
+    assert capacity_tokens(_DENSE, budget, 2, block, limit=limit) == tokens
+
+
+def test_capacity_search_without_a_limit_stops_at_2_to_the_24() -> None:
+    assert capacity_tokens(_DENSE, 10**12, 2, 16) == 1 << 24
+
+
+@pytest.mark.parametrize(
+    ("needed", "available", "tokens"),
+    [
+        (16 * GiB, PRINT_HALF_STEP, 0),  # nothing left once the half step comes off
+        (16 * GiB, PRINT_HALF_STEP - 1, 0),
+        (16 * GiB, 0, 0),
+        # (8 GiB − half step) / ((16 GiB + half step) / 131072 tokens) = 65475.6: 65472 in blocks
+        (16 * GiB, 8 * GiB, 65472),
+    ],
+)
+def test_capacity_from_figures_edges(needed: int, available: int, tokens: int) -> None:
+    assert capacity_from_figures(needed, available, 131072) == tokens
