@@ -27,6 +27,7 @@ from oomdoctor.advisor.memory_model import (
     capacity_tokens,
     capture_sizes,
     counts_cudagraphs_in_budget,
+    cudagraph_size_flag,
     default_max_num_seqs,
     default_utilization,
     facts,
@@ -41,6 +42,8 @@ from oomdoctor.advisor.registry import AdviceInput, calculator
 from oomdoctor.advisor.remedies_ggml import GGML_HEADROOM_BYTES
 from oomdoctor.redaction import MASK, _entropy, _walk, redact, redact_command
 from oomdoctor.report import Context, Finding, Location, Remedy
+from oomdoctor.rulepack import loader
+from oomdoctor.rulepack.loader import RulePackError, load_pack
 
 MiB = 2**20
 
@@ -641,3 +644,68 @@ def test_capacity_search_without_a_limit_stops_at_2_to_the_24() -> None:
 )
 def test_capacity_from_figures_edges(needed: int, available: int, tokens: int) -> None:
     assert capacity_from_figures(needed, available, 131072) == tokens
+
+
+@pytest.mark.parametrize(
+    ("version", "flag"),
+    [
+        (None, None),
+        ((0, 8, 9), None),
+        ((0, 9, 0), "--cuda-graph-sizes"),
+        ((0, 11, 0), "--cuda-graph-sizes"),
+        ((0, 11, 1), "--max-cudagraph-capture-size"),
+        ((0, 12, 0), "--max-cudagraph-capture-size"),
+        ((0, 20, 0), "--max-cudagraph-capture-size"),
+    ],
+)
+def test_cudagraph_size_flag_per_version(version: tuple[int, int, int] | None, flag: str | None) -> None:
+    assert cudagraph_size_flag(version) == flag
+
+
+# -- rulepack/loader -----------------------------------------------------------------------------
+
+
+def _rule(rid: str, word: str = "zzqq") -> str:
+    return (f'[[rule]]\nid = "{rid}"\ntitle = "A test rule"\nengine = "test"\nkind = "test"\n'
+            f"triggers = [\"{word}\"]\npattern = '{word} (?P<count>\\\\d+)'\n"
+            f'[[rule.match]]\nlog = "{word} 7"\nfigures = {{ count = 7 }}\n')
+
+
+def test_a_user_rule_replaces_the_built_in_of_its_id_in_place(tmp_path: Any) -> None:
+    builtin = load_pack()
+    first = builtin.rules[0]
+    (tmp_path / "a.toml").write_text(_rule(first.rule.id) + _rule("test.new"), encoding="utf-8")
+    pack = load_pack([tmp_path])
+    assert len(pack.rules) == len(builtin.rules) + 1  # replaced, not added; the new one appended
+    assert pack.rules[0].rule.id == first.rule.id and pack.rules[0].order == first.order == 0
+    assert pack.rules[0].builtin is False and pack.rules[0].rule.title == "A test rule"
+    assert pack.rules[-1].rule.id == "test.new" and pack.rules[-1].order == len(builtin.rules)
+    replaced = [w for w in pack.warnings if "replaces the built-in rule" in w]
+    assert len(replaced) == 1 and replaced[0].endswith(
+        f'a.toml: rule "{first.rule.id}": replaces the built-in rule of that id '
+        "(give it an id of its own to add a rule beside it)")
+    # a later user directory replaces an earlier user rule without the built-in warning
+    other = tmp_path / "b"
+    other.mkdir()
+    (other / "b.toml").write_text(_rule("test.new", "qqzz"), encoding="utf-8")
+    pack = load_pack([tmp_path, other])
+    assert sum("replaces the built-in rule" in w for w in pack.warnings) == 1
+    assert pack.rules[-1].rule.triggers == ["qqzz"] and pack.rules[-1].order == len(builtin.rules)
+
+
+def test_user_rule_count_limit_is_inclusive(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader, "MAX_USER_RULES", 2)
+    (tmp_path / "a.toml").write_text(_rule("test.one") + _rule("test.two", "qqzz"), encoding="utf-8")
+    assert len(load_pack([tmp_path], include_builtin=False).rules) == 2
+    (tmp_path / "b.toml").write_text(_rule("test.three", "zzxx"), encoding="utf-8")
+    with pytest.raises(RulePackError, match="the rule directories hold more than 2 "):
+        load_pack([tmp_path], include_builtin=False)
+
+
+def test_duplicate_ids_in_one_directory_are_an_error(tmp_path: Any) -> None:
+    (tmp_path / "a.toml").write_text(_rule("test.one"), encoding="utf-8")
+    (tmp_path / "b.toml").write_text(_rule("test.one", "qqzz"), encoding="utf-8")
+    with pytest.raises(RulePackError, match=r'rule "test.one": id: duplicate rule id \(also in '):
+        load_pack([tmp_path], include_builtin=False)
+    alone = load_pack([tmp_path / "a.toml"], include_builtin=False)  # a file is a directory of one
+    assert [r.rule.id for r in alone.rules] == ["test.one"] and alone.rules[0].order == 0
