@@ -7,6 +7,7 @@ worked out by hand from the formula in the row's comment: moving the boundary by
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 from typing import Any
 
@@ -709,3 +710,27 @@ def test_duplicate_ids_in_one_directory_are_an_error(tmp_path: Any) -> None:
         load_pack([tmp_path], include_builtin=False)
     alone = load_pack([tmp_path / "a.toml"], include_builtin=False)  # a file is a directory of one
     assert [r.rule.id for r in alone.rules] == ["test.one"] and alone.rules[0].order == 0
+
+
+_F32 = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "hidden_size": 256, "intermediate_size": 512, "vocab_size": 1000,
+        "torch_dtype": "float32", "max_position_embeddings": 4096}
+
+
+@pytest.mark.parametrize(
+    ("kv_dtype", "per", "per_token"),
+    [
+        (None, 4, 2048),  # the model's dtype: 2 layers × 2 (K, V) × 2 heads × 64 dims × 4 B
+        ("auto", 4, 2048),
+        ("fp8", 1, 512),  # the log's KV dtype wins over the model's
+        ("weird", 2, 1024),  # an unknown KV dtype: 2 bytes, vLLM's 16-bit default
+    ],
+)
+def test_kv_bytes_per_entry_from_the_log_else_the_model(tmp_path: Any, kv_dtype: str | None, per: float,
+                                                         per_token: int) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(_F32), encoding="utf-8")
+    f = facts(None, Context(engine="vllm", kv_cache_dtype=kv_dtype), {"model-config": str(cfg)})
+    assert f.kv_dtype_bytes == per
+    assert f.bytes_per_token == Value(per_token, "config")
+    assert f.weights is not None and f.weights.source == "config"  # the geometry's weights, when the log has none
