@@ -734,3 +734,11 @@ def test_kv_bytes_per_entry_from_the_log_else_the_model(tmp_path: Any, kv_dtype:
     assert f.kv_dtype_bytes == per
     assert f.bytes_per_token == Value(per_token, "config")
     assert f.weights is not None and f.weights.source == "config"  # the geometry's weights, when the log has none
+
+
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [("0.5", (0, 5, 0)), ("v0.11.1rc2", (0, 11, 1)), (" 1.2.3 ", (1, 2, 3)), ("", None), (None, None), ("main", None)],
+)
+def test_parse_version(text: str | None, version: tuple[int, int, int] | None) -> None:
+    assert parse_version(text) == version
