@@ -113,8 +113,8 @@ def cudagraph_size_flag(version: Version | None) -> str | None:
         return None
     if version >= (0, 11, 1):
         return "--max-cudagraph-capture-size"
-    if (0, 9, 0) <= version <= (0, 12, 0):
-        return "--cuda-graph-sizes"
+    if version >= (0, 9, 0):
+        return "--cuda-graph-sizes"  # 0.9.0–0.11.0 (it lives on to 0.12.0, where the other one rules)
     return None
 
 
