@@ -41,6 +41,7 @@ from oomdoctor.advisor.memory_model import (
 from oomdoctor.advisor.prescription import Prescribe, prescribed, remedy_table
 from oomdoctor.advisor.registry import AdviceInput, calculator
 from oomdoctor.advisor.remedies_ggml import GGML_HEADROOM_BYTES
+from oomdoctor.i18n import use_lang
 from oomdoctor.redaction import MASK, _entropy, _walk, redact, redact_command
 from oomdoctor.report import Context, Finding, Location, Remedy
 from oomdoctor.rulepack import loader
@@ -742,3 +743,40 @@ def test_kv_bytes_per_entry_from_the_log_else_the_model(tmp_path: Any, kv_dtype:
 )
 def test_parse_version(text: str | None, version: tuple[int, int, int] | None) -> None:
     assert parse_version(text) == version
+
+
+# -- prescription: the second run's survivors ----------------------------------------------------
+
+
+def test_summary_and_remedy_texts_in_japanese() -> None:
+    with use_lang("ja"):
+        assert prescription.summary("cudagraph-capture", {"graphs": 3 * GiB}) == "CUDAグラフがKVの予算とは別に3.00 GiBを使います。"
+        assert prescription.summary("cudagraph-capture", {}) == "CUDAグラフのキャプチャに必要なメモリが予算に残っていませんでした。"
+        ja = prescription.remedy_text("vllm.max-model-len", "title", tokens=4096)
+    assert ja != prescription.remedy_text("vllm.max-model-len", "title", tokens=4096)
+    assert "4096" in ja and not ja.isascii()
+    # a key the translation lacks falls back to English
+    entry = prescription.RemedyEntry(text={"a": "A {n}"}, ja={})
+    assert prescription._localized(entry, "a", "ja") == "A {n}"
+    assert prescription._localized(prescription.RemedyEntry(text={"a": "A"}, ja={"a": "エー"}), "a", "ja") == "エー"
+
+
+def test_every_advice_text_has_its_japanese() -> None:
+    assert prescription.untranslated("ja") == []
+
+
+def test_render_template_names_the_missing_values() -> None:
+    assert prescription.render_template("{a} and {b:size} at {c:frac}", {"a": 1, "b": GiB, "c": 0.5}) == (
+        "1 and 1.00 GiB at 0.50")
+    with pytest.raises(KeyError, match=r"no value for \['b', 'c'\]"):
+        prescription.render_template("{a} {b:size} {c}", {"a": 1, "b": None})
+
+
+def test_a_translated_summary_must_keep_the_placeholders(tmp_path: Any) -> None:
+    text = prescription.table_path().read_text(encoding="utf-8")
+    at = text.index("CUDAグラフがKVの予算とは別に{graphs:size}")
+    bad = tmp_path / "causes.toml"
+    bad.write_text(text[:at] + text[at:].replace("{graphs:size}", "{graph:size}", 1), encoding="utf-8")
+    with pytest.raises(ValueError, match=r'cause "cudagraph-capture": ja.summary'):
+        prescription.load_table(bad)
+    assert "cudagraph-capture" in prescription.load_table(prescription.table_path())
