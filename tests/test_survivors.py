@@ -780,3 +780,33 @@ def test_a_translated_summary_must_keep_the_placeholders(tmp_path: Any) -> None:
     with pytest.raises(ValueError, match=r'cause "cudagraph-capture": ja.summary'):
         prescription.load_table(bad)
     assert "cudagraph-capture" in prescription.load_table(prescription.table_path())
+
+
+# -- remedies_sglang: the second run's survivors -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("figures", "extra", "current", "flags", "fits", "confidence"),
+    [
+        ({"suggested_mem_fraction_static": 0.94}, {}, None, {"--mem-fraction-static": "0.95"}, True, "high"),  # at the ceiling
+        ({"suggested_mem_fraction_static": 0.95}, {}, None, {}, False, "low"),  # 0.96: over it
+        # measured: 1 − 20/80 = 0.75 of the GPU before the KV pool, + 0.05 for it
+        ({}, {"sglang_avail_before_load_bytes": 80 * GiB, "sglang_avail_after_load_bytes": 20 * GiB}, None,
+         {"--mem-fraction-static": "0.80"}, True, "medium"),
+        ({}, {}, "0.87", {"--mem-fraction-static": "0.88"}, True, "medium"),  # below the default: the default
+        ({}, {}, "0.88", {"--mem-fraction-static": "0.90"}, None, "low"),  # at it: one 0.02 step
+        ({}, {}, "0.94", {}, False, "low"),  # 0.96 is over the ceiling
+        ({"suggested_mem_fraction_static": 0.5}, {}, "0.9", None, None, None),  # not above the current value
+        ({"suggested_mem_fraction_static": 0.5}, {}, "0.51", None, None, None),  # 0.51 <= 0.51
+        ({"suggested_mem_fraction_static": 0.5}, {}, "0.5", {"--mem-fraction-static": "0.51"}, True, "high"),
+    ],
+)
+def test_sglang_raise_fraction_table(figures: dict[str, Any], extra: dict[str, Any], current: str | None,
+                                     flags: dict[str, str] | None, fits: bool | None, confidence: str | None) -> None:
+    f = _finding("sglang.oom", "sglang", "kv-cache-alloc", **figures)
+    ctx = Context(engine="sglang", extra=extra, launch_args={"mem_fraction_static": current} if current else {})
+    r = _calc("sglang.mem-fraction-static.raise", f, ctx)
+    if flags is None:
+        assert r is None
+        return
+    assert r is not None and (r.flags, r.fits, r.confidence) == (flags, fits, confidence)
