@@ -810,3 +810,16 @@ def test_sglang_raise_fraction_table(figures: dict[str, Any], extra: dict[str, A
         assert r is None
         return
     assert r is not None and (r.flags, r.fits, r.confidence) == (flags, fits, confidence)
+
+
+@pytest.mark.parametrize(
+    ("available", "current", "value"),
+    [(128, None, "128"), (191, None, "128"), (127, None, None), (None, 256, "128"), (None, 255, None), (4096, 1024, "512")],
+)
+def test_sglang_chunked_prefill_not_below_128(available: int | None, current: int | None, value: str | None) -> None:
+    # round_down(min(current // 2, available), 64), nothing under 128 tokens
+    figures = {"available_tokens": available} if available else {}
+    f = _finding("sglang.oom", "sglang", "inference", **figures)
+    ctx = Context(engine="sglang", launch_args={"chunked_prefill_size": str(current)} if current else {})
+    r = _calc("sglang.chunked-prefill-size", f, ctx)
+    assert (r.flags["--chunked-prefill-size"] if r else None) == value

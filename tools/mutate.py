@@ -56,7 +56,7 @@ DEFAULT_TESTS: dict[str, list[str]] = {
     "oomdoctor/advisor/memory_model.py": ["tests/test_survivors.py", "tests/test_advisor.py", "tests/test_fit.py"],
     "oomdoctor/advisor/prescription.py": ["tests/test_survivors.py", "tests/test_advisor_causes.py"],
     "oomdoctor/advisor/remedies_vllm.py": ["tests/test_survivors.py", "tests/test_advisor.py"],
-    "oomdoctor/advisor/remedies_sglang.py": ["tests/test_survivors.py", "tests/test_remedies_sglang.py"],
+    "oomdoctor/advisor/remedies_sglang.py": ["tests/test_survivors.py", "tests/test_remedies_sglang.py", "tests/test_sglang_pages.py"],
     "oomdoctor/advisor/remedies_ggml.py": ["tests/test_survivors.py", "tests/test_remedies_ggml.py"],
     "oomdoctor/advisor/catalog.py": ["tests/test_survivors.py", "tests/test_gpu_catalog.py", "tests/test_advisor.py"],
     "oomdoctor/advisor/command.py": ["tests/test_survivors.py", "tests/test_command.py", "tests/test_command_from_dump.py"],
