@@ -823,3 +823,17 @@ def test_sglang_chunked_prefill_not_below_128(available: int | None, current: in
     ctx = Context(engine="sglang", launch_args={"chunked_prefill_size": str(current)} if current else {})
     r = _calc("sglang.chunked-prefill-size", f, ctx)
     assert (r.flags["--chunked-prefill-size"] if r else None) == value
+
+
+@pytest.mark.parametrize(
+    ("current", "requested", "flags"),
+    [
+        # step = max(0.05, ceil_to(10.1 GiB / 100 GiB, 2) = 0.11): floor_to(0.885 − 0.11, 2) = 0.77
+        ("0.885", int(0.101 * 100 * GiB), {"--mem-fraction-static": "0.77"}),
+        ("0.885", int(0.01 * 100 * GiB), {"--mem-fraction-static": "0.83"}),  # the 0.05 step is larger
+    ],
+)
+def test_sglang_lower_steps_by_the_request_rounded_up(current: str, requested: int, flags: dict[str, str]) -> None:
+    f = _finding("sglang.oom", "sglang", "cudagraph-capture", requested_bytes=requested, total_bytes=100 * GiB)
+    r = _calc("sglang.mem-fraction-static.lower", f, Context(engine="sglang", launch_args={"mem_fraction_static": current}))
+    assert _flags(r) == flags
