@@ -837,3 +837,27 @@ def test_sglang_lower_steps_by_the_request_rounded_up(current: str, requested: i
     f = _finding("sglang.oom", "sglang", "cudagraph-capture", requested_bytes=requested, total_bytes=100 * GiB)
     r = _calc("sglang.mem-fraction-static.lower", f, Context(engine="sglang", launch_args={"mem_fraction_static": current}))
     assert _flags(r) == flags
+
+
+def test_sglang_max_running_requests_names_the_limit_when_running_equals_it() -> None:
+    f = _finding("sglang.oom", "sglang", "inference")
+    ctx = Context(engine="sglang", launch_args={"max_running_requests": "8", "sglang_running_requests": "8"})
+    r = _calc("sglang.max-running-requests", f, ctx)
+    assert r is not None and r.flags == {"--max-running-requests": "4"}
+    assert r.why == prescription.remedy_text("sglang.max-running-requests", "why_limit", current=8)
+    ctx = Context(engine="sglang", launch_args={"max_running_requests": "8", "sglang_running_requests": "6"})
+    r = _calc("sglang.max-running-requests", f, ctx)
+    assert r is not None and r.flags == {"--max-running-requests": "3"}
+    assert r.why == prescription.remedy_text("sglang.max-running-requests", "why_running", current=6)
+
+
+def test_sglang_tp_defaults_to_one() -> None:
+    f = _finding("sglang.oom", "sglang", "weights-load")
+    assert _flags(_calc("sglang.tp-size", f, Context(engine="sglang", gpu_count=2))) == {"--tp-size": "2"}
+
+
+@pytest.mark.parametrize(("quant", "flags"), [(None, {"--quantization": "fp8"}), ("None", {"--quantization": "fp8"}), ("awq", None)])
+def test_sglang_quantization_only_when_none_is_set(quant: str | None, flags: dict[str, str] | None) -> None:
+    f = _finding("sglang.oom", "sglang", "weights-load")
+    ctx = Context(engine="sglang", launch_args={"quantization": quant} if quant else {})
+    assert _flags(_calc("sglang.quantization", f, ctx)) == flags
