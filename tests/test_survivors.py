@@ -861,3 +861,26 @@ def test_sglang_quantization_only_when_none_is_set(quant: str | None, flags: dic
     f = _finding("sglang.oom", "sglang", "weights-load")
     ctx = Context(engine="sglang", launch_args={"quantization": quant} if quant else {})
     assert _flags(_calc("sglang.quantization", f, ctx)) == flags
+
+
+@pytest.mark.parametrize(("current", "flags"), [("2", {"--max-running-requests": "1"}), ("1", None)])
+def test_sglang_max_running_requests_halves_from_2(current: str, flags: dict[str, str] | None) -> None:
+    f = _finding("sglang.oom", "sglang", "inference")
+    ctx = Context(engine="sglang", launch_args={"max_running_requests": current})
+    assert _flags(_calc("sglang.max-running-requests", f, ctx)) == flags
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "current", "flags"),
+    [
+        # 1 − 21/80 = 0.7375, + 0.05 = 0.7875, rounded up to 0.79: above a current 0.789
+        (80 * GiB, 21 * GiB, "0.789", {"--mem-fraction-static": "0.79"}),
+        (1, 0, None, {}),  # a minimum of the whole GPU: over the ceiling
+    ],
+)
+def test_sglang_raise_from_the_measured_memory_rounds_up(before: int, after: int, current: str | None,
+                                                         flags: dict[str, str]) -> None:
+    f = _finding("sglang.oom", "sglang", "kv-cache-alloc")
+    ctx = Context(engine="sglang", extra={"sglang_avail_before_load_bytes": before, "sglang_avail_after_load_bytes": after},
+                  launch_args={"mem_fraction_static": current} if current else {})
+    assert _flags(_calc("sglang.mem-fraction-static.raise", f, ctx)) == flags
