@@ -5,6 +5,7 @@
     python tools/mutate.py oomdoctor/advisor/memory_model.py --tests tests/test_survivors.py tests/test_advisor.py
     python tools/mutate.py oomdoctor/advisor/catalog.py --list        # the mutants, without running
     python tools/mutate.py --set issue38                               # every module of SETS["issue38"], one table
+    python tools/mutate.py --set issue38 --retry run.log               # only the survivors run.log printed
 
 Each mutant is one change, read from the module's syntax tree (:mod:`ast`):
 
@@ -40,6 +41,7 @@ import importlib.machinery
 import importlib.metadata
 import importlib.util
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -301,10 +303,14 @@ def _todo(rel: str, source: str, lines: str | None, skip: dict[tuple[str, str, s
     return kept, len(todo) - len(kept)
 
 
-def run_module(rel: str, tests: list[str], lines: str | None, timeout: float, verbose: bool = True) -> Outcome | None:
+def run_module(rel: str, tests: list[str], lines: str | None, timeout: float, verbose: bool = True,
+               only: set[tuple[int, str]] | None = None) -> Outcome | None:
+    """Run every mutant of ``rel`` (or those on ``lines``, or those in ``only``: (line, change))."""
     path = ROOT / rel
     source = path.read_text(encoding="utf-8")
     todo, excluded = _todo(rel, source, lines, equivalents())
+    if only is not None:
+        todo = [m for m in todo if (m.line, m.what) in only]
     module = _module_name(path)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="oomdoctor-mutate-") as tmp:
@@ -332,6 +338,39 @@ def run_module(rel: str, tests: list[str], lines: str | None, timeout: float, ve
     return Outcome(rel, len(todo), killed, excluded, survivors, time.monotonic() - started)
 
 
+_LOG_TOTAL = re.compile(r"^(?P<rel>\S+\.py): killed (?P<killed>\d+) of (?P<n>\d+) mutants")
+_LOG_SURVIVOR = re.compile(r"^  survivor (?P<rel>\S+\.py):(?P<line>\d+): (?P<what>.+)$")
+
+
+def read_log(text: str) -> dict[str, tuple[int, int, set[tuple[int, str]]]]:
+    """A previous run's output: module -> (killed, mutants, survivors as (line, change))."""
+    totals: dict[str, tuple[int, int]] = {}
+    survivors: dict[str, set[tuple[int, str]]] = {}
+    for line in text.splitlines():
+        if m := _LOG_TOTAL.match(line):
+            totals[m["rel"]] = (int(m["killed"]), int(m["n"]))
+        elif m := _LOG_SURVIVOR.match(line):
+            survivors.setdefault(m["rel"], set()).add((int(m["line"]), m["what"]))
+    return {rel: (k, n, survivors.get(rel, set())) for rel, (k, n) in totals.items()}
+
+
+def retry(rel: str, prior: tuple[int, int, set[tuple[int, str]]], tests: list[str], timeout: float,
+          verbose: bool) -> Outcome | None:
+    """Only the survivors of a previous run: its killed stay killed (tests were only added), a
+    survivor now listed as equivalent leaves the count, the others run again."""
+    killed_before, n_before, survivors = prior
+    source = (ROOT / rel).read_text(encoding="utf-8")
+    skip = equivalents()
+    code = source.splitlines()
+    now_equivalent = sum(1 for m in mutants(source) if (m.line, m.what) in survivors
+                         and (rel, m.what, code[m.line - 1].strip()) in skip)
+    o = run_module(rel, tests, None, timeout, verbose, only=survivors)
+    if o is None:
+        return None
+    return Outcome(rel, n_before - now_equivalent, killed_before + o.killed, _todo(rel, source, None, skip)[1],
+                   o.survivors, o.seconds)
+
+
 def table(outcomes: list[Outcome]) -> str:
     rows = [f"| {'module':<40} | mutants | killed | equivalent | rate |", f"|{'-' * 42}|--------:|-------:|-----------:|-----:|"]
     for o in outcomes:
@@ -351,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--lines", help="only mutants on these lines: 10-40,55 (one module only)")
     ap.add_argument("--quiet", action="store_true", help="print survivors only, not every mutant")
+    ap.add_argument("--retry", type=Path, metavar="LOG",
+                    help="run only the survivors a previous run printed (its output saved in LOG) and count its kills")
     ap.add_argument("--timeout", type=float, default=0, help="seconds per mutant (default: 5 × the clean run, at least 60)")
     ap.add_argument("--min-rate", type=float, default=0.0, help="exit 1 below this kill rate (0–1)")
     args = ap.parse_args(argv)
@@ -373,10 +414,17 @@ def main(argv: list[str] | None = None) -> int:
     for rel in rels:
         if not (args.tests or DEFAULT_TESTS.get(rel)):
             ap.error(f"no default tests for {rel}: give --tests")
+    prior = read_log(args.retry.read_text(encoding="utf-8")) if args.retry else {}
+    if args.retry:
+        rels = [rel for rel in rels if rel in prior]
     _preload()
     outcomes = []
     for rel in rels:
-        o = run_module(rel, args.tests or DEFAULT_TESTS[rel], args.lines, args.timeout, verbose=not args.quiet)
+        tests = args.tests or DEFAULT_TESTS[rel]
+        if args.retry:
+            o = retry(rel, prior[rel], tests, args.timeout, verbose=not args.quiet)
+        else:
+            o = run_module(rel, tests, args.lines, args.timeout, verbose=not args.quiet)
         if o is None:
             return 2
         outcomes.append(o)
