@@ -884,3 +884,56 @@ def test_sglang_raise_from_the_measured_memory_rounds_up(before: int, after: int
     ctx = Context(engine="sglang", extra={"sglang_avail_before_load_bytes": before, "sglang_avail_after_load_bytes": after},
                   launch_args={"mem_fraction_static": current} if current else {})
     assert _flags(_calc("sglang.mem-fraction-static.raise", f, ctx)) == flags
+
+
+def test_sglang_lower_fits_when_the_freed_share_equals_the_request() -> None:
+    # step = ceil_to(1 GiB / 4 GiB, 2) = 0.25: 0.75 → 0.50 frees exactly the 1 GiB asked for
+    f = _finding("sglang.oom", "sglang", "cudagraph-capture", requested_bytes=GiB, total_bytes=4 * GiB)
+    r = _calc("sglang.mem-fraction-static.lower", f, Context(engine="sglang", launch_args={"mem_fraction_static": "0.75"}))
+    assert r is not None and (r.flags, r.fits, r.saves_bytes) == ({"--mem-fraction-static": "0.50"}, True, GiB)
+
+
+def test_sglang_raise_step_rounds_to_two_decimals_before_the_ceiling() -> None:
+    # round(0.9349 + 0.02, 2) = 0.95: at the ceiling, allowed (0.9549 unrounded would be over it)
+    f = _finding("sglang.oom", "sglang", "kv-cache-alloc")
+    r = _calc("sglang.mem-fraction-static.raise", f, Context(engine="sglang", launch_args={"mem_fraction_static": "0.9349"}))
+    assert _flags(r) == {"--mem-fraction-static": "0.95"}
+
+
+@pytest.mark.parametrize(
+    ("current", "sizes", "value"),
+    [("2", None, "1"), ("1", None, None), (None, "1 2 4 8 16", "8"), (None, "1 2 4 8 12", "4"), ("24", "1 2 4 8 16 24", "8")],
+)
+def test_sglang_cuda_graph_max_bs_halves_to_a_captured_size(current: str | None, sizes: str | None, value: str | None) -> None:
+    f = _finding("sglang.oom", "sglang", "cudagraph-capture")
+    ctx = Context(engine="sglang", launch_args={"cuda_graph_max_bs": current} if current else {},
+                  extra={"sglang_cuda_graph_bs": sizes} if sizes else {})
+    r = _calc("sglang.cuda-graph-max-bs", f, ctx)
+    assert (r.flags["--cuda-graph-max-bs"] if r else None) == value
+
+
+@pytest.mark.parametrize(("phase", "fits"), [("cudagraph-capture", True), ("inference", None)])
+def test_sglang_disable_cuda_graph_fits_a_capture_failure(phase: str, fits: bool | None) -> None:
+    r = _calc("sglang.disable-cuda-graph", _finding("sglang.oom", "sglang", phase), Context(engine="sglang"))
+    assert r is not None and r.fits is fits
+
+
+def test_sglang_tp_and_quantization_wording() -> None:
+    f = _finding("sglang.oom", "sglang", "weights-load")
+    r = _calc("sglang.tp-size", f, Context(engine="sglang", gpu_count=4, tensor_parallel_size=2))
+    assert r is not None
+    assert r.title == prescription.remedy_text("sglang.tp-size", "title", gpus=4)
+    assert r.why == prescription.remedy_text("sglang.tp-size", "why", gpus=4, new_tp=4, tp=2)
+    r = _calc("sglang.quantization", f, Context(engine="sglang", weights_bytes=16 * GiB))
+    assert r is not None and r.saves_bytes == 8 * GiB
+    assert r.why == prescription.remedy_text("sglang.quantization", "why_sized", weights=16 * GiB, half=8 * GiB)
+
+
+@pytest.mark.parametrize(("current", "key"), [("1", "why_both"), (None, "why_pool")])
+def test_sglang_chunked_prefill_says_what_it_halved(current: str | None, key: str) -> None:
+    f = _finding("sglang.oom", "sglang", "inference", available_tokens=200)
+    ctx = Context(engine="sglang", launch_args={"chunked_prefill_size": current} if current else {})
+    r = _calc("sglang.chunked-prefill-size", f, ctx)
+    assert r is not None and r.flags == {"--chunked-prefill-size": "192"}
+    assert r.why == prescription.remedy_text("sglang.chunked-prefill-size", key, current=int(current) if current else None,
+                                             available=200)
