@@ -568,6 +568,7 @@ def test_redact_command_refers_to_the_environment(text: str, out: str) -> None:
         ("x://u:123@h", "x://u:123@h"),  # digits only: a port
         ("x://u:1/2@h", "x://u:1/2@h"),
         ("x://u:@h", "x://u:@h"),  # nothing before the '@'
+        ("x://u:@pw@host/db", "x://u:[REDACTED]@host/db"),  # a password that starts with '@'
         ("x://u:pw", "x://u:pw"),  # no '@' at all
     ],
 )
