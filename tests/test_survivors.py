@@ -43,7 +43,7 @@ from oomdoctor.advisor.registry import AdviceInput, calculator
 from oomdoctor.advisor.remedies_ggml import GGML_HEADROOM_BYTES
 from oomdoctor.i18n import use_lang
 from oomdoctor.redaction import MASK, _entropy, _walk, redact, redact_command
-from oomdoctor.report import Context, Finding, Location, Remedy
+from oomdoctor.report import Cause, Context, Finding, Location, Remedy
 from oomdoctor.rulepack import loader
 from oomdoctor.rulepack.loader import RulePackError, load_pack
 
@@ -938,3 +938,26 @@ def test_sglang_chunked_prefill_says_what_it_halved(current: str | None, key: st
     assert r is not None and r.flags == {"--chunked-prefill-size": "192"}
     assert r.why == prescription.remedy_text("sglang.chunked-prefill-size", key, current=int(current) if current else None,
                                              available=200)
+
+
+# -- remedies_vllm: tensor parallelism when the log does not say how many GPUs -------------------
+
+
+@pytest.mark.parametrize(
+    ("weights_gib", "tp", "fits"),
+    [
+        (100, "2", True),  # 50 GiB a GPU <= 72 GiB (80 GiB × 0.9)
+        (500, "8", True),  # 62.5 GiB at 8
+        (600, "8", False),  # 75 GiB even at 8: one node's 8 GPUs at most are assumed, never 16
+    ],
+)
+def test_tensor_parallel_assumes_at_most_8_gpus(weights_gib: int, tp: str, fits: bool) -> None:
+    f = _finding("torch.cuda-oom", "vllm", "weights-load", requested_bytes=GiB)
+    f.cause = Cause(id="weights-exceed-device", summary="s")
+    ctx = Context(engine="vllm", weights_bytes=weights_gib * GiB, gpu_total_bytes=80 * GiB, gpu_memory_utilization=0.9)
+    r = _calc("vllm.tensor-parallel-size", f, ctx)
+    assert r is not None and (r.flags, r.fits, r.confidence) == ({"--tensor-parallel-size": tp}, fits, "low")
+    assert r.title == prescription.remedy_text("vllm.tensor-parallel-size", "title_assumed", gpus=int(tp))
+    # the log names no cause of weights: no count is assumed, no remedy
+    f.cause = None
+    assert _calc("vllm.tensor-parallel-size", f, ctx) is None
