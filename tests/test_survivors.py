@@ -569,6 +569,7 @@ def test_redact_command_refers_to_the_environment(text: str, out: str) -> None:
         ("x://u:1/2@h", "x://u:1/2@h"),
         ("x://u:@h", "x://u:@h"),  # nothing before the '@'
         ("x://u:@pw@host/db", "x://u:[REDACTED]@host/db"),  # a password that starts with '@'
+        ("x://u:p@host", "x://u:[REDACTED]@host"),  # one character
         ("x://u:pw", "x://u:pw"),  # no '@' at all
     ],
 )
