@@ -422,3 +422,11 @@ def test_error_shield_answers_500_once_and_ignores_departed_clients() -> None:
     rec = _call(ErrorShieldMiddleware(fails_late), _http(), _receiver())
     assert [m["type"] for m in rec.sent] == ["http.response.start"]
     assert _call(ErrorShieldMiddleware(departs), _http(), _receiver()).sent == []
+
+
+def test_a_stream_cut_before_its_trailer_is_truncated_even_at_the_limit() -> None:
+    body = gzip.compress(TEXT)[:-8]  # every byte of the text, no CRC and size: the stream never ends
+    for limit in (len(TEXT), len(TEXT) + 1):
+        with pytest.raises(LimitError) as exc:
+            gunzip(body, limit)
+        assert (exc.value.status, exc.value.message) == (400, "body is not valid gzip: the stream ends early (truncated upload?)")
