@@ -276,8 +276,9 @@ def test_gunzip_errors_say_the_coding(coding: str, label: str) -> None:
     assert (exc.value.status, exc.value.message) == (
         400, f"body is not valid {label}: the stream ends early (truncated upload?)")
     with pytest.raises(LimitError) as exc:
-        gunzip(b"\x1f\x8b\x08\x00garbage", 10**6, coding="gzip")
-    assert exc.value.status == 400 and exc.value.message.startswith("body is not valid gzip: ")
+        gunzip(b"\x78\x9c\xff\xff\xff\xff", 10**6, coding=coding)  # a zlib header, then block type 3
+    assert (exc.value.status, exc.value.message) == (
+        400, f"body is not valid {label}: Error -3 while decompressing data: invalid block type")
 
 
 def test_content_codings_edges() -> None:
@@ -430,3 +431,16 @@ def test_a_stream_cut_before_its_trailer_is_truncated_even_at_the_limit() -> Non
         with pytest.raises(LimitError) as exc:
             gunzip(body, limit)
         assert (exc.value.status, exc.value.message) == (400, "body is not valid gzip: the stream ends early (truncated upload?)")
+
+
+def test_access_log_milliseconds(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    clock = iter([1.0, 1.25])
+    monkeypatch.setattr(limits.time, "perf_counter", lambda: next(clock))
+
+    async def ok(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    with caplog.at_level(logging.INFO, logger="oomdoctor.server.access"):
+        _call(AccessLogMiddleware(ok), _http(), _receiver())
+    assert [r.getMessage() for r in caplog.records if r.name == "oomdoctor.server.access"] == [
+        "POST /v1/diagnose 200 250.0ms"]
