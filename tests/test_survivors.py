@@ -16,7 +16,18 @@ import pytest
 from oomdoctor.advisor import prescription
 from oomdoctor.advisor.catalog import ModelGeometry, _gpu_key, find_gpu, find_model, geometry_from_config
 from oomdoctor.advisor.command import apply_flags, argv_from_launch_args
-from oomdoctor.advisor.engine_args import _near
+from oomdoctor.advisor.engine_args import (
+    UNKNOWN_DEFAULT,
+    _near,
+    canonical,
+    default_of,
+    env_of,
+    flag_of_dest,
+    option_of_env,
+    sampled,
+    switch_value,
+    takes_value,
+)
 from oomdoctor.advisor.fit import fit
 from oomdoctor.advisor.memory_model import (
     MLA_BLOCK_SIZE,
@@ -962,3 +973,68 @@ def test_tensor_parallel_assumes_at_most_8_gpus(weights_gib: int, tp: str, fits:
     # the log names no cause of weights: no count is assumed, no remedy
     f.cause = None
     assert _calc("vllm.tensor-parallel-size", f, ctx) is None
+
+
+# -- engine_args: what the sampled parsers say ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("engine", "flag", "version", "default"),
+    [
+        ("vllm", "--gpu-memory-utilization", "0.11.0", "0.9"),
+        ("vllm", "--gpu-memory-utilization", "0.1.0", UNKNOWN_DEFAULT),  # older than every sample
+        ("vllm", "--nonexistent", None, UNKNOWN_DEFAULT),
+        ("vllm", "--max-model-len", "0.11.0", "None"),
+        ("sglang", "--page-size", "0.4.6", "1"),
+        ("sglang", "--page-size", "0.5.0", UNKNOWN_DEFAULT),  # between 0.4.6 (1) and 0.5.10 (None): they disagree
+        ("llama.cpp", "-c", "bogus-version", UNKNOWN_DEFAULT),
+        ("nosuch", "--x", None, UNKNOWN_DEFAULT),
+    ],
+)
+def test_default_of_per_version(engine: str, flag: str, version: str | None, default: str) -> None:
+    assert default_of(engine, flag, version) == default
+
+
+@pytest.mark.parametrize(
+    ("engine", "flag", "version", "takes"),
+    [
+        ("vllm", "--enforce-eager", "0.11.0", False),
+        ("vllm", "--dtype", "0.11.0", True),
+        ("vllm", "--bogus", "0.11.0", None),
+        ("llama.cpp", "-fa", "5590", False),  # a switch up to b5590
+        ("llama.cpp", "-fa", "6431", True),  # -fa on|off|auto from b6431
+        ("llama.cpp", "-fa", None, True),
+    ],
+)
+def test_takes_value_per_version(engine: str, flag: str, version: str | None, takes: bool | None) -> None:
+    assert takes_value(engine, flag, version) is takes
+    assert switch_value(engine, flag, version, "on") == ("on" if takes else "")
+
+
+@pytest.mark.parametrize(
+    ("engine", "flag", "version", "said"),
+    [
+        ("llama.cpp", "LLAMA_ARG_BOGUS", None, False),  # no variable of common/arg.cpp
+        ("llama.cpp", "LLAMA_ARG_CTX_SIZE", None, True),  # stands for --ctx-size
+        ("vllm", "PATH", None, None),  # not an option
+        ("vllm", "--dtype=bfloat16", "0.11.0", True),
+        ("vllm", "--dtype=xx", "0.11.0", False),  # not one of the choices
+        ("vllm", "--dtype", "0.0.1", None),  # older than every sample
+        ("vllm", "--no-enable-prefix-caching", "0.11.0", True),  # the --no- form of a boolean flag
+        ("vllm", "--no-such-thing", "0.11.0", False),
+        ("nosuch", "--x", None, None),
+    ],
+)
+def test_sampled_per_version(engine: str, flag: str, version: str | None, said: bool | None) -> None:
+    assert sampled(engine, flag, version) is said
+
+
+def test_environment_and_destination_names() -> None:
+    assert env_of("llama.cpp", "-c") == "LLAMA_ARG_CTX_SIZE"
+    assert env_of("vllm", "--dtype") is None
+    assert option_of_env("llama.cpp", "LLAMA_ARG_CTX_SIZE") == "--ctx-size"
+    assert option_of_env("llama.cpp", "llama_arg_ctx_size") is None  # variables are upper case
+    assert flag_of_dest("vllm", "max_model_len") == "--max-model-len"
+    assert flag_of_dest("vllm", "nope") is None
+    assert canonical("vllm", "--max_model_len=5") == "--max-model-len"
+    assert canonical("sglang", "--max_model_len") == "--max_model_len"  # only vLLM takes both spellings
