@@ -18,11 +18,13 @@ from oomdoctor.advisor.catalog import ModelGeometry, _gpu_key, find_gpu, find_mo
 from oomdoctor.advisor.command import apply_flags, argv_from_launch_args
 from oomdoctor.advisor.engine_args import (
     UNKNOWN_DEFAULT,
+    FlagSpec,
     _near,
     canonical,
     default_of,
     env_of,
     flag_of_dest,
+    flag_spec,
     option_of_env,
     sampled,
     switch_value,
@@ -1003,6 +1005,7 @@ def test_default_of_per_version(engine: str, flag: str, version: str | None, def
         ("vllm", "--bogus", "0.11.0", None),
         ("llama.cpp", "-fa", "5590", False),  # a switch up to b5590
         ("llama.cpp", "-fa", "6431", True),  # -fa on|off|auto from b6431
+        ("llama.cpp", "-fa", "6000", None),  # between the two samples: a switch in one, a value in the other
         ("llama.cpp", "-fa", None, True),
     ],
 )
@@ -1038,3 +1041,9 @@ def test_environment_and_destination_names() -> None:
     assert flag_of_dest("vllm", "nope") is None
     assert canonical("vllm", "--max_model_len=5") == "--max-model-len"
     assert canonical("sglang", "--max_model_len") == "--max_model_len"  # only vLLM takes both spellings
+
+
+def test_flag_spec_choices_are_the_samples_in_common() -> None:
+    assert flag_spec("vllm", "--kv-cache-dtype", "0.8.5") == FlagSpec(
+        "--kv-cache-dtype", "value", ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"))
+    assert flag_spec("llama.cpp", "-fa", "6000") == FlagSpec("-fa", "optional", None)
