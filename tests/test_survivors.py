@@ -21,6 +21,7 @@ from oomdoctor.advisor.engine_args import (
     FlagSpec,
     _near,
     canonical,
+    check_argv,
     default_of,
     env_of,
     flag_of_dest,
@@ -1003,6 +1004,7 @@ def test_default_of_per_version(engine: str, flag: str, version: str | None, def
         ("vllm", "--enforce-eager", "0.11.0", False),
         ("vllm", "--dtype", "0.11.0", True),
         ("vllm", "--bogus", "0.11.0", None),
+        ("vllm", "--dtype", "0.0.1", True),  # older than every sample: the kind all samples agree on
         ("llama.cpp", "-fa", "5590", False),  # a switch up to b5590
         ("llama.cpp", "-fa", "6431", True),  # -fa on|off|auto from b6431
         ("llama.cpp", "-fa", "6000", None),  # between the two samples: a switch in one, a value in the other
@@ -1022,6 +1024,7 @@ def test_takes_value_per_version(engine: str, flag: str, version: str | None, ta
         ("vllm", "PATH", None, None),  # not an option
         ("vllm", "--dtype=bfloat16", "0.11.0", True),
         ("vllm", "--dtype=xx", "0.11.0", False),  # not one of the choices
+        ("vllm", "--dtype=bfloat16=x", "0.11.0", False),  # the value is all after the first '='
         ("vllm", "--dtype", "0.0.1", None),  # older than every sample
         ("vllm", "--no-enable-prefix-caching", "0.11.0", True),  # the --no- form of a boolean flag
         ("vllm", "--no-such-thing", "0.11.0", False),
@@ -1047,3 +1050,18 @@ def test_flag_spec_choices_are_the_samples_in_common() -> None:
     assert flag_spec("vllm", "--kv-cache-dtype", "0.8.5") == FlagSpec(
         "--kv-cache-dtype", "value", ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"))
     assert flag_spec("llama.cpp", "-fa", "6000") == FlagSpec("-fa", "optional", None)
+
+
+@pytest.mark.parametrize(
+    ("argv", "problems"),
+    [
+        (["--dtype"], ["--dtype: needs a value"]),  # the last token: nothing follows
+        (["--enforce-eager"], []),
+        (["--max-model-len", "-1"], []),  # a negative number is a value
+        (["--bogus", "3", "--dtype", "half"], ["--bogus: not a flag of vllm"]),  # its value is skipped
+        (["serve", "m", "x"], []),  # the program and positionals come first
+        (["--dtype", "half", "x"], ["'x': not a flag or its value"]),
+    ],
+)
+def test_check_argv_edges(argv: list[str], problems: list[str]) -> None:
+    assert check_argv("vllm", argv, "0.11.0") == problems
