@@ -46,6 +46,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -342,19 +343,22 @@ _LOG_TOTAL = re.compile(r"^(?P<rel>\S+\.py): killed (?P<killed>\d+) of (?P<n>\d+
 _LOG_SURVIVOR = re.compile(r"^  survivor (?P<rel>\S+\.py):(?P<line>\d+): (?P<what>.+)$")
 
 
-def read_log(text: str) -> dict[str, tuple[int, int, set[tuple[int, str]]]]:
-    """A previous run's output: module -> (killed, mutants, survivors as (line, change))."""
+Survivors = Counter[tuple[int, str]]
+
+
+def read_log(text: str) -> dict[str, tuple[int, int, Survivors]]:
+    """A previous run's output: module -> (killed, mutants, survivors as (line, change) -> count)."""
     totals: dict[str, tuple[int, int]] = {}
-    survivors: dict[str, set[tuple[int, str]]] = {}
+    survivors: dict[str, Survivors] = {}
     for line in text.splitlines():
         if m := _LOG_TOTAL.match(line):
             totals[m["rel"]] = (int(m["killed"]), int(m["n"]))
         elif m := _LOG_SURVIVOR.match(line):
-            survivors.setdefault(m["rel"], set()).add((int(m["line"]), m["what"]))
-    return {rel: (k, n, survivors.get(rel, set())) for rel, (k, n) in totals.items()}
+            survivors.setdefault(m["rel"], Counter())[(int(m["line"]), m["what"])] += 1
+    return {rel: (k, n, survivors.get(rel, Counter())) for rel, (k, n) in totals.items()}
 
 
-def retry(rel: str, prior: tuple[int, int, set[tuple[int, str]]], tests: list[str], timeout: float,
+def retry(rel: str, prior: tuple[int, int, Survivors], tests: list[str], timeout: float,
           verbose: bool) -> Outcome | None:
     """Only the survivors of a previous run: its killed stay killed (tests were only added), a
     survivor now listed as equivalent leaves the count, the others run again."""
@@ -362,12 +366,14 @@ def retry(rel: str, prior: tuple[int, int, set[tuple[int, str]]], tests: list[st
     source = (ROOT / rel).read_text(encoding="utf-8")
     skip = equivalents()
     code = source.splitlines()
-    now_equivalent = sum(1 for m in mutants(source) if (m.line, m.what) in survivors
-                         and (rel, m.what, code[m.line - 1].strip()) in skip)
-    o = run_module(rel, tests, None, timeout, verbose, only=survivors)
+    now = [m for m in mutants(source) if (m.line, m.what) in survivors]
+    now_equivalent = sum(1 for m in now if (rel, m.what, code[m.line - 1].strip()) in skip)
+    # a survivor whose code is gone (the line was rewritten) is neither killed nor alive
+    gone = sum(max(0, n - sum(1 for m in now if (m.line, m.what) == key)) for key, n in survivors.items())
+    o = run_module(rel, tests, None, timeout, verbose, only=set(survivors))
     if o is None:
         return None
-    return Outcome(rel, n_before - now_equivalent, killed_before + o.killed, _todo(rel, source, None, skip)[1],
+    return Outcome(rel, n_before - now_equivalent - gone, killed_before + o.killed, _todo(rel, source, None, skip)[1],
                    o.survivors, o.seconds)
 
 
