@@ -506,20 +506,23 @@ def test_facts_default_to_one_gpu_per_stage() -> None:
     assert (f.tp, f.pp, f.kv_dtype_bytes, f.block_size.value) == (1, 1, 2, 16)
 
 
-#: 4 layers, 2 of them sliding (window 1024), 1 KV head of 64 dims: 256 B a token per layer at 2 bytes
+#: 4 layers, 2 of them sliding (window 1025), 1 KV head of 64 dims: 256 B a token per layer at 2 bytes
 _SLIDING = ModelGeometry(name="s", layers=4, attention_heads=8, kv_heads=1, head_dim=64, source="t",
-                         sliding_window=1024, sliding_window_layers=2)
+                         sliding_window=1025, sliding_window_layers=2)
 
 
 def test_sliding_layers_hold_the_window_plus_the_default_batch() -> None:
     page = 16 * 256
-    # full: cdiv(8192, 16) = 512 pages × 2 layers; sliding: cdiv(min(1023 + 2048, 8192), 16) + 1 = 193 pages × 2
+    # full: cdiv(8192, 16) = 512 pages × 2 layers; sliding: cdiv(min(1024 + 2048, 8192), 16) + 1 = 193 pages × 2
+    # (3072 tokens: exactly 192 pages, one more batched token would take a 194th)
     assert kv_bytes_for_len(_SLIDING, 8192, 2) == (512 * 2 + 193 * 2) * page
     assert kv_bytes_for_len(_SLIDING, 8192, 2, max_num_batched_tokens=4096) == (512 * 2 + 321 * 2) * page
+    assert kv_bytes_for_len(_SLIDING, 8192, 2, max_num_batched_tokens=2049) == (512 * 2 + 194 * 2) * page
     assert kv_bytes_for_len(_SLIDING, 100, 2) == (7 * 2 + 8 * 2) * page  # a short request: its own length
     # the capacity search uses the same default batch: 1410 pages of budget fit 512 + 193 pages × 2 layers
     assert capacity_tokens(_SLIDING, (512 * 2 + 193 * 2) * page, 2, limit=8192) == 8192
     assert capacity_tokens(_SLIDING, (512 * 2 + 193 * 2) * page - 1, 2) == 8176
+    assert capacity_tokens(_SLIDING, (512 * 2 + 193 * 2) * page, 2) == 8192  # no limit: the same search
 
 
 # -- redaction -----------------------------------------------------------------------------------
@@ -1065,3 +1068,10 @@ def test_flag_spec_choices_are_the_samples_in_common() -> None:
 )
 def test_check_argv_edges(argv: list[str], problems: list[str]) -> None:
     assert check_argv("vllm", argv, "0.11.0") == problems
+
+
+def test_a_model_dtype_the_table_does_not_know_is_16_bits(tmp_path: Any) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**_F32, "torch_dtype": "mystery"}), encoding="utf-8")
+    f = facts(None, Context(engine="vllm"), {"model-config": str(cfg)})
+    assert (f.kv_dtype_bytes, f.bytes_per_token) == (2, Value(1024, "config"))
