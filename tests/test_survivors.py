@@ -126,6 +126,8 @@ def test_facts_kv_budget(version: tuple[int, int, int] | None, budget: int) -> N
     assert f.kv_budget == budget
     f.activation = f.non_torch = None
     assert f.kv_budget == (72 - 40 - (3 if version == (0, 20, 0) else 0)) * GiB  # absent terms count 0
+    f.cudagraph = None
+    assert f.kv_budget == 32 * GiB  # an absent graph estimate counts 0 in every version
     f.weights = None
     assert f.kv_budget is None  # no weights, no budget
 
