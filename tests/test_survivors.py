@@ -1077,3 +1077,26 @@ def test_a_model_dtype_the_table_does_not_know_is_16_bits(tmp_path: Any) -> None
     cfg.write_text(json.dumps({**_F32, "torch_dtype": "mystery"}), encoding="utf-8")
     f = facts(None, Context(engine="vllm"), {"model-config": str(cfg)})
     assert (f.kv_dtype_bytes, f.bytes_per_token) == (2, Value(1024, "config"))
+
+
+def _pool(step: str, requested: int, available: int) -> Finding:
+    f = _finding("sglang.kv-pool-exhausted", "sglang", "inference", step=step, requested_tokens=requested,
+                 available_tokens=available)
+    return f.model_copy(update={"rule": "sglang.kv-pool-exhausted"})
+
+
+@pytest.mark.parametrize(
+    ("available", "args", "value"),
+    [
+        (2048, {}, "32"),  # ⌊2048 / 64⌋ = 32 fresh pages, below the 48 running
+        (64, {}, "1"),  # one page
+        (63, {}, None),  # not one whole page: no paged answer (and no limit to halve)
+        (2048, {"max_running_requests": "32"}, "16"),  # 32 is the limit already: half of it instead
+        (2048, {"max_running_requests": "33"}, "32"),
+        (2048, {"sglang_running_requests": "10"}, "32"),  # decode: the running count is the message's 48
+    ],
+)
+def test_sglang_running_requests_from_whole_pages(available: int, args: dict[str, str], value: str | None) -> None:
+    ctx = Context(engine="sglang", launch_args={"page_size": "64", **args})
+    r = _calc("sglang.max-running-requests", _pool("Decode", 48, available), ctx)
+    assert (r.flags["--max-running-requests"] if r else None) == value
