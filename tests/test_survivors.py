@@ -404,6 +404,8 @@ def test_sglang_tp_doubles_only_within_the_gpus(gpus: int, tp: int, flags: dict[
         (GGML_HEADROOM_BYTES + 10 * MiB - 1, "9"),
         (GGML_HEADROOM_BYTES, "0"),
         (100 * MiB, "0"),  # less than the headroom: clamped at 0 layers, never negative
+        (GGML_HEADROOM_BYTES + 33 * MiB, "16"),  # all 33 fit by the figure, yet the load failed: half
+        (GGML_HEADROOM_BYTES + 33 * MiB - 1, "32"),
     ],
 )
 def test_ngl_from_free_memory_clamped_at_zero(free: int, layers: str) -> None:
@@ -1100,3 +1102,23 @@ def test_sglang_running_requests_from_whole_pages(available: int, args: dict[str
     ctx = Context(engine="sglang", launch_args={"page_size": "64", **args})
     r = _calc("sglang.max-running-requests", _pool("Decode", 48, available), ctx)
     assert (r.flags["--max-running-requests"] if r else None) == value
+
+
+@pytest.mark.parametrize(
+    ("request_mib", "offloaded", "layers"),
+    [
+        (3, 10, "7"),  # 1 MiB a layer: drop ceil(3 MiB / 1 MiB) = 3 of the 10
+        (9, 10, "1"),
+        (10, 10, "5"),  # dropping every layer is no answer: half of them
+        (None, 2, "1"),  # nothing to size a layer by: half
+        (None, 1, None),  # one layer: nothing to halve
+    ],
+)
+def test_ngl_drops_the_layers_that_free_the_failed_request(request_mib: int | None, offloaded: int,
+                                                            layers: str | None) -> None:
+    figures = {"requested_bytes": request_mib * MiB} if request_mib else {}
+    f = _finding("ggml.alloc-failed", "llama.cpp", "inference", **figures)
+    ctx = Context(engine="llama.cpp", extra={"llama_offloaded_layers": offloaded,
+                                             "llama_gpu_weights_bytes": offloaded * MiB if request_mib else None})
+    r = _calc("ggml.n-gpu-layers", f, ctx)
+    assert (r.flags["-ngl"] if r else None) == layers
