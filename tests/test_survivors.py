@@ -429,6 +429,9 @@ def test_ngl_from_free_memory_clamped_at_zero(free: int, layers: str) -> None:
         (["prog", "--quiet", "-v1.2.3"], {"--quiet": ""}, ["prog", "--quiet", "-v1.2.3"]),
         # a number has one decimal point at most: "-1.2.3" is no number, so no value
         (["prog", "--quiet", "-1.2.3"], {"--quiet": ""}, ["prog", "--quiet", "-1.2.3"]),
+        # the flag last on the line: nothing follows it to be its value
+        (["prog", "--x"], {"--x": "1"}, ["prog", "--x", "1"]),
+        (["prog", "--x"], {"--x": ""}, ["prog", "--x"]),
     ],
 )
 def test_negative_values_of_unknown_flags(argv: list[str], flags: dict[str, str], out: list[str]) -> None:
