@@ -1125,3 +1125,24 @@ def test_ngl_drops_the_layers_that_free_the_failed_request(request_mib: int | No
                                              "llama_gpu_weights_bytes": offloaded * MiB if request_mib else None})
     r = _calc("ggml.n-gpu-layers", f, ctx)
     assert (r.flags["-ngl"] if r else None) == layers
+
+
+@pytest.mark.parametrize(
+    ("extra", "experts", "per_token", "intermediate"),
+    [
+        ({}, 1, 1, 200),  # dense: one expert, its own intermediate size
+        ({"moe_intermediate_size": 100}, 1, 1, 200),  # a MoE size in a dense config is not read
+        ({"moe_intermediate_size": 100, "num_local_experts": 2, "num_experts_per_tok": 2}, 2, 2, 100),
+    ],
+)
+def test_config_experts_and_intermediate_size(extra: dict[str, Any], experts: int, per_token: int,
+                                              intermediate: int) -> None:
+    cfg = {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 256, "intermediate_size": 200, **extra}
+    geo = geometry_from_config(cfg, "t")
+    assert (geo.experts, geo.experts_per_token, geo.intermediate_size) == (experts, per_token, intermediate)
+    assert geo.head_dim == 64  # hidden / heads
+
+
+def test_config_without_head_dim_or_hidden_size_has_no_head_dim() -> None:
+    geo = geometry_from_config({"num_hidden_layers": 2, "num_attention_heads": 4}, "t")
+    assert (geo.head_dim, geo.kv_heads, geo.hidden_size) == (0, 4, None)
