@@ -1146,3 +1146,54 @@ def test_config_experts_and_intermediate_size(extra: dict[str, Any], experts: in
 def test_config_without_head_dim_or_hidden_size_has_no_head_dim() -> None:
     geo = geometry_from_config({"num_hidden_layers": 2, "num_attention_heads": 4}, "t")
     assert (geo.head_dim, geo.kv_heads, geo.hidden_size) == (0, 4, None)
+
+
+# -- remedies_vllm: the named region's survivors -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("estimate", "max_len", "block", "value"),
+    [
+        (4096, 4096, None, None),  # capacity equals the length: it already fits, no remedy
+        (4095, 4096, None, "4080"),  # rounded down to 16-token blocks
+        (10, 4096, None, None),  # under one block: 0 tokens is no answer
+        (1, 4096, 1, "1"),  # one token at block size 1 is
+    ],
+)
+def test_max_model_len_at_capacity(estimate: int, max_len: int, block: int | None, value: str | None) -> None:
+    f = _finding("vllm.kv-cache.max-len-exceeds", "vllm", "kv-cache-alloc", estimated_max_model_len=estimate)
+    ctx = Context(engine="vllm", max_model_len=max_len, block_size=block)
+    r = _calc("vllm.max-model-len", f, ctx)
+    assert (r.flags["--max-model-len"] if r else None) == value
+
+
+def test_raise_for_kv_needs_a_shortage() -> None:
+    ctx = Context(engine="vllm", gpu_total_bytes=_TOTAL, gpu_memory_utilization=0.9)
+    assert _calc("vllm.gpu-memory-utilization.raise-for-kv", _vllm_kv(10 * GiB, 10 * GiB), ctx) is None
+
+
+@pytest.mark.parametrize(
+    ("missing_gib", "value", "fits", "saves_gib"),
+    [
+        (4, "1024", False, 2),  # the whole 4 GiB peak is missing: halving cannot do it alone
+        (3, "512", True, 3),  # keep a quarter of the peak: 2048 × 1/4 = 512 tokens, the floor itself
+        (1, "1536", True, 1),
+    ],
+)
+def test_batched_tokens_from_the_activation_share(missing_gib: int, value: str, fits: bool, saves_gib: int) -> None:
+    f = _finding("torch.cuda-oom", "vllm", "inference", requested_bytes=missing_gib * GiB)
+    ctx = Context(engine="vllm", max_num_batched_tokens=2048, activation_peak_bytes=4 * GiB)
+    r = _calc("vllm.max-num-batched-tokens", f, ctx)
+    assert r is not None and (r.flags, r.fits, r.saves_bytes) == ({"--max-num-batched-tokens": value}, fits,
+                                                                  saves_gib * GiB)
+
+
+@pytest.mark.parametrize(("current", "value"), [(None, "256"), ("abc", "256"), ("[8,16,64]", "32")])
+def test_capture_size_default_512(current: str | None, value: str) -> None:
+    ctx = Context(engine="vllm", engine_version="0.11.1",
+                  launch_args={"max_cudagraph_capture_size": current} if current else {})
+    f = _finding("torch.cuda-oom", "vllm", "cudagraph-capture", requested_bytes=MiB)
+    r = _calc("vllm.cudagraph-capture-size", f, ctx)
+    assert r is not None and r.flags == {"--max-cudagraph-capture-size": value}
+    if current != "[8,16,64]":
+        assert "512" in r.why
