@@ -333,6 +333,7 @@ def test_raise_for_kv_at_the_free_memory_cap(missing_gib: int, flags: dict[str, 
     ("requested", "flags"),
     [
         (int(0.79 * _TOTAL), {"--gpu-memory-utilization": "0.11"}),  # floor_to(0.90 − 0.79) = 0.11 > 0.1
+        (int(0.105 * _TOTAL), {"--gpu-memory-utilization": "0.79"}),  # floor_to(0.795, 2): two decimals, down
         (int(0.80 * _TOTAL), None),  # 0.10: the floor, no answer
         (1, {"--gpu-memory-utilization": "0.89"}),  # floor_to(0.90 − ~0) = 0.90, not below: 0.90 − 0.01
     ],
