@@ -362,7 +362,7 @@ def retry(rel: str, prior: tuple[int, int, Survivors], tests: list[str], timeout
           verbose: bool) -> Outcome | None:
     """Only the survivors of a previous run: its killed stay killed (tests were only added), a
     survivor now listed as equivalent leaves the count, the others run again."""
-    killed_before, n_before, survivors = prior
+    _killed_before, n_before, survivors = prior
     source = (ROOT / rel).read_text(encoding="utf-8")
     skip = equivalents()
     code = source.splitlines()
@@ -373,8 +373,11 @@ def retry(rel: str, prior: tuple[int, int, Survivors], tests: list[str], timeout
     o = run_module(rel, tests, None, timeout, verbose, only=set(survivors))
     if o is None:
         return None
-    return Outcome(rel, n_before - now_equivalent - gone, killed_before + o.killed, _todo(rel, source, None, skip)[1],
-                   o.survivors, o.seconds)
+    total = n_before - now_equivalent - gone
+    # what survives now are the retried mutants that survived again (a survivor's (line, change)
+    # may match more mutants than the log listed, so counting kills would over-count)
+    return Outcome(rel, total, max(0, total - len(o.survivors)), _todo(rel, source, None, skip)[1], o.survivors,
+                   o.seconds)
 
 
 def table(outcomes: list[Outcome]) -> str:
