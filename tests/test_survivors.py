@@ -30,6 +30,7 @@ from oomdoctor.advisor.engine_args import (
     sampled,
     switch_value,
     takes_value,
+    value_ok,
 )
 from oomdoctor.advisor.fit import fit
 from oomdoctor.advisor.memory_model import (
@@ -1198,3 +1199,14 @@ def test_capture_size_default_512(current: str | None, value: str) -> None:
     assert r is not None and r.flags == {"--max-cudagraph-capture-size": value}
     if current != "[8,16,64]":
         assert "512" in r.why
+
+
+def test_value_ok_and_the_kind_outside_the_flags_versions() -> None:
+    assert value_ok("llama.cpp", "-fa", "", "6000") is True  # optional: may stand alone
+    assert value_ok("vllm", "--dtype", "", "0.11.0") is False  # needs one
+    assert value_ok("vllm", "--enforce-eager", "", "0.11.0") is True
+    assert value_ok("vllm", "--enforce-eager", "x", "0.11.0") is False  # a switch takes none
+    # a flag at a version that lacks it: no spec, yet the samples that have it agree it takes a value
+    assert flag_spec("vllm", "--max-cudagraph-capture-size", "0.6.6") is None
+    assert takes_value("vllm", "--max-cudagraph-capture-size", "0.6.6") is True
+    assert check_argv("vllm", ["--bogus"], "0.11.0") == ["--bogus: not a flag of vllm"]  # last on the line
