@@ -106,13 +106,13 @@ def test_rule_block_keeps_bracketed_lines_inside_strings(tmp_path: Path) -> None
 def test_fit_takes_f(capsys: pytest.CaptureFixture[str]) -> None:
     data = json.loads(_out(["fit", "--model", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "A10G", "-f", "json"], capsys))
     # vLLM's "Maximum concurrency": KV tokens / max model len, two decimals
-    assert data["fits"] is True and data["concurrency"] == round(data["kv_cache_tokens"] / 32768, 2) == 3.47
+    assert data["fits"] is True and data["concurrency"] == round(data["kv_cache_tokens"] / 32768, 2) == 3.76
 
 
 def test_fit_says_one_request_in_the_singular(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")
     out = _out(["fit", "--model", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "A10G", "--max-model-len", "65536"], capsys)
-    assert "FITS: 1 full-length request at a time (65536 tokens, 3.50 GiB of KV cache; 6.08 GiB of KV cache).\n" in out
+    assert "FITS: 1 full-length request at a time (65536 tokens, 3.50 GiB of KV cache; 6.58 GiB of KV cache).\n" in out
 
 
 @pytest.mark.parametrize(("errors", "warnings", "text"), [

@@ -287,8 +287,8 @@ def test_fit_speaks_the_locale_language(monkeypatch: pytest.MonkeyPatch, capsys:
     assert main(["fit", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4", "--max-model-len", "131072"]) == 1
     out = capsys.readouterr().out
     assert "収まりません：131072トークンのリクエスト1件にKVキャッシュが16.00 GiB必要ですが" in out
-    assert "1. コンテキスト長を44256トークンに制限する" in out
-    assert "--max-model-len 44256" in out
+    assert "1. コンテキスト長を48352トークンに制限する" in out
+    assert "--max-model-len 48352" in out
     assert main(["fit", "--model", "no/such-model", "--gpu", "A10G"]) == 2
     assert "'no/such-model'はカタログにありません" in capsys.readouterr().err
 
@@ -356,7 +356,7 @@ def test_fit_hub_offline_falls_back_to_the_catalog_message(monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize(("gpus", "tp", "length", "command"), [
-    (2, 2, 6288, "vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 2 --max-model-len 6288"),
+    (2, 2, 9552, "vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 2 --max-model-len 9552"),
     (4, 4, 131072, "vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 4"),
 ])
 def test_fit_gpus_n_plans_tensor_parallelism(gpus: int, tp: int, length: int, command: str,

@@ -17,6 +17,7 @@ from oomdoctor.advisor.memory_model import (
     capacity_tokens,
     counts_cudagraphs_in_budget,
     default_utilization,
+    kv_budget,
     kv_bytes_for_len,
     parse_version,
 )
@@ -175,9 +176,9 @@ def fit(
     activation = act.bytes
     nt = non_torch(ver, tp, gpu)
     graphs = 0 if enforce_eager else CUDAGRAPH_BYTES
-    graphs_in_budget = counts_cudagraphs_in_budget(ver) or ver is None
+    graphs_in_budget = counts_cudagraphs_in_budget(ver)
     requested = int(total * util)
-    budget = requested - weights - activation - nt.bytes - (graphs if graphs_in_budget else 0)
+    budget = kv_budget(requested, weights, activation, nt.bytes, graphs, ver)
     needed = kv_bytes_for_len(geo, length, kvb, BLOCK_SIZE, tp, 1, batched)
     cap = capacity_tokens(geo, budget, kvb, BLOCK_SIZE, tp, 1, limit=length, max_num_batched_tokens=batched)
     page = BLOCK_SIZE * geo.kv_entry_bytes(kvb, tp) * max(1, geo.layers)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from oomdoctor.advisor.catalog import (
     DTYPE_BYTES,
@@ -46,9 +46,24 @@ def parse_version(text: str | None) -> Version | None:
     return int(m[1]), int(m[2]), int(m[3] or 0)
 
 
+#: the release that changed vLLM's memory defaults together: --gpu-memory-utilization 0.9 → 0.92
+#: (research §5) and the CUDA-graph estimate taken off the KV budget by default (research §2.4)
+MEMORY_DEFAULTS_0_20: Version = (0, 20, 0)
+
+
+def has_0_20_memory_defaults(version: Version | None) -> bool:
+    """Whether ``version`` budgets memory as 0.20.0 and later do.
+
+    The one unknown-version policy of the KV budget: an unknown version is read as a release before
+    0.20.0 for both defaults at once (utilization 0.9, CUDA graphs outside the budget), so that the
+    budget is always one that some vLLM release computes, never a mix of two.
+    """
+    return version is not None and version >= MEMORY_DEFAULTS_0_20
+
+
 def default_utilization(version: Version | None) -> float:
     """--gpu-memory-utilization default: 0.9 up to 0.19.x, 0.92 from 0.20.0 (research §5)."""
-    return 0.92 if version and version >= (0, 20, 0) else 0.9
+    return 0.92 if has_0_20_memory_defaults(version) else 0.9
 
 
 #: the device memory from which vLLM's V1 usage-context defaults raise max_num_seqs (research §5)
@@ -74,7 +89,22 @@ def default_max_num_seqs(version: Version | None, capacity: int | None, gpu_name
 
 def counts_cudagraphs_in_budget(version: Version | None) -> bool:
     """From 0.20.0 the CUDA-graph estimate is subtracted from the KV budget by default (research §2.4)."""
-    return bool(version and version >= (0, 20, 0))
+    return has_0_20_memory_defaults(version)
+
+
+N = TypeVar("N", int, float)
+
+
+def non_kv_bytes(weights: N, activation: N, non_torch: N, cudagraph: N, version: Version | None) -> N:
+    """What vLLM takes from its budget before the KV cache: weights + activation peak + non-torch,
+    and the CUDA-graph estimate where the version counts it (:func:`counts_cudagraphs_in_budget`)."""
+    return weights + activation + non_torch + (cudagraph if counts_cudagraphs_in_budget(version) else 0)
+
+
+def kv_budget(requested: N, weights: N, activation: N, non_torch: N, cudagraph: N, version: Version | None) -> N:
+    """The KV budget (research §0–§2): requested − :func:`non_kv_bytes`. The one formula the
+    post-mortem (:attr:`Facts.kv_budget`), the plan search and ``oomdoctor fit`` all use."""
+    return requested - non_kv_bytes(weights, activation, non_torch, cudagraph, version)
 
 
 def cudagraph_size_flag(version: Version | None) -> str | None:
@@ -83,8 +113,8 @@ def cudagraph_size_flag(version: Version | None) -> str | None:
         return None
     if version >= (0, 11, 1):
         return "--max-cudagraph-capture-size"
-    if (0, 9, 0) <= version <= (0, 12, 0):
-        return "--cuda-graph-sizes"
+    if version >= (0, 9, 0):
+        return "--cuda-graph-sizes"  # 0.9.0–0.11.0 (it lives on to 0.12.0, where the other one rules)
     return None
 
 
@@ -176,11 +206,9 @@ class Facts:
         req = self.requested
         if req is None or self.weights is None:
             return None
-        non_kv = self.weights.value + (self.activation.value if self.activation else 0)
-        non_kv += self.non_torch.value if self.non_torch else 0
-        if self.cudagraph and counts_cudagraphs_in_budget(self.version):
-            non_kv += self.cudagraph.value
-        return int(req - non_kv)
+        return int(kv_budget(req, self.weights.value, self.activation.value if self.activation else 0,
+                             self.non_torch.value if self.non_torch else 0,
+                             self.cudagraph.value if self.cudagraph else 0, self.version))
 
 
 def _fig(finding: Finding | None, name: str) -> Any:

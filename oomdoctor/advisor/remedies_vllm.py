@@ -21,7 +21,9 @@ from oomdoctor.advisor.memory_model import (
     facts,
     fp8_kv_flag_value,
     fp8_weights_min_cc,
+    kv_budget,
     kv_bytes_for_len,
+    non_kv_bytes,
 )
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
@@ -1016,15 +1018,14 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
     f = get_facts(inp)
     if not (f.weights and f.total and f.utilization and f.bytes_per_token and f.max_model_len):
         return None
-    from oomdoctor.advisor.memory_model import counts_cudagraphs_in_budget
-
     geo: ModelGeometry | None = f.geometry.value if f.geometry else None
     total, util0, length = f.total.value, f.utilization.value, int(f.max_model_len.value)
     bs = _block(f)
     weights_all = f.weights.value * f.tp * f.pp
-    fixed = (f.activation.value if f.activation else 0) + (f.non_torch.value if f.non_torch else 0)
-    if f.cudagraph and counts_cudagraphs_in_budget(f.version):
-        fixed += f.cudagraph.value
+    activation = f.activation.value if f.activation else 0
+    non_torch = f.non_torch.value if f.non_torch else 0
+    graphs = f.cudagraph.value if f.cudagraph else 0
+    fixed = non_kv_bytes(0, activation, non_torch, graphs, f.version)  # for the explanation
     cap_util, _cap_why = _util_cap(f, inp)
     gpus = int(f.gpus.value) if f.gpus else f.tp * f.pp
     heads = geo.attention_heads if geo else None
@@ -1048,7 +1049,7 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
             for kvname, kvf in kv_opts:
                 for util in utils:
                     w = weights_all * wf / (tp * f.pp)
-                    budget = total * util - w - fixed
+                    budget = kv_budget(total * util, w, activation, non_torch, graphs, f.version)
                     per_tok = f.bytes_per_token.value * kvf
                     if geo is not None and not geo.is_mla:
                         per_tok = per_tok * geo.kv_heads_per_rank(tp) / geo.kv_heads_per_rank(f.tp)
