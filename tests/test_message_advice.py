@@ -43,6 +43,8 @@ ADVICE: list[tuple[str, frozenset[str]]] = [
     (r"(?i)please reduce the input size or increase the encoder cache size", frozenset({"vllm.limit-mm-per-prompt"})),
     (r"(?i)you should increase `max_model_len`, reduce `max_num_seqs`", frozenset({"vllm.max-model-len", "vllm.max-num-seqs"})),
     (r"(?i)please try to increase --mem-fraction-static", frozenset({"sglang.mem-fraction-static.raise"})),
+    # vllm.rs 1b00e27 kvcache_allocator.rs
+    (r"(?i)try reducing --max-model-len or --max-num-seqs", frozenset({"vllm-rs.max-model-len", "vllm-rs.max-num-seqs"})),
     (r"(?i)try to lower your batch size", frozenset({"sglang.max-running-requests", "sglang.chunked-prefill-size"})),
     (r"(?i)please set a smaller number for `?--max-running-requests`?", frozenset({"sglang.max-running-requests"})),
     (r"(?i)please try to raise your shared memory limit", frozenset({"host.shm-size"})),

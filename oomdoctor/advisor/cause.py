@@ -191,7 +191,7 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     # -- the KV cache itself ------------------------------------------------------------------
     if phase == "kv-cache-alloc" and (
         rule == "llama.kv-cache-failed"
-        or kind.startswith("ggml.")
+        or kind.startswith(("ggml.", "vllm-rs."))
         or (kind.startswith("torch.") and engine in ("vllm", "sglang"))
     ):
         # the failing allocation is the cache (sized from the budget, or from n_ctx), not an activation
