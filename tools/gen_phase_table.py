@@ -36,6 +36,7 @@ import ast
 import json
 import re
 import sys
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -361,7 +362,9 @@ def read_release(root: Path, package: str) -> list[Found]:
         for f in files:
             if f not in trees:
                 try:
-                    trees[f] = ast.parse(f.read_text(encoding="utf-8"))
+                    with warnings.catch_warnings():  # (upstream's own invalid escapes)
+                        warnings.simplefilter("ignore")
+                        trees[f] = ast.parse(f.read_text(encoding="utf-8"))
                 except (SyntaxError, UnicodeDecodeError):
                     continue
             rel = f.relative_to(root).as_posix()
