@@ -158,17 +158,17 @@ def test_generator_drops_a_line_two_stages_print(tmp_path: Path) -> None:
         class Trainer:
             def _inner_training_loop(self):
                 logger.info("***** Running training *****")
-                logger.info(f"  Num examples = {n}")
+                logger.info(f"  Number of examples = {n}")
 
             def evaluation_loop(self, description):
                 logger.info(f"***** Running {description} *****")
-                logger.info(f"  Num examples = {n}")
+                logger.info(f"  Number of examples = {n}")
         ''')
     table = toml_module().loads(gen.generate([rel]))
     training = next(p for p in table["phase"] if p["phase"] == "training")
     assert r"\*\*\*\*\* Running training \*\*\*\*\*" in training["progress"]
-    assert not any("Num examples" in p for ph in table["phase"] for p in ph.get("progress", []))
-    assert "# Dropped, claimed by two phases: progress 'num examples'" in gen.generate([rel])
+    assert not any("Number of examples" in p for ph in table["phase"] for p in ph.get("progress", []))
+    assert "# Dropped, claimed by two phases: progress 'number of examples'" in gen.generate([rel])
 
 
 def _phase(log: str) -> str:

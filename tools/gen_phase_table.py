@@ -241,7 +241,11 @@ def _piece(pieces: list[str]) -> str | None:
 
 
 def _usable(piece: str) -> bool:
-    return len(piece) >= 12 and " " in piece and sum(c.isalpha() for c in piece) >= 8
+    """Whether a literal piece can tell its line: three words or 16 characters, of letters mostly,
+    starting as a phrase does (not "-- num_tokens", not a two-word "Weight cache")."""
+    if not piece[:1].isalnum() and piece[:1] not in "#*":
+        return False
+    return (len(piece.split()) >= 3 or len(piece) >= 16) and " " in piece and sum(c.isalpha() for c in piece) >= 8
 
 
 def _logged(call: ast.Call) -> ast.AST | None:
@@ -269,9 +273,17 @@ def _helper_frame(name: str) -> bool:
 
 
 def _is_log_stmt(stmt: ast.stmt) -> bool:
+    """Whether ``stmt`` only logs or returns (a condition around logging only counts)."""
     if isinstance(stmt, ast.Return | ast.Pass):
         return True
-    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and _logged(stmt.value) is not None
+    if isinstance(stmt, ast.If):
+        return all(_is_log_stmt(s) for s in [*stmt.body, *stmt.orelse])
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return False
+    f = stmt.value.func
+    owner = f.value if isinstance(f, ast.Attribute) else None
+    name = owner.attr if isinstance(owner, ast.Attribute) else owner.id if isinstance(owner, ast.Name) else ""
+    return "log" in name.lower() or _logged(stmt.value) is not None
 
 
 @dataclass
@@ -308,14 +320,35 @@ def _self_calls(fn: ast.AST, methods: dict[str, ast.AST]) -> set[str]:
     return out
 
 
-def _lines_of(fn: ast.FunctionDef | ast.AsyncFunctionDef, stage: Stage, root: bool) -> Iterator[tuple[str, str]]:
-    """(piece, phase) for each progress line ``fn`` prints."""
-    # the statements after which nothing but logging and return follows (in a root)
+def _called(stmt: ast.AST) -> set[str]:
+    """The names of the functions and methods ``stmt`` calls."""
+    out = set()
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if name:
+                out.add(name)
+    return out
+
+
+def _works(called: set[str], work: frozenset[str]) -> bool:
+    """Whether calls of ``called`` do a stage's work: a stage function, a method of the root's
+    class, or another object's private method (vLLM's ``worker.model_runner._dummy_run``)."""
+    return bool(called & work) or any(n.startswith("_") and not n.startswith("__") for n in called)
+
+
+def _lines_of(
+    fn: ast.FunctionDef | ast.AsyncFunctionDef, stage: Stage, work: frozenset[str] | None
+) -> Iterator[tuple[str, str]]:
+    """(piece, phase) for each progress line ``fn`` prints. In a root (``work``: the names of the
+    stage functions and of its class's methods), a line printed after its last call of one of them
+    reports what the stage did: it is over (see :func:`_works`)."""
     tail_from = len(fn.body)
-    if root:
-        while tail_from and _is_log_stmt(fn.body[tail_from - 1]):
+    if work is not None:
+        while tail_from and not _works(_called(fn.body[tail_from - 1]), work):
             tail_from -= 1
-    tail = {id(s) for s in fn.body[tail_from:]}
+    tail = {id(s) for s in fn.body[tail_from:]} if work is not None and tail_from else set()
     # a message built first and logged by name (uvicorn's ``message = "Started server process [%d]"``)
     named: dict[str, list[ast.AST]] = {}
     for node in ast.walk(fn):
@@ -328,15 +361,15 @@ def _lines_of(fn: ast.FunctionDef | ast.AsyncFunctionDef, stage: Stage, root: bo
             msg = _logged(node)
             if isinstance(msg, ast.Name):
                 for value in named.get(msg.id, ()):
-                    yield from _line_phase(value, stage, id(stmt) in tail and stmt is not fn.body[0])
+                    yield from _line_phase(value, stage, id(stmt) in tail)
                 continue
             if msg is not None:
-                yield from _line_phase(msg, stage, id(stmt) in tail and stmt is not fn.body[0])
+                yield from _line_phase(msg, stage, id(stmt) in tail)
 
 
 def _line_phase(msg: ast.AST, stage: Stage, last: bool) -> Iterator[tuple[str, str]]:
-    """(piece, phase) of one logged message of ``stage`` (``last``: nothing but logging follows
-    it in its root)."""
+    """(piece, phase) of one logged message of ``stage`` (``last``: printed after its root's
+    last call of a stage function)."""
     pieces = _fmt_pieces(msg)
     piece = _piece(pieces) if pieces else None
     if piece is None or pieces is None:
@@ -373,7 +406,7 @@ def read_release(root: Path, package: str) -> list[Found]:
                     continue
                 if fn.name not in GENERIC or fn.name in ROOT_OK:
                     found.append(Found(stage.phase, "frame", fn.name, rel))
-                for piece, phase in _lines_of(fn, stage, root=True):
+                for piece, phase in _lines_of(fn, stage, work=frozenset(all_roots | set(methods))):
                     found.append(Found(phase, "progress", piece, rel))
                 for name in sorted(_self_calls(fn, methods)):
                     if not _helper_frame(name) or name in all_roots:
@@ -383,7 +416,7 @@ def read_release(root: Path, package: str) -> list[Found]:
                     h = methods[name]
                     assert isinstance(h, ast.FunctionDef | ast.AsyncFunctionDef)
                     inner = Stage(stage.phase, (), (), then=stage.then, reports=stage.reports)
-                    for piece, phase in _lines_of(h, inner, root=False):
+                    for piece, phase in _lines_of(h, inner, work=None):
                         helper_found.append(Found(phase, "progress", piece, rel))
     found += [f for f in helper_found if f.kind != "frame" or len(helpers[f.evidence]) == 1]
     return found
