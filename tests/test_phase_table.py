@@ -216,3 +216,48 @@ def test_a_generated_frame_names_the_phase() -> None:
             x = self.mlp(x)
         {OOM}
         """) == "cudagraph-capture"
+
+
+def test_generator_reads_llama_cpp_lines_by_the_function_printing_them(tmp_path: Path) -> None:
+    gen = _generator()
+    rel = tmp_path / "llama.cpp-b9999"
+    _write(rel, "src/llama-context.cpp", r'''
+        llama_context::llama_context(const llama_model & model, llama_context_params params) {
+            LLAMA_LOG_INFO("%s: constructing llama_context\n", __func__);
+            LLAMA_LOG_INFO("%s: n_ctx         = %u\n", __func__, cparams.n_ctx);
+            memory.reset(model.create_memory(params_mem, cparams));
+            auto * gf = graph_reserve(n_tokens, n_seqs, n_outputs, mctx.get());
+            LLAMA_LOG_INFO("%s: %10s compute buffer size = %8.2f MiB\n", __func__, name, size);
+        }
+
+        static void llm_load_print_meta(llama_model_loader & ml, llama_model & model) {
+            LLAMA_LOG_INFO("%s: format           = %s\n", __func__, "GGUF");
+            LLAMA_LOG_INFO("%s: n_ctx_train      = %u\n", __func__, hparams.n_ctx_train);
+            LLAMA_LOG_INFO("%s: n_embd           = %u\n", __func__, hparams.n_embd);
+        }
+        ''')
+    table = toml_module().loads(gen.generate([rel]))
+    by = {p["phase"]: p for p in table["phase"]}
+    # lines before the reservation are the context's set-up (its KV cache); the compute buffers'
+    # line, printed after it, names the stage after it
+    assert "llama_context: n_ctx" in by["kv-cache-alloc"]["progress"]
+    assert "llama_context:.*?compute buffer size" in by["inference"]["progress"]
+    # a function whose every line names one phase is told by its name
+    assert "llm_load_print_meta:" in by["weights-load"]["progress"]
+    assert "llama_context" in by["kv-cache-alloc"]["frames"]
+
+
+def test_llama_cpp_progress_lines_from_the_table_name_the_phase() -> None:
+    failed = "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4403.49 MiB on device 0: cudaMalloc failed: out of memory"
+    # llama.cpp src/llama-model.cpp load_tensors, src/llama-context.cpp llama_context::llama_context
+    assert _phase(f"""
+        print_info: file format = GGUF V3 (latest)
+        load_tensors: offloading 32 repeating layers to GPU
+        {failed}
+        """) == "weights-load"
+    assert _phase(f"""
+        load_tensors: offloaded 33/33 layers to GPU
+        llama_context: constructing llama_context
+        llama_context: n_ctx         = 131072
+        {failed}
+        """) == "kv-cache-alloc"

@@ -49,3 +49,21 @@ for spec in "${specs[@]}"; do
   mv "$out.part" "$out"
   rm -rf "$wheels"
 done
+# llama.cpp: the release node-llama-cpp bundles (llama/gitRelease.bundle, tag in
+# llama/binariesGithubRelease.json), C++ sources of src/ only, as DEST/llama.cpp-<tag>
+# (node-llama-cpp 3.1.1 -> b3889, 3.10.0 -> b5640, 3.22.1 -> the newest)
+for nlc in ${NODE_LLAMA_CPP:-3.1.1 3.10.0 3.22.1}; do
+  work=$(mktemp -d)
+  (cd "$work" && npm pack -q "node-llama-cpp@$nlc" >/dev/null 2>&1)
+  tar -xzf "$work"/node-llama-cpp-*.tgz -C "$work" package/llama/binariesGithubRelease.json package/llama/gitRelease.bundle
+  tag=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["release"])' "$work/package/llama/binariesGithubRelease.json")
+  out="$dest/llama.cpp-$tag"
+  if [ ! -d "$out" ]; then
+    git clone -q "$work/package/llama/gitRelease.bundle" "$work/src" 2>/dev/null
+    mkdir -p "$out.part/src"
+    cp "$work"/src/src/*.cpp "$out.part/src/"
+    echo "$nlc" > "$out.part/node-llama-cpp-version"
+    mv "$out.part" "$out"
+  fi
+  rm -rf "$work"
+done

@@ -19,6 +19,10 @@ prints its progress from them. This script reads the releases' Python sources wi
   (``then``), where one does; any other names the stage itself. A piece two stages print is
   dropped.
 
+llama.cpp is read as C++ (the release node-llama-cpp bundles): each ``LLAMA_LOG_INFO("%s: ...",
+__func__)`` line starts with the name of the function printing it, so the function's stage is the
+line's (a line printed after the stage's ``work`` call names the stage after it).
+
 Every entry keeps, under ``origins``, the file it was read from and the releases that have it.
 
 Usage::
@@ -69,6 +73,9 @@ class Stage:
     #: its lines report what it decided, as it ends (vLLM's KV-cache sizes: the allocation that
     #: follows is of that size and fails only with a traceback of its own), so each names ``then``
     reports: bool = False
+    #: (C++) the calls that do the stage's work: a line printed after the last of them in a root
+    #: reports it done and names ``then``
+    work: tuple[str, ...] = ()
 
 
 _VLLM_WORKER = (
@@ -106,6 +113,21 @@ STAGES: dict[str, list[Stage]] = {
         # the server starts listening once the engine is up; its stats lines come while it serves
         Stage("inference", ("serve_http", "log"), ("vllm/entrypoints/launcher.py", "vllm/engine/metrics.py",
                                                     "vllm/v1/metrics/loggers.py")),
+    ],
+    # llama.cpp (C++, from the release node-llama-cpp bundles): each line starts with the function
+    # that prints it ("llm_load_tensors: offloading 32 repeating layers to GPU"). The context's
+    # compute buffers, reserved after the KV cache, are what a run's batches use: "inference", as
+    # rules/llamacpp.toml reads their failure
+    "llama.cpp": [
+        Stage("weights-load", ("llama_model_loader", "llm_load_print_meta", "print_info", "llm_load_tensors",
+                               "load_tensors", "llama_model_load", "load_all_data", "llm_load_hparams",
+                               "load_hparams", "llm_load_vocab", "load_vocab"), ("src/*.cpp",)),
+        Stage("kv-cache-alloc", ("llama_kv_cache_init", "llama_kv_cache_unified", "llama_kv_cache",
+                                 "llama_new_context_with_model", "llama_context"), ("src/*.cpp",),
+              then="inference", work=("ggml_backend_alloc_ctx_tensors_from_buft", "ggml_backend_sched_reserve",
+                                      "graph_reserve", "sched_reserve")),
+        Stage("inference", ("sched_reserve", "llama_decode_internal", "llama_decode_impl", "decode"),
+              ("src/*.cpp",)),
     ],
     "uvicorn": [
         # the HTTP server every Python inference server runs: it listens once the app started
@@ -179,6 +201,10 @@ STAGES: dict[str, list[Stage]] = {
     ],
 }
 
+#: packages read as C++ (their log lines, not their frames: a C++ crash prints no Python traceback;
+#: their functions are kept as frames for a backtrace that names them)
+CPP = frozenset({"llama.cpp"})
+
 #: names too common to tell a stage (a model's forward, an optimizer's step, a wrapper)
 GENERIC = frozenset({
     "__init__", "__call__", "__enter__", "__exit__", "forward", "step", "run", "main", "wrapper", "inner",
@@ -191,7 +217,7 @@ GENERIC = frozenset({
 #: and they are only ever stage functions in the packages listed (a traceback is a whole chain)
 ROOT_OK = frozenset({"load_model", "load_weights", "from_pretrained", "generate", "backward"})
 
-_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?[diouxXeEfFgGcrsa%]|\{[^{}]*\}")
+_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?(?:hh|h|ll|l|L|z|j|t)?[diouxXeEfFgGcrsa%]|\{[^{}]*\}")
 _DONE = re.compile(r"\b(?:took|takes|taken|finished|finish|completed?|done|end|loaded|ready)\b", re.I)
 #: progress is what a stage says it is doing: its info lines (warnings, deprecations and errors
 #: are printed where a condition holds, not as the stage goes)
@@ -378,8 +404,72 @@ def _line_phase(msg: ast.AST, stage: Stage, last: bool) -> Iterator[tuple[str, s
     yield piece, (stage.then if done and stage.then else stage.phase)
 
 
+_CPP_DEF = re.compile(r"^[A-Za-z_][^\n;{}()]*?\b(~?\w+)\s*\(", re.M)
+_CPP_LOG = re.compile(r'LLAMA_LOG_INFO\(\s*"((?:[^"\\]|\\.)*)"\s*,\s*__func__\b')
+_CPP_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|//[^\n]*|/\*.*?\*/|[{};]', re.S)
+
+
+def _cpp_functions(text: str) -> Iterator[tuple[str, str]]:
+    """(name, body) of each function defined at the start of a line of a C++ file (a method as
+    ``Class::name``, a constructor as its class's name): what ``__func__`` prints."""
+    for m in _CPP_DEF.finditer(text):
+        depth, start = 0, None
+        for t in _CPP_TOKEN.finditer(text, m.end()):
+            tok = t.group()
+            if tok == ";" and start is None:
+                break  # a declaration
+            if tok == "{":
+                depth += 1
+                start = t.end() if start is None else start
+            elif tok == "}":
+                depth -= 1
+                if depth == 0 and start is not None:
+                    yield m.group(1), text[start:t.start()]
+                    break
+
+
+def _cpp_lines(name: str, body: str, stage: Stage) -> Iterator[tuple[str, str]]:
+    """(evidence, phase) for each info line a C++ stage function prints as ``"%s: ...", __func__``:
+    the function's name and the message's first literal words, or "NAME: … PIECE" where a value
+    comes first."""
+    work = re.compile(r"\b(?:" + "|".join(stage.work) + r")\s*\(") if stage.work else None
+    last_work = max((w.start() for w in work.finditer(body)), default=-1) if work else -1
+    for log in _CPP_LOG.finditer(body):
+        fmt = log.group(1)
+        if not fmt.startswith("%s: "):
+            continue
+        pieces = [p.replace("\\n", " ").strip(" \t:=,;([") for p in _SPEC.split(fmt[4:])]
+        lead = re.sub(r"\s+", " ", pieces[0]) if pieces else ""
+        if lead:
+            evidence = f"{name}: {lead}"
+        else:
+            longest = max((re.sub(r"\s+", " ", p) for p in pieces), key=len, default="")
+            if not _usable(longest):
+                continue
+            evidence = f"{name}: … {longest}"
+        if not _usable(evidence.replace(" … ", " ")):
+            continue
+        done = stage.then is not None and (bool(_DONE.search(fmt)) or (0 <= last_work < log.start()))
+        yield evidence, (stage.then if done and stage.then else stage.phase)
+
+
+def _read_cpp(root: Path, package: str) -> list[Found]:
+    found: list[Found] = []
+    for stage in STAGES[package]:
+        for f in sorted({p for g in stage.files for p in root.glob(g) if p.is_file()}):
+            rel = f.relative_to(root).as_posix()
+            for name, body in _cpp_functions(f.read_text(encoding="utf-8", errors="replace")):
+                if name not in stage.roots:
+                    continue
+                found.append(Found(stage.phase, "frame", name, rel))
+                found += [Found(phase, "progress", evidence, rel) for evidence, phase in _cpp_lines(name, body, stage)]
+    return found
+
+
 def read_release(root: Path, package: str) -> list[Found]:
     """The phase evidence of one unpacked release."""
+    if package in CPP:
+        return _read_cpp(root, package)
     stages = STAGES[package]
     all_roots = {r for st in STAGES.values() for s in st for r in s.roots}
     found: list[Found] = []
@@ -422,6 +512,26 @@ def read_release(root: Path, package: str) -> list[Found]:
     return found
 
 
+def _group_cpp_lines(table: dict[tuple[str, str, str], dict[tuple[str, str], set[str]]]) -> None:
+    """A C++ function every line of which, in every release, names one phase (llama.cpp's
+    ``llm_load_print_meta`` and its dozens of hyper-parameters) is told by its name, which starts
+    each of its lines: one entry ``NAME:`` stands for them."""
+    by_func: dict[str, list[tuple[str, str, str]]] = {}
+    for key, where in table.items():
+        _phase, kind, ev = key
+        m = re.match(r"(\w+): ", ev)
+        if kind == "progress" and m and any(pkg in CPP for pkg, _ in where):
+            by_func.setdefault(m.group(1), []).append(key)
+    for func, keys in by_func.items():
+        if len(keys) < 3 or len({k[0] for k in keys}) != 1:
+            continue
+        merged: dict[tuple[str, str], set[str]] = {}
+        for k in keys:
+            for where, versions in table.pop(k).items():
+                merged.setdefault(where, set()).update(versions)
+        table[(keys[0][0], "progress", f"{func}:")] = merged
+
+
 def generate(releases: list[Path]) -> str:
     """The TOML of the table read from ``releases`` (folders ``<package>-<version>``)."""
     # (phase, kind, evidence) -> {(package, source): [versions]}
@@ -433,6 +543,7 @@ def generate(releases: list[Path]) -> str:
         package = package.replace("-", "_")
         for f in read_release(rel, package):
             table.setdefault((f.phase, f.kind, f.evidence), {}).setdefault((package, f.source), set()).add(version)
+    _group_cpp_lines(table)
     # evidence two phases claim tells neither
     claims: dict[tuple[str, str], set[str]] = {}
     for phase, kind, ev in table:
@@ -459,9 +570,9 @@ def generate(releases: list[Path]) -> str:
             out.append(f"paths = {json.dumps(paths)}")
         if progress:
             out.append("progress = [")
-            out += [f"  {_toml_literal(_escape(p))}," for p in progress]
+            out += [f"  {_toml_literal('.*?'.join(_escape(x) for x in p.split(' … ')))}," for p in progress]
             out.append("]")
-            out.append(f"triggers = {json.dumps(sorted({p.lower() for p in progress}))}")
+            out.append(f"triggers = {json.dumps(sorted({max(p.split(' … '), key=len).lower() for p in progress}))}")
         for k, ev in entries:
             for (package, source), versions in sorted(table[(phase, k, ev)].items()):
                 vs = sorted(versions, key=_version_key)
