@@ -114,6 +114,11 @@ STAGES: dict[str, list[Stage]] = {
         Stage("inference", ("serve_http", "log"), ("vllm/entrypoints/launcher.py", "vllm/engine/metrics.py",
                                                     "vllm/v1/metrics/loggers.py")),
     ],
+    # llama-cpp-python's Llama: generating (its prefix-cache line is printed per request)
+    "llama_cpp_python": [
+        Stage("inference", ("generate", "_create_completion", "create_completion", "create_chat_completion"),
+              ("llama_cpp/llama.py",)),
+    ],
     # llama.cpp (C++, from the release node-llama-cpp bundles): each line starts with the function
     # that prints it ("llm_load_tensors: offloading 32 repeating layers to GPU"). The context's
     # compute buffers, reserved after the KV cache, are what a run's batches use: "inference", as
@@ -259,6 +264,14 @@ def _piece(pieces: list[str]) -> str | None:
     # (a piece after a value, "GiB allocated", "] due to ...", names no line on its own)
     parts = [part.strip(" \t:=,;([") for p in pieces for part in p.split("\n")]
     best = parts[0] if parts and pieces[0].strip() else ""
+    if best and not _usable(best) and len(pieces) > 1:
+        # a short name, a value, then words ("Llama.generate: {n} prefix-match hit"): both
+        after = pieces[1].split("\n")[0].strip(" \t:=,;([")
+        if len(after) > PIECE_CHARS:
+            after = after[: after.rfind(" ", 0, PIECE_CHARS + 1)].rstrip(" \t:=,;([")
+        joined = f"{pieces[0].split(chr(10))[0].strip()} … {after}"
+        if after[:1].isalpha() and len(after.split()) >= 2 and _usable(joined.replace(" … ", " ")):
+            return joined
     if not _usable(best):
         best = max((p for p in parts if p[:1].isalpha() and p[:1].isupper()), key=len, default="")
     if len(best) > PIECE_CHARS:
