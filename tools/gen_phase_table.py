@@ -217,6 +217,7 @@ GENERIC = frozenset({
     "process", "get", "put", "build", "prepare", "train", "eval", "evaluate", "predict", "reset", "close",
     "log", "print", "sync", "synchronize", "barrier", "empty_cache", "capture", "backward", "generate",
     "from_pretrained", "load_state_dict", "state_dict", "load_model", "load_weights", "startup", "_serve",
+    "decode", "encode",
 })
 #: roots kept as frames although generic above: the hand table and tracebacks name them so,
 #: and they are only ever stage functions in the packages listed (a traceback is a whole chain)
@@ -474,7 +475,8 @@ def _read_cpp(root: Path, package: str) -> list[Found]:
             for name, body in _cpp_functions(f.read_text(encoding="utf-8", errors="replace")):
                 if name not in stage.roots:
                     continue
-                found.append(Found(stage.phase, "frame", name, rel))
+                if name not in GENERIC:
+                    found.append(Found(stage.phase, "frame", name, rel))
                 found += [Found(phase, "progress", evidence, rel) for evidence, phase in _cpp_lines(name, body, stage)]
     return found
 
