@@ -263,14 +263,6 @@ def test_llama_cpp_progress_lines_from_the_table_name_the_phase() -> None:
         """) == "kv-cache-alloc"
 
 
-def test_llama_cpp_python_generate_line_means_inference() -> None:
-    # llama-cpp-python llama_cpp/llama.py Llama.generate prints it for each request it serves
-    assert _phase("""
-        Llama.generate: 12 prefix-match hit, remaining 230 prompt tokens to eval
-        ggml_backend_cuda_buffer_type_alloc_buffer: allocating 512.00 MiB on device 0: cudaMalloc failed: out of memory
-        """) == "inference"
-
-
 def test_a_tensorflow_gradient_node_at_the_graph_root_means_training() -> None:
     # TF1's tf.gradients names its ops under "gradients/" at the root scope by default
     assert _phase("""

@@ -8,8 +8,7 @@
 # tests/test_phase_table.py looks for them). Each release lands in DEST/<package>-<version>.
 # The samples: vLLM 0.4 (V0, first "Loading weights took"), 0.6, 0.8 (V1 beside V0), 0.10 (V1
 # only) and the newest; SGLang 0.3, 0.4 and the newest; transformers 4.40 / 4.46 / newest, and one
-# release of each training and inference framework whose stages a failure may name; llama-cpp-python
-# 0.2.20 / 0.2.90 / newest (its generate line changed wording twice).
+# release of each training and inference framework whose stages a failure may name.
 set -euo pipefail
 dest=${1:-${OOMDOCTOR_PHASE_SOURCES:-$HOME/.cache/oomdoctor/phase-sources}}
 shift || true
@@ -20,15 +19,14 @@ if [ ${#specs[@]} -eq 0 ]; then
          transformers==4.40.2 transformers==4.46.3 transformers==5.25.0
          accelerate==0.30.1 accelerate==1.16.0
          diffusers==0.42.1 lightning==2.6.6 trl==0.9.6 trl==1.16.0 peft==0.21.2
-         torchtune==0.6.1 flax==0.12.8 keras==3.15.1 faster-whisper==1.2.1 uvicorn==0.55.0
-         llama-cpp-python==0.2.20 llama-cpp-python==0.2.90 llama-cpp-python==0.3.36)
+         torchtune==0.6.1 flax==0.12.8 keras==3.15.1 faster-whisper==1.2.1 uvicorn==0.55.0)
 fi
 mkdir -p "$dest"
 for spec in "${specs[@]}"; do
   pkg=${spec%%==*}; version=${spec##*==}
   out="$dest/$pkg-$version"
   [ -d "$out" ] && continue
-  mod=${pkg//-/_}; [ "$pkg" = llama-cpp-python ] && mod=llama_cpp
+  mod=${pkg//-/_}
   wheels=$(mktemp -d)
   # (older releases have wheels for older Pythons only; DeepSpeed has no wheel, and its sdist's
   # metadata cannot be built without torch: it is read from the hand-written table instead)
@@ -38,19 +36,12 @@ for spec in "${specs[@]}"; do
       --platform manylinux_2_31_x86_64 --platform any "$spec" -d "$wheels" 2>/dev/null && break
   done
   if ! ls "$wheels"/*.whl >/dev/null 2>&1; then
-    # llama-cpp-python ships an sdist only (its wheels are on its own index); its metadata builds
-    # without a compiler
-    if [ "$pkg" = llama-cpp-python ]; then
-      python3 -m pip download -q --no-deps --no-binary :all: "$spec" -d "$wheels"
-    else
-      echo "no wheel for $spec: skipped" >&2; rm -rf "$wheels"; continue
-    fi
+    echo "no wheel for $spec: skipped" >&2; rm -rf "$wheels"; continue
   fi
   mkdir -p "$out.part"
   for f in "$wheels"/*; do
     case "$f" in
       *.whl) unzip -q -o "$f" "*.py" -d "$out.part" ;;
-      *.tar.gz) tar -xzf "$f" -C "$out.part" --strip-components=1 --wildcards "*/$mod/*.py" ;;
     esac
   done
   # keep the package's own modules (a wheel of lightning also holds lightning_fabric, ...)

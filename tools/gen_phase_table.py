@@ -114,11 +114,6 @@ STAGES: dict[str, list[Stage]] = {
         Stage("inference", ("serve_http", "log"), ("vllm/entrypoints/launcher.py", "vllm/engine/metrics.py",
                                                     "vllm/v1/metrics/loggers.py")),
     ],
-    # llama-cpp-python's Llama: generating (its prefix-cache line is printed per request)
-    "llama_cpp_python": [
-        Stage("inference", ("generate", "_create_completion", "create_completion", "create_chat_completion"),
-              ("llama_cpp/llama.py",)),
-    ],
     # llama.cpp (C++, from the release node-llama-cpp bundles): each line starts with the function
     # that prints it ("llm_load_tensors: offloading 32 repeating layers to GPU"). The context's
     # compute buffers, reserved after the KV cache, are what a run's batches use: "inference", as
@@ -548,7 +543,9 @@ def _group_cpp_lines(table: dict[tuple[str, str, str], dict[tuple[str, str], set
 
 
 def generate(releases: list[Path]) -> str:
-    """The TOML of the table read from ``releases`` (folders ``<package>-<version>``)."""
+    """The TOML of the table read from ``releases`` (folders ``<package>-<version>``; those of
+    other packages are left out)."""
+    releases = [r for r in releases if r.name.rpartition("-")[0].replace("-", "_") in STAGES]
     # (phase, kind, evidence) -> {(package, source): [versions]}
     table: dict[tuple[str, str, str], dict[tuple[str, str], set[str]]] = {}
     for rel in sorted(releases):
