@@ -93,7 +93,7 @@ def builtin_triage() -> Triage | None:
         import hyperscan  # noqa: F401
     except ImportError:
         return None
-    paths = sorted(p for p in builtin_rules_dir().glob("*.toml") if p.name != "phases.toml")
+    paths = sorted(p for p in builtin_rules_dir().glob("*.toml") if not p.name.startswith("phases."))
     return Triage(_literals_of_files(paths))
 
 

@@ -25,6 +25,7 @@ from oomdoctor.rulepack.model import (
     ContextRule,
     MatchExample,
     NoMatchExample,
+    PhaseOrigin,
     PhaseRule,
     Product,
     Rule,
@@ -92,6 +93,15 @@ class CompiledContext:
         return not reads_a_fact(self.rule.pattern)
 
 
+#: the order phases are asked in (their tables merged, see :meth:`CompiledPhase.merged`): the more
+#: specific stage first, since its functions run inside the others' (a capture runs a dummy
+#: forward, a warm-up function wraps the capture, a trainer generates); any other phase after them
+PHASE_PRIORITY = (
+    "cudagraph-capture", "warmup", "kv-cache-alloc", "profiling", "weights-load", "startup-check", "training",
+    "inference",
+)
+
+
 @dataclass(slots=True)
 class CompiledPhase:
     rule: PhaseRule
@@ -100,6 +110,17 @@ class CompiledPhase:
     markers: tuple[regex.Pattern[str], ...]
     progress: tuple[regex.Pattern[str], ...]
     triggers: tuple[str, ...]
+
+    def merged(self, other: CompiledPhase) -> CompiledPhase:
+        """This phase's evidence and ``other``'s (of the same phase), this one's first."""
+        def union(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
+            return tuple(dict.fromkeys((*a, *b)))
+
+        return CompiledPhase(
+            self.rule, self.frames | other.frames, union(self.paths, other.paths),
+            union(self.markers, other.markers), union(self.progress, other.progress),
+            union(self.triggers, other.triggers),
+        )
 
 
 @dataclass
@@ -214,6 +235,7 @@ def _remember(raw: bytes, rf: RuleFile) -> None:
 _NESTED: dict[str, dict[str, Any]] = {
     "RuleFile": {"rule": Rule, "context": ContextRule, "product": Product, "phase": PhaseRule},
     "Rule": {"match": MatchExample, "no_match": NoMatchExample},
+    "PhaseRule": {"origins": PhaseOrigin},
 }
 
 
@@ -560,16 +582,23 @@ def load_pack(
                 pack.products[prod.id] = prod
             for i, ph in enumerate(rf.phase):
                 who = f"{where}: phase[{i}]"
-                pack.phases.append(
-                    CompiledPhase(
-                        ph,
-                        frozenset(ph.frames),
-                        tuple(p.replace("\\", "/") for p in ph.paths),
-                        tuple(_compile(p, who, "markers", lazy) for p in ph.markers),
-                        tuple(_compile(p, who, "progress", lazy) for p in ph.progress),
-                        tuple(t.lower() for t in ph.triggers),
-                    )
+                compiled_phase = CompiledPhase(
+                    ph,
+                    frozenset(ph.frames),
+                    tuple(p.replace("\\", "/") for p in ph.paths),
+                    tuple(_compile(p, who, "markers", lazy) for p in ph.markers),
+                    tuple(_compile(p, who, "progress", lazy) for p in ph.progress),
+                    tuple(t.lower() for t in ph.triggers),
                 )
+                # one table per phase: the generated evidence (rules/phases.generated.toml) and
+                # the hand-written (rules/phases.toml) of a phase are asked together, in the order
+                # the phase first appears
+                same = next((k for k, p in enumerate(pack.phases) if p.rule.phase == ph.phase), None)
+                if same is None:
+                    pack.phases.append(compiled_phase)
+                else:
+                    pack.phases[same] = pack.phases[same].merged(compiled_phase)
+    pack.phases.sort(key=lambda p: PHASE_PRIORITY.index(p.rule.phase) if p.rule.phase in PHASE_PRIORITY else len(PHASE_PRIORITY))
     for c in pack.contexts:
         if c.rule.product is not None and c.rule.product not in pack.products:
             raise RulePackError(

@@ -205,8 +205,19 @@ class Product(_Strict):
         return self.ja.get("name", self.name) if lang == "ja" else self.name
 
 
+class PhaseOrigin(_Strict):
+    """Where one piece of generated phase evidence was read (``rules/phases.generated.toml``)."""
+
+    kind: Literal["frame", "path", "progress"]
+    evidence: str = Field(min_length=1, description="The frame name, path piece or progress line's literal text.")
+    package: str = Field(min_length=1)
+    source: str = Field(min_length=1, description="The file of the package it was read from.")
+    versions: list[str] = Field(min_length=1, description="The sampled releases that have it.")
+
+
 class PhaseRule(_Strict):
-    """Evidence for one phase: traceback frame names and progress lines."""
+    """Evidence for one phase: traceback frame names and progress lines. Tables of the same phase
+    (in one file or several) are merged, in the order the phase first appears."""
 
     phase: Phase
     frames: list[str] = Field(default_factory=list, description="Function names in traceback frames.")
@@ -221,6 +232,10 @@ class PhaseRule(_Strict):
         default_factory=list, description="Regexes for progress lines printed while the phase runs."
     )
     triggers: list[str] = Field(default_factory=list, description="Literals for the prefilter.")
+    origins: list[PhaseOrigin] = Field(
+        default_factory=list,
+        description="Where generated evidence was read: upstream file and releases (tools/gen_phase_table.py).",
+    )
 
 
 class RuleFile(_Strict):

@@ -1,0 +1,271 @@
+"""The phase evidence generated from the upstream sources (``rules/phases.generated.toml``,
+``tools/gen_phase_table.py``): it loads, every entry names the file and releases it was read from,
+it is what the generator reads from the releases (when they are at hand), and the scanner names a
+failure's phase from it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from oomdoctor.api import diagnose
+from oomdoctor.cache import toml_module
+from oomdoctor.rulepack.loader import PHASE_PRIORITY, default_pack, read_rule_file
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLE = ROOT / "rules" / "phases.generated.toml"
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_phase_table", ROOT / "tools/gen_phase_table.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _releases_read() -> list[str]:
+    for line in TABLE.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# Releases read: "):
+            return line.removeprefix("# Releases read: ").split(", ")
+    raise AssertionError("the table names no releases")
+
+
+def test_committed_table_loads_and_names_source_and_versions() -> None:
+    rf = read_rule_file(TABLE)
+    assert [p.phase for p in rf.phase] == [p for p in PHASE_PRIORITY if p in {q.phase for q in rf.phase}]
+    releases = set(_releases_read())
+    for ph in rf.phase:
+        told = {(o.kind, o.evidence) for o in ph.origins}
+        evidence = {("frame", f) for f in ph.frames} | {("path", p) for p in ph.paths}
+        assert evidence <= told, f"{ph.phase}: no origin for {sorted(evidence - told)}"
+        assert len(ph.progress) == len({e for k, e in told if k == "progress"})
+        for o in ph.origins:
+            assert o.source and o.versions
+            assert not o.source.startswith("/"), o.source
+            for v in o.versions:
+                # a release the header lists, of the package the origin names
+                assert any(r.replace("-", "_") == f"{o.package}-{v}".replace("-", "_") for r in releases), (o, v)
+        for t in ph.triggers:
+            assert t == t.lower()
+    # every engine and framework the generator knows has evidence in the table
+    packages = {o.package for ph in rf.phase for o in ph.origins}
+    assert packages == set(_generator().STAGES) - {"deepspeed"}
+
+
+def test_the_built_in_pack_merges_each_phase_once() -> None:
+    pack = default_pack()
+    names = [p.rule.phase for p in pack.phases]
+    assert len(names) == len(set(names))
+    assert names == sorted(names, key=PHASE_PRIORITY.index)
+    # the generated frames and the hand-written ones are asked together
+    capture = next(p for p in pack.phases if p.rule.phase == "cudagraph-capture")
+    assert {"capture_one_batch_size", "capture_model"} <= capture.frames
+
+
+def _sources() -> Path:
+    env = os.environ.get("OOMDOCTOR_PHASE_SOURCES")
+    return Path(env) if env else Path.home() / ".cache" / "oomdoctor" / "phase-sources"
+
+
+def test_table_is_what_the_upstream_releases_say() -> None:
+    """Regenerated from the releases (tools/fetch_phase_sources.sh) where they are at hand."""
+    base = _sources()
+    wanted = _releases_read()
+    missing = [r for r in wanted if not (base / r).is_dir()]
+    if missing:
+        pytest.skip(f"the upstream releases are not at {base} (tools/fetch_phase_sources.sh; missing {missing[:3]})")
+    got = _generator().generate([base / r for r in wanted])
+    assert got == TABLE.read_text(encoding="utf-8"), (
+        "rules/phases.generated.toml drifted from the upstream sources: "
+        f"python tools/gen_phase_table.py {base} > rules/phases.generated.toml"
+    )
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+
+
+def test_generator_reads_stage_functions_helpers_and_lines(tmp_path: Path) -> None:
+    gen = _generator()
+    rel = tmp_path / "vllm-9.9.0"
+    _write(rel, "vllm/v1/worker/gpu_model_runner.py", '''
+        import logging
+        logger = logging.getLogger(__name__)
+
+        class GPUModelRunner:
+            def load_model(self):
+                logger.info("Starting to load model %s...", self.name)
+                self.model = get_model()
+                logger.info("Model loading took %.4f GiB", 1.0)
+                self.prepare_communication()
+
+            def profile_run(self):
+                self._dummy_run(1)
+
+            def capture_model(self):
+                logger.info("Capturing CUDA graph shapes: %d", 3)
+                self._capture_graphs_of_sizes()
+                self._dummy_run(2)
+                logger.warning("Capture may use memory you have not counted")
+                logger.info(f"Graph capturing finished in {3} secs")
+
+            def _capture_graphs_of_sizes(self):
+                logger.info("Capturing one size of the graph pool")
+
+            def _dummy_run(self, n):
+                pass
+
+            def forward(self):
+                pass
+        ''')
+    text = gen.generate([rel])
+    table = toml_module().loads(text)
+    by = {p["phase"]: p for p in table["phase"]}
+    assert "capture_model" in by["cudagraph-capture"]["frames"]
+    # a private helper only one stage calls names it; one two stages call (_dummy_run) names none
+    assert "_capture_graphs_of_sizes" in by["cudagraph-capture"]["frames"]
+    assert all("_dummy_run" not in p["frames"] for p in table["phase"])
+    assert all("forward" not in p["frames"] for p in table["phase"])
+    # a line printed as the stage starts names it; one saying it is over names the stage after it
+    assert "Capturing CUDA graph shapes" in by["cudagraph-capture"]["progress"]
+    assert "Graph capturing finished in" in by["inference"]["progress"]
+    assert "Model loading took" in by["profiling"]["progress"]
+    assert "Starting to load model" in by["weights-load"]["progress"]
+    # warnings are not progress
+    assert not any("Capture may use" in p for ph in table["phase"] for p in ph.get("progress", []))
+    origin = next(o for o in by["cudagraph-capture"]["origins"] if o["evidence"] == "capture_model")
+    assert origin == {"kind": "frame", "evidence": "capture_model", "package": "vllm",
+                      "source": "vllm/v1/worker/gpu_model_runner.py", "versions": ["9.9.0"]}
+
+
+def test_generator_drops_a_line_two_stages_print(tmp_path: Path) -> None:
+    gen = _generator()
+    rel = tmp_path / "transformers-9.0.0"
+    _write(rel, "transformers/trainer.py", '''
+        import logging
+        logger = logging.getLogger(__name__)
+
+        class Trainer:
+            def _inner_training_loop(self):
+                logger.info("***** Running training *****")
+                logger.info(f"  Number of examples = {n}")
+
+            def evaluation_loop(self, description):
+                logger.info(f"***** Running {description} *****")
+                logger.info(f"  Number of examples = {n}")
+        ''')
+    table = toml_module().loads(gen.generate([rel]))
+    training = next(p for p in table["phase"] if p["phase"] == "training")
+    assert r"\*\*\*\*\* Running training \*\*\*\*\*" in training["progress"]
+    assert not any("Number of examples" in p for ph in table["phase"] for p in ph.get("progress", []))
+    assert "# Dropped, claimed by two phases: progress 'number of examples'" in gen.generate([rel])
+
+
+def _phase(log: str) -> str:
+    report = diagnose(textwrap.dedent(log).lstrip())
+    assert report.findings, log
+    return report.findings[0].phase
+
+
+OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity "
+    "of 79.11 GiB of which 200.00 MiB is free."
+)
+
+
+def test_sglang_progress_lines_from_the_table_name_the_phase() -> None:
+    # sglang 0.4.6 model_runner.py: "Memory pool end" closes the KV pool, then capture begins
+    assert _phase(f"""
+        [2025-07-02 07:41:58 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=21.73 GB
+        [2025-07-02 07:41:59 TP0] Memory pool end. avail mem=5.10 GB
+        [2025-07-02 07:41:59 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=5.00 GB
+        {OOM}
+        """) == "cudagraph-capture"
+    assert _phase(f"""
+        [2025-07-02 07:41:58 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=21.73 GB
+        {OOM}
+        """) == "kv-cache-alloc"
+
+
+def test_uvicorn_startup_line_means_serving() -> None:
+    # uvicorn lifespan/on.py: printed once the app is up and listening
+    assert _phase(f"""
+        INFO:     Waiting for application startup.
+        INFO:     Application startup complete.
+        {OOM}
+        """) == "inference"
+
+
+def test_a_generated_frame_names_the_phase() -> None:
+    # sglang cuda_graph_runner.py CudaGraphRunner.capture_one_batch_size
+    assert _phase(f"""
+        Traceback (most recent call last):
+          File "/usr/lib/python3/site-packages/sglang/srt/model_executor/cuda_graph_runner.py", line 300, in capture_one_batch_size
+            run_once()
+          File "/usr/lib/python3/site-packages/sglang/srt/models/llama.py", line 90, in forward
+            x = self.mlp(x)
+        {OOM}
+        """) == "cudagraph-capture"
+
+
+def test_generator_reads_llama_cpp_lines_by_the_function_printing_them(tmp_path: Path) -> None:
+    gen = _generator()
+    rel = tmp_path / "llama.cpp-b9999"
+    _write(rel, "src/llama-context.cpp", r'''
+        llama_context::llama_context(const llama_model & model, llama_context_params params) {
+            LLAMA_LOG_INFO("%s: constructing llama_context\n", __func__);
+            LLAMA_LOG_INFO("%s: n_ctx         = %u\n", __func__, cparams.n_ctx);
+            memory.reset(model.create_memory(params_mem, cparams));
+            auto * gf = graph_reserve(n_tokens, n_seqs, n_outputs, mctx.get());
+            LLAMA_LOG_INFO("%s: %10s compute buffer size = %8.2f MiB\n", __func__, name, size);
+        }
+
+        static void llm_load_print_meta(llama_model_loader & ml, llama_model & model) {
+            LLAMA_LOG_INFO("%s: format           = %s\n", __func__, "GGUF");
+            LLAMA_LOG_INFO("%s: n_ctx_train      = %u\n", __func__, hparams.n_ctx_train);
+            LLAMA_LOG_INFO("%s: n_embd           = %u\n", __func__, hparams.n_embd);
+        }
+        ''')
+    table = toml_module().loads(gen.generate([rel]))
+    by = {p["phase"]: p for p in table["phase"]}
+    # lines before the reservation are the context's set-up (its KV cache); the compute buffers'
+    # line, printed after it, names the stage after it
+    assert "llama_context: n_ctx" in by["kv-cache-alloc"]["progress"]
+    assert "llama_context:.*?compute buffer size" in by["inference"]["progress"]
+    # a function whose every line names one phase is told by its name
+    assert "llm_load_print_meta:" in by["weights-load"]["progress"]
+    assert "llama_context" in by["kv-cache-alloc"]["frames"]
+
+
+def test_llama_cpp_progress_lines_from_the_table_name_the_phase() -> None:
+    failed = "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4403.49 MiB on device 0: cudaMalloc failed: out of memory"
+    # llama.cpp src/llama-model.cpp load_tensors, src/llama-context.cpp llama_context::llama_context
+    assert _phase(f"""
+        print_info: file format = GGUF V3 (latest)
+        load_tensors: offloading 32 repeating layers to GPU
+        {failed}
+        """) == "weights-load"
+    assert _phase(f"""
+        load_tensors: offloaded 33/33 layers to GPU
+        llama_context: constructing llama_context
+        llama_context: n_ctx         = 131072
+        {failed}
+        """) == "kv-cache-alloc"
+
+
+def test_a_tensorflow_gradient_node_at_the_graph_root_means_training() -> None:
+    # TF1's tf.gradients names its ops under "gradients/" at the root scope by default
+    assert _phase("""
+        ResourceExhaustedError (see above for traceback): OOM when allocating tensor with shape[64,2016,9,9] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc
+             [[Node: gradients/cell_8/bn_sep_5x5_1/FusedBatchNorm_grad/FusedBatchNormGrad = FusedBatchNormGrad[T=DT_FLOAT]()]]
+        """) == "training"
