@@ -351,3 +351,40 @@ def test_a_multi_paragraph_message_under_a_rank_prefix_is_read_whole() -> None:
     ))
     assert f.rule == "trtllm.executor-insufficient-memory"
     assert f.figures == {"component": "KV cache", "total_bytes": 150388279869, "free_bytes": 116887534961}
+
+
+def test_lorax_keeps_tgi_0_9s_input_flag() -> None:
+    """fresh-062: LoRAX forked TGI 0.9 and has --max-input-length, not TGI 2's --max-input-tokens."""
+    f = only_error(diagnose_text(
+        "2024-03-20T07:57:45.050465Z ERROR warmup{max_input_length=1024 max_prefill_tokens=1024 "
+        "max_total_tokens=2048}:warmup: lorax_client: router/client/src/lib.rs:34: Server error: Not enough memory "
+        "to handle 1024 prefill tokens. You need to decrease `--max-batch-prefill-tokens`\n"
+        "2024-03-20T07:57:45.117908Z ERROR lorax_launcher: Webserver Crashed\n"
+    ))
+    assert f.product == "lorax"
+    assert f.remedies[0].flags == {"--max-batch-prefill-tokens": "512", "--max-input-length": "512"}
+
+
+def test_tensorflow_reserving_a_pool_larger_than_any_gpu_is_a_bogus_device_size() -> None:
+    """other-037: TensorFlow on ROCm asks the device for 127.99 TiB, then a tenth less each time: the
+    device reported a bogus size. Memory growth first; none of JAX's variables (this is TensorFlow)."""
+    f = only_error(diagnose_text(
+        "2023-11-01 16:19:17.812101: E tensorflow/compiler/xla/stream_executor/rocm/rocm_driver.cc:606] failed to "
+        "allocate 127.99TiB (140729850295296 bytes) from device: HIP_ERROR_OutOfMemory\n"
+        "2023-11-01 16:19:17.812133: E tensorflow/compiler/xla/stream_executor/rocm/rocm_driver.cc:606] failed to "
+        "allocate 115.19TiB (126656857505792 bytes) from device: HIP_ERROR_OutOfMemory\n"
+    ))
+    assert (f.engine, f.product) == ("tensorflow", "tensorflow")
+    assert f.cause is not None and f.cause.id == "driver-fault"
+    assert f.cause.summary.startswith("TensorFlow tried to reserve a pool of 127.99 TiB, more than any GPU has")
+    assert f.remedies[0].env == {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    assert not [r for r in f.remedies if any(k.startswith("XLA_PYTHON_CLIENT") for k in r.env)]
+
+
+def test_jaxs_own_allocation_failure_is_not_read_as_tensorflow() -> None:
+    """jaxlib's glog prefix names external/xla/..., never tensorflow/: it stays JAX."""
+    f = only_error(diagnose_text(
+        "E0101 00:00:00.000000 1234 external/xla/xla/stream_executor/cuda/cuda_driver.cc:606] failed to allocate "
+        "79.00GiB (84825604096 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory\n"
+    ))
+    assert f.engine != "tensorflow" and f.product != "tensorflow"

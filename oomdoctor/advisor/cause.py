@@ -95,6 +95,11 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     # -- one allocation no GPU could hold ------------------------------------------------------
     free, req = a("free"), a("request")
     capacity = a("capacity")
+    if _tf_bogus_pool(finding, context, req):
+        # TensorFlow's allocator reserves its pool from the memory the device reports (other-037:
+        # 127.99 TiB, then a tenth less at each failure): no tensor is that large, the driver
+        # reported a bogus size (ROCm on an unsupported card, a broken device binding)
+        return "driver-fault", ["request"]
     if req is not None and _allocation_kind(kind) and (
         (capacity is not None and req > capacity) or req > LARGEST_DEVICE
     ):
@@ -314,7 +319,14 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         # llama.cpp's server retried down to a batch of n_batch tokens and found no free KV cell
         "kv_full_batch": fig.get("n_batch") if finding.rule == "llama.server-kv-cache-full" else None,
         **_sibling_values(finding, context),
+        "bogus_pool": req if _tf_bogus_pool(finding, context, req) else None,
     }  # fmt: skip
+
+
+def _tf_bogus_pool(finding: Finding, context: Context, req: int | None) -> bool:
+    """TensorFlow's allocator reserving a pool larger than any GPU from what the device reported."""
+    return (finding.rule == "xla.stream-executor-alloc-failed" and engine_for(finding, context) == "tensorflow"
+            and req is not None and req > LARGEST_DEVICE)
 
 
 def _sibling_values(finding: Finding, context: Context) -> dict[str, Any]:

@@ -6,7 +6,14 @@ line. Every calculator answers only for TGI logs.
 
 from __future__ import annotations
 
-from oomdoctor.advisor._engine_util import as_float, as_int, checkpoint_quantized, engine_of, setting
+from oomdoctor.advisor._engine_util import (
+    as_float,
+    as_int,
+    checkpoint_quantized,
+    engine_of,
+    product_of,
+    setting,
+)
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import floor_to, fmt_fraction, round_down
@@ -30,7 +37,8 @@ def _input_flag(inp: AdviceInput) -> str:
     dump, read into the context extras, or a logged launcher line says so); 2.x+ takes
     --max-input-tokens and refuses both at once."""
     ctx = inp.context
-    legacy = "tgi_max_input_length" in ctx.extra or "max_input_length" in ctx.launch_args
+    # LoRAX forked TGI 0.9 and kept --max-input-length (launcher/src/main.rs at its tags; knobs.toml)
+    legacy = "tgi_max_input_length" in ctx.extra or "max_input_length" in ctx.launch_args or product_of(inp) == "lorax"
     return "--max-input-length" if legacy else "--max-input-tokens"
 
 

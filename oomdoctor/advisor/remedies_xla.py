@@ -72,14 +72,17 @@ def allocator_platform(inp: AdviceInput) -> Remedy | None:
 def memory_growth(inp: AdviceInput) -> Remedy | None:
     if engine_of(inp) != "tensorflow":
         return None
+    # the pool TensorFlow tried to reserve from a bogus device size (cause driver-fault): growing on
+    # demand never asks for it
+    bogus = inp.finding.cause is not None and inp.finding.cause.id == "driver-fault"
     return Remedy(
         id="tf.memory-growth",
         title=remedy_text("tf.memory-growth", "title"),
         env={"TF_FORCE_GPU_ALLOW_GROWTH": "true"},
         settings={"tf.config.experimental.set_memory_growth(gpu, True)": remedy_text("tf.memory-growth", "setting")},
         fits=None,
-        confidence="low",
-        why=remedy_text("tf.memory-growth", "why"),
+        confidence="medium" if bogus else "low",
+        why=remedy_text("tf.memory-growth", "why_bogus" if bogus else "why"),
     )
 
 

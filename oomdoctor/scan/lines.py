@@ -47,6 +47,9 @@ _VLLM_PROCESS = regex_cache.compile(
 #: vLLM's own logger layout, "%(levelname)s %(asctime)s [%(filename)s:%(lineno)d]" with the date as
 #: "%m-%d %H:%M:%S" (vllm 0.6.3 logger.py _FORMAT / _DATE_FORMAT; 0.4-0.5 printed no "[" before
 #: the file, 0.10 on prints the path below vllm/): a line so prefixed comes from vLLM
+#: TensorFlow's glog prefix names its source file ("E tensorflow/compiler/xla/stream_executor/rocm/rocm_driver.cc:606]");
+#: JAX's jaxlib names external/xla/..., never tensorflow/
+_TF_SOURCE = " tensorflow/"
 #: the tag of TensorRT-LLM's Python logger, read as a line prefix (reader.py): "[TRT-LLM] [RANK 2] [E]"
 _TRTLLM_LOGGER = "[TRT-LLM]"
 _VLLM_LOGGER = regex_cache.compile(
@@ -325,6 +328,9 @@ class LineAssembly(ScanState):
         self._recent.append(line)
         if line.prefix.endswith("]") and _VLLM_LOGGER.search(line.prefix):
             self._collector.vote_engine("vllm", line.number)
+        if _TF_SOURCE in line.prefix:  # a glog prefix naming TensorFlow's own sources (its vendored XLA too)
+            self._collector.vote_engine("tensorflow", line.number)
+            self._collector.vote_product("tensorflow", line.number)
         if _TRTLLM_LOGGER in line.prefix:  # TensorRT-LLM's Python logger (tensorrt_llm/logger.py)
             self._collector.vote_engine("tensorrt-llm", line.number)
             self._collector.vote_product("trtllm", line.number)
