@@ -96,10 +96,18 @@ def parse_key_values(text: str) -> dict[str, str]:
     return {m["key"]: _clean_value(_literal(m["value"])) for m in _KV.finditer(text)}
 
 
+#: a drive-letter path (``C:\models``) in a command line copied from Windows
+_WINDOWS_PATH = regex_cache.compile(r"(?<![\w])[A-Za-z]:\\[^\s\\]")
+
+
 def parse_argv(text: str) -> tuple[list[str], dict[str, str]]:
     """Split a shell command line; return argv and its ``--flag value`` pairs as snake_case keys."""
+    line = text.replace("\\\n", " ")
+    if _WINDOWS_PATH.search(line):
+        # a Windows path (C:\models\...): its backslashes are separators, not shell escapes
+        line = line.replace("\\", "\\\\")
     try:
-        argv = shlex.split(text.replace("\\\n", " "))
+        argv = shlex.split(line)
     except ValueError:
         argv = text.split()
     args: dict[str, str] = {}

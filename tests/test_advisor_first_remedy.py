@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import oomdoctor
+from oomdoctor.context import parse_argv
 from tests.engines_util import diagnose, diagnose_text, only_error, remedy, remedy_ids
 
 _GRAPHS_118 = (
@@ -388,3 +389,34 @@ def test_jaxs_own_allocation_failure_is_not_read_as_tensorflow() -> None:
         "79.00GiB (84825604096 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory\n"
     ))
     assert f.engine != "tensorflow" and f.product != "tensorflow"
+
+
+_WIN_LLAMA = (
+    "$ llama-server -m C:\\models\\IQ4_XS\\MiniMax-M3-IQ4_XS-00001-of-00006.gguf -c 50000 -ngl 99 "
+    "--tensor-split 11,11,10 -ub 2048 -b 2048\n"
+    "1.06.520.077 E ggml_backend_cuda_buffer_type_alloc_buffer: allocating 51748.72 MiB on device 1: cudaMalloc "
+    "failed: out of memory\n"
+    "1.06.520.084 E ggml_gallocr_reserve_n_impl: failed to allocate CUDA1 buffer of size 54262464512\n"
+    "1.06.520.086 E graph_reserve: failed to allocate compute buffers\n"
+)
+
+
+def test_the_physical_batch_is_read_from_the_command_and_windows_paths_survive() -> None:
+    """fresh-066: -ub 2048 on the command line (not the default 512) is halved, and the corrected
+    command keeps the Windows path's backslashes (quoted for the shell)."""
+    f = only_error(diagnose_text(_WIN_LLAMA))
+    first = f.remedies[0]
+    assert first.id == "ggml.ubatch-size"
+    assert first.flags == {"-ub": "1024", "-b": "1024"}
+    assert "(2048)" in first.why
+    assert first.command is not None
+    assert first.command.startswith("llama-server -m 'C:\\models\\IQ4_XS\\MiniMax-M3-IQ4_XS-00001-of-00006.gguf' ")
+    assert "-ub 1024 -b 1024" in first.command
+
+
+def test_a_posix_escape_is_still_an_escape() -> None:
+    """Without a drive-letter path, a backslash keeps its shell meaning (an escaped space)."""
+    argv, _ = parse_argv("llama-server -m /models/my\\ model.gguf -c 4096")
+    assert argv[:3] == ["llama-server", "-m", "/models/my model.gguf"]
+    argv, _ = parse_argv("llama-server -m C:\\m\\a.gguf -c 4096")
+    assert argv[2] == "C:\\m\\a.gguf"

@@ -397,11 +397,16 @@ def ollama_flash_attention(inp: AdviceInput) -> Remedy | None:
     )
 
 
+#: llama.cpp's default -ub / n_ubatch (common/common.h, since the split of -b and -ub in 2024)
+LLAMACPP_DEFAULT_UBATCH = 512
+
+
 @remedy("ggml.ubatch-size")
 def ubatch_size(inp: AdviceInput) -> Remedy | None:
     if not _is_llamacpp(inp) or inp.finding.phase != "inference":
         return None
-    cur = as_int(setting(inp, "llama_n_ubatch", "ubatch_size")) or 512
+    cur = (as_int(setting(inp, "llama_n_ubatch", "ubatch_size"))
+           or as_int(_command_value(inp, ("-ub", "--ubatch-size"))) or LLAMACPP_DEFAULT_UBATCH)
     if cur < 64:
         return None
     value = cur // 2
