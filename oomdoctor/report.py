@@ -2,7 +2,9 @@
 
 ``schema_version`` 5 (2 added ``finding.cause`` and ``finding.account``; 3 added ``remedy.run``; 4 added
 ``report.contexts``, one per source, with ``finding.product`` and ``context.product``; 5 added
-``report.cut_lines`` and ``summary.cut_lines``, the lines longer than the bound searched whole). The JSON Schema generated from these models is committed as
+``report.cut_lines`` and ``summary.cut_lines``, the lines longer than the bound searched whole; 6 added
+``remedy.code``, each change as a code line labelled with its language and where it runs, and gives
+``remedy.command`` to every remedy whose change a known launch command can carry, not only the first). The JSON Schema generated from these models is committed as
 ``oomdoctor/report.schema.json`` and a test checks it does not drift.
 """
 
@@ -15,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from oomdoctor.i18n import current_lang
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 Severity = Literal["error", "warning"]
 Confidence = Literal["high", "medium", "low"]
@@ -47,6 +49,22 @@ class RunStep(_Model):
     command: str = Field(description="The command line, to paste as it is.")
 
 
+CodeLanguage = Literal["shell", "python", "json", "yaml", "toml"]
+
+
+class CodeLine(_Model):
+    """One of a remedy's changes as a line to paste, with what it is and where it goes."""
+
+    language: CodeLanguage = Field(description="What the line parses as: shell, python, json, yaml or toml.")
+    where: str = Field(
+        description="Where it runs: for shell, 'environment' (an export before the launch) or the program whose "
+        "command line takes the flags ('vllm serve', 'docker run'); else the call or file it goes in "
+        "('LLM', 'TrainingArguments', 'DeepSpeed config', 'Kubernetes container spec')."
+    )
+    text: str = Field(description="The line itself. In a Python call, '...' stands for the arguments already passed.")
+    keys: list[str] = Field(default_factory=list, description="The env, flags or settings keys the line sets.")
+
+
 class Remedy(_Model):
     """One thing to try, with the concrete values to use."""
 
@@ -61,7 +79,16 @@ class Remedy(_Model):
     confidence: Confidence = "medium"
     why: str = ""
     tradeoff: str = ""
-    command: str | None = None
+    command: str | None = Field(
+        default=None,
+        description="The whole launch command with this remedy applied (shell), when the log gives the command "
+        "and the remedy's change is flags or environment variables its program takes.",
+    )
+    code: list[CodeLine] = Field(
+        default_factory=list,
+        description="The remedy's env, flags and settings as code lines, each labelled with its language and where "
+        "it runs. Settings said in words (not code) are only in settings.",
+    )
     run: list[RunStep] = Field(
         default_factory=list,
         description="Shell commands to run by hand for this remedy (e.g. listing the processes on the GPU).",

@@ -85,16 +85,45 @@ LOG = (
 )
 
 
-def test_top_remedy_carries_the_command_in_every_renderer() -> None:
+def test_every_remedy_carries_its_command_and_the_renderers_show_it() -> None:
+    """Each remedy whose change is flags gets its own corrected command, not only the first (issue
+    37). Text shows the whole command under the first and, after it, each remedy's flags under its
+    program's name (the output stays short); Markdown and JSON carry every command."""
     report = diagnose(LOG)
-    top = report.findings[0].remedies[0]
-    assert top.flags == {"--max-model-len": "79200"}
-    assert top.command == "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 79200"
-    assert all(r.command is None for r in report.findings[0].remedies[1:])
-    assert "$ vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 79200" in render_text(report, width=200)
-    assert "`vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 79200`" in render_markdown(report)
+    rems = report.findings[0].remedies
+    assert rems[0].flags == {"--max-model-len": "79200"}
+    assert [r.command for r in rems] == [
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 79200",
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 131072 --kv-cache-dtype fp8",
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 131072 --gpu-memory-utilization 0.95",
+    ]
+    text = render_text(report, width=200).splitlines()
+    assert "       $ vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 79200" in text
+    assert "       --max-model-len 79200" not in text  # the command carries the flags
+    assert sum(line.lstrip().startswith("$ vllm serve") for line in text) == 1
+    assert text.count("     flags of vllm serve:") == 2 and "       --kv-cache-dtype fp8" in text
+    markdown = render_markdown(report)
+    for r in rems:
+        assert f"   - command:\n     ```shell\n     {r.command}\n     ```" in markdown
     data = json.loads(report.model_dump_json())
-    assert data["findings"][0]["remedies"][0]["command"] == top.command
+    assert [r["command"] for r in data["findings"][0]["remedies"]] == [r.command for r in rems]
+    assert data["findings"][0]["remedies"][1]["code"] == [
+        {"language": "shell", "where": "vllm serve", "text": "--kv-cache-dtype fp8", "keys": ["--kv-cache-dtype"]}]
+
+
+def test_a_remedy_that_is_not_enough_alone_gets_no_command() -> None:
+    from oomdoctor.advisor.ranking import _commands_and_code
+    from oomdoctor.advisor.registry import AdviceInput
+    from oomdoctor.report import Finding, Location
+
+    ctx = Context(command=["vllm", "serve", "m"])
+    f = Finding(rule="x", kind="k", engine="vllm", severity="error", title="t", message="m",
+                location=Location(line=1, end_line=1))
+    rems = [rem(flags={"--max-model-len": "4096"}), rem(flags={"--enforce-eager": ""}),
+            Remedy(id="vllm.x", title="t", fits=False, flags={"--max-num-seqs": "8"})]
+    _commands_and_code(rems, AdviceInput(f, ctx, {}))
+    assert [r.command for r in rems] == ["vllm serve m --max-model-len 4096", "vllm serve m --enforce-eager", None]
+    assert [c.where for r in rems for c in r.code] == ["vllm serve"] * 3
 
 
 def test_user_scripts_only_get_flags_they_already_take() -> None:
@@ -137,3 +166,25 @@ def test_a_logged_sglang_launch_line_is_rebuilt_with_its_program() -> None:
         "CUDA_VISIBLE_DEVICES=0,1 python3 -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct "
         "--tp-size 2 --page-size 1"
     )
+
+
+def test_the_fixtures_with_a_launch_command_give_each_remedy_its_own() -> None:
+    """Over the fixture goldens: every command carries its own remedy's flags and env (so it is that
+    remedy's, not the first's), and the remedies after the first get theirs too."""
+    import shlex
+    from pathlib import Path
+
+    later = 0
+    for golden in sorted((Path(__file__).resolve().parent.parent / "fixtures").glob("*/*.expected.json")):
+        for finding in json.loads(golden.read_text(encoding="utf-8")).get("findings", []):
+            for r in finding.get("remedies", []):
+                if not r.get("command"):
+                    continue
+                words = shlex.split(r["command"])
+                for flag, value in r["flags"].items():
+                    i = words.index(flag)
+                    assert value == "" or words[i + 1] == value, (golden.name, r["id"], flag)
+                assert all(f"{k}={v}" in words for k, v in r["env"].items()), (golden.name, r["id"])
+                assert r["fits"] is not False and not r["settings"], (golden.name, r["id"])
+                later += r["rank"] > 1
+    assert later >= 10

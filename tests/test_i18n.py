@@ -328,7 +328,7 @@ def test_chat_answers_in_the_deployment_language() -> None:
     r = c.post("/mattermost/commands", data={"token": "mm-token", "text": log})
     assert r.status_code == 200, r.text
     assert "KVキャッシュに入るのは4512トークン" in r.json()["text"]
-    assert "`--max-model-len 4512`" in r.json()["text"]
+    assert "vllm serveのフラグ：\n     ```shell\n     --max-model-len 4512\n" in r.json()["text"]
     help_text = c.post("/mattermost/commands", data={"token": "mm-token", "text": "help"}).json()["text"]
     assert help_text.startswith("コマンドの後に")
 

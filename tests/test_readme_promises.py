@@ -86,41 +86,76 @@ def test_streamed_jsonl_is_documented() -> None:
     assert "`-f json` writes the whole report so far" in bullet
 
 
-def test_every_code_line_of_the_fixtures_remedies_is_shell_words() -> None:
-    """Each command and flag snippet of every fixture's remedies parses as shell words (shlex), with
-    no [REDACTED] inside a command: a redacted secret is an environment variable's reference. A
-    setting on a code line is ``name=value`` with a one-word value; a setting said in words
-    ("half of the current value", "an AWQ or GPTQ 4-bit checkpoint of ...") is never on one. The
-    Python of a ``python -c`` parses (ast)."""
+def _parses_as(language: str, text: str) -> object:
+    """``text`` parsed as ``language`` says: shell words (shlex), Python (ast), JSON, YAML (PyYAML,
+    a test dependency) or TOML (tomllib); raises when it does not parse."""
     import ast
     import json
     import shlex
 
-    from oomdoctor.render.common import is_code_setting, snippet_lines
+    import yaml
+
+    from oomdoctor.cache import toml_module
+
+    if language == "shell":
+        words = shlex.split(text)
+        assert words, text
+        return words
+    if language == "python":
+        return ast.parse(text)
+    if language == "json":
+        return json.loads(text)
+    if language == "yaml":
+        return yaml.safe_load(text)
+    if language == "toml":
+        return toml_module().loads(text)
+    raise AssertionError(f"unknown language {language!r}")
+
+
+def test_every_code_line_of_the_fixtures_remedies_parses_as_what_it_says() -> None:
+    """Each code line of every fixture's remedies (``remedy.code``) says its language and where it
+    runs, and parses as that language: shell words (shlex), Python (ast), JSON, YAML, TOML. Every
+    key it sets is one of the remedy's, and each env, flags and code-like setting key is on a line;
+    a setting said in words ("half of the current value", "an AWQ or GPTQ 4-bit checkpoint of ...")
+    is on none. A command (``remedy.command``, ``run``) is shell words with no [REDACTED] inside (a
+    redacted secret is an environment variable's reference), and the Python of a ``python -c``
+    parses (ast)."""
+    import ast
+    import json
+    import shlex
+
+    from oomdoctor.advisor.code_lines import is_code_setting
+    from oomdoctor.render.common import prose_settings
     from oomdoctor.report import Remedy
 
-    seen = prose = python = 0
+    seen: dict[str, int] = {}
+    prose = commands = python = 0
     for golden in sorted((ROOT / "fixtures").glob("*/*.expected.json")):
         for finding in json.loads(golden.read_text(encoding="utf-8")).get("findings", []):
             for r in finding.get("remedies", []):
                 remedy = Remedy.model_validate(r)
-                codes = snippet_lines(remedy)
-                snippet = "\n".join(codes)
-                # a command line's flags and a config file's settings never share a line
-                for code in codes:
-                    words = shlex.split(code)
-                    flags = any(w.startswith("-") for w in words)
-                    settings = any("=" in w and not w.startswith("-") and not w.split("=")[0].isupper() for w in words)
-                    assert not (flags and settings), (golden.name, code)
+                keys: set[str] = set()
+                for line in remedy.code:
+                    assert line.where, (golden.name, line)
+                    parsed = _parses_as(line.language, line.text)
+                    seen[line.language] = seen.get(line.language, 0) + 1
+                    keys.update(line.keys)
+                    if line.language == "shell":
+                        # an env line is an export; a flags line has flags only (no config setting)
+                        assert (parsed[0] == "export") == (line.where == "environment"), (golden.name, line)
+                    if line.language in ("json", "yaml"):
+                        assert isinstance(parsed, dict), (golden.name, line)
+                    if line.language == "python":
+                        assert isinstance(parsed.body[0], ast.Expr), (golden.name, line)  # one call
+                assert set(remedy.env) | set(remedy.flags) <= keys, (golden.name, remedy.id)
+                assert keys <= set(remedy.env) | set(remedy.flags) | set(remedy.settings), (golden.name, remedy.id)
                 for key, value in remedy.settings.items():
-                    if is_code_setting(key, value):
-                        assert f"{key}={value}" in shlex.split(snippet), (golden.name, key, value)
-                    else:
+                    if not is_code_setting(key, value) and key != "from_pretrained":
                         prose += 1
-                        assert f"{key}={value}" not in snippet, (golden.name, key, value)
-                for line in [*codes, remedy.command or "", *(s.command for s in remedy.run)]:
+                        assert key not in keys and (key, value) in prose_settings(remedy), (golden.name, key)
+                for line in [remedy.command or "", *(s.command for s in remedy.run)]:
                     if line:
-                        seen += 1
+                        commands += 1
                         words = shlex.split(line)
                         assert words, (golden.name, line)
                         assert "[REDACTED]" not in line, (golden.name, line)
@@ -128,7 +163,36 @@ def test_every_code_line_of_the_fixtures_remedies_is_shell_words() -> None:
                             if word.rsplit("/", 1)[-1].startswith("python") and words[i + 1] == "-c":
                                 python += 1
                                 ast.parse(words[i + 2])
-    assert seen > 100 and prose > 20 and python > 0
+    assert seen.get("shell", 0) > 100 and seen.get("python", 0) > 20, seen
+    assert seen.get("json", 0) > 5 and seen.get("yaml", 0) > 2, seen
+    assert prose > 20 and commands > 20 and python > 0
+
+
+def test_the_code_lines_say_where_they_run() -> None:
+    """A setting goes where its product reads it: a keyword of vLLM's LLM(...), a DeepSpeed JSON key
+    (nested), a Kubernetes limit (YAML); an env variable is an export; flags are their program's."""
+    import json
+
+    import yaml
+
+    from oomdoctor.advisor.code_lines import code_lines
+    from oomdoctor.report import Remedy
+
+    llm = code_lines(Remedy(id="vllm.x", title="t", settings={"max_model_len": "8192", "enforce_eager": "True"}),
+                     "vllm-python", "vllm")
+    assert [(c.language, c.where, c.text) for c in llm] == [
+        ("python", "LLM", "LLM(..., max_model_len=8192, enforce_eager=True)")]
+    ds = code_lines(Remedy(id="training.x", title="t", settings={"zero_optimization.stage": "3", "bf16.enabled": "true"}),
+                    "deepspeed", "pytorch")
+    assert json.loads(ds[0].text) == {"zero_optimization": {"stage": 3}, "bf16": {"enabled": True}}
+    host = code_lines(Remedy(id="host.container-memory-limit", title="t", flags={"--memory": "20g"},
+                             env={"X_Y": "a b"}, settings={"resources.limits.memory": "20Gi"}), "vllm-serve", "vllm")
+    assert [(c.language, c.where) for c in host] == [
+        ("shell", "environment"), ("shell", "docker run"), ("yaml", "Kubernetes container spec")]
+    assert host[0].text == "export X_Y='a b'" and host[1].text == "--memory 20g"
+    assert yaml.safe_load(host[2].text) == {"resources": {"limits": {"memory": "20Gi"}}}
+    flags = code_lines(Remedy(id="vllm.x", title="t", flags={"--max-model-len": "8192"}), "vllm-serve", "vllm")
+    assert [(c.where, c.text) for c in flags] == [("vllm serve", "--max-model-len 8192")]
 
 
 def test_a_setting_in_words_is_prose_not_code() -> None:
@@ -138,19 +202,23 @@ def test_a_setting_in_words_is_prose_not_code() -> None:
 
     r = Remedy(id="r", title="Halve the batch", settings={"gradient_checkpointing": "true", "batch_size": "half of it",
                                                            "model": "an AWQ or GPTQ 4-bit checkpoint of x/y"})
-    assert remedy_snippet(r) == "gradient_checkpointing=true"
+    assert remedy_snippet(r) == "TrainingArguments(..., gradient_checkpointing=True)"
     assert setting_lines(r) == ["batch_size: half of it", "model: an AWQ or GPTQ 4-bit checkpoint of x/y"]
     f = Finding(rule="x", kind="torch.cuda-oom", engine="pytorch", severity="error", title="t", message="m",
                 location=Location(source="a.log", line=1, end_line=1), remedies=[r])
     lines = render_findings_text([f], width=100).splitlines()
-    assert "       gradient_checkpointing=true" in lines and "     batch_size: half of it" in lines
+    assert "     Python:" in lines and "       TrainingArguments(..., gradient_checkpointing=True)" in lines
+    assert "     batch_size: half of it" in lines
 
 
 def test_a_flag_and_a_config_setting_never_share_a_code_line() -> None:
-    from oomdoctor.render.common import remedy_headline, snippet_lines
+    from oomdoctor.render.common import snippet_lines
+    from oomdoctor.render.markdown import remedy_code_markdown
     from oomdoctor.report import Remedy
 
     r = Remedy(id="host.container-memory-limit", title="Raise the limit", flags={"--memory": "20g"},
                settings={"resources.limits.memory": "20Gi"})
-    assert snippet_lines(r) == ["--memory 20g", "resources.limits.memory=20Gi"]
-    assert "`--memory 20g` · `resources.limits.memory=20Gi`" in remedy_headline(r, lambda c: f"`{c}`")
+    assert snippet_lines(r) == ["--memory 20g", 'resources: {limits: {memory: "20Gi"}}']
+    md = "\n".join(remedy_code_markdown(r))
+    assert "   - flags of docker run:\n     ```shell\n     --memory 20g\n     ```" in md
+    assert "   - YAML, Kubernetes container spec:\n     ```yaml\n" in md

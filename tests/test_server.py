@@ -225,7 +225,7 @@ def test_diagnose_text_plain_markdown(client: httpx.Client) -> None:
     )
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/markdown")
-    assert "`--max-model-len 81392`" in r.text
+    assert "   - flags of vllm serve:\n     ```shell\n     --max-model-len 81392\n" in r.text
     assert "`vllm.kv-cache.max-len-exceeds`" in r.text
 
 
@@ -632,7 +632,7 @@ def test_mattermost_token_header_and_field(server: str) -> None:
                    headers={**ctype, "Authorization": f"Token {MM_TOKEN}"}, timeout=30)
     assert r.status_code == 200, r.text
     assert r.json()["response_type"] == "ephemeral"
-    assert "`--max-model-len 81392`" in r.json()["text"]
+    assert "\n     --max-model-len 81392\n" in r.json()["text"]
     assert len(r.json()["text"]) <= 16383
     r = httpx.post(server + "/mattermost/commands", content=mm_body(VLLM_054.decode(), MM_TOKEN), headers=ctype)
     assert r.status_code == 200 and "81392" in r.json()["text"]
@@ -654,7 +654,7 @@ def test_mattermost_deferred(deferring_server: str, receiver: Receiver) -> None:
     )
     assert "analysing" in r.json()["text"]
     path, _, payload = receiver.get()
-    assert path == "/mm/1" and "`--max-model-len 81392`" in payload["text"]
+    assert path == "/mm/1" and "\n     --max-model-len 81392\n" in payload["text"]
 
 
 def test_chat_endpoints_off_when_not_configured(receiver: Receiver) -> None:
@@ -737,7 +737,9 @@ def test_slack_blocks_stay_inside_limits() -> None:
     assert "more finding(s) not shown" in blocks[-1]["elements"][0]["text"]
     body = json.dumps(blocks)
     assert "OOM &lt;0&gt; &amp; co" in body  # escaped for Slack
-    assert "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True --max-num-seqs 64`" in body
+    # each code line under its label: the env as a command of its own, the flags under their program's name
+    assert "`$ export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`" in body
+    assert "flags of the launch command: `--max-num-seqs 64`" in body
 
 
 def test_markdown_max_chars() -> None:
@@ -746,7 +748,8 @@ def test_markdown_max_chars() -> None:
     text = render_markdown(_big_report(40, 5), max_chars=16383)
     assert len(text) <= 16383
     assert "more finding(s) not shown" in text
-    assert "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True --max-num-seqs 64`" in text
+    assert "     ```shell\n     export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n     ```" in text
+    assert "   - flags of the launch command:\n     ```shell\n     --max-num-seqs 64\n     ```" in text
     assert "```\nCUDA out of memory. `x` y" in text
 
 

@@ -228,12 +228,22 @@ def _rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
     out = [r for r in (in_product_knobs(rem, product_of(inp)) for rem in out) if r is not None]
     for i, rem in enumerate(out, 1):
         rem.rank = i
-    if out and out[0].fits is not False:
-        from oomdoctor.advisor.command import corrected_command
-
-        command = corrected_command(inp.context, out[0])
-        out[0].command = command if command is None or _command_exists(command, inp) else None
+    _commands_and_code(out, inp)
     return out
+
+
+def _commands_and_code(rems: list[Remedy], inp: AdviceInput) -> None:
+    """Give every remedy its corrected launch command (where the command is known and the remedy's
+    change is flags or environment variables; not one that is not enough alone) and its code lines."""
+    from oomdoctor.advisor.code_lines import code_lines
+    from oomdoctor.advisor.command import corrected_command
+
+    known = bool(inp.context.command or inp.context.typed_args or inp.context.dump_args)
+    for rem in rems:
+        if known and rem.fits is not False and (rem.flags or rem.env):
+            command = corrected_command(inp.context, rem)
+            rem.command = command if command is None or _command_exists(command, inp) else None
+        rem.code = code_lines(rem, product_of(inp), inp.finding.engine)
 
 
 def diagnose_finding(finding: Finding, context: Context) -> Cause:

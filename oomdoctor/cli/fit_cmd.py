@@ -23,8 +23,8 @@ def _size(n: int) -> str:
 def render_fit_text(res: Any, width: int | None = None) -> str:
     """The budget table, the verdict and the remedies, laid out like the post-mortem text: prose
     wrapped to the terminal with hanging indents, flags and commands whole on their own lines."""
-    from oomdoctor.render.common import confidence_label, fits_label, setting_lines, snippet_lines
-    from oomdoctor.render.text import BODY, CODE, REMEDY, TextLayout, terminal_width
+    from oomdoctor.render.common import confidence_label, fits_label, setting_lines
+    from oomdoctor.render.text import BODY, CODE, REMEDY, TextLayout, remedy_code, terminal_width
 
     out = TextLayout(terminal_width(width), False)
     on = _("{model} on {gpus}× {gpu}").format(model=res.model, gpus=res.gpus if res.gpus > 1 else 1, gpu=res.gpu)
@@ -75,12 +75,9 @@ def render_fit_text(res: Any, width: int | None = None) -> str:
             number = f"{r.rank}. "
             out.prose(number + r.title, BODY, BODY + " " * len(number))
             out.prose(f"{fits_label(r)} · {confidence_label(r.confidence)}", REMEDY)
-            for code in snippet_lines(r):
-                out.code(code, CODE)
+            remedy_code(r, out)
             for line in setting_lines(r):
                 out.prose(line, REMEDY, REMEDY + "  ")
-            if r.command:
-                out.code("$ " + r.command, CODE)
             if r.why:
                 out.labelled(_("why:"), r.why, REMEDY)
     return "".join(line + "\n" for line in out.lines)

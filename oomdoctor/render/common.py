@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Callable
 from typing import Any
 
 from oomdoctor.i18n import N_, _, current_lang
-from oomdoctor.report import Context, Finding, Remedy, Report
+from oomdoctor.report import CodeLine, Context, Finding, Remedy, Report
 from oomdoctor.units import format_size
 
 #: figures shown first, in this order, with a label
@@ -92,33 +90,26 @@ def figure_label(name: str) -> str:
     return name.replace("_bytes", "").replace("_", " ")
 
 
-#: a setting that is code: a dotted name set to one word (``gradient_checkpointing=true``,
-#: ``zero_optimization.stage=3``, ``optim=adamw_bnb_8bit``); any other is prose (issue 37)
-_SETTING_KEY = re.compile(r"[A-Za-z_][\w.\-]*", re.ASCII)
-_SETTING_VALUE = re.compile(r"[\w.+\-/:@]+", re.ASCII)
+def code_of(r: Remedy) -> list[CodeLine]:
+    """The remedy's code lines (:attr:`Remedy.code`; for a remedy built without the advisor, from
+    its env, flags and settings with no product known)."""
+    if r.code or not (r.env or r.flags or r.settings):
+        return list(r.code)
+    from oomdoctor.advisor.code_lines import code_lines
 
-
-def is_code_setting(key: str, value: str) -> bool:
-    """Whether ``key=value`` is a setting as a config file takes it, not words about one
-    (``batch_size``: "half of the current value", ``model``: "an AWQ or GPTQ 4-bit checkpoint")."""
-    return bool(_SETTING_KEY.fullmatch(key) and _SETTING_VALUE.fullmatch(value))
+    return code_lines(r)
 
 
 def prose_settings(r: Remedy) -> list[tuple[str, str]]:
-    """The remedy's settings said in words: shown as ``name: words``, never on a code line."""
-    return [(k, v) for k, v in r.settings.items() if not is_code_setting(k, v)]
+    """The remedy's settings on no code line (said in words, or with no known place): shown as
+    ``name: words``."""
+    coded = {k for line in code_of(r) for k in line.keys}
+    return [(k, v) for k, v in r.settings.items() if k not in coded]
 
 
 def snippet_lines(r: Remedy) -> list[str]:
-    """The copy-pasteable parts of a remedy, each on a line of its own: env assignments and flags
-    (a command line's words), then the settings that are code (:func:`is_code_setting`) — a flag
-    and a config setting never share a line (``--memory 20g`` is docker's, ``resources.limits.memory=20Gi``
-    Kubernetes'). Every word is a shell word, so each line pastes as it reads."""
-    words: list[str] = [f"{k}={shlex.quote(v)}" for k, v in r.env.items()]
-    for k, v in r.flags.items():
-        words.append(k if v == "" else f"{k} {shlex.quote(v)}")
-    settings = [f"{k}={v}" for k, v in r.settings.items() if is_code_setting(k, v)]
-    return [line for line in (" ".join(words), " ".join(settings)) if line]
+    """The texts of the remedy's code lines (:func:`code_of`), each pasteable where its label says."""
+    return [line.text for line in code_of(r)]
 
 
 def remedy_snippet(r: Remedy) -> str:
@@ -132,17 +123,50 @@ def setting_lines(r: Remedy) -> list[str]:
     return [f"{k}{colon()}{v}" for k, v in prose_settings(r)]
 
 
+#: how the renderers name each language of a code line
+LANGUAGE_NAMES = {"shell": "shell", "python": "Python", "json": "JSON", "yaml": "YAML", "toml": "TOML"}
+
+
+def code_label(line: CodeLine) -> str:
+    """What a code line is and where it runs, as the line above it says: ``flags of vllm serve:``,
+    ``Python:`` (the call names itself), ``JSON, DeepSpeed config:``; empty for a line that is a
+    shell command of its own (``$ export ...``). A place in words (``where``, English in JSON) is
+    shown in the language in force; a program's name as it is."""
+    if line.language == "shell":
+        if line.where == "environment":
+            return ""
+        return _("flags of {program}:").format(program=_(line.where))
+    name = LANGUAGE_NAMES.get(line.language, line.language)
+    if line.language == "python":
+        return _("{language}:").format(language=name)
+    return _("{language}, {where}:").format(language=name, where=_(line.where))
+
+
+def code_text(line: CodeLine) -> str:
+    """The line as shown: a shell command of its own after ``$ ``, anything else as it is."""
+    return "$ " + line.text if line.language == "shell" and line.where == "environment" else line.text
+
+
+def shown_codes(r: Remedy, command: bool) -> list[CodeLine]:
+    """The code lines to show under a remedy: with its whole ``command`` shown (``command``: True),
+    the settings' lines only (the command carries the env and flags)."""
+    lines = code_of(r)
+    if command and r.command:
+        return [line for line in lines if line.language != "shell"]
+    return lines
+
+
 def colon() -> str:
     """What joins a label to its text: ``": "`` in English, the full-width ``"："`` (no space) in
     Japanese (CONTRIBUTING.md, "Japanese style")."""
     return "：" if current_lang() == "ja" else ": "
 
 
-def remedy_headline(r: Remedy, code: Callable[[str], str], esc: Callable[[str], str] = str) -> str:
-    """``N. Title: `flags` _(fits, saves X)_``, the first line of a remedy in chat renderers."""
-    snippet = " · ".join(code(line) for line in snippet_lines(r))
+def remedy_headline(r: Remedy, esc: Callable[[str], str] = str) -> str:
+    """``N. Title _(fits, saves X)_``, the first line of a remedy in chat renderers (its code lines
+    follow, each under its label)."""
     saves = _(", saves {size}").format(size=format_size(r.saves_bytes)) if r.saves_bytes else ""
-    return f"{r.rank}. {esc(r.title)}" + (colon() + snippet if snippet else "") + f" _({fits_label(r)}{saves})_"
+    return f"{r.rank}. {esc(r.title)}" + f" _({fits_label(r)}{saves})_"
 
 
 def fits_label(r: Remedy) -> str:

@@ -12,6 +12,8 @@ from typing import Any
 from oomdoctor.i18n import _
 from oomdoctor.render.common import (
     by_source,
+    code_label,
+    code_text,
     colon,
     cut_lines_text,
     facts_of,
@@ -23,10 +25,11 @@ from oomdoctor.render.common import (
     remedy_headline,
     result_text,
     setting_lines,
+    shown_codes,
     where,
 )
 from oomdoctor.render.why import labelled_text, why_line
-from oomdoctor.report import Finding, Report
+from oomdoctor.report import Finding, Remedy, Report
 
 MESSAGE_CHARS = 600
 
@@ -48,6 +51,23 @@ def code_block(text: str, lang: str = "") -> str:
     while fence in text:
         fence += "`"
     return f"{fence}{lang}\n{text}\n{fence}"
+
+
+def remedy_code_markdown(r: Remedy) -> list[str]:
+    """A remedy's code as fenced blocks in its list item, each with its language (``shell``,
+    ``python``, ``json``, ``yaml``) under its label: the whole command when the remedy has one (it
+    carries the env and flags), then the settings' lines."""
+    out: list[str] = []
+    blocks: list[tuple[str, str, str]] = []
+    if r.command:
+        blocks.append((_("command:"), "shell", r.command))
+    for line in shown_codes(r, command=True):
+        blocks.append((code_label(line), line.language, code_text(line).removeprefix("$ ")))
+    for label, lang, text in blocks:
+        if label:
+            out.append(f"   - {label}")
+        out.extend("     " + row for row in code_block(text, lang).split("\n"))
+    return out
 
 
 def summary_line(report: Report) -> str:
@@ -102,14 +122,13 @@ def finding_markdown(f: Finding) -> str:
         out.append("")
         out.append("**" + _("Try, in this order:") + "**")
         for r in f.remedies:
-            out.append(remedy_headline(r, code_span))
+            out.append(remedy_headline(r))
+            out.extend(remedy_code_markdown(r))
             out.extend(f"   - {line}" for line in setting_lines(r))
             if r.why:
                 out.append("   - " + labelled_text(_("why:"), r.why))
             if r.tradeoff:
                 out.append("   - " + labelled_text(_("cost:"), r.tradeoff))
-            if r.command:
-                out.append("   - " + labelled_text(_("command:"), code_span(r.command)))
             for step in r.run:
                 out.append("   - " + labelled_text(step.label, code_span(step.command)))
     return "\n".join(out)

@@ -15,6 +15,8 @@ from typing import Any
 
 from oomdoctor.i18n import _
 from oomdoctor.render.common import (
+    code_label,
+    code_text,
     colon,
     figure_items,
     occurrences_note,
@@ -22,6 +24,7 @@ from oomdoctor.render.common import (
     remedy_headline,
     remedy_snippet,
     setting_lines,
+    shown_codes,
 )
 from oomdoctor.render.markdown import context_facts, location_text, summary_line
 from oomdoctor.render.why import labelled_text, why_line
@@ -97,13 +100,21 @@ def finding_blocks(f: Finding, max_remedies: int = 6) -> list[dict[str, Any]]:
         lines.append(esc(why))
     if f.remedies:
         lines.append("*" + _("Try, in this order:") + "*")
+    command_shown = False
     for r in f.remedies[:max_remedies]:
-        lines.append(remedy_headline(r, code, esc))
+        lines.append(remedy_headline(r, esc))
+        # as in text: the whole command under the first remedy that has one, the flags after it
+        show_command = bool(r.command) and not command_shown
+        for line in shown_codes(r, show_command):
+            label = code_label(line)
+            gap = "" if not label or label.endswith("：") else " "  # no space after a full-width colon
+            lines.append("      " + esc(label) + gap + code(code_text(line)))
+        if show_command:
+            lines.append("      " + code("$ " + (r.command or "")))
+            command_shown = True
         lines.extend(f"      {esc(line)}" for line in setting_lines(r))
         if r.why:
             lines.append(f"      _{esc(_clip(r.why, 300))}_")
-        if r.command:
-            lines.append(f"      {code(r.command)}")
         for step in r.run:
             lines.append("      " + labelled_text(esc(step.label), code(step.command)))
     if len(f.remedies) > max_remedies:

@@ -19,6 +19,8 @@ from typing import Any
 from oomdoctor.i18n import _
 from oomdoctor.render.common import (
     by_source,
+    code_label,
+    code_text,
     confidence_label,
     facts_of,
     figure_items,
@@ -29,11 +31,11 @@ from oomdoctor.render.common import (
     remedy_snippet,
     result_text,
     setting_lines,
-    snippet_lines,
+    shown_codes,
     where,
 )
 from oomdoctor.render.why import why_line
-from oomdoctor.report import Finding, Report
+from oomdoctor.report import Finding, Remedy, Report
 from oomdoctor.units import format_size
 
 #: echoed messages longer than this are cut (at a word boundary, with "…")
@@ -213,6 +215,20 @@ class TextLayout:
         self.lines.append(indent + self.style(text, "green"))
 
 
+def remedy_code(r: Remedy, out: TextLayout, show_command: bool = True) -> bool:
+    """A remedy's code lines, each under its label (:func:`~oomdoctor.render.common.code_label`);
+    with ``show_command`` its whole command (``$ ...``) in place of its flags. Whether it showed one."""
+    show_command = show_command and bool(r.command)
+    for line in shown_codes(r, show_command):
+        label = code_label(line)
+        if label:
+            out.prose(label, REMEDY, REMEDY + "  ", "dim")
+        out.code(code_text(line))
+    if show_command:
+        out.code("$ " + (r.command or ""))
+    return show_command
+
+
 def _title(out: TextLayout, f: Finding) -> None:
     colour = "red" if f.severity == "error" else "yellow"
     if out.color:
@@ -251,6 +267,7 @@ def finding_lines(f: Finding, out: TextLayout) -> None:
     if f.remedies:
         out.lines.append("")
         out.lines.append(out.style(BODY + _("Remedies, best first:"), "bold"))
+        command_shown = False
         for r in f.remedies:
             number = f"{r.rank}. "
             out.prose(number + r.title, BODY, BODY + " " * len(number), "bold")
@@ -258,12 +275,11 @@ def finding_lines(f: Finding, out: TextLayout) -> None:
             if r.saves_bytes:
                 facts += " · " + _("saves {size}").format(size=format_size(r.saves_bytes))
             out.prose(facts, REMEDY)
-            for code in snippet_lines(r):
-                out.code(code)
+            # the whole command under the first remedy that has one; after it, each remedy's flags
+            # under their program's name (every command is in Markdown and JSON)
+            command_shown = remedy_code(r, out, show_command=not command_shown) or command_shown
             for line in setting_lines(r):
                 out.prose(line, REMEDY, REMEDY + "  ")
-            if r.command:
-                out.code("$ " + r.command)
             for step in r.run:  # a command to run by hand: its label, then the command on its own line
                 out.prose(step.label, REMEDY)
                 out.code("$ " + step.command)
