@@ -229,3 +229,25 @@ def test_only_a_trigger_that_straddles_the_break_is_cut(tmp_path: Path, text: st
     """A trigger with a blank ("zz qq"), so that the line pass misses "zzqq" whole on one line."""
     pack = _pack(tmp_path, _rule("test.spaced", "zz qq", r"z\s*z\s*q\s*q\D*(?P<count>\d+)", window=1))
     assert _found(_scan(pack, text)) == found
+
+
+# -- rules that read sizes by their words (roles) ------------------------------------------------
+
+
+_ALLOC = "zzqq tried to allocate 2.00 GiB\n1.50 GiB free\n"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "figures"),
+    [
+        # the named group ends where the anchor line ends: its words only
+        (r"zzqq (?P<w>[^\n]*?GiB)[\s\S]*", {"requested_bytes": 2 << 30}),
+        # the named group runs into the next line: a message wrapped there, whose words count too
+        (r"zzqq (?P<w>[^\n]*\n[^\n]*)", {"requested_bytes": 2 << 30, "free_bytes": 3 << 29}),
+    ],
+)
+def test_roles_read_the_next_line_only_when_the_match_group_runs_into_it(
+    tmp_path: Path, pattern: str, figures: dict[str, int]
+) -> None:
+    pack = _pack(tmp_path, _rule("test.roles", "zzqq", pattern, window=1, extra="roles = true\n"))
+    assert [f[3] for f in _found(_scan(pack, _ALLOC))] == [figures]
