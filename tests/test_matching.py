@@ -131,8 +131,9 @@ def test_a_match_may_start_where_the_anchor_line_ends(tmp_path: Path) -> None:
 
 
 def test_on_a_tie_the_earlier_reading_wins(tmp_path: Path) -> None:
-    """Joined with "\\n" the word is "ab"; joined as wrapped, "abcd": one figure each, the first kept."""
-    pack = _pack(tmp_path, _rule("test.tie", "zzqq", r"zzqq (?P<count>\d+) (?P<word>[a-z]+)",
+    """Joined with "\\n" the word is "ab", as wrapped "abcd", joined with a blank "ab cd": two figures
+    each, so the first reading is kept."""
+    pack = _pack(tmp_path, _rule("test.tie", "zzqq", r"zzqq (?P<count>\d+) (?P<word>[a-z ]+)",
                  extra='types = { word = "str" }\n'))
     assert _found(_scan(pack, "zzqq 5 ab\ncd\n")) == [("test.tie", 1, 1, {"count": 5, "word": "ab"})]
 
@@ -178,9 +179,11 @@ def test_a_clause_trigger_at_the_very_start_identifies_the_message(tmp_path: Pat
 
 
 def test_clause_readings_tie_to_the_earlier_one(tmp_path: Path) -> None:
+    """Joined with "\n" the clause reads "ab", as wrapped "abcd", joined with a blank "ab cd": one
+    figure each, so the first reading is kept."""
     pack = _pack(tmp_path, _rule("test.tie", "zzqq", r"zzqq never",
                                  extra=_CLAUSES + "types = { word = \"str\" }\n"
-                                 "extract = { word = 'key (?P<value>[a-z]+)' }\n"))
+                                 "extract = { word = 'key (?P<value>[a-z ]+)' }\n"))
     assert _found(_scan(pack, "zzqq key ab\ncd\n")) == [("test.tie", 1, 1, {"word": "ab"})]
 
 
