@@ -395,6 +395,15 @@ def test_raise_for_kv_ceils_to_two_decimals() -> None:
     assert _flags(r) == {"--gpu-memory-utilization": "0.92"}
 
 
+def test_raise_for_kv_adds_two_hundredths_when_the_shortage_is_a_lower_bound() -> None:
+    # no free blocks, the KV budget 2 GiB below zero and one request's size unknown: 0.90 + 2/100 = 0.92
+    # is only a lower bound, so 0.02 more for a few blocks: 0.94 (under the 0.95 ceiling)
+    ctx = Context(engine="vllm", gpu_total_bytes=_TOTAL, gpu_memory_utilization=0.9)
+    f = _finding("vllm.kv-cache.no-blocks", "vllm", "kv-cache-alloc", kv_cache_available_bytes=-2 * GiB)
+    r = _calc("vllm.gpu-memory-utilization.raise-for-kv", f, ctx)
+    assert r is not None and r.flags == {"--gpu-memory-utilization": "0.94"} and r.fits is None
+
+
 @pytest.mark.parametrize(("over", "noted"), [(0, False), (1, True)])
 def test_raise_for_kv_notes_weights_above_the_cap(over: int, noted: bool) -> None:
     # cap = floor_to(93/100) = 0.93: weights of exactly 0.93 × total still leave the note out
