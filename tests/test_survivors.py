@@ -53,7 +53,7 @@ from oomdoctor.advisor.memory_model import (
     kv_bytes_for_len,
     parse_version,
 )
-from oomdoctor.advisor.prescription import Prescribe, prescribed, remedy_table
+from oomdoctor.advisor.prescription import Prescribe, prescribed, remedy_table, remedy_text
 from oomdoctor.advisor.registry import AdviceInput, calculator
 from oomdoctor.advisor.remedies_ggml import GGML_HEADROOM_BYTES
 from oomdoctor.i18n import use_lang
@@ -370,6 +370,72 @@ def test_batched_tokens_halve_in_steps_of_256_not_below_512(current: int, value:
     f = _finding("torch.cuda-oom", "vllm", "inference", requested_bytes=MiB)
     r = _calc("vllm.max-num-batched-tokens", f, ctx)
     assert (r.flags.get("--max-num-batched-tokens") if r else None) == value
+
+
+@pytest.mark.parametrize(
+    ("free_gib", "value", "fits"),
+    [
+        (21, "0.20", True),  # floor_to(0.21 − 0.01) = 0.20: at TAKEN_SHARE, an answer by itself
+        (20, "0.19", None),  # below it: most of the card is taken, the log does not say the model fits
+    ],
+)
+def test_fit_free_below_the_taken_share_is_no_answer_by_itself(free_gib: int, value: str, fits: bool | None) -> None:
+    ctx = Context(engine="vllm", gpu_total_bytes=_TOTAL, gpu_memory_utilization=0.9)
+    f = _finding("torch.cuda-oom", "vllm", "inference", free_bytes=free_gib * GiB, total_bytes=_TOTAL)
+    r = _calc("vllm.gpu-memory-utilization.fit-free", f, ctx)
+    assert r is not None and r.flags == {"--gpu-memory-utilization": value} and r.fits is fits
+    tiny = remedy_text("vllm.gpu-memory-utilization.fit-free", "why_tiny", left=int(float(value) * _TOTAL))
+    assert r.why.endswith(tiny) is (fits is None)
+
+
+def test_raise_for_kv_ceils_to_two_decimals() -> None:
+    # 0.90 + 1.1/100 = 0.911: up to 0.92, not 0.911 (which prints as 0.91 and would not fit)
+    ctx = Context(engine="vllm", gpu_total_bytes=_TOTAL, gpu_memory_utilization=0.9)
+    r = _calc("vllm.gpu-memory-utilization.raise-for-kv", _vllm_kv(10 * GiB + int(1.1 * GiB), 10 * GiB), ctx)
+    assert _flags(r) == {"--gpu-memory-utilization": "0.92"}
+
+
+def test_raise_for_kv_adds_two_hundredths_when_the_shortage_is_a_lower_bound() -> None:
+    # no free blocks, the KV budget 2 GiB below zero and one request's size unknown: 0.90 + 2/100 = 0.92
+    # is only a lower bound, so 0.02 more for a few blocks: 0.94 (under the 0.95 ceiling)
+    ctx = Context(engine="vllm", gpu_total_bytes=_TOTAL, gpu_memory_utilization=0.9)
+    f = _finding("vllm.kv-cache.no-blocks", "vllm", "kv-cache-alloc", kv_cache_available_bytes=-2 * GiB)
+    r = _calc("vllm.gpu-memory-utilization.raise-for-kv", f, ctx)
+    assert r is not None and r.flags == {"--gpu-memory-utilization": "0.94"} and r.fits is None
+
+
+@pytest.mark.parametrize(("over", "noted"), [(0, False), (1, True)])
+def test_raise_for_kv_notes_weights_above_the_cap(over: int, noted: bool) -> None:
+    # cap = floor_to(93/100) = 0.93: weights of exactly 0.93 × total still leave the note out
+    ctx = Context(engine="vllm", gpu_total_bytes=_TOTAL, gpu_memory_utilization=0.9,
+                  weights_bytes=int(_TOTAL * 0.93) + over)
+    f = _vllm_kv(11 * GiB, 10 * GiB, free_bytes=93 * GiB, total_bytes=_TOTAL)
+    r = _calc("vllm.gpu-memory-utilization.raise-for-kv", f, ctx)
+    note = remedy_text("vllm.gpu-memory-utilization.raise-for-kv", "why_weights",
+                       weights=int(_TOTAL * 0.93) + over, cap="0.93")
+    assert r is not None and (note in r.why) is noted
+
+
+@pytest.mark.parametrize(
+    ("missing", "value"),
+    [
+        (0, "512"),  # nothing missing: halved (round_down(1000 // 2, 256) = 256, floored at 512)
+        (1, "768"),  # a byte missing: keep the peak's share that is not missing, round_down(999.99…, 256)
+    ],
+)
+def test_batched_tokens_keep_the_share_of_the_peak_not_missing(missing: int, value: str) -> None:
+    ctx = Context(engine="vllm", max_num_batched_tokens=1000, activation_peak_bytes=GiB)
+    f = _vllm_kv(10 * GiB + missing, 10 * GiB)
+    r = _calc("vllm.max-num-batched-tokens", f, ctx)
+    assert r is not None and r.flags == {"--max-num-batched-tokens": value}
+
+
+@pytest.mark.parametrize(("phase", "key"), [("kv-cache-alloc", "title_kv"), ("inference", "title")])
+def test_lower_utilization_says_the_kv_cache_when_it_is_being_allocated(phase: str, key: str) -> None:
+    ctx = Context(engine="vllm", gpu_total_bytes=_TOTAL, gpu_memory_utilization=0.9)
+    f = _finding("torch.cuda-oom", "vllm", phase, requested_bytes=10 * GiB, total_bytes=_TOTAL)
+    r = _calc("vllm.gpu-memory-utilization.lower", f, ctx)
+    assert r is not None and r.title == remedy_text("vllm.gpu-memory-utilization.lower", key, fraction="0.80")
 
 
 # -- remedies_sglang -----------------------------------------------------------------------------

@@ -65,8 +65,9 @@ DEFAULT_TESTS: dict[str, list[str]] = {
     "oomdoctor/advisor/command.py": ["tests/test_survivors.py", "tests/test_command.py", "tests/test_command_from_dump.py"],
     "oomdoctor/advisor/engine_args.py": ["tests/test_survivors.py", "tests/test_engine_args.py"],
     "oomdoctor/redaction.py": ["tests/test_survivors.py", "tests/test_redaction.py"],
-    "oomdoctor/rulepack/loader.py": ["tests/test_survivors.py", "tests/test_rule_examples.py", "tests/test_startup.py"],
-    "oomdoctor/scan/matching.py": ["tests/test_survivors.py", "tests/test_scanner.py"],
+    "oomdoctor/rulepack/loader.py": ["tests/test_rulepack_loader.py", "tests/test_survivors.py", "tests/test_rule_examples.py",
+                                     "tests/test_startup.py"],
+    "oomdoctor/scan/matching.py": ["tests/test_matching.py", "tests/test_survivors.py", "tests/test_scanner.py"],
     "oomdoctor/server/limits.py": ["tests/test_server_limits.py"],
 }
 

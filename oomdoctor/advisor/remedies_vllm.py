@@ -671,7 +671,7 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
     if act and short and short[0] >= act:
         fits = False
         why += remedy_text("vllm.max-num-batched-tokens", "why_alone", missing=short[0], peak=act)
-    if act and short and 0 < short[0] < act:
+    elif act and short and short[0] > 0:
         # activation ∝ batched tokens: keep the share of the peak that is not missing
         exact = round_down(cur * (act - short[0]) / act, 256)
         if 512 <= exact < cur:
