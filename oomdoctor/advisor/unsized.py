@@ -39,7 +39,8 @@ def unsized_remedy(remedy_id: str) -> Remedy:
 
 #: remedy id prefix -> the engine whose knob it is (an engine's knob is never offered for another)
 ENGINE_OF_PREFIX: dict[str, str] = {
-    "vllm": "vllm", "sglang": "sglang", "tgi": "tgi", "ggml": "ggml", "ollama": "ggml", "trtllm": "tensorrt-llm",
+    "vllm": "vllm", "vllm-rs": "vllm-rs", "sglang": "sglang", "tgi": "tgi", "ggml": "ggml", "ollama": "ggml",
+    "trtllm": "tensorrt-llm",
 }
 
 
