@@ -306,6 +306,9 @@ def test_healthz_and_openapi_need_no_token(client: httpx.Client) -> None:
     )
     assert "DiagnoseRequest" in spec["components"]["schemas"]
     assert "Report" in spec["components"]["schemas"]
+    docs = client.get("/docs")
+    assert docs.status_code == 200 and "text/html" in docs.headers["content-type"]
+    assert "/openapi.json" in docs.text  # FastAPI's Swagger UI reads the service's own spec
 
 
 def test_oversized_body_is_413_json(client: httpx.Client) -> None:

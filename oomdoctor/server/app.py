@@ -257,7 +257,9 @@ def create_app(config: ServerConfig | None = None, pack: RulePack | None = None)
         title="oomdoctor",
         version=__version__,
         description="Diagnose GPU out-of-memory failures in logs; answers with ranked remedies and exact flags.",
-        docs_url=None,
+        # FastAPI's own interactive docs of /openapi.json (Swagger UI; its script and style come
+        # from FastAPI's default CDN, so a browser without internet sees the bare page)
+        docs_url="/docs",
         redoc_url=None,
         lifespan=lifespan,
     )
