@@ -420,3 +420,20 @@ def test_a_posix_escape_is_still_an_escape() -> None:
     assert argv[:3] == ["llama-server", "-m", "/models/my model.gguf"]
     argv, _ = parse_argv("llama-server -m C:\\m\\a.gguf -c 4096")
     assert argv[2] == "C:\\m\\a.gguf"
+
+
+def test_a_failure_in_the_samplers_sort_names_max_num_seqs() -> None:
+    """vllm-038: the top-k/top-p sort of the logits (one vocabulary row per sequence) failed while
+    serving; the limit is not in the log, so --max-num-seqs is named without a value."""
+    f = only_error(diagnose_text(
+        "(EngineCore_DP0 pid=270) ERROR 11-19 12:16:36 [v1/engine/core.py:842]     logits_sort, logits_idx = "
+        "logits.sort(dim=-1, descending=False)\n"
+        "(EngineCore_DP0 pid=270) ERROR 11-19 12:16:36 [v1/engine/core.py:842] torch.OutOfMemoryError: CUDA out of "
+        "memory. Tried to allocate 1.47 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.25 GiB is free. "
+        "Including non-PyTorch memory, this process has 77.85 GiB memory in use. Of the allocated memory 70.05 GiB "
+        "is allocated by PyTorch, and 36.12 MiB is reserved by PyTorch but unallocated.\n"
+    ))
+    seqs = remedy(f, "vllm.max-num-seqs")
+    assert (seqs.title, seqs.flags, seqs.confidence) == ("Lower --max-num-seqs", {}, "low")
+    assert "sampler (logits.sort)" in seqs.why
+    assert remedy_ids(f).index("vllm.max-num-seqs") <= 2

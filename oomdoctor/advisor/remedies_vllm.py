@@ -584,6 +584,16 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
         # the profile run and the sampler warm-up run max_num_seqs dummy requests: the version's default
         dummy = default_max_num_seqs(f.version, f.total.value if f.total else None, inp.context.gpu_name)
         src = "default"
+    if not dummy and (frame := inp.context.extra.get("sampler_frame")):
+        # the sampler's sort of the logits failed and the log does not show the limit: the knob,
+        # without a number
+        return Remedy(
+            id="vllm.max-num-seqs",
+            title=remedy_text("vllm.max-num-seqs", "title_sampler"),
+            fits=None,
+            confidence="low",
+            why=remedy_text("vllm.max-num-seqs", "why_sampler", frame=frame),
+        )
     if not dummy or dummy <= 1:
         return None
     req = inp.fig("requested_bytes")
