@@ -13,6 +13,7 @@ from typing import NamedTuple
 from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, setting
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.advisor.unsized import unsized_remedy
 from oomdoctor.advisor.values import round_down
 from oomdoctor.i18n import join_sentences
 from oomdoctor.report import Remedy
@@ -170,14 +171,10 @@ def _unsized_layers(inp: AdviceInput, rid: str) -> Remedy | None:
     cause = inp.finding.cause
     if cause is None or cause.id != "weights-exceed-device":
         return None
-    set_it = remedy_text(rid, "why_set") if rid == "ollama.num-gpu" else ""
-    return Remedy(
-        id=rid,
-        title=remedy_text(rid, "title_unsized"),
-        fits=None,
-        confidence="low",
-        why=join_sentences(t for t in (remedy_text(rid, "why_unsized"), set_it) if t),
-    )
+    rem = unsized_remedy(rid)
+    if rid == "ollama.num-gpu":
+        rem.why = join_sentences([rem.why, remedy_text(rid, "why_set")])
+    return rem
 
 
 def _num_gpu_unsized(inp: AdviceInput) -> Remedy | None:

@@ -27,6 +27,7 @@ from oomdoctor.advisor.memory_model import (
 )
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.advisor.unsized import unsized_remedy
 from oomdoctor.advisor.values import (
     MAX_UTILIZATION,
     UTILIZATION_MARGIN,
@@ -587,13 +588,7 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
     if not dummy and (frame := inp.context.extra.get("sampler_frame")):
         # the sampler's sort of the logits failed and the log does not show the limit: the knob,
         # without a number
-        return Remedy(
-            id="vllm.max-num-seqs",
-            title=remedy_text("vllm.max-num-seqs", "title_sampler"),
-            fits=None,
-            confidence="low",
-            why=remedy_text("vllm.max-num-seqs", "why_sampler", frame=frame),
-        )
+        return unsized_remedy("vllm.max-num-seqs", "sampler", frame=frame)
     if not dummy or dummy <= 1:
         return None
     req = inp.fig("requested_bytes")

@@ -11,6 +11,7 @@ remedies with such templates can be offered this way), and an ask for the missin
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from oomdoctor.advisor.prescription import remedy_info, remedy_text
 from oomdoctor.report import Remedy
@@ -26,14 +27,15 @@ def can_be_unsized(remedy_id: str) -> bool:
     return TITLE_KEY in text and WHY_KEY in text
 
 
-def unsized_remedy(remedy_id: str) -> Remedy:
-    """``remedy_id`` as a direction with no value: the knob, why it is the one, how to size it."""
+def unsized_remedy(remedy_id: str, variant: str = "unsized", **values: Any) -> Remedy:
+    """``remedy_id`` as a direction with no value: the knob, why it is the one, how to size it,
+    worded by its ``title_<variant>`` / ``why_<variant>`` templates (filled with ``values``)."""
     return Remedy(
         id=remedy_id,
-        title=remedy_text(remedy_id, TITLE_KEY),
+        title=remedy_text(remedy_id, f"title_{variant}", **values),
         fits=None,
         confidence="low",
-        why=remedy_text(remedy_id, WHY_KEY),
+        why=remedy_text(remedy_id, f"why_{variant}", **values),
     )
 
 
