@@ -437,3 +437,18 @@ def test_a_failure_in_the_samplers_sort_names_max_num_seqs() -> None:
     assert (seqs.title, seqs.flags, seqs.confidence) == ("Lower --max-num-seqs", {}, "low")
     assert "sampler (logits.sort)" in seqs.why
     assert remedy_ids(f).index("vllm.max-num-seqs") <= 2
+
+
+def test_ranks_holding_the_same_memory_are_still_siblings() -> None:
+    """Ranks of one job often hold the same memory as the failing one: only one listed entry equal
+    to this process's "in use" is taken for it, the others stay siblings."""
+    f = only_error(diagnose_text(
+        "[01/02/2026-10:00:00] [TRT-LLM] [RANK 1] [E] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+        "20.00 MiB. GPU 0 has a total capacity of 79.10 GiB of which 10.00 MiB is free. Process 1201 has 20.00 GiB "
+        "memory in use. Process 1202 has 20.00 GiB memory in use. Process 1203 has 19.00 GiB memory in use. "
+        "Including non-PyTorch memory, this process has 20.00 GiB memory in use. Of the allocated memory 19.50 GiB "
+        "is allocated by PyTorch, and 10.00 MiB is reserved by PyTorch but unallocated.\n"
+    ))
+    assert f.cause is not None and f.cause.id == "placement"
+    assert remedy_ids(f) == ["gpu.rank-devices"]
+    assert f.remedies[0].saves_bytes == 41875931136  # 20.00 GiB + 19.00 GiB: two siblings, this rank left out

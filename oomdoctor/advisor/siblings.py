@@ -11,6 +11,8 @@ job itself.
 
 from __future__ import annotations
 
+from typing import Any
+
 from oomdoctor.advisor.account import other_processes
 from oomdoctor.report import Context, Finding
 
@@ -32,12 +34,24 @@ def _pid(proc: dict[str, object]) -> int | None:
     return pid if isinstance(pid, int) else None
 
 
+def _listed_others(fig: dict[str, Any]) -> list[dict[str, Any]]:
+    """The listed processes less the failing one. Ranks of one job often hold the same memory, so
+    only one entry equal to this process's "in use" is taken for it (account.other_processes drops
+    every such entry, which would drop the siblings too)."""
+    procs = [p for p in fig.get("other_processes") or [] if isinstance(p, dict)]
+    own = fig.get("in_use_bytes")
+    if own is None:
+        return other_processes(fig)
+    same = next((i for i, p in enumerate(procs) if p.get("in_use_bytes") == own), None)
+    return procs if same is None else procs[:same] + procs[same + 1 :]
+
+
 def sibling_pids(finding: Finding, context: Context) -> list[int]:
     """The PIDs of the listed processes that look like this job's other ranks (the largest run of
     PIDs spawned together), or ``[]``."""
     if not _multi_rank(finding, context):
         return []
-    pids = sorted(p for p in (_pid(proc) for proc in other_processes(finding.figures)) if p is not None)
+    pids = sorted(p for p in (_pid(proc) for proc in _listed_others(finding.figures)) if p is not None)
     best: list[int] = []
     for i in range(len(pids)):
         j = i
@@ -51,9 +65,7 @@ def sibling_pids(finding: Finding, context: Context) -> list[int]:
 def sibling_bytes(finding: Finding, pids: list[int]) -> int:
     """What the sibling ranks ``pids`` hold on the failing GPU."""
     wanted = set(pids)
-    return sum(
-        int(p.get("in_use_bytes") or 0) for p in other_processes(finding.figures) if _pid(p) in wanted
-    )
+    return sum(int(p.get("in_use_bytes") or 0) for p in _listed_others(finding.figures) if _pid(p) in wanted)
 
 
 def ranks_share_gpu(finding: Finding, context: Context) -> bool:
