@@ -33,7 +33,7 @@ def start(*args: str, **kw: object) -> subprocess.Popen[bytes]:
         stdin=subprocess.PIPE,
         stdout=kw.pop("stdout", subprocess.PIPE),  # type: ignore[arg-type]
         stderr=subprocess.PIPE,
-        env=ENV,
+        env=kw.pop("env", ENV),  # type: ignore[arg-type]
         **kw,  # type: ignore[arg-type]
     )
 
@@ -203,7 +203,10 @@ def test_diagnosis_appears_while_the_upstream_is_still_open() -> None:
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_prints_what_was_found_and_exits_128_plus_n(signum: int, code: int) -> None:
-    proc = start("-f", "json")
+    # the analyser may still be loading the rule pack when the signal comes (a loaded CI machine
+    # took longer than the default 2 s grace): a grace longer than any wait here makes the test
+    # about what is printed, not about how fast the analyser is
+    proc = start("-f", "json", env={**ENV, "OOMDOCTOR_SIGNAL_GRACE": "600"})
     assert proc.stdin is not None
     wait_ready(proc)
     proc.stdin.write(TORCH_LOG)
@@ -215,7 +218,7 @@ def test_signal_prints_what_was_found_and_exits_128_plus_n(signum: int, code: in
     assert proc.stdout.read(len(TORCH_LOG)) == TORCH_LOG
     wait_ready(proc)
     proc.send_signal(signum)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=600)  # against a hang only
     assert proc.returncode == code
     assert out == b""  # all of it was read above
     assert b"Traceback" not in err
@@ -660,3 +663,25 @@ def test_a_context_rule_votes_only_exactly_when_its_compiled_pattern_has_no_grou
     assert any(c.votes_only for c in contexts) and not all(c.votes_only for c in contexts)
     for c in contexts:
         assert c.votes_only == (not c.pattern.groupindex), c.rule.id
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "nan", "3601"])
+def test_a_bad_signal_grace_is_refused_before_anything_is_read(value: str) -> None:
+    proc = start(env={**ENV, "OOMDOCTOR_SIGNAL_GRACE": value})
+    out, err = proc.communicate(TORCH_LOG, timeout=600)
+    assert proc.returncode == 2
+    assert out == b""
+    assert err.decode().strip() == (
+        f"oomdoctor: error: OOMDOCTOR_SIGNAL_GRACE={value!r}: expected seconds from 0 to 3600"
+    )
+
+
+def test_signal_grace_reads_seconds_and_defaults_to_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    from oomdoctor.cli.pipe import signal_grace
+
+    monkeypatch.delenv("OOMDOCTOR_SIGNAL_GRACE", raising=False)
+    assert signal_grace() == 2.0
+    monkeypatch.setenv("OOMDOCTOR_SIGNAL_GRACE", " 0.5 ")
+    assert signal_grace() == 0.5
+    monkeypatch.setenv("OOMDOCTOR_SIGNAL_GRACE", "3600")
+    assert signal_grace() == 3600.0

@@ -453,7 +453,7 @@ def _pipe_mode(
     plain: bool = False,
 ) -> int:
     """``pack`` None: the built-in pack, loaded by the analyser thread while input passes through."""
-    from oomdoctor.cli.pipe import run_pipe, say
+    from oomdoctor.cli.pipe import run_pipe, say, signal_grace
 
     def scanner() -> Scanner:
         from oomdoctor.scanner import Scanner
@@ -467,6 +467,10 @@ def _pipe_mode(
         out_fd = None if quiet else sys.stdout.fileno()
     except (OSError, ValueError, AttributeError):
         return fail(_("stdin/stdout is not a file descriptor"))
+    try:
+        signal_grace()  # refused before a byte is read, not at Ctrl-C
+    except ValueError as exc:
+        return fail(str(exc))
     result = run_pipe(scanner, live, in_fd=in_fd, out_fd=out_fd, warmup=warm_imports)
     report = result.report
     # output closed or failing: the input after it was never read, so only a finding is known

@@ -60,10 +60,12 @@ READ_SIZE = 1 << 20
 QUEUE_CHUNKS = 4096
 #: bytes queued for analysis at most (bounds memory whatever the read sizes)
 QUEUE_BYTES = 16 << 20
-#: after a signal, the analyser may spend this long on data already queued
+#: after a signal, the analyser may spend this long on data already queued (OOMDOCTOR_SIGNAL_GRACE)
 SIGNAL_GRACE_SECONDS = 2.0
-#: and the caller waits this long for it at most
-SIGNAL_JOIN_SECONDS = 5.0
+#: and the caller waits this much longer for it at most
+SIGNAL_JOIN_SLACK_SECONDS = 3.0
+#: the largest grace OOMDOCTOR_SIGNAL_GRACE may ask for
+SIGNAL_GRACE_MAX = 3600.0
 
 #: poll interval of ``stop_when_idle``
 IDLE_POLL = 0.2
@@ -446,6 +448,22 @@ def _widen_pipes(*fds: int | None) -> None:
             pass
 
 
+def signal_grace() -> float:
+    """Seconds the analyser may go on over what was already read after Ctrl-C or SIGTERM:
+    ``OOMDOCTOR_SIGNAL_GRACE`` (a slow or busy machine, a burst just before the signal), else
+    ``SIGNAL_GRACE_SECONDS``. ValueError for anything but seconds from 0 to ``SIGNAL_GRACE_MAX``."""
+    raw = os.environ.get("OOMDOCTOR_SIGNAL_GRACE", "").strip()
+    if not raw:
+        return SIGNAL_GRACE_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= SIGNAL_GRACE_MAX:  # (NaN fails both)
+        raise ValueError(f"OOMDOCTOR_SIGNAL_GRACE={raw!r}: expected seconds from 0 to {SIGNAL_GRACE_MAX:g}")
+    return value
+
+
 def run_pipe(
     scanner: Scanner | Callable[[], Scanner],
     on_findings: Callable[[list[Finding]], None],
@@ -469,6 +487,7 @@ def run_pipe(
     asked every ``IDLE_POLL`` seconds without input whether to stop before EOF (``oomdoctor run``:
     the child has exited but a grandchild still holds the pipe open).
     """
+    grace = signal_grace()
     result = PipeResult()
     analyser = _Analyser(scanner, on_findings, result, max_chunks, quiet, warmup)
     if lossless is None:  # input from a regular file (``oomdoctor < log``): no upstream to protect
@@ -527,8 +546,8 @@ def run_pipe(
         except _Terminated:
             result.signal = signal.SIGTERM
         if result.signal is not None:
-            analyser.deadline = time.monotonic() + SIGNAL_GRACE_SECONDS
-            join_timeout = SIGNAL_JOIN_SECONDS
+            analyser.deadline = time.monotonic() + grace
+            join_timeout = grace + SIGNAL_JOIN_SLACK_SECONDS
         if not analyser.finish(join_timeout) and result.analysis_error is None:
             result.analysis_error = "analysis did not finish in time"
             say("oomdoctor: " + _("analysis stopped: {error}").format(error=result.analysis_error))

@@ -83,6 +83,7 @@ def run(
     lang: Annotated[str | None, typer.Option("--lang", help=LANG_HELP, metavar="LANG", autocompletion=complete.langs)] = None,
 ) -> int:
     from oomdoctor.cli.diagnose import HintError, given_options, parse_hints, resolve_options
+    from oomdoctor.cli.pipe import signal_grace
     from oomdoctor.render import FORMATS
     from oomdoctor.rulepack import RulePackError, default_pack, load_pack
 
@@ -98,6 +99,10 @@ def run(
         return fail(_("unknown --format {value} (choose {choices})").format(value=repr(fmt), choices=", ".join(FORMATS)))
     if exit_status not in ("command", "findings"):
         return fail(_("unknown --exit-status {value} (choose command or findings)").format(value=repr(exit_status)))
+    try:
+        signal_grace()  # a bad OOMDOCTOR_SIGNAL_GRACE is refused before the command starts
+    except ValueError as exc:
+        return fail(str(exc))
     try:
         hints = {**options.hints, **parse_hints(hint or [])}
     except HintError as exc:
