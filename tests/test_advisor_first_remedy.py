@@ -452,3 +452,112 @@ def test_ranks_holding_the_same_memory_are_still_siblings() -> None:
     assert f.cause is not None and f.cause.id == "placement"
     assert remedy_ids(f) == ["gpu.rank-devices"]
     assert f.remedies[0].saves_bytes == 41875931136  # 20.00 GiB + 19.00 GiB: two siblings, this rank left out
+
+
+# -- vLLM's DeepGEMM warm-up, IPEX's 4 GB block limit, DeepSpeed placing the whole model -----------
+
+_DEEP_GEMM = (
+    "(Worker_TP3_EP3 pid=406) ERROR 11-25 08:05:06 [multiproc_executor.py:815]   File "
+    '"/usr/local/lib/python3.12/dist-packages/vllm/model_executor/warmup/deep_gemm_warmup.py", line 262, in _warmup\n'
+    "(Worker_TP3_EP3 pid=406) ERROR 11-25 08:05:06 [multiproc_executor.py:815] torch.OutOfMemoryError: CUDA out of "
+    "memory. Tried to allocate 666.00 MiB. GPU 3 has a total capacity of 95.10 GiB of which 145.94 MiB is free. "
+    "Process 53397 has 94.95 GiB memory in use. Of the allocated memory 92.33 GiB is allocated by PyTorch, and "
+    "32.77 MiB is reserved by PyTorch but unallocated.\n"
+)
+
+
+def test_a_deep_gemm_warm_up_failure_offers_its_switch_and_not_eager_mode() -> None:
+    """fresh-107 (the frame's line hard-wrapped in the real log): the warm-up runs before any CUDA graph
+    is captured, so --enforce-eager frees nothing it needs; VLLM_DEEP_GEMM_WARMUP=skip leaves it out."""
+    f = only_error(diagnose("vllm/fresh-107.log"))
+    assert f.cause is not None and f.cause.id == "engine-headroom"
+    ids = remedy_ids(f)
+    assert ids[:2] == ["vllm.gpu-memory-utilization.lower", "vllm.deep-gemm-warmup"]
+    assert "vllm.enforce-eager" not in ids
+    skip = remedy(f, "vllm.deep-gemm-warmup")
+    assert skip.env == {"VLLM_DEEP_GEMM_WARMUP": "skip"}
+    assert "(0.10.2–0.11.0: VLLM_SKIP_DEEP_GEMM_WARMUP=1)" in skip.why  # no version in the log
+
+
+def test_the_deep_gemm_switch_follows_the_version_in_the_log() -> None:
+    """vLLM 0.11.1 renamed VLLM_SKIP_DEEP_GEMM_WARMUP=1 to VLLM_DEEP_GEMM_WARMUP=skip (vllm/envs.py)."""
+    for version, env in (("0.11.0", {"VLLM_SKIP_DEEP_GEMM_WARMUP": "1"}), ("0.11.1", {"VLLM_DEEP_GEMM_WARMUP": "skip"})):
+        log = f"INFO 11-25 08:00:00 [api_server.py:1000] vLLM API server version {version}\n" + _DEEP_GEMM
+        skip = remedy(only_error(diagnose_text(log)), "vllm.deep-gemm-warmup")
+        assert skip.env == env, version
+        assert "VLLM_SKIP_DEEP_GEMM_WARMUP=1)" not in skip.why
+
+
+def test_without_the_warm_up_frame_there_is_no_deep_gemm_switch() -> None:
+    f = only_error(diagnose_text(_DEEP_GEMM.split("\n", 1)[1]))
+    assert "vllm.deep-gemm-warmup" not in remedy_ids(f)
+
+
+def test_ipex_refusing_a_block_over_4_gb_is_the_platform_not_the_batch() -> None:
+    """new-012: 6.85 GiB asked on an empty 15.56 GiB Arc card; IPEX's CachingDeviceAllocator refuses
+    any block over 4 GB on a device without 2D block arrays."""
+    report = diagnose("other/new-012.log")
+    f = report.findings[0]
+    assert (f.rule, f.kind, f.severity) == ("ipex.xpu-allocation-size-cap", "torch.xpu-oom", "error")
+    assert f.figures["requested_bytes"] == 7355131494 and f.figures["allocated_bytes"] == 0
+    assert f.cause is not None and f.cause.id == "driver-fault"
+    assert f.cause.summary.startswith("The platform refuses any single allocation larger than 4 GB")
+    assert "6.85 GiB was asked" in f.cause.summary
+    ids = remedy_ids(f)
+    assert ids[0] == "xpu.split-allocation"
+    assert "torch.reduce-batch" not in ids and "training.gradient-checkpointing" not in ids
+
+
+def test_deepspeed_moving_the_whole_model_to_each_rank_asks_for_zero_3() -> None:
+    """other-012: NCCL's broadcast OOM inside DeepSpeed's _configure_distributed_model (deepspeed
+    0.14.0 engine.py: the module goes to the device unless zero.Init partitioned it)."""
+    f = only_error(diagnose("deepspeed/other-012.log"))
+    assert f.cause is not None and f.cause.id == "placement"
+    first = f.remedies[0]
+    assert first.id == "training.deepspeed-zero"
+    assert first.settings == {"zero_optimization.stage": "3"}
+    assert "(_configure_distributed_model)" in first.why
+    ids = remedy_ids(f)
+    assert "torch.reduce-batch" not in ids and "training.gradient-checkpointing" not in ids
+
+
+def test_a_shared_memory_tensor_that_cannot_be_written_is_dev_shm() -> None:
+    """fresh-075: torch's shared-memory file /torch_<pid>_<n> could not be written (TH's THAllocator.c;
+    ATen's MapAllocator.cpp today): /dev/shm is full, not the GPU."""
+    f = only_error(diagnose("pytorch/fresh-075.log"))
+    assert (f.rule, f.kind) == ("host.shm-file-write-failed", "host.shm-insufficient")
+    assert f.cause is not None and f.cause.id == "shared-memory"
+    first = f.remedies[0]
+    assert first.id == "host.shm-size" and first.flags == {"--shm-size": "1g"}
+    assert "torch.reduce-batch" not in remedy_ids(f)
+
+
+def test_a_regular_file_that_cannot_be_written_is_not_shared_memory() -> None:
+    report = diagnose_text("OSError: unable to write to file </data/checkpoints/model.pt>: No space left on device\n")
+    assert [f.rule for f in report.findings if f.rule == "host.shm-file-write-failed"] == []
+
+
+def test_old_ollamas_ggml_cuda_error_offers_the_context_without_a_value() -> None:
+    """fresh-104: ollama of November 2023 (llama.cpp b1500-b1600's CUDA_CHECK wording), nothing else in
+    the log: the context is the first knob, unsized, and the launch facts are asked for."""
+    f = only_error(diagnose("ollama/fresh-104.log"))
+    assert (f.rule, f.product) == ("ggml.cuda-error-oom.legacy", "ollama")
+    assert f.cause is not None and f.cause.id == "unknown"
+    assert remedy_ids(f) == ["ollama.num-ctx", "ask.launch-facts"]
+    assert f.remedies[0].settings == {} and f.remedies[0].title == "Lower the context (num_ctx)"
+
+
+def test_a_4_bit_model_moved_whole_to_each_rank_is_sharded_on_load_not_re_quantized() -> None:
+    """fresh-059 (axolotl): nn.Module.to's `convert` and bitsandbytes' Params4bit `to` frames: every
+    rank is placing the whole (already 4-bit) model; ZeRO-3 in axolotl's own config shards it."""
+    f = only_error(diagnose("transformers/fresh-059.log"))
+    assert f.product == "axolotl"
+    assert f.cause is not None and f.cause.id == "placement"
+    first = f.remedies[0]
+    assert first.id == "training.shard-state"
+    assert first.settings == {"deepspeed": "deepspeed_configs/zero3.json"}
+    assert first.why.startswith("Every rank is loading the whole model onto its GPU")
+    ids = remedy_ids(f)
+    for absent in ("weights.quantize-on-load", "torch.reduce-batch", "training.gradient-checkpointing",
+                   "training.optim-8bit", "training.lora"):
+        assert absent not in ids, absent

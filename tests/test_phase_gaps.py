@@ -44,6 +44,11 @@ PHASE_GAPS = {
     # no finding at all, hence no phase (tests/test_recall_gaps.py::UNDETECTABLE)
     "vllm-029": "not detected: the excerpt ends mid-line in the error's first words",
     "vllm-041": "not detected: the excerpt's output was cut before any exception line",
+    # evidence the advice reads but the phase does not (yet)
+    "fresh-059": "nn.Module.to's convert and bitsandbytes' Params4bit.to frames are read as the weights' "
+    "placement by the cause (context rule torch.module-to-frame); no phase table entry names them",
+    "fresh-107": "the deep_gemm_warmup.py frame line is hard-wrapped ('model_exe' / 'cutor/warmup/...') and "
+    "its traceback header follows the error: the warm-up marker is not joined to the failure",
 }
 
 

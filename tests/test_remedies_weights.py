@@ -50,12 +50,15 @@ def test_no_second_quantization_of_a_quantized_checkpoint() -> None:
 
 
 def test_weights_that_do_not_fit_at_load_get_weight_remedies_not_a_batch() -> None:
-    """other-068: LLaMA-Factory loading DeepSeek-R1 in bf16 (weights-load): quantization_bit first;
-    batch size and gradient checkpointing cannot change a load."""
+    """other-068: LLaMA-Factory loading DeepSeek-R1 in bf16 on every rank (weights-load): its ZeRO-3
+    config (each rank loads its shard), then quantization_bit; batch size and gradient checkpointing
+    cannot change a load."""
     f = only_error(diagnose("transformers/other-068.log"))
     assert f.cause is not None and f.cause.id == "placement"
     ids = remedy_ids(f)
-    assert ids[0] == "weights.quantize-on-load" and f.remedies[0].settings == {"quantization_bit": "4"}
+    assert ids[:2] == ["training.shard-state", "weights.quantize-on-load"]
+    assert f.remedies[0].settings == {"deepspeed": "examples/deepspeed/ds_z3_config.json"}
+    assert f.remedies[1].settings == {"quantization_bit": "4"}
     assert not {"torch.reduce-batch", "training.gradient-checkpointing", "host.low-cpu-mem-usage"} & set(ids)
 
 

@@ -129,8 +129,13 @@ _WRAPPED_MID_WORD = (
     "the message is hard-wrapped mid-word ('KV cach' / 'e is needed'); with a prefix on both halves "
     "the halves are no longer joined and the failure is lost"
 )
+_WRAPPED_MESSAGE = (
+    "the message is hard-wrapped at 140 columns ('Tried to allocate' / '666.00 MiB. GPU 3 ...'); with a "
+    "prefix on every piece the pieces are no longer joined and only vLLM's own error line is read"
+)
 TRANSPORT_GAPS: dict[str, tuple[str, frozenset[str]]] = {
     "new-003": (_WRAPPED_MID_WORD, frozenset([*PREFIXES, "aws logs get-log-events --output text"])),
+    "fresh-107": (_WRAPPED_MESSAGE, frozenset([*PREFIXES, "aws logs get-log-events --output text"])),
 }
 
 

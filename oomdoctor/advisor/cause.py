@@ -95,6 +95,10 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     # -- one allocation no GPU could hold ------------------------------------------------------
     free, req = a("free"), a("request")
     capacity = a("capacity")
+    if rule == "ipex.xpu-allocation-size-cap":
+        # IPEX refuses any block over 4 GB on a device without 2D block arrays, before it looks at
+        # free memory: the platform's limit, not the memory's
+        return "driver-fault", ["request", "capacity"]
     if _tf_bogus_pool(finding, context, req):
         # TensorFlow's allocator reserves its pool from the memory the device reports (other-037:
         # 127.99 TiB, then a tenth less at each failure): no tensor is that large, the driver
@@ -205,6 +209,10 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         # TensorRT-LLM names the executor component it could not create: the KV cache pool
         return "kv-cache-exceeds-free", ["capacity", "free"]
     # -- what was running ----------------------------------------------------------------------
+    if kind.startswith("torch.") and (context.extra.get("ds_placement_frame") or context.extra.get("module_to_frame")) and not shows_training_state(context.extra):
+        # DeepSpeed moving (or broadcasting) the whole model to each rank at start-up, or
+        # nn.Module.to() moving it: the model placed whole, before any batch or optimizer state exists
+        return "placement", ["capacity", "request", "free"]
     if kind.startswith("torch.") and shows_training_state(context.extra):
         # the traceback is in a ZeRO optimizer or the optimizer step: training state, not activations
         return "training-state", []
@@ -220,9 +228,12 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         return "weights-exceed-device", ["capacity", "weights", "request"]
     if (
         engine in _POOL_ENGINES
-        and phase in ("inference", "unknown")
+        and (
+            (phase in ("inference", "unknown") and "warmup" not in finding.message.lower())
+            # vLLM's DeepGEMM kernel warm-up: its buffers, after the KV cache took the budget
+            or context.extra.get("deep_gemm_frame")
+        )
         and kind.startswith(("torch.", "tgi.oom", "trtllm."))
-        and "warmup" not in finding.message.lower()
     ):
         # a serving engine pre-allocated its pool (KV cache) to a share of the GPU; an allocation
         # outside the pool (an activation, a sampler or compile buffer) found too little left
@@ -320,6 +331,7 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "kv_full_batch": fig.get("n_batch") if finding.rule == "llama.server-kv-cache-full" else None,
         **_sibling_values(finding, context),
         "bogus_pool": req if _tf_bogus_pool(finding, context, req) else None,
+        "platform_cap": req if finding.rule == "ipex.xpu-allocation-size-cap" else None,
     }  # fmt: skip
 
 

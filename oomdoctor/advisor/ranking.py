@@ -220,6 +220,12 @@ def _rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
         # none of the cause's own knobs could be sized: the first that can be named without a
         # value still leads (unsized.py), ahead of the generic remedies
         lever = unsized_lever(prescription, (r.id for r in out), engine)
+        if lever is None and cause.id == "unknown" and not out:
+            # no cause, and nothing the log sizes: the rule's own first knob worded for a log that
+            # shows nothing at all (its ``title_bare``: llama.cpp/ollama's context) rather than nothing
+            ollama = product_of(inp) == "ollama"  # ollama's own names, else llama.cpp's flags
+            rule_own = [i for i in ids if not i.startswith("ggml." if ollama else "ollama.")]
+            lever = unsized_lever(rule_own, (), engine, variant="bare")
         if lever is not None:
             lever.tradeoff = remedy_tradeoff(lever.id)
             out.append(lever)

@@ -164,6 +164,12 @@ def free_other_processes(inp: AdviceInput) -> Remedy | None:
     if not others:
         return _free_unlisted(inp)
     held = sum(int(p.get("in_use_bytes", 0)) for p in others)
+    total = inp.fig("total_bytes")
+    cause = inp.finding.cause
+    if total and held < FRAGMENTATION_SHARE * total and (cause is None or cause.id != "other-processes"):
+        # a few percent of the card (a desktop, another CUDA context): freeing it lets this request
+        # through and the next one fail, as with the allocator's ordinary slack
+        return None
     pids = ", ".join(str(p.get("pid")) for p in others[:8]) + (" ..." if len(others) > 8 else "")
     return Remedy(
         id="gpu.free-other-processes",
@@ -282,4 +288,24 @@ def mps_high_watermark(inp: AdviceInput) -> Remedy | None:
             "torch.mps-high-watermark", "why", allocated=allocated, other=other, request=req, over=over, limit=limit
         ),
         sources={"figures": "message", "value": "message"},
+    )
+
+
+#: Intel Extension for PyTorch's single-block limit on devices without 2D block arrays
+#: (csrc/gpu/runtime/CachingDeviceAllocator.cpp kStatefulLimit, "larger than 4GB")
+XPU_BLOCK_LIMIT = "4 GB"
+
+
+@remedy("xpu.split-allocation")
+def xpu_split_allocation(inp: AdviceInput) -> Remedy | None:
+    """IPEX refused a block over its 4 GB limit: only a smaller tensor (or a platform without the
+    limit) gets through; no memory setting moves the limit."""
+    if inp.finding.rule != "ipex.xpu-allocation-size-cap":
+        return None
+    return Remedy(
+        id="xpu.split-allocation",
+        title=remedy_text("xpu.split-allocation", "title", limit=XPU_BLOCK_LIMIT),
+        fits=None,
+        confidence="high",
+        why=remedy_text("xpu.split-allocation", "why", limit=XPU_BLOCK_LIMIT, request=inp.fig("requested_bytes")),
     )

@@ -12,6 +12,8 @@ from oomdoctor.advisor.training_frames import frame_stage, shows_training_state
 from oomdoctor.report import Remedy
 
 _TRAINING_TOOLS = ("transformers", "deepspeed", "accelerate", "lightning")
+#: programs that only train (their logs' product): a failure in them is training whatever the phase says
+_TRAINING_PRODUCTS = ("hf-trainer", "trl", "llama-factory", "axolotl", "deepspeed-chat", "torchtune")
 
 
 #: frameworks whose training loops are not configured with these settings (they have their own)
@@ -22,7 +24,7 @@ def _training(inp: AdviceInput) -> bool:
     if engine_of(inp) in _OTHER_FRAMEWORKS or inp.finding.kind.startswith("xla."):
         return False
     return (inp.finding.phase == "training" or engine_of(inp) in _TRAINING_TOOLS
-            or shows_training_state(inp.context.extra))
+            or product_of(inp) in _TRAINING_PRODUCTS or shows_training_state(inp.context.extra))
 
 
 def _is_deepspeed(inp: AdviceInput) -> bool:
@@ -137,6 +139,17 @@ def deepspeed_zero(inp: AdviceInput) -> Remedy | None:
             why=remedy_text("training.deepspeed-zero", "why_next_1_or_2"),
             tradeoff=remedy_text("training.deepspeed-zero", "cost_next"),
         )
+    if stage is None and inp.context.extra.get("ds_placement_frame"):
+        # the engine moved the whole model to the device: ZeRO-3 with zero.Init partitions it instead
+        return Remedy(
+            id="training.deepspeed-zero",
+            title=remedy_text("training.deepspeed-zero", "title_next", next=3),
+            settings={"zero_optimization.stage": "3"},
+            fits=None,
+            confidence="medium",
+            why=remedy_text("training.deepspeed-zero", "why_placement", frame=inp.context.extra["ds_placement_frame"]),
+            tradeoff=remedy_text("training.deepspeed-zero", "cost_next"),
+        )
     if stage is None:
         return None
     if stage < 3:
@@ -225,7 +238,8 @@ def shard_state(inp: AdviceInput) -> Remedy | None:
     """ZeRO-3 / FSDP in the program's own setting (a DeepSpeed config has training.deepspeed-zero)."""
     if not _training(inp) or (_is_deepspeed(inp) and product_of(inp) not in SHARD):
         return None
-    return knob_remedy("training.shard-state", SHARD, inp)
+    placing = inp.finding.cause is not None and inp.finding.cause.id == "placement"
+    return knob_remedy("training.shard-state", SHARD, inp, "why_placement" if placing else "why")
 
 
 @remedy("training.lora")

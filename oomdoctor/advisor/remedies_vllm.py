@@ -502,10 +502,38 @@ def utilization_fit_free(inp: AdviceInput) -> Remedy | None:
     )
 
 
+#: the release that renamed VLLM_SKIP_DEEP_GEMM_WARMUP=1 (0.10.2-0.11.0) to VLLM_DEEP_GEMM_WARMUP=skip
+#: (vllm 0.11.1 vllm/envs.py; both read by kernel_warmup before it calls deep_gemm_warmup)
+DEEP_GEMM_WARMUP_RENAMED = (0, 11, 1)
+
+
+@remedy("vllm.deep-gemm-warmup")
+def deep_gemm_warmup(inp: AdviceInput) -> Remedy | None:
+    """The DeepGEMM kernel warm-up failed (a frame of vllm/model_executor/warmup/deep_gemm_warmup.py):
+    its own buffers, before CUDA graphs are captured; vLLM's switch leaves the warm-up out."""
+    frame = inp.context.extra.get("deep_gemm_frame")
+    if not is_vllm(inp) or not frame:
+        return None
+    version = get_facts(inp).version
+    old = version is not None and version < DEEP_GEMM_WARMUP_RENAMED
+    env = {"VLLM_SKIP_DEEP_GEMM_WARMUP": "1"} if old else {"VLLM_DEEP_GEMM_WARMUP": "skip"}
+    return Remedy(
+        id="vllm.deep-gemm-warmup",
+        title=remedy_text("vllm.deep-gemm-warmup", "title"),
+        env=env,
+        fits=None,
+        confidence="medium",
+        why=remedy_text("vllm.deep-gemm-warmup", "why" if version is not None else "why_unknown_version", frame=frame),
+        sources={"warm-up frame": "context"},
+    )
+
+
 @remedy("vllm.enforce-eager")
 def enforce_eager(inp: AdviceInput) -> Remedy | None:
     if not is_vllm(inp) or inp.context.enforce_eager:
         return None
+    if inp.context.extra.get("deep_gemm_frame"):
+        return None  # the DeepGEMM warm-up runs before any graph is captured: skipping capture frees nothing it needs
     phase = inp.finding.phase
     if phase in ("weights-load", "startup-check", "training"):
         return None

@@ -67,9 +67,11 @@ def _product_knob(rid: str, table: dict[str, tuple[str, str, str]], inp: AdviceI
     return knob_remedy(rid, table, inp)
 
 
-def knob_remedy(rid: str, table: dict[str, tuple[str, str, str]], inp: AdviceInput) -> Remedy | None:
+def knob_remedy(
+    rid: str, table: dict[str, tuple[str, str, str]], inp: AdviceInput, why: str = "why"
+) -> Remedy | None:
     """``rid`` spoken in the knob ``table``'s entry for the product the log names (medium
-    confidence, fit unknown); None when the table does not know the product."""
+    confidence, fit unknown; ``why`` the text's variant); None when the table does not know the product."""
     product = product_of(inp)
     if product not in table:
         return None
@@ -79,7 +81,7 @@ def knob_remedy(rid: str, table: dict[str, tuple[str, str, str]], inp: AdviceInp
         title=remedy_text(rid, "title", knob=knob),
         fits=None,
         confidence="medium",
-        why=remedy_text(rid, "why"),
+        why=remedy_text(rid, why),
         **_knob(kind, knob, value),  # type: ignore[arg-type]
     )
 

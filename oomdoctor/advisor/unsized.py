@@ -6,6 +6,8 @@ cause without any of its own knobs, the knob is still the answer an expert gives
 offered without a value ("lower --max-batch-prefill-tokens"), at low confidence, worded by the
 remedy's ``title_unsized`` / ``why_unsized`` templates in ``rules/advice/remedies.toml`` (only
 remedies with such templates can be offered this way), and an ask for the missing facts follows.
+A log that shows no cause and no figure at all gets the rule's own first knob worded by its
+``title_bare`` / ``why_bare`` templates (llama.cpp's and ollama's context).
 """
 
 from __future__ import annotations
@@ -16,15 +18,11 @@ from typing import Any
 from oomdoctor.advisor.prescription import remedy_info, remedy_text
 from oomdoctor.report import Remedy
 
-#: the templates a remedy needs to be offered without a value
-TITLE_KEY = "title_unsized"
-WHY_KEY = "why_unsized"
 
-
-def can_be_unsized(remedy_id: str) -> bool:
-    """True when the remedy table words ``remedy_id`` without a value."""
+def can_be_unsized(remedy_id: str, variant: str = "unsized") -> bool:
+    """True when the remedy table words ``remedy_id`` without a value (its ``variant`` templates)."""
     text = remedy_info(remedy_id).text
-    return TITLE_KEY in text and WHY_KEY in text
+    return f"title_{variant}" in text and f"why_{variant}" in text
 
 
 def unsized_remedy(remedy_id: str, variant: str = "unsized", **values: Any) -> Remedy:
@@ -55,12 +53,14 @@ def _for_engine(remedy_id: str, engine: str | None) -> bool:
     return engine == owner
 
 
-def unsized_lever(own: Iterable[str], computed: Iterable[str], engine: str | None) -> Remedy | None:
+def unsized_lever(
+    own: Iterable[str], computed: Iterable[str], engine: str | None, variant: str = "unsized"
+) -> Remedy | None:
     """The first of the cause's own remedies ``own`` (in the prescription's order) that no
-    calculator sized, that is ``engine``'s, and that the table can word without a value, as an
-    unsized remedy; None when there is none."""
+    calculator sized, that is ``engine``'s, and that the table can word without a value (its
+    ``variant`` templates), as an unsized remedy; None when there is none."""
     done = set(computed)
     for rid in own:
-        if rid not in done and _for_engine(rid, engine) and can_be_unsized(rid):
-            return unsized_remedy(rid)
+        if rid not in done and _for_engine(rid, engine) and can_be_unsized(rid, variant):
+            return unsized_remedy(rid, variant)
     return None
