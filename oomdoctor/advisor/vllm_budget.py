@@ -55,6 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from oomdoctor.advisor.catalog import GpuSpec, ModelGeometry
+from oomdoctor.advisor.memory_model_mm import encoder_bytes, encoder_profile
 from oomdoctor.i18n import _
 
 GiB = 2**30
@@ -149,10 +150,18 @@ def held_all_reduce(geo: ModelGeometry, tokens: int, tp: int, version: Version |
 
 
 def activation_peak(geo: ModelGeometry, tokens: int, num_seqs: int, tp: int = 1,
-                    version: Version | None = None) -> Term:
+                    version: Version | None = None, max_model_len: int | None = None) -> Term:
     """The torch peak of vLLM's profile run: max(forward pass, sampler warm-up), plus the
-    all-reduce inputs vLLM 0.2.5 counts at TP > 1 (:func:`held_all_reduce`)."""
+    all-reduce inputs vLLM 0.2.5 counts at TP > 1 (:func:`held_all_reduce`); for a Qwen2-VL-family
+    model in V1, max(vision encoder pass, that + what the encoder leaves held)
+    (:mod:`~oomdoctor.advisor.memory_model_mm`)."""
     term = _activation_peak(geo, tokens, num_seqs, tp, version)
+    if geo.vision is not None and not is_v0(version) and max_model_len:
+        enc = encoder_bytes(geo.vision, encoder_profile(geo.vision, max_model_len, tokens, num_seqs), tp)
+        if enc.pass_bytes > term.bytes + enc.held_bytes:
+            return Term(enc.pass_bytes, enc.source)
+        return Term(term.bytes + enc.held_bytes, _("{peak} + pixels and outputs of the {encoder}").format(
+            peak=term.source, encoder=enc.source))
     held = held_all_reduce(geo, tokens, tp, version)
     if not held:
         return term
