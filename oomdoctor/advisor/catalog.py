@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from oomdoctor import cache
+from oomdoctor.advisor.memory_model_mm import VisionTower, vision_tower
 from oomdoctor.advisor.weights import (
     WeightBytes,
     config_weight_bytes,
@@ -65,6 +66,8 @@ class ModelGeometry:
     weights_source: str = ""
     #: the checkpoint's quantization method (``quantization_config``), None when unquantized
     quantization: str | None = None
+    #: a Qwen2-VL-family vision tower (its profile-run budget, :mod:`~oomdoctor.advisor.memory_model_mm`)
+    vision: VisionTower | None = None
 
     def source_text(self) -> str:
         """``source`` in the language in force (a path stays as it is)."""
@@ -363,6 +366,7 @@ def geometry_from_config(cfg: dict[str, Any], source: str) -> ModelGeometry:
         weights_total=wb.total if wb else None,
         weights_source=wb.source if wb else "",
         quantization=quant[1] if quant else None,
+        vision=vision_tower(full),
     )
 
 

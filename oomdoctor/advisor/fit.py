@@ -172,7 +172,7 @@ def fit(
     batched_term = batched_tokens(ver, total, gpu, length, enable_chunked_prefill, max_num_batched_tokens)
     batched = batched_term.bytes
     seqs = max_num_seqs(ver, total, gpu, max_num_seqs_given)
-    act = activation_peak(served, batched, seqs, tp, ver)
+    act = activation_peak(served, batched, seqs, tp, ver, length)
     activation = act.bytes
     nt = non_torch(ver, tp, gpu)
     graphs = 0 if enforce_eager else CUDAGRAPH_BYTES

@@ -34,6 +34,18 @@ Every figure is a named formula over the model's shapes, or a measured value wit
       (v1/sample/ops/topk_topp_triton.py, new in 0.17.0; still so in 0.34.0), no sort. Checked on
       cases A1/A4 (0.19.0, 1024 rows: 1.96 and 2.32 GiB against 1.89 and 2.21 printed). Also the
       figure for an unknown version.
+* **all-reduce inputs held back** (vLLM 0.2.5 only, TP > 1): 0.2.5's profiler subtracts
+  ``total − free`` after the profile run (worker.py@v0.2.5; 0.2.4 subtracted
+  ``torch.cuda.max_memory_allocated()``), which counts the blocks PyTorch's caching allocator
+  reserves. ``torch.distributed.all_reduce`` records the NCCL stream on its input, so the input's
+  block is not reused until the GPU reaches that all-reduce; the CPU runs far ahead of the GPU in
+  the profile run and every all-reduce input of the pass stays reserved: the vocab-parallel
+  embedding's and two per layer (attention and MLP outputs), ``(2·L + 1) × tokens × H × 2 B``.
+  0.2.6 set ``TORCH_NCCL_AVOID_RECORD_STREAMS=1`` in ``Worker.init_device`` with the comment
+  "torch.distributed.all_reduce does not free the input tensor until the synchronization point.
+  This causes the memory usage to grow as the number of all_reduce calls increases" (worker.py@v0.2.6,
+  still so in 0.6.3). Checked on case B6 (Llama-2-70B at TP 4, 4096 tokens: 10.06 GiB; the start-up
+  left 13.8 GiB beyond the weights).
 * **non-torch memory** (CUDA context growth, cuBLAS workspaces; NCCL and custom all-reduce buffers
   at TP > 1), measured: see :data:`NON_TORCH_MEASURED`.
 """
@@ -43,6 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from oomdoctor.advisor.catalog import GpuSpec, ModelGeometry
+from oomdoctor.advisor.memory_model_mm import encoder_bytes, encoder_profile
 from oomdoctor.i18n import _
 
 GiB = 2**30
@@ -58,6 +71,9 @@ SORTING_SAMPLER_BYTES_PER_LOGIT = 2 + 4 + 4 + 8 + 8 + 4 + 8
 TRITON_TOPK_TOPP = (0, 17, 0)
 #: bytes per element of the 16-bit activations
 ACT_BYTES = 2
+#: the release whose profiler counts reserved memory (``total − free``) while all-reduce inputs are
+#: still held for the NCCL stream; 0.2.6 sets TORCH_NCCL_AVOID_RECORD_STREAMS=1 (module docstring)
+HELD_ALL_REDUCE = ((0, 2, 5), (0, 2, 6))
 
 Version = tuple[int, int, int]
 
@@ -124,9 +140,38 @@ def sampler_bytes_per_logit(version: Version | None) -> int:
         else SAMPLER_BYTES_PER_LOGIT
 
 
+def held_all_reduce(geo: ModelGeometry, tokens: int, tp: int, version: Version | None) -> int:
+    """Bytes of all-reduce inputs that vLLM 0.2.5's profiler counts at TP > 1 (module docstring):
+    the embedding's and two per layer, ``tokens × H`` 16-bit values each; 0 elsewhere."""
+    lo, hi = HELD_ALL_REDUCE
+    if tp <= 1 or version is None or not lo <= version < hi:
+        return 0
+    return (2 * max(1, geo.layers) + 1) * tokens * geo.hidden * ACT_BYTES
+
+
 def activation_peak(geo: ModelGeometry, tokens: int, num_seqs: int, tp: int = 1,
-                    version: Version | None = None) -> Term:
-    """The torch peak of vLLM's profile run: max(forward pass, sampler warm-up)."""
+                    version: Version | None = None, max_model_len: int | None = None) -> Term:
+    """The torch peak of vLLM's profile run: max(forward pass, sampler warm-up), plus the
+    all-reduce inputs vLLM 0.2.5 counts at TP > 1 (:func:`held_all_reduce`); for a Qwen2-VL-family
+    model in V1, max(vision encoder pass, that + what the encoder leaves held)
+    (:mod:`~oomdoctor.advisor.memory_model_mm`)."""
+    term = _activation_peak(geo, tokens, num_seqs, tp, version)
+    if geo.vision is not None and not is_v0(version) and max_model_len:
+        enc = encoder_bytes(geo.vision, encoder_profile(geo.vision, max_model_len, tokens, num_seqs), tp)
+        if enc.pass_bytes > term.bytes + enc.held_bytes:
+            return Term(enc.pass_bytes, enc.source)
+        return Term(term.bytes + enc.held_bytes, _("{peak} + pixels and outputs of the {encoder}").format(
+            peak=term.source, encoder=enc.source))
+    held = held_all_reduce(geo, tokens, tp, version)
+    if not held:
+        return term
+    return Term(term.bytes + held, _("{peak} + all-reduce inputs held for NCCL: {n} × {tokens} tokens × H × 2 B "
+                                     "(vLLM 0.2.5)").format(peak=term.source, n=2 * max(1, geo.layers) + 1,
+                                                            tokens=tokens))
+
+
+def _activation_peak(geo: ModelGeometry, tokens: int, num_seqs: int, tp: int,
+                     version: Version | None) -> Term:
     tp = max(1, tp)
     h = geo.hidden
     inter = intermediate(geo)

@@ -179,10 +179,11 @@ def linear_bytes_per_param(qcfg: dict[str, Any] | None) -> tuple[float, str] | N
 def vision_params(vcfg: Any) -> int:
     """Parameters of a multimodal model's vision tower (kept 16-bit by the quantization methods):
     per layer attention (q, k, v, o: 4·H²) and MLP (2·H·I, 3·H·I when gated with SiLU), from
-    ``vision_config``; 0 without one."""
+    ``vision_config`` (``embed_dim`` before ``hidden_size``: Qwen2-VL's ``hidden_size`` is the width the
+    merger hands the text model, 3584 for the 7B, not the tower's 1280); 0 without one."""
     if not isinstance(vcfg, dict):
         return 0
-    h = _int(vcfg, "hidden_size", "embed_dim")
+    h = _int(vcfg, "embed_dim", "hidden_size")
     depth = _int(vcfg, "num_hidden_layers", "depth")
     inter = _int(vcfg, "intermediate_size", default=4 * h)
     gated = "silu" in str(vcfg.get("hidden_act", ""))
