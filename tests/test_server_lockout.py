@@ -228,3 +228,79 @@ def test_a_connection_just_made_is_not_displaced_before_an_unverified_one(
         finally:
             for s in held:
                 s.close()
+
+
+class _Finishing:
+    """Stands for the task of a connection displaced a moment ago and still finishing: uvicorn
+    counts it until it ends."""
+
+
+def test_healthz_and_authorized_requests_pass_while_displaced_tasks_finish(receiver: Receiver) -> None:
+    """The one /healthz 503 under the combined attack: a burst of attackers at the cap displaces
+    as many connections, whose tasks are still finishing when the newcomers' requests arrive, so
+    uvicorn's backstop (a plain 503 once ``max_connections + 1`` connections or tasks exist) saw
+    more tasks than connections. Here the cap is full of unverified uploads and the backstop's
+    count of tasks is held over it: /healthz and an authorized request still get 200, and an
+    unverified request is still held to it."""
+    cfg = base_config(receiver, body_timeout=30.0, header_timeout=30.0, max_connections=CAP)
+    with running_server(cfg) as (url, server):
+        state = server.server_state
+        held = []
+        finishing = [_Finishing() for _ in range(CAP + 1)]
+        try:
+            for _ in range(CAP):
+                s = connect(url)
+                s.sendall(_forged_slack_headers(1000) + b"text=a")
+                held.append(s)
+            assert until(lambda: len(getattr(state, "oomdoctor_unverified", ())) == CAP)
+            state.tasks.update(finishing)  # type: ignore[arg-type]
+            for _ in range(3):
+                h = httpx.get(url + "/healthz", timeout=PATIENCE)
+                assert h.status_code == 200, h.text
+                r = httpx.post(url + "/v1/diagnose", content=b"CUDA out of memory", timeout=PATIENCE,
+                               headers={**AUTH, "content-type": "text/plain"})
+                assert r.status_code == 200, r.text
+            s = connect(url)  # an unverified request: uvicorn's plain 503
+            s.sendall(_forged_slack_headers(6) + b"text=a")
+            held.append(s)
+            assert _answer(s).startswith(b"HTTP/1.1 503")
+        finally:
+            state.tasks.difference_update(finishing)  # type: ignore[arg-type]
+            for s in held:
+                s.close()
+
+
+def test_a_refusal_before_the_body_is_read_closes_the_connection(receiver: Receiver) -> None:
+    """A refused client's body is never read: the answer says ``connection: close`` and the server
+    closes the connection after it (on keep-alive it read and dropped every byte still sent)."""
+    cfg = base_config(receiver, body_timeout=30.0, body_budget=BUDGET)
+    with running_server(cfg) as (url, server):
+        budget: BodyBudget = server.config.app.state.body_budget  # type: ignore[attr-defined]
+        refusals = [
+            # wrong API token, part of the body sent
+            b"POST /v1/diagnose HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\nContent-Type: text/plain\r\n"
+            b"Content-Length: 100000\r\n\r\n" + b"a" * 1000,
+            # forged Slack upload over the unverified share of the budget (16 KiB): 503 busy
+            _forged_slack_headers(100_000) + b"text=" + b"a" * (20 << 10),
+            # an unknown path
+            b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + b"a" * 1000,
+            # /healthz answers 200 without reading the body it was sent: closed too
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+        ]
+        statuses = []
+        for request in refusals:
+            s = connect(url)
+            s.sendall(request)
+            answer = _answer(s)  # to the server's close: returns only because it closed
+            s.close()
+            head = answer.split(b"\r\n\r\n", 1)[0].lower()
+            assert b"\r\nconnection: close" in head, head
+            statuses.append(int(head.split()[1]))
+        assert statuses == [401, 503, 404, 200]
+        assert until(lambda: budget.used == 0)
+        # an answer after the whole body keeps the connection open for the next request
+        with httpx.Client(timeout=PATIENCE) as client:
+            for _ in range(2):
+                r = client.post(url + "/v1/diagnose", content=b"CUDA out of memory", headers={**AUTH, "content-type": "text/plain"})
+                assert r.status_code == 200 and r.headers.get("connection") != "close"
+            assert client.get(url + "/healthz").headers.get("connection") != "close"

@@ -48,11 +48,30 @@ async def send_json_error(send: Send, status: int, message: str, headers: Mappin
     await send({"type": "http.response.body", "body": body})
 
 
+def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a request's headers announce a body (a ``Content-Length`` over 0, or a ``Transfer-Encoding``)."""
+    for name, value in headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"0", b"")):
+            return True
+    return False
+
+
+def _closing(msg: Message) -> Message:
+    """``msg`` (a response start) with ``connection: close`` in place of any ``connection`` header."""
+    headers = [(k, v) for k, v in msg.get("headers", []) if k.lower() != b"connection"]
+    return {**msg, "headers": [*headers, (b"connection", b"close")]}
+
+
 class BodyLimitMiddleware:
     """413 with a JSON message when a body is larger than ``max_body`` bytes.
 
     A declared ``Content-Length`` over the limit is refused before anything is read; a chunked
     body is counted as it arrives and refused as soon as it passes the limit.
+
+    Any answer started before the request's body was read to its end (a refusal: 401, 404, 413,
+    503 busy, ...) says ``connection: close``, and the server closes the connection after it: the
+    rest of the body is never read (on keep-alive the server would read and drop every byte a
+    refused client still sends).
     """
 
     def __init__(self, app: ASGIApp, max_body: int) -> None:
@@ -82,27 +101,31 @@ class BodyLimitMiddleware:
                 try:
                     declared = int(value)
                 except ValueError:
-                    await send_json_error(send, 400, "invalid Content-Length header")
+                    await send_json_error(send, 400, "invalid Content-Length header", {"connection": "close"})
                     return
                 if declared > self.max_body:
                     await send_json_error(send, 413, self.message(), {"connection": "close"})
                     return
         seen = 0
         started = False
+        body_read = not _has_body(scope.get("headers", []))
 
         async def limited_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, body_read
             msg = await receive()
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.max_body:
                     raise LimitError(413, self.message())
+                body_read = body_read or not msg.get("more_body", False)
             return msg
 
         async def tracking_send(msg: Message) -> None:
             nonlocal started
             if msg["type"] == "http.response.start":
                 started = True
+                if not body_read:
+                    msg = _closing(msg)
             await send(msg)
 
         try:

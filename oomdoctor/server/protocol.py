@@ -70,6 +70,24 @@ class GuardedH11Protocol(H11Protocol):
             self.server_state.oomdoctor_unverified = unverified  # type: ignore[attr-defined]
         self._unverified: OrderedDict[GuardedH11Protocol, None] = unverified
 
+    # -- uvicorn's backstop -----------------------------------------------------------------------
+
+    @property
+    def limit_concurrency(self) -> int | None:
+        """uvicorn's own backstop, read as each request's headers arrive: a plain 503 once this
+        many connections *or tasks* exist. Tasks of connections displaced a moment ago are still
+        finishing when the connections that displaced them send their requests, so a burst of
+        attackers at the cap briefly holds more tasks than connections, and a ``/healthz`` probe or
+        an authorized request arriving then was refused. A request verified by its headers is never
+        held to it: the connection cap (:meth:`connection_made`) already admitted it."""
+        if getattr(self, "scope", None) and self._verified():  # (no scope: before the first request)
+            return None
+        return self._limit_concurrency
+
+    @limit_concurrency.setter
+    def limit_concurrency(self, value: int | None) -> None:
+        self._limit_concurrency = value
+
     # -- connection cap ---------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -206,7 +224,8 @@ def uvicorn_options(cfg: ServerConfig) -> dict[str, object]:
     return {
         "http": "oomdoctor.server.protocol:GuardedH11Protocol",
         "timeout_keep_alive": max(1, round(cfg.keep_alive_timeout)),
-        # uvicorn's own backstop (it answers a plain 503 once this many connections or tasks exist)
+        # uvicorn's own backstop (a plain 503 once this many connections or tasks exist), for
+        # unverified requests only: see GuardedH11Protocol.limit_concurrency
         "limit_concurrency": cfg.max_connections + 1,
         "h11_max_incomplete_event_size": 16 << 10,  # request line + headers; larger is a 400
         "backlog": 2048,
