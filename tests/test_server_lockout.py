@@ -304,3 +304,70 @@ def test_a_refusal_before_the_body_is_read_closes_the_connection(receiver: Recei
                 r = client.post(url + "/v1/diagnose", content=b"CUDA out of memory", headers={**AUTH, "content-type": "text/plain"})
                 assert r.status_code == 200 and r.headers.get("connection") != "close"
             assert client.get(url + "/healthz").headers.get("connection") != "close"
+
+
+def test_a_refused_body_is_not_held_by_its_error() -> None:
+    """Issue 36's RSS after the attack: the error of an upload cut short keeps read_body's frames
+    alive through its traceback (reference cycles, until the garbage collector runs), and they held
+    the body's chunks: 4 MiB per refused upload, ~180 MiB after the attack in a test run. The
+    chunks are dropped before the error leaves read_body."""
+    import asyncio
+    import gc
+    import sys
+    from collections.abc import AsyncIterator
+
+    from starlette.requests import ClientDisconnect
+
+    from oomdoctor.server.limits import ClientGone, read_body
+
+    chunk = bytes(bytearray(100_000))  # an object of its own
+    base = sys.getrefcount(chunk)
+
+    async def upload_then_gone() -> AsyncIterator[bytes]:
+        yield chunk
+        raise ClientDisconnect()
+
+    async def attempt() -> BaseException:
+        try:
+            await read_body(upload_then_gone(), BodyBudget(1 << 20), 60.0)
+        except ClientGone as exc:
+            return exc
+        raise AssertionError("read_body returned")
+
+    gc.disable()  # the traceback's cycles stay as an idle server leaves them
+    try:
+        error = asyncio.run(attempt())
+        assert error.__context__ is not None and error.__context__.__traceback__ is not None
+        assert sys.getrefcount(chunk) == base
+    finally:
+        gc.enable()
+
+
+def test_memory_is_released_once_a_burst_of_bodies_is_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every TRIM_AFTER bytes of bodies given back schedule one release (collect the cycles, trim
+    the heap), RELEASE_DELAY seconds later, whatever is still held: a trickling attack keeps a few
+    bytes held for good, and the release used to wait for the budget to be empty."""
+    import asyncio
+
+    from oomdoctor.server import limits
+
+    monkeypatch.setattr(limits, "RELEASE_DELAY", 0.0)
+    budget = BodyBudget(1 << 30)
+
+    async def burst() -> list[int]:
+        seen = []
+        budget.take(1, verified=False)  # a trickling connection's byte, held throughout
+        for _ in range(3):
+            budget.take(limits.TRIM_AFTER // 2)
+            budget.give(limits.TRIM_AFTER // 2)
+            seen.append(budget.releases)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        seen.append(budget.releases)
+        return seen
+
+    # one release scheduled at the second give, none more before it ran; then it ran once
+    assert asyncio.run(burst()) == [0, 0, 0, 1]
+    assert budget.used == 1 and budget._given == 0  # the release counted what was given before it ran
+    budget.give(limits.TRIM_AFTER)  # no event loop: at once
+    assert budget.releases == 2 and budget._given == 0
