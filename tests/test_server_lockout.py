@@ -371,3 +371,56 @@ def test_memory_is_released_once_a_burst_of_bodies_is_given_back(monkeypatch: py
     assert budget.used == 1 and budget._given == 0  # the release counted what was given before it ran
     budget.give(limits.TRIM_AFTER)  # no event loop: at once
     assert budget.releases == 2 and budget._given == 0
+
+
+def test_healthz_answers_while_every_connection_holds_a_verified_upload(receiver: Receiver) -> None:
+    """Nothing to displace (every connection a slow authorized upload): a new connection used to
+    get 503 at once, /healthz included. Up to HEALTH_RESERVE connections over the cap are kept for
+    /healthz: it answers 200 (and the connection is closed after it); anything else on them is a
+    503 busy, authorized or not."""
+    from oomdoctor.server.protocol import HEALTH_RESERVE
+
+    cfg = base_config(receiver, body_timeout=30.0, header_timeout=30.0, max_connections=CAP)
+    with running_server(cfg) as (url, server):
+        state = server.server_state
+        held = []
+        try:
+            for _ in range(CAP):
+                s = connect(url)
+                s.sendall(
+                    b"POST /v1/diagnose HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 1000\r\n"
+                    + f"Authorization: {AUTH['Authorization']}\r\n\r\n".encode() + b"CUDA"
+                )
+                held.append(s)
+            assert until(lambda: len(state.tasks) == CAP and not getattr(state, "oomdoctor_waiting", {1: 0}))
+            assert not getattr(state, "oomdoctor_unverified", ())
+            answers = []
+            for request in (
+                b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",  # keep-alive asked: closed all the same
+                b"POST /v1/diagnose HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n"
+                + f"Authorization: {AUTH['Authorization']}\r\n\r\nCUDA".encode(),
+                b"GET /v1/rules HTTP/1.1\r\nHost: x\r\n\r\n",  # no token
+                b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+            ):
+                s = connect(url)
+                s.sendall(request)
+                answers.append(_answer(s))
+                s.close()
+            assert [a.split(b" ", 2)[1] for a in answers] == [b"200", b"503", b"503", b"200"], answers
+            assert b'"status":"ok"' in answers[0] and b"connection: close" in answers[0].lower()
+            assert b"server busy: too many open connections" in answers[1]
+            # the reserve is bounded: HEALTH_RESERVE idle connections fill it, and the next new
+            # connection displaces the oldest of them (it waited longest for its headers)
+            idle = [connect(url) for _ in range(HEALTH_RESERVE)]
+            held += idle
+            assert until(lambda: len(state.oomdoctor_reserve) == HEALTH_RESERVE)
+            s = connect(url)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _answer(s).startswith(b"HTTP/1.1 200")
+            s.close()
+            idle[0].settimeout(PATIENCE)
+            with contextlib.suppress(ConnectionResetError):
+                assert idle[0].recv(65536) == b""
+        finally:
+            for s in held:
+                s.close()

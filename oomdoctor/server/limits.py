@@ -63,6 +63,12 @@ def _closing(msg: Message) -> Message:
     return {**msg, "headers": [*headers, (b"connection", b"close")]}
 
 
+#: scope key set on a request that came on a connection of the health reserve (over the cap,
+#: see ``protocol.HEALTH_RESERVE``): only ``/healthz`` is answered on it, and it is closed after
+HEALTH_RESERVE_KEY = "oomdoctor.health_reserve"
+BUSY = "server busy: too many open connections; retry shortly"
+
+
 class BodyLimitMiddleware:
     """413 with a JSON message when a body is larger than ``max_body`` bytes.
 
@@ -88,6 +94,10 @@ class BodyLimitMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        reserve = bool(scope.get(HEALTH_RESERVE_KEY))
+        if reserve and scope.get("path") != "/healthz":
+            await send_json_error(send, 503, BUSY, {"retry-after": "2", "connection": "close"})
             return
         names = {name for name, _value in scope.get("headers", [])}
         if b"content-length" in names and b"transfer-encoding" in names:
@@ -125,7 +135,7 @@ class BodyLimitMiddleware:
             nonlocal started
             if msg["type"] == "http.response.start":
                 started = True
-                if not body_read:
+                if not body_read or reserve:
                     msg = _closing(msg)
             await send(msg)
 

@@ -15,7 +15,11 @@ request headers, and it accepts connections until the process runs out of file d
   when every connection is busy with a verified request (``/healthz``, a ``/v1`` request with the
   API token or a server without one, Mattermost's ``Authorization: Token``) the new one is answered
   ``503`` (JSON, ``Retry-After``) and closed. Slow, half-open or unauthenticated clients therefore
-  cannot lock out ``/healthz`` or authorized requests.
+  cannot lock out ``/healthz`` or authorized requests;
+* a **reserve for health checks**: when nothing can be displaced but connections that connected a
+  moment ago, up to :data:`HEALTH_RESERVE` connections over the cap are kept; each may ask only for
+  ``/healthz`` (anything else is answered 503 busy) and is closed after its answer. So ``/healthz``
+  answers even while every connection holds a verified request (slow authorized uploads).
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from oomdoctor.server.config import ServerConfig
+from oomdoctor.server.limits import BUSY, HEALTH_RESERVE_KEY
 
-_BUSY_BODY = json.dumps({"error": "server busy: too many open connections; retry shortly"}).encode()
+_BUSY_BODY = json.dumps({"error": BUSY}).encode()
 BUSY_RESPONSE = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
     b"retry-after: 2\r\nconnection: close\r\ncontent-length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY
@@ -42,6 +47,8 @@ BUSY_RESPONSE = (
 #: seconds a connection may wait for its request headers before it is displaced ahead of
 #: connections sending unverified bodies (a client's headers are on their way that long)
 WAIT_GRACE = 1.0
+#: connections over the cap kept for ``/healthz`` when every connection holds a verified request
+HEALTH_RESERVE = 8
 
 
 class GuardedH11Protocol(H11Protocol):
@@ -69,6 +76,12 @@ class GuardedH11Protocol(H11Protocol):
             unverified = OrderedDict()
             self.server_state.oomdoctor_unverified = unverified  # type: ignore[attr-defined]
         self._unverified: OrderedDict[GuardedH11Protocol, None] = unverified
+        # connections over the cap kept for /healthz (see HEALTH_RESERVE)
+        reserve = getattr(self.server_state, "oomdoctor_reserve", None)
+        if reserve is None:
+            reserve = set()
+            self.server_state.oomdoctor_reserve = reserve  # type: ignore[attr-defined]
+        self._reserve: set[GuardedH11Protocol] = reserve
 
     # -- uvicorn's backstop -----------------------------------------------------------------------
 
@@ -93,14 +106,20 @@ class GuardedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self._limits.max_connections:
-            victim = self._waiting_since(WAIT_GRACE) or next(iter(self._unverified), None) or next(iter(self._waiting), None)
-            if victim is None:  # every connection is busy with a request: shed this one
-                self._forget()
-                self.connections.discard(self)
-                transport.write(BUSY_RESPONSE)
-                transport.close()
-                return
-            victim._close()
+            victim = self._waiting_since(WAIT_GRACE) or next(iter(self._unverified), None)
+            if victim is None and len(self._reserve) < HEALTH_RESERVE:
+                self._reserve.add(self)  # only /healthz will be answered on it
+            else:
+                victim = victim or next(iter(self._waiting), None)
+                if victim is None:  # every connection is busy with a request: shed this one
+                    self._forget()
+                    self.connections.discard(self)
+                    transport.write(BUSY_RESPONSE)
+                    transport.close()
+                    return
+                if victim in self._reserve:
+                    self._reserve.add(self)  # it takes the victim's place, in the reserve
+                victim._close()
         self._await_headers()
 
     def _waiting_since(self, grace: float) -> GuardedH11Protocol | None:
@@ -114,6 +133,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._forget()
+        self._reserve.discard(self)
         super().connection_lost(exc)
 
     # -- header deadline --------------------------------------------------------------------------
@@ -132,6 +152,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def _close(self) -> None:
         self._forget()
+        self._reserve.discard(self)
         if not self.transport.is_closing():
             self.transport.close()
 
@@ -139,6 +160,8 @@ class GuardedH11Protocol(H11Protocol):
         super().handle_events()
         if self in self._waiting and self.conn.their_state is not h11.IDLE:
             self._forget()  # the request line and headers are in: the body has its own time limit
+            if self in self._reserve:  # (the app's task has not run yet: it sees the mark)
+                self.scope[HEALTH_RESERVE_KEY] = True  # type: ignore[literal-required]
             if self.conn.their_state is h11.SEND_BODY and not self._verified():
                 self._unverified[self] = None
         elif self in self._unverified and self.conn.their_state is not h11.SEND_BODY:
