@@ -238,15 +238,18 @@ class _Finishing:
 def test_healthz_and_authorized_requests_pass_while_displaced_tasks_finish(receiver: Receiver) -> None:
     """The one /healthz 503 under the combined attack: a burst of attackers at the cap displaces
     as many connections, whose tasks are still finishing when the newcomers' requests arrive, so
-    uvicorn's backstop (a plain 503 once ``max_connections + 1`` connections or tasks exist) saw
+    uvicorn's backstop (a plain 503 once ``max_connections + 1`` connections or tasks exist; now
+    past the health reserve too) saw
     more tasks than connections. Here the cap is full of unverified uploads and the backstop's
     count of tasks is held over it: /healthz and an authorized request still get 200, and an
     unverified request is still held to it."""
+    from oomdoctor.server.protocol import HEALTH_RESERVE
+
     cfg = base_config(receiver, body_timeout=30.0, header_timeout=30.0, max_connections=CAP)
     with running_server(cfg) as (url, server):
         state = server.server_state
         held = []
-        finishing = [_Finishing() for _ in range(CAP + 1)]
+        finishing = [_Finishing() for _ in range(CAP + HEALTH_RESERVE + 1)]  # the backstop's count alone
         try:
             for _ in range(CAP):
                 s = connect(url)

@@ -248,8 +248,8 @@ def uvicorn_options(cfg: ServerConfig) -> dict[str, object]:
         "http": "oomdoctor.server.protocol:GuardedH11Protocol",
         "timeout_keep_alive": max(1, round(cfg.keep_alive_timeout)),
         # uvicorn's own backstop (a plain 503 once this many connections or tasks exist), for
-        # unverified requests only: see GuardedH11Protocol.limit_concurrency
-        "limit_concurrency": cfg.max_connections + 1,
+        # unverified requests only (see GuardedH11Protocol.limit_concurrency), past the health reserve
+        "limit_concurrency": cfg.max_connections + HEALTH_RESERVE + 1,
         "h11_max_incomplete_event_size": 16 << 10,  # request line + headers; larger is a 400
         "backlog": 2048,
         "timeout_graceful_shutdown": 5,
