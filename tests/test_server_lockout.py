@@ -380,7 +380,7 @@ def test_healthz_answers_while_every_connection_holds_a_verified_upload(receiver
     """Nothing to displace (every connection a slow authorized upload): a new connection used to
     get 503 at once, /healthz included. Up to HEALTH_RESERVE connections over the cap are kept for
     /healthz: it answers 200 (and the connection is closed after it); anything else on them is a
-    503 busy, authorized or not."""
+    503 busy, authorized or not. A connection waiting for its headers is still displaced first."""
     from oomdoctor.server.protocol import HEALTH_RESERVE
 
     cfg = base_config(receiver, body_timeout=30.0, header_timeout=30.0, max_connections=CAP)
@@ -412,18 +412,19 @@ def test_healthz_answers_while_every_connection_holds_a_verified_upload(receiver
             assert [a.split(b" ", 2)[1] for a in answers] == [b"200", b"503", b"503", b"200"], answers
             assert b'"status":"ok"' in answers[0] and b"connection: close" in answers[0].lower()
             assert b"server busy: too many open connections" in answers[1]
-            # the reserve is bounded: HEALTH_RESERVE idle connections fill it, and the next new
-            # connection displaces the oldest of them (it waited longest for its headers)
-            idle = [connect(url) for _ in range(HEALTH_RESERVE)]
+            # connections that send nothing cannot fill the reserve: each new one displaces the
+            # one waiting before it (as under the cap), and /healthz still answers after them
+            idle = [connect(url) for _ in range(HEALTH_RESERVE + 2)]
             held += idle
-            assert until(lambda: len(state.oomdoctor_reserve) == HEALTH_RESERVE)
+            for s in idle[:-1]:
+                s.settimeout(PATIENCE)
+                with contextlib.suppress(ConnectionResetError):
+                    assert s.recv(65536) == b""
+            assert until(lambda: len(state.oomdoctor_reserve) == 1)
             s = connect(url)
             s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             assert _answer(s).startswith(b"HTTP/1.1 200")
             s.close()
-            idle[0].settimeout(PATIENCE)
-            with contextlib.suppress(ConnectionResetError):
-                assert idle[0].recv(65536) == b""
         finally:
             for s in held:
                 s.close()

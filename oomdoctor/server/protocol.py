@@ -14,12 +14,12 @@ request headers, and it accepts connections until the process runs out of file d
   signature covers the body, a Mattermost request with the token in its form, any other path);
   when every connection is busy with a verified request (``/healthz``, a ``/v1`` request with the
   API token or a server without one, Mattermost's ``Authorization: Token``) the new one is answered
-  ``503`` (JSON, ``Retry-After``) and closed. Slow, half-open or unauthenticated clients therefore
+  ``503`` (JSON, ``Retry-After``) and closed, past the reserve below. Slow, half-open or unauthenticated clients therefore
   cannot lock out ``/healthz`` or authorized requests;
-* a **reserve for health checks**: when nothing can be displaced but connections that connected a
-  moment ago, up to :data:`HEALTH_RESERVE` connections over the cap are kept; each may ask only for
-  ``/healthz`` (anything else is answered 503 busy) and is closed after its answer. So ``/healthz``
-  answers even while every connection holds a verified request (slow authorized uploads).
+* a **reserve for health checks**: when nothing can be displaced (every connection holds a
+  verified request: slow authorized uploads, say), up to :data:`HEALTH_RESERVE` connections over
+  the cap are kept instead of the 503; each may ask only for ``/healthz`` (anything else is
+  answered 503 busy) and is closed after its answer. So ``/healthz`` answers even then.
 """
 
 from __future__ import annotations
@@ -106,20 +106,19 @@ class GuardedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self._limits.max_connections:
-            victim = self._waiting_since(WAIT_GRACE) or next(iter(self._unverified), None)
-            if victim is None and len(self._reserve) < HEALTH_RESERVE:
-                self._reserve.add(self)  # only /healthz will be answered on it
-            else:
-                victim = victim or next(iter(self._waiting), None)
-                if victim is None:  # every connection is busy with a request: shed this one
-                    self._forget()
-                    self.connections.discard(self)
-                    transport.write(BUSY_RESPONSE)
-                    transport.close()
-                    return
+            victim = self._waiting_since(WAIT_GRACE) or next(iter(self._unverified), None) or next(iter(self._waiting), None)
+            if victim is not None:
                 if victim in self._reserve:
                     self._reserve.add(self)  # it takes the victim's place, in the reserve
                 victim._close()
+            elif len(self._reserve) < HEALTH_RESERVE:  # every connection holds a verified request
+                self._reserve.add(self)  # only /healthz will be answered on it
+            else:  # and the reserve is full of them too: shed this one
+                self._forget()
+                self.connections.discard(self)
+                transport.write(BUSY_RESPONSE)
+                transport.close()
+                return
         self._await_headers()
 
     def _waiting_since(self, grace: float) -> GuardedH11Protocol | None:
