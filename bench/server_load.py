@@ -595,9 +595,11 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             server.kill()
             _, err = server.communicate()
-    tracebacks = err.decode(errors="replace").count("Traceback")
+    log = err.decode(errors="replace")
+    tracebacks = log.count("Traceback")
+    backstop = log.count("Exceeded concurrency limit")  # uvicorn's own plain 503s
     print(f"\nscale {args.scale:g}, {os.cpu_count()} CPUs, {wall:.0f} s; server peak RSS {rss:.0f} MiB; "
-          f"tracebacks in the server's log: {tracebacks}\n")
+          f"tracebacks in the server's log: {tracebacks}; uvicorn's backstop 503s: {backstop}\n")
     if results:
         print("| scenario | requests | p50 s | p99 s | responses by status | /healthz p99 s |")
         print("|---|---:|---:|---:|---|---:|")

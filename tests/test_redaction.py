@@ -470,3 +470,14 @@ def test_each_promised_form_is_redacted_in_live_modes(tmp_path: Path, mode: str)
     assert "out of memory" in err.lower() or "cuda-oom" in err
     for _, _, secret in SIX_FORMS:
         assert_absent(secret, err, f"{mode} {secret}")
+
+
+def test_every_pattern_cites_the_catalog_it_comes_from() -> None:
+    """Issue 36 item 2: the patterns come from maintained catalogs (detect-secrets' plugins,
+    gitleaks' rules), each naming its source; a pattern added without one fails here."""
+    from oomdoctor.redaction import PATTERN_NAMES, SOURCES
+
+    assert len(set(PATTERN_NAMES)) == len(PATTERN_NAMES)
+    assert set(SOURCES) == set(PATTERN_NAMES)
+    for name, source in SOURCES.items():
+        assert "detect-secrets" in source or "gitleaks" in source, name

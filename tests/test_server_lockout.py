@@ -228,3 +228,203 @@ def test_a_connection_just_made_is_not_displaced_before_an_unverified_one(
         finally:
             for s in held:
                 s.close()
+
+
+class _Finishing:
+    """Stands for the task of a connection displaced a moment ago and still finishing: uvicorn
+    counts it until it ends."""
+
+
+def test_healthz_and_authorized_requests_pass_while_displaced_tasks_finish(receiver: Receiver) -> None:
+    """The one /healthz 503 under the combined attack: a burst of attackers at the cap displaces
+    as many connections, whose tasks are still finishing when the newcomers' requests arrive, so
+    uvicorn's backstop (a plain 503 once ``max_connections + 1`` connections or tasks exist; now
+    past the health reserve too) saw
+    more tasks than connections. Here the cap is full of unverified uploads and the backstop's
+    count of tasks is held over it: /healthz and an authorized request still get 200, and an
+    unverified request is still held to it."""
+    from oomdoctor.server.protocol import HEALTH_RESERVE
+
+    cfg = base_config(receiver, body_timeout=30.0, header_timeout=30.0, max_connections=CAP)
+    with running_server(cfg) as (url, server):
+        state = server.server_state
+        held = []
+        finishing = [_Finishing() for _ in range(CAP + HEALTH_RESERVE + 1)]  # the backstop's count alone
+        try:
+            for _ in range(CAP):
+                s = connect(url)
+                s.sendall(_forged_slack_headers(1000) + b"text=a")
+                held.append(s)
+            assert until(lambda: len(getattr(state, "oomdoctor_unverified", ())) == CAP)
+            state.tasks.update(finishing)  # type: ignore[arg-type]
+            for _ in range(3):
+                h = httpx.get(url + "/healthz", timeout=PATIENCE)
+                assert h.status_code == 200, h.text
+                r = httpx.post(url + "/v1/diagnose", content=b"CUDA out of memory", timeout=PATIENCE,
+                               headers={**AUTH, "content-type": "text/plain"})
+                assert r.status_code == 200, r.text
+            s = connect(url)  # an unverified request: uvicorn's plain 503
+            s.sendall(_forged_slack_headers(6) + b"text=a")
+            held.append(s)
+            assert _answer(s).startswith(b"HTTP/1.1 503")
+        finally:
+            state.tasks.difference_update(finishing)  # type: ignore[arg-type]
+            for s in held:
+                s.close()
+
+
+def test_a_refusal_before_the_body_is_read_closes_the_connection(receiver: Receiver) -> None:
+    """A refused client's body is never read: the answer says ``connection: close`` and the server
+    closes the connection after it (on keep-alive it read and dropped every byte still sent)."""
+    cfg = base_config(receiver, body_timeout=30.0, body_budget=BUDGET)
+    with running_server(cfg) as (url, server):
+        budget: BodyBudget = server.config.app.state.body_budget  # type: ignore[attr-defined]
+        refusals = [
+            # wrong API token, part of the body sent
+            b"POST /v1/diagnose HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\nContent-Type: text/plain\r\n"
+            b"Content-Length: 100000\r\n\r\n" + b"a" * 1000,
+            # forged Slack upload over the unverified share of the budget (16 KiB): 503 busy
+            _forged_slack_headers(100_000) + b"text=" + b"a" * (20 << 10),
+            # an unknown path
+            b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + b"a" * 1000,
+            # /healthz answers 200 without reading the body it was sent: closed too
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+        ]
+        statuses = []
+        for request in refusals:
+            s = connect(url)
+            s.sendall(request)
+            answer = _answer(s)  # to the server's close: returns only because it closed
+            s.close()
+            head = answer.split(b"\r\n\r\n", 1)[0].lower()
+            assert b"\r\nconnection: close" in head, head
+            statuses.append(int(head.split()[1]))
+        assert statuses == [401, 503, 404, 200]
+        assert until(lambda: budget.used == 0)
+        # an answer after the whole body keeps the connection open for the next request
+        with httpx.Client(timeout=PATIENCE) as client:
+            for _ in range(2):
+                r = client.post(url + "/v1/diagnose", content=b"CUDA out of memory", headers={**AUTH, "content-type": "text/plain"})
+                assert r.status_code == 200 and r.headers.get("connection") != "close"
+            assert client.get(url + "/healthz").headers.get("connection") != "close"
+
+
+def test_a_refused_body_is_not_held_by_its_error() -> None:
+    """Issue 36's RSS after the attack: the error of an upload cut short keeps read_body's frames
+    alive through its traceback (reference cycles, until the garbage collector runs), and they held
+    the body's chunks: 36 refused 4 MiB uploads left the server at 239 MiB (58 before), ~100 MiB of
+    it freed only by a collection. The chunks are dropped before the error leaves read_body."""
+    import asyncio
+    import gc
+    import sys
+    from collections.abc import AsyncIterator
+
+    from starlette.requests import ClientDisconnect
+
+    from oomdoctor.server.limits import ClientGone, read_body
+
+    chunk = bytes(bytearray(100_000))  # an object of its own
+    base = sys.getrefcount(chunk)
+
+    async def upload_then_gone() -> AsyncIterator[bytes]:
+        yield chunk
+        raise ClientDisconnect()
+
+    async def attempt() -> BaseException:
+        try:
+            await read_body(upload_then_gone(), BodyBudget(1 << 20), 60.0)
+        except ClientGone as exc:
+            return exc
+        raise AssertionError("read_body returned")
+
+    gc.disable()  # the traceback's cycles stay as an idle server leaves them
+    try:
+        error = asyncio.run(attempt())
+        assert error.__context__ is not None and error.__context__.__traceback__ is not None
+        assert sys.getrefcount(chunk) == base
+    finally:
+        gc.enable()
+
+
+def test_memory_is_released_once_a_burst_of_bodies_is_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every TRIM_AFTER bytes of bodies given back schedule one release (collect the cycles, trim
+    the heap), RELEASE_DELAY seconds later, whatever is still held: a trickling attack keeps a few
+    bytes held for good, and the release used to wait for the budget to be empty."""
+    import asyncio
+
+    from oomdoctor.server import limits
+
+    monkeypatch.setattr(limits, "RELEASE_DELAY", 0.0)
+    budget = BodyBudget(1 << 30)
+
+    async def burst() -> list[int]:
+        seen = []
+        budget.take(1, verified=False)  # a trickling connection's byte, held throughout
+        for _ in range(3):
+            budget.take(limits.TRIM_AFTER // 2)
+            budget.give(limits.TRIM_AFTER // 2)
+            seen.append(budget.releases)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        seen.append(budget.releases)
+        return seen
+
+    # one release scheduled at the second give, none more before it ran; then it ran once
+    assert asyncio.run(burst()) == [0, 0, 0, 1]
+    assert budget.used == 1 and budget._given == 0  # the release counted what was given before it ran
+    budget.give(limits.TRIM_AFTER)  # no event loop: at once
+    assert budget.releases == 2 and budget._given == 0
+
+
+def test_healthz_answers_while_every_connection_holds_a_verified_upload(receiver: Receiver) -> None:
+    """Nothing to displace (every connection a slow authorized upload): a new connection used to
+    get 503 at once, /healthz included. Up to HEALTH_RESERVE connections over the cap are kept for
+    /healthz: it answers 200 (and the connection is closed after it); anything else on them is a
+    503 busy, authorized or not. A connection waiting for its headers is still displaced first."""
+    from oomdoctor.server.protocol import HEALTH_RESERVE
+
+    cfg = base_config(receiver, body_timeout=30.0, header_timeout=30.0, max_connections=CAP)
+    with running_server(cfg) as (url, server):
+        state = server.server_state
+        held = []
+        try:
+            for _ in range(CAP):
+                s = connect(url)
+                s.sendall(
+                    b"POST /v1/diagnose HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 1000\r\n"
+                    + f"Authorization: {AUTH['Authorization']}\r\n\r\n".encode() + b"CUDA"
+                )
+                held.append(s)
+            assert until(lambda: len(state.tasks) == CAP and not getattr(state, "oomdoctor_waiting", {1: 0}))
+            assert not getattr(state, "oomdoctor_unverified", ())
+            answers = []
+            for request in (
+                b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",  # keep-alive asked: closed all the same
+                b"POST /v1/diagnose HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n"
+                + f"Authorization: {AUTH['Authorization']}\r\n\r\nCUDA".encode(),
+                b"GET /v1/rules HTTP/1.1\r\nHost: x\r\n\r\n",  # no token
+                b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+            ):
+                s = connect(url)
+                s.sendall(request)
+                answers.append(_answer(s))
+                s.close()
+            assert [a.split(b" ", 2)[1] for a in answers] == [b"200", b"503", b"503", b"200"], answers
+            assert b'"status":"ok"' in answers[0] and b"connection: close" in answers[0].lower()
+            assert b"server busy: too many open connections" in answers[1]
+            # connections that send nothing cannot fill the reserve: each new one displaces the
+            # one waiting before it (as under the cap), and /healthz still answers after them
+            idle = [connect(url) for _ in range(HEALTH_RESERVE + 2)]
+            held += idle
+            for s in idle[:-1]:
+                s.settimeout(PATIENCE)
+                with contextlib.suppress(ConnectionResetError):
+                    assert s.recv(65536) == b""
+            assert until(lambda: len(state.oomdoctor_reserve) == 1)
+            s = connect(url)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _answer(s).startswith(b"HTTP/1.1 200")
+            s.close()
+        finally:
+            for s in held:
+                s.close()

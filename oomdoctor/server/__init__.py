@@ -39,5 +39,8 @@ def serve(config: ServerConfig, *, log_level: str = "info") -> None:
         uvicorn.run("oomdoctor.server.app:create_app_from_env", factory=True, workers=config.workers, **common)  # type: ignore[arg-type]
     else:
         from oomdoctor.server.app import create_app
+        from oomdoctor.server.limits import settle_heap
 
-        uvicorn.run(create_app(config), **common)  # type: ignore[arg-type]
+        app = create_app(config)
+        settle_heap()
+        uvicorn.run(app, **common)  # type: ignore[arg-type]

@@ -764,5 +764,9 @@ def create_app_from_env() -> FastAPI:
     """Factory for ``uvicorn --factory`` and multi-worker mode (configuration from the environment)."""
     import os
 
+    from oomdoctor.server.limits import settle_heap
+
     setup_logging(os.environ.get("OOMDOCTOR_LOG_LEVEL", "info"))
-    return create_app(ServerConfig.from_env())
+    app = create_app(ServerConfig.from_env())
+    settle_heap()
+    return app

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import time
@@ -48,11 +49,36 @@ async def send_json_error(send: Send, status: int, message: str, headers: Mappin
     await send({"type": "http.response.body", "body": body})
 
 
+def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a request's headers announce a body (a ``Content-Length`` over 0, or a ``Transfer-Encoding``)."""
+    for name, value in headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"0", b"")):
+            return True
+    return False
+
+
+def _closing(msg: Message) -> Message:
+    """``msg`` (a response start) with ``connection: close`` in place of any ``connection`` header."""
+    headers = [(k, v) for k, v in msg.get("headers", []) if k.lower() != b"connection"]
+    return {**msg, "headers": [*headers, (b"connection", b"close")]}
+
+
+#: scope key set on a request that came on a connection of the health reserve (over the cap,
+#: see ``protocol.HEALTH_RESERVE``): only ``/healthz`` is answered on it, and it is closed after
+HEALTH_RESERVE_KEY = "oomdoctor.health_reserve"
+BUSY = "server busy: too many open connections; retry shortly"
+
+
 class BodyLimitMiddleware:
     """413 with a JSON message when a body is larger than ``max_body`` bytes.
 
     A declared ``Content-Length`` over the limit is refused before anything is read; a chunked
     body is counted as it arrives and refused as soon as it passes the limit.
+
+    Any answer started before the request's body was read to its end (a refusal: 401, 404, 413,
+    503 busy, ...) says ``connection: close``, and the server closes the connection after it: the
+    rest of the body is never read (on keep-alive the server would read and drop every byte a
+    refused client still sends).
     """
 
     def __init__(self, app: ASGIApp, max_body: int) -> None:
@@ -69,6 +95,10 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        reserve = bool(scope.get(HEALTH_RESERVE_KEY))
+        if reserve and scope.get("path") != "/healthz":
+            await send_json_error(send, 503, BUSY, {"retry-after": "2", "connection": "close"})
+            return
         names = {name for name, _value in scope.get("headers", [])}
         if b"content-length" in names and b"transfer-encoding" in names:
             # two framings: a proxy in front may read another body than ours (request smuggling);
@@ -82,27 +112,31 @@ class BodyLimitMiddleware:
                 try:
                     declared = int(value)
                 except ValueError:
-                    await send_json_error(send, 400, "invalid Content-Length header")
+                    await send_json_error(send, 400, "invalid Content-Length header", {"connection": "close"})
                     return
                 if declared > self.max_body:
                     await send_json_error(send, 413, self.message(), {"connection": "close"})
                     return
         seen = 0
         started = False
+        body_read = not _has_body(scope.get("headers", []))
 
         async def limited_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, body_read
             msg = await receive()
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.max_body:
                     raise LimitError(413, self.message())
+                body_read = body_read or not msg.get("more_body", False)
             return msg
 
         async def tracking_send(msg: Message) -> None:
             nonlocal started
             if msg["type"] == "http.response.start":
                 started = True
+                if not body_read or reserve:
+                    msg = _closing(msg)
             await send(msg)
 
         try:
@@ -162,7 +196,9 @@ class BodyBudget:
         self.unverified_limit = int(limit * unverified_share)
         self.used = 0
         self.used_unverified = 0
-        self._given = 0  # bytes given back since the heap was last trimmed
+        self._given = 0  # bytes given back since memory was last released
+        self._release_due = False  # a release is scheduled
+        self.releases = 0  # how many times memory was released
 
     def take(self, n: int, *, verified: bool = True) -> None:
         if self.used + n > self.limit or (not verified and self.used_unverified + n > self.unverified_limit):
@@ -176,26 +212,55 @@ class BodyBudget:
         if not verified:
             self.used_unverified = max(0, self.used_unverified - n)
         self._given += n
-        if self.used == 0 and self._given >= TRIM_AFTER:
-            self._given = 0
-            _trim_heap()
+        if self._given >= TRIM_AFTER and not self._release_due:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no event loop (a test, a script): at once
+                self._release()
+                return
+            # a moment later: what the burst's other requests held is freed by then too
+            self._release_due = True
+            loop.call_later(RELEASE_DELAY, self._release)
+
+    def _release(self) -> None:
+        self._given = 0
+        self._release_due = False
+        self.releases += 1
+        release_memory()
 
 
-#: bytes of bodies given back after which the heap is trimmed, once no body is held
+#: bytes of bodies given back after which the memory they held is returned to the system
 TRIM_AFTER = 16 << 20
+#: seconds after that before it is done (at most once per this many seconds)
+RELEASE_DELAY = 5.0
+
+
+def release_memory() -> None:
+    """Return the memory of bodies no longer held to the system: collect the reference cycles
+    that may still hold one (an exception's traceback and its frames), then trim the heap."""
+    gc.collect()
+    _trim_heap()
+
+
+def settle_heap() -> None:
+    """Once the server is set up: collect, then freeze what lives now (the rule pack, the app),
+    so that each later collection, the automatic ones and :func:`release_memory`'s, walks only
+    the objects made since (a few milliseconds instead of ~40)."""
+    gc.collect()
+    gc.freeze()
 
 
 def _trim_heap() -> None:
-    """Give the heap's free memory back to the system (glibc's ``malloc_trim``): bodies arrive
-    as many small chunks, and without it the process keeps the memory of the largest burst of
-    uploads it ever held (an attack's 4 MiB bodies: ~120 MiB more, for good)."""
+    """Give the heap's free memory back to the system (glibc's ``malloc_trim``; nothing elsewhere):
+    bodies arrive as many small chunks, and without it the process keeps the memory of the
+    largest burst of uploads it ever held (an attack's 4 MiB bodies: ~80 MiB more, for good)."""
     global _malloc_trim
     if _malloc_trim is None:
         try:
             import ctypes
 
             _malloc_trim = ctypes.CDLL(None).malloc_trim
-        except (OSError, AttributeError):
+        except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows)
             _malloc_trim = False
     if _malloc_trim:
         _malloc_trim(0)
@@ -226,16 +291,23 @@ async def read_body(
                 budget.take(len(chunk), verified=verified)
                 taken += len(chunk)
                 chunks.append(chunk)
+            del chunk  # (nor kept by this frame when the next read fails)
 
+    # on an error the chunks are dropped here, before the budget is given back: the frames of the
+    # exception's traceback (kept alive by reference cycles until the garbage collector runs) still
+    # see this list, and would otherwise hold the refused body's bytes
     try:
         await asyncio.wait_for(pull(), timeout)
     except asyncio.TimeoutError:
+        chunks.clear()
         budget.give(taken, verified=verified)
         raise LimitError(408, f"request body not received within {timeout:g} s", {"connection": "close"}) from None
     except ClientDisconnect:
+        chunks.clear()
         budget.give(taken, verified=verified)
         raise ClientGone() from None
     except BaseException:
+        chunks.clear()
         budget.give(taken, verified=verified)
         raise
     return chunks, taken

@@ -14,8 +14,12 @@ request headers, and it accepts connections until the process runs out of file d
   signature covers the body, a Mattermost request with the token in its form, any other path);
   when every connection is busy with a verified request (``/healthz``, a ``/v1`` request with the
   API token or a server without one, Mattermost's ``Authorization: Token``) the new one is answered
-  ``503`` (JSON, ``Retry-After``) and closed. Slow, half-open or unauthenticated clients therefore
-  cannot lock out ``/healthz`` or authorized requests.
+  ``503`` (JSON, ``Retry-After``) and closed, past the reserve below. Slow, half-open or unauthenticated clients therefore
+  cannot lock out ``/healthz`` or authorized requests;
+* a **reserve for health checks**: when nothing can be displaced (every connection holds a
+  verified request: slow authorized uploads, say), up to :data:`HEALTH_RESERVE` connections over
+  the cap are kept instead of the 503; each may ask only for ``/healthz`` (anything else is
+  answered 503 busy) and is closed after its answer. So ``/healthz`` answers even then.
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from oomdoctor.server.config import ServerConfig
+from oomdoctor.server.limits import BUSY, HEALTH_RESERVE_KEY
 
-_BUSY_BODY = json.dumps({"error": "server busy: too many open connections; retry shortly"}).encode()
+_BUSY_BODY = json.dumps({"error": BUSY}).encode()
 BUSY_RESPONSE = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
     b"retry-after: 2\r\nconnection: close\r\ncontent-length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY
@@ -42,6 +47,8 @@ BUSY_RESPONSE = (
 #: seconds a connection may wait for its request headers before it is displaced ahead of
 #: connections sending unverified bodies (a client's headers are on their way that long)
 WAIT_GRACE = 1.0
+#: connections over the cap kept for ``/healthz`` when every connection holds a verified request
+HEALTH_RESERVE = 8
 
 
 class GuardedH11Protocol(H11Protocol):
@@ -69,6 +76,30 @@ class GuardedH11Protocol(H11Protocol):
             unverified = OrderedDict()
             self.server_state.oomdoctor_unverified = unverified  # type: ignore[attr-defined]
         self._unverified: OrderedDict[GuardedH11Protocol, None] = unverified
+        # connections over the cap kept for /healthz (see HEALTH_RESERVE)
+        reserve = getattr(self.server_state, "oomdoctor_reserve", None)
+        if reserve is None:
+            reserve = set()
+            self.server_state.oomdoctor_reserve = reserve  # type: ignore[attr-defined]
+        self._reserve: set[GuardedH11Protocol] = reserve
+
+    # -- uvicorn's backstop -----------------------------------------------------------------------
+
+    @property
+    def limit_concurrency(self) -> int | None:
+        """uvicorn's own backstop, read as each request's headers arrive: a plain 503 once this
+        many connections *or tasks* exist. Tasks of connections displaced a moment ago are still
+        finishing when the connections that displaced them send their requests, so a burst of
+        attackers at the cap briefly holds more tasks than connections, and a ``/healthz`` probe or
+        an authorized request arriving then was refused. A request verified by its headers is never
+        held to it: the connection cap (:meth:`connection_made`) already admitted it."""
+        if getattr(self, "scope", None) and self._verified():  # (no scope: before the first request)
+            return None
+        return self._limit_concurrency
+
+    @limit_concurrency.setter
+    def limit_concurrency(self, value: int | None) -> None:
+        self._limit_concurrency = value
 
     # -- connection cap ---------------------------------------------------------------------------
 
@@ -76,13 +107,18 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_made(transport)
         if len(self.connections) > self._limits.max_connections:
             victim = self._waiting_since(WAIT_GRACE) or next(iter(self._unverified), None) or next(iter(self._waiting), None)
-            if victim is None:  # every connection is busy with a request: shed this one
+            if victim is not None:
+                if victim in self._reserve:
+                    self._reserve.add(self)  # it takes the victim's place, in the reserve
+                victim._close()
+            elif len(self._reserve) < HEALTH_RESERVE:  # every connection holds a verified request
+                self._reserve.add(self)  # only /healthz will be answered on it
+            else:  # and the reserve is full of them too: shed this one
                 self._forget()
                 self.connections.discard(self)
                 transport.write(BUSY_RESPONSE)
                 transport.close()
                 return
-            victim._close()
         self._await_headers()
 
     def _waiting_since(self, grace: float) -> GuardedH11Protocol | None:
@@ -96,6 +132,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._forget()
+        self._reserve.discard(self)
         super().connection_lost(exc)
 
     # -- header deadline --------------------------------------------------------------------------
@@ -114,6 +151,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def _close(self) -> None:
         self._forget()
+        self._reserve.discard(self)
         if not self.transport.is_closing():
             self.transport.close()
 
@@ -121,6 +159,8 @@ class GuardedH11Protocol(H11Protocol):
         super().handle_events()
         if self in self._waiting and self.conn.their_state is not h11.IDLE:
             self._forget()  # the request line and headers are in: the body has its own time limit
+            if self in self._reserve:  # (the app's task has not run yet: it sees the mark)
+                self.scope[HEALTH_RESERVE_KEY] = True  # type: ignore[literal-required]
             if self.conn.their_state is h11.SEND_BODY and not self._verified():
                 self._unverified[self] = None
         elif self in self._unverified and self.conn.their_state is not h11.SEND_BODY:
@@ -206,8 +246,9 @@ def uvicorn_options(cfg: ServerConfig) -> dict[str, object]:
     return {
         "http": "oomdoctor.server.protocol:GuardedH11Protocol",
         "timeout_keep_alive": max(1, round(cfg.keep_alive_timeout)),
-        # uvicorn's own backstop (it answers a plain 503 once this many connections or tasks exist)
-        "limit_concurrency": cfg.max_connections + 1,
+        # uvicorn's own backstop (a plain 503 once this many connections or tasks exist), for
+        # unverified requests only (see GuardedH11Protocol.limit_concurrency), past the health reserve
+        "limit_concurrency": cfg.max_connections + HEALTH_RESERVE + 1,
         "h11_max_incomplete_event_size": 16 << 10,  # request line + headers; larger is a 400
         "backlog": 2048,
         "timeout_graceful_shutdown": 5,
