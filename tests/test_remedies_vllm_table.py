@@ -29,7 +29,7 @@ def _f(kind: str = "vllm.kv-cache.max-len-exceeds", phase: str = "kv-cache-alloc
        rule: str = "test", message: str = "m", cause: str | None = None, **figures: Any) -> Finding:
     return Finding(rule=rule, kind=kind, engine=engine, severity="error", phase=phase, title="t", message=message,
                    location=Location(line=1, end_line=1), figures=figures,
-                   cause=Cause(id=cause, title="c", why="w", confidence="medium") if cause else None)
+                   cause=Cause(id=cause, summary="s") if cause else None)
 
 
 def _inp(f: Finding, ctx: Context | None = None, **hints: str) -> AdviceInput:
@@ -510,3 +510,43 @@ def test_raise_utilization_up_to_what_the_largest_card_gives_back(req: int, flag
     r = _calc(rv._RAISE, _f(kind="torch.cuda-oom", phase="inference", requested_bytes=req),
               _vllm(gpu_memory_utilization=0.703125))
     assert (r.flags if r else None) == ({"--gpu-memory-utilization": flag} if flag else None)
+
+
+def test_raise_utilization_by_a_sliver_does_not_cover_a_byte() -> None:
+    """0.949999999999 → 0.95 gives back about 0.27 bytes of the largest card: one byte missing is
+    more than that, so no raise; with nothing missing the raise stands."""
+    ctx = _vllm(gpu_memory_utilization=0.949999999999)
+    assert _calc(rv._RAISE, _f(kind="torch.cuda-oom", phase="inference", requested_bytes=1), ctx) is None
+    r = _calc(rv._RAISE, _f(kind="torch.cuda-oom", phase="inference"), ctx)
+    assert r is not None and r.flags == {"--gpu-memory-utilization": "0.95"}
+
+
+#: 128 KiB per token and no model: the KV cache splits evenly over tensor-parallel ranks
+NO_GEO = {"gpu_total_bytes": 24 * GiB, "gpu_memory_utilization": 0.9, "max_model_len": 8192, **PLAN_KV}
+
+
+@pytest.mark.parametrize(("rid", "weights", "flag", "fits", "tail"), [
+    # no budget known: the smallest split
+    ("vllm.tensor-parallel-size", 10 * GiB, "2", None, ""),
+    ("vllm.pipeline-parallel-size", 10 * GiB, "2", None, ""),
+    # 30 GiB / 2 + 8192 × 128 KiB / 2 = 15.50 GiB against 0.9 × 24 GiB = 21.60 GiB
+    ("vllm.tensor-parallel-size", 30 * GiB, "2", True, "per GPU about 15.50 GiB is needed against a 21.60 GiB budget."),
+    ("vllm.pipeline-parallel-size", 30 * GiB, "2", True, "each stage holds about 1/2 of the layers (weights and KV)."),
+    # 100 GiB fits no split of 4 GPUs: the widest, marked as not fitting
+    ("vllm.tensor-parallel-size", 100 * GiB, "4", False, "per GPU about 25.25 GiB is needed against a 21.60 GiB budget."),
+    ("vllm.pipeline-parallel-size", 100 * GiB, "4", False, "each stage holds about 1/4 of the layers (weights and KV)."),
+])
+def test_parallel_splits(rid: str, weights: int, flag: str, fits: bool | None, tail: str) -> None:
+    ctx = _vllm(weights_bytes=weights) if fits is None else _vllm(weights_bytes=weights, **NO_GEO)
+    r = _calc(rid, _f(kind="torch.cuda-oom", phase="weights-load"), ctx, gpus="4")
+    flag_name = "--tensor-parallel-size" if rid.startswith("vllm.tensor") else "--pipeline-parallel-size"
+    assert r is not None and (r.flags, r.fits) == ({flag_name: flag}, fits) and r.why.endswith(tail)
+
+
+@pytest.mark.parametrize(("weights_gib", "tp"), [(60, "4"), (150, "8"), (300, "16"), (600, "32"), (1200, "64")])
+def test_tensor_parallel_takes_the_first_power_of_two_that_fits(weights_gib: int, tp: str) -> None:
+    """64 GPUs, no model (no heads to divide): weights / tp + 8192 × 128 KiB / tp within 21.60 GiB,
+    first at 4 for 60 GiB (15.25 GiB), 8 for 150, 16 for 300, 32 for 600, 64 for 1200 (18.88 GiB)."""
+    r = _calc("vllm.tensor-parallel-size", _f(kind="torch.cuda-oom", phase="weights-load"),
+              _vllm(weights_bytes=weights_gib * GiB, **NO_GEO), gpus="64")
+    assert r is not None and (r.flags, r.fits) == ({"--tensor-parallel-size": tp}, True)
