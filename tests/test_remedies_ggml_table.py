@@ -127,3 +127,84 @@ def test_unsized_layers_say_where_ollama_takes_num_gpu() -> None:
     assert ollama is not None and ollama.settings == {} and ollama.why.endswith(
         "Set it with PARAMETER num_gpu in a Modelfile or options.num_gpu in the API request.")
     assert llama is not None and llama.flags == {} and llama.why.endswith("set -ngl below the layers offloaded now.")
+
+
+@pytest.mark.parametrize(("extra", "assumed"), [
+    # n_layer 32 + the output layer: 34 offloaded cannot be, so 33; half of 33 is 16
+    ({"llama_n_layer": 32, "llama_offloaded_layers": 34}, False),
+    ({"llama_n_layer": 32}, True),  # not in the log: every layer + output assumed
+    ({"llama_n_layer": 32, "llama_offloaded_layers": 33}, False),
+])
+def test_ngl_clamped_to_layers_plus_output(extra: dict[str, Any], assumed: bool) -> None:
+    r = _calc("ggml.n-gpu-layers", _f(), _llama(extra=extra))
+    assert r is not None and r.flags == {"-ngl": "16"}
+    assert r.why.startswith("Half of the 33 layers offloaded now")
+    assert ("This assumes all 32 layers + output were offloaded" in r.why) is assumed
+
+
+def test_ollama_num_gpu_from_the_repeating_weights() -> None:
+    """32 GiB of repeating weights over 33 − 1 layers = 1 GiB a layer; (5 GiB − 1 GiB) // 1 GiB = 4."""
+    extra = {"ollama_layers_offload": 33, "ollama_layers_model": 33, "ollama_weights_repeating_bytes": 32 * GiB,
+             "ollama_memory_available_bytes": 5 * GiB}
+    r = _calc("ollama.num-gpu", _f(), _ollama(extra=extra))
+    assert r is not None and (r.settings, r.fits) == ({"num_gpu": "4"}, True)
+    # one layer in the model: no per-layer size from the repeating weights, half the offloaded
+    extra = {"ollama_layers_offload": 10, "ollama_layers_model": 1, "ollama_weights_repeating_bytes": 32 * GiB}
+    r = _calc("ollama.num-gpu", _f(), _ollama(extra=extra))
+    assert r is not None and (r.settings, r.fits) == ({"num_gpu": "5"}, None)
+
+
+@pytest.mark.parametrize(("parallel", "value", "why"), [
+    (None, "4096", "The runner was started with n_ctx = 8192; KV cache and compute buffers grow with it. "
+                   "Set PARAMETER num_ctx or options.num_ctx."),
+    # 8192 tokens over 2 slots: each slot's context halved to 2048
+    (2, "2048", "The runner was started with n_ctx = 8192 (2 parallel slots × 4096); KV cache and compute "
+                "buffers grow with it. Set PARAMETER num_ctx or options.num_ctx."),
+])
+def test_ollama_num_ctx_per_slot(parallel: int | None, value: str, why: str) -> None:
+    r = _calc("ollama.num-ctx", _f(), _ollama(max_model_len=8192, extra={"ollama_num_parallel": parallel} if parallel else {}))
+    assert r is not None and (r.settings, r.why) == ({"num_ctx": value}, why)
+
+
+@pytest.mark.parametrize(("parallel", "offered"), [(1, False), (2, True), (None, True)])
+def test_ollama_num_parallel_above_one(parallel: int | None, offered: bool) -> None:
+    r = _calc("ollama.num-parallel", _f(), _ollama(extra={"ollama_num_parallel": parallel} if parallel else {}))
+    assert (r.env if r else None) == ({"OLLAMA_NUM_PARALLEL": "1"} if offered else None)
+
+
+def test_ollama_kv_type_saving_and_phase() -> None:
+    r = _calc("ollama.kv-cache-type", _f(requested_bytes=GiB), _ollama(kv_cache_bytes=GiB))
+    assert r is not None and r.saves_bytes == 480 * MiB
+    assert r.env == {"OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_FLASH_ATTENTION": "1"}
+    assert _calc("ollama.kv-cache-type", _f(phase="weights-load"), _ollama(kv_cache_bytes=GiB)) is None
+    assert _calc("ggml.flash-attn", _f(phase="weights-load"), _llama()) is None
+
+
+@pytest.mark.parametrize(("command", "ub"), [
+    (["llama-server", "-ub", "128"], "64"),
+    (["llama-server", "--ubatch-size=128"], "64"),
+    (["llama-server", "-m", "x", "-ub", "128", "-c", "4"], "64"),
+    (["llama-server", "-ub"], "256"),  # no value after the flag: the default 512
+])
+def test_ubatch_from_the_command_line(command: list[str], ub: str) -> None:
+    r = _calc("ggml.ubatch-size", _f(), _llama(command=command))
+    assert r is not None and r.flags == {"-ub": ub, "-b": ub}
+
+
+def test_ubatch_saves_half_the_failed_buffer() -> None:
+    r = _calc("ggml.ubatch-size", _f(requested_bytes=GiB), _llama())
+    assert r is not None and r.saves_bytes == GiB // 2
+
+
+@pytest.mark.parametrize(("rule", "flags"), [
+    ("llama.server-kv-cache-full", {"-c": "8192"}),
+    ("llama.server-kv-cache-retry", {"-c": "8192"}),
+    ("other", None),
+])
+def test_ctx_raise_only_when_the_kv_cache_is_full(rule: str, flags: dict[str, str] | None) -> None:
+    r = _calc("ggml.ctx-size.raise", _f(rule=rule), _llama(max_model_len=4096))
+    assert (r.flags if r else None) == flags
+
+
+def test_pool_batch_only_for_the_pool_rule() -> None:
+    assert _calc("ggml.n-batch-pool", _f(rule="other"), _llama(extra={"n_batch": 1024})) is None
