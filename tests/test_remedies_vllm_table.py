@@ -550,3 +550,15 @@ def test_tensor_parallel_takes_the_first_power_of_two_that_fits(weights_gib: int
     r = _calc("vllm.tensor-parallel-size", _f(kind="torch.cuda-oom", phase="weights-load"),
               _vllm(weights_bytes=weights_gib * GiB, **NO_GEO), gpus="64")
     assert r is not None and (r.flags, r.fits) == ({"--tensor-parallel-size": tp}, True)
+
+
+@pytest.mark.parametrize(("gpus", "length"), [("2", "45872"), ("4", "91744"), ("8", "183488"), ("16", "366992")])
+def test_plan_splits_over_every_gpu_it_has(gpus: str, length: str) -> None:
+    """20 GiB of weights per GPU at the widest split: 0.95 × 24 GiB − 20 GiB = 2.8 GiB per GPU holds
+    g × 2.8 GiB / 128 KiB tokens of a 1M context (g × 22937.6, in blocks of 16); half the GPUs hold
+    no KV cache at all. Only tensor parallelism and the length can move (AWQ, fp8 cache, at 0.95)."""
+    g = int(gpus)
+    ctx = _vllm(quantization="awq", kv_cache_dtype="fp8", weights_bytes=20 * GiB * g, gpu_total_bytes=24 * GiB,
+                gpu_memory_utilization=0.95, max_model_len=2**20, **PLAN_KV)
+    r = rv.plan_remedy(_inp(_f(kind="torch.cuda-oom"), ctx, gpus=gpus))
+    assert r is not None and r.flags == {"--tensor-parallel-size": gpus, "--max-model-len": length}
