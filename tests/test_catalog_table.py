@@ -34,3 +34,31 @@ def test_dtype_widths(dtype: str, width: int) -> None:
     assert _geo(params=1.0, dtype=dtype).weight_bytes() == 10**9 * width
     if dtype != "auto":  # --kv-cache-dtype auto follows the model's dtype
         assert facts(None, Context(engine="vllm", kv_cache_dtype=dtype)).kv_dtype_bytes == width
+
+
+def test_defaults_of_a_geometry_built_by_hand() -> None:
+    """No MoE fields: dense (one expert, one per token); no tp/pp given: one rank, one stage."""
+    geo = _geo(layers=10, kv_heads=4, sliding_window_layers=4, sliding_window=128)
+    assert (geo.experts, geo.experts_per_token) == (1, 1)
+    assert (geo.kv_heads_per_rank(), geo.full_layers(), geo.sliding_layers()) == (4, 6, 4)
+    assert (geo.kv_heads_per_rank(2), geo.full_layers(4), geo.sliding_layers(3)) == (2, 2, 2)
+
+
+def test_nominal_gpu_label_defaults_to_zero() -> None:
+    from oomdoctor.advisor.catalog import GpuSpec
+
+    spec = GpuSpec("X1", 2**30, (8, 0), False)
+    assert spec.memory_label == "nominal (sold as 0 GB, counted as GiB); the usable memory is less"
+
+
+def test_load_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    from oomdoctor.advisor import catalog
+
+    monkeypatch.setattr(catalog, "hub_config", lambda repo: None)
+    assert catalog.load_hub("org/none") is None
+    cfg = {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 32, "vocab_size": 10}
+    monkeypatch.setattr(catalog, "hub_config", lambda repo: cfg)
+    monkeypatch.setattr(catalog, "hub_weight_bytes", lambda repo: None)
+    geo = catalog.load_hub("org/tiny")
+    assert geo is not None and (geo.layers, geo.kv_heads, geo.head_dim) == (2, 4, 8)
+    assert geo.source == "config.json (Hub: org/tiny)"

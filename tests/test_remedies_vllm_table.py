@@ -69,7 +69,8 @@ def test_capacity_sliding_window_tolerance_is_inclusive() -> None:
 
 @pytest.mark.parametrize("model", [None, "google/gemma-2-9b-it"])
 def test_capacity_none_when_nothing_is_available(model: str | None) -> None:
-    f = _f(kv_cache_needed_bytes=2 * GiB, kv_cache_available_bytes=0, max_seq_len=8192)
+    # Gemma-2-9B's own need for 8192 tokens: the window branch would be taken if anything were available
+    f = _f(kv_cache_needed_bytes=2469003264, kv_cache_available_bytes=0, max_seq_len=8192)
     assert rv.kv_capacity_tokens(_inp(f, _vllm(model=model))) is None
 
 
