@@ -62,3 +62,21 @@ def test_load_hub(monkeypatch: pytest.MonkeyPatch) -> None:
     geo = catalog.load_hub("org/tiny")
     assert geo is not None and (geo.layers, geo.kv_heads, geo.head_dim) == (2, 4, 8)
     assert geo.source == "config.json (Hub: org/tiny)"
+
+
+def test_gpt_oss_weights_from_its_mxfp4_config() -> None:
+    """gpt-oss's catalog entries are sized from their config fields as mxfp4 checkpoints (padded
+    expert tensors at 0.531 B/param, embeddings and lm_head at 2 B), not params × 2 bytes."""
+    from oomdoctor.advisor.catalog import find_model
+
+    geo = find_model("openai/gpt-oss-20b")
+    assert geo is not None and geo.quantization == "mxfp4" and geo.weights_total == 14678838912
+    assert geo.weight_bytes() == 14678838912
+
+
+@pytest.mark.parametrize(("gpu", "fp8"), [("L4", True), ("H100", True), ("A100", False), ("T4", False)])
+def test_fp8_tensor_cores_from_8_9(gpu: str, fp8: bool) -> None:
+    from oomdoctor.advisor.catalog import find_gpu
+
+    spec = find_gpu(gpu)
+    assert spec is not None and spec.fp8_tensor_cores is fp8

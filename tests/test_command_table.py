@@ -95,6 +95,7 @@ def test_engine_flags(argv: list[str], flags: list[str]) -> None:
     ("4", "4.0", True),
     ("<ConfigFormat.AUTO: 'auto'>", "auto", True),
     ("'a'", "a", False),  # a quoted string is not the bare word
+    ("'a'", '"a"', False),  # two spellings of one string are two texts, not one value
     ("a", "b", False),
 ])
 def test_same_value(a: str, b: str, same: bool) -> None:

@@ -100,8 +100,10 @@ def test_shortage(figs: dict[str, Any], ctx: dict[str, Any], missing: int) -> No
 def test_covers_at_the_shortage() -> None:
     inp = _inp(_f(kind="torch.cuda-oom", requested_bytes=GiB, free_bytes=0))
     assert (rv.covers(GiB, inp), rv.covers(GiB - 1, inp), rv.covers(None, inp)) == (True, False, None)
-    # nothing missing: unknown, whatever the saving
+    # nothing missing: unknown, whatever the saving (a lower bound or an exact need)
     inp = _inp(_f(kind="vllm.kv-cache.no-blocks"), _vllm(kv_cache_bytes=GiB))
+    assert rv.covers(GiB, inp) is None
+    inp = _inp(_f(kv_cache_needed_bytes=GiB, kv_cache_available_bytes=GiB))
     assert rv.covers(GiB, inp) is None
     # no blocks without one request's size: a lower bound, so enough is only "maybe"
     inp = _inp(_f(kind="vllm.kv-cache.no-blocks"), _vllm(kv_cache_bytes=-GiB))
