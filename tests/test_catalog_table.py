@@ -80,3 +80,60 @@ def test_fp8_tensor_cores_from_8_9(gpu: str, fp8: bool) -> None:
 
     spec = find_gpu(gpu)
     assert spec is not None and spec.fp8_tensor_cores is fp8
+
+
+def test_quantized_entry_ignores_dtype() -> None:
+    # 0.5 bytes per parameter whatever --dtype asks; an unquantized entry re-sized to it
+    assert _geo(params=1.0, weight_bytes_per_param=0.5).weight_bytes(2) == 500_000_000
+    assert _geo(params=1.0).weight_bytes(4) == 4_000_000_000
+
+
+@pytest.mark.parametrize(("asked", "repo"), [
+    ("org/x", "org/x"),  # a repo id is kept as asked
+    ("Llama-3.1-8B", "meta-llama/Llama-3.1-8B"),
+    ("llama-3.1-8b", "meta-llama/Llama-3.1-8B"),
+    (None, "meta-llama/Llama-3.1-8B"),
+])
+def test_repo_name(asked: str | None, repo: str) -> None:
+    from oomdoctor.advisor.catalog import find_model, repo_name
+
+    geo = find_model("meta-llama/Llama-3.1-8B")
+    assert geo is not None and repo_name(geo, asked) == repo
+
+
+def test_dense_params_use_the_dense_intermediate_size() -> None:
+    """hidden 32, 2 layers, 4 heads of 8, vocab 10: attention 4096 + MLP 3 × 32 × 64 per layer,
+    embeddings and lm_head 640: 21120 parameters; one expert ignores moe_intermediate_size."""
+    from oomdoctor.advisor.catalog import estimate_params
+
+    cfg = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10,
+           "intermediate_size": 64, "moe_intermediate_size": 16}
+    assert estimate_params(cfg) == 21120 / 1e9
+    assert estimate_params({**cfg, "num_local_experts": 2}) == (2 * (4096 + 3 * 32 * 16 * 2) + 640) / 1e9
+
+
+def test_with_dtype() -> None:
+    from oomdoctor.advisor.catalog import with_dtype
+
+    geo = _geo(params=1.0, weights_total=1000)
+    assert with_dtype(geo, "auto") is geo and with_dtype(geo, None) is geo
+    wider = with_dtype(geo, "float32")
+    assert (wider.weights_total, wider.dtype) == (2000, "float32")
+    awq = with_dtype(_geo(params=1.0, weights_total=1000, quantization="awq"), "float32")
+    assert (awq.weights_total, awq.dtype) == (1000, "float32")
+
+
+@pytest.mark.parametrize(("kw", "method", "total"), [
+    # 1e9 params in 16 bits, embeddings 2 × 10 × 32 = 640 kept at 2 B: (1e9 − 640) × 1 B + 640 × 2 B
+    ({"params": 1.0, "vocab_size": 10, "hidden_size": 32}, "fp8", 1_000_000_640),
+    ({"params": 1.0, "vocab_size": 10, "hidden_size": 32, "dtype": "weird"}, "fp8", 1_000_000_640),  # 2 B assumed
+    # embeddings larger than the weights: no linear layers left (0, not negative)
+    ({"params": 1e-9, "vocab_size": 10, "hidden_size": 32}, "fp8", 1280),
+    ({"params": 1.0, "vocab_size": 10, "hidden_size": 32}, "nonsense", None),  # unknown method: unchanged
+    ({"vocab_size": 10}, "fp8", None),  # no size known
+    ({"params": 1.0, "quantization": "awq"}, "fp8", None),  # already quantized
+])
+def test_runtime_quantized(kw: dict[str, Any], method: str, total: int | None) -> None:
+    from oomdoctor.advisor.catalog import runtime_quantized
+
+    assert runtime_quantized(_geo(**kw), method).weights_total == total

@@ -100,3 +100,17 @@ def test_engine_flags(argv: list[str], flags: list[str]) -> None:
 ])
 def test_same_value(a: str, b: str, same: bool) -> None:
     assert _same_value(a, b) is same
+
+
+@pytest.mark.parametrize(("command", "out"), [
+    # -c supersedes LLAMA_ARG_CTX_SIZE: the assignment goes, or the old size would still be read
+    (["LLAMA_ARG_CTX_SIZE=4096", "llama-server", "-m", "f.gguf"], "llama-server -m f.gguf -c 2048"),
+    (["LLAMA_ARG_NOPE=1", "llama-server", "-m", "f.gguf"], None),  # no such variable in that build
+    (["CUDA_VISIBLE_DEVICES=0", "llama-server", "-m", "f.gguf"], "CUDA_VISIBLE_DEVICES=0 llama-server -m f.gguf -c 2048"),
+])
+def test_llamacpp_env_prefix(command: list[str], out: str | None) -> None:
+    from oomdoctor.advisor.command import corrected_command
+    from oomdoctor.report import Context, Remedy
+
+    rem = Remedy(id="ggml.ctx-size", title="t", flags={"-c": "2048"})
+    assert corrected_command(Context(engine="llama.cpp", command=command), rem) == out
