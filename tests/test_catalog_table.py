@@ -137,3 +137,42 @@ def test_runtime_quantized(kw: dict[str, Any], method: str, total: int | None) -
     from oomdoctor.advisor.catalog import runtime_quantized
 
     assert runtime_quantized(_geo(**kw), method).weights_total == total
+
+
+def test_mla_and_window_defaults() -> None:
+    # MLA caches one latent head whatever the attention heads; no window layers: none per stage
+    assert _geo(kv_heads=128, kv_lora_rank=512).kv_heads_per_rank(1) == 1
+    assert _geo(layers=10).sliding_layers() == 0 and _geo(layers=10).full_layers() == 10
+
+
+@pytest.mark.parametrize(("asked", "repo"), [
+    ("Llama-2-7b-chat-hf", "meta-llama/Llama-2-7b-chat-hf"),  # the alias the basename names
+    ("Llama-2-7b-hf", "meta-llama/Llama-2-7b-hf"),
+])
+def test_repo_name_of_an_alias(asked: str, repo: str) -> None:
+    from oomdoctor.advisor.catalog import find_model, repo_name
+
+    geo = find_model("meta-llama/Llama-2-7b-hf")
+    assert geo is not None and repo_name(geo, asked) == repo
+
+
+@pytest.mark.parametrize(("name", "sizes"), [("A100", ["A100-40GB", "A100-80GB"]), ("A100-40GB", [])])
+def test_gpu_sizes(name: str, sizes: list[str]) -> None:
+    from oomdoctor.advisor.catalog import gpu_sizes
+
+    assert gpu_sizes(name) == sizes
+
+
+def test_models_lists_every_entry_once() -> None:
+    from oomdoctor.advisor.catalog import models
+
+    names = [m.name for m in models()]
+    assert len(names) == len(set(names)) and "meta-llama/Llama-3.1-8B" in names
+
+
+def test_tied_embeddings_count_once() -> None:
+    from oomdoctor.advisor.catalog import estimate_params
+
+    cfg = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10,
+           "intermediate_size": 64, "tie_word_embeddings": True}
+    assert estimate_params(cfg) == (21120 - 320) / 1e9
