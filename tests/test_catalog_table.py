@@ -176,3 +176,30 @@ def test_tied_embeddings_count_once() -> None:
     cfg = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10,
            "intermediate_size": 64, "tie_word_embeddings": True}
     assert estimate_params(cfg) == (21120 - 320) / 1e9
+
+
+def test_widths_of_unknown_dtypes_and_quantized_totals() -> None:
+    from oomdoctor.advisor.catalog import with_dtype
+
+    assert _geo(params=1.0, dtype="weird").weight_bytes() == 2 * 10**9  # 16 bits assumed
+    assert _geo(params=1.0, weights_total=1000, quantization="awq").weight_bytes(4) == 1000
+    assert with_dtype(_geo(params=1.0, weights_total=1000), "weird").weights_total == 1000
+    # no hidden_size and no head_dim: 128 a head (Llama, Qwen, Mistral)
+    assert _geo(attention_heads=4, head_dim=0).hidden == 512
+
+
+def test_mla_entries_have_no_head_dim() -> None:
+    from oomdoctor.advisor.catalog import find_model
+
+    geo = find_model("deepseek-ai/DeepSeek-V3")
+    assert geo is not None and geo.is_mla and geo.head_dim == 0
+
+
+def test_source_text_in_japanese() -> None:
+    from oomdoctor.advisor.catalog import find_model
+    from oomdoctor.i18n import use_lang
+
+    geo = find_model("meta-llama/Llama-3.1-8B")
+    assert geo is not None and geo.source_text() == "config.json of meta-llama/Llama-3.1-8B"
+    with use_lang("ja"):
+        assert geo.source_text() == "meta-llama/Llama-3.1-8Bのconfig.json"

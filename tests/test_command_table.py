@@ -114,3 +114,24 @@ def test_llamacpp_env_prefix(command: list[str], out: str | None) -> None:
 
     rem = Remedy(id="ggml.ctx-size", title="t", flags={"-c": "2048"})
     assert corrected_command(Context(engine="llama.cpp", command=command), rem) == out
+
+
+@pytest.mark.parametrize(("command", "flags", "out"), [
+    (["text-generation-launcher", "--model-id", "m", "--max-input-tokens", "4000"], {"--max-input-tokens": "1000"},
+     "text-generation-launcher --model-id m --max-input-tokens 1000"),
+    (["text-generation-launcher", "--model-id", "m"], {"--nope": "1"}, None),  # not in TGI's hand table
+])
+def test_tgi_flags_from_the_hand_table(command: list[str], flags: dict[str, str], out: str | None) -> None:
+    from oomdoctor.advisor.command import corrected_command
+    from oomdoctor.report import Context, Remedy
+
+    assert corrected_command(Context(command=command), Remedy(id="x", title="t", flags=flags)) == out
+
+
+def test_env_assignment_replaced_not_repeated() -> None:
+    from oomdoctor.advisor.command import corrected_command
+    from oomdoctor.report import Context, Remedy
+
+    rem = Remedy(id="x", title="t", env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    cmd = corrected_command(Context(command=["PYTORCH_CUDA_ALLOC_CONF=old", "vllm", "serve", "m"]), rem)
+    assert cmd == "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True vllm serve m"
