@@ -203,3 +203,16 @@ def test_source_text_in_japanese() -> None:
     assert geo is not None and geo.source_text() == "config.json of meta-llama/Llama-3.1-8B"
     with use_lang("ja"):
         assert geo.source_text() == "meta-llama/Llama-3.1-8Bのconfig.json"
+
+
+def test_more_defaults() -> None:
+    from oomdoctor.advisor.catalog import estimate_params, find_model
+
+    # a checkpoint of unknown dtype is taken as 16-bit when re-sized to fp32
+    assert _geo(weights_total=1000, dtype="weird").weight_bytes(4) == 2000
+    # dense catalog entries: one expert, one per token
+    geo = find_model("meta-llama/Llama-3.1-8B")
+    assert geo is not None and (geo.experts, geo.experts_per_token) == (1, 1)
+    # no intermediate_size: 4 × hidden (attention 4096 + MLP 3 × 32 × 128 per layer, embeddings 640)
+    cfg = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10}
+    assert estimate_params(cfg) == 33408 / 1e9

@@ -66,6 +66,7 @@ def test_value_tokens(flag: str, value: str, tokens: list[str] | None) -> None:
     (["/usr/bin/vllm", "serve", "m"], "vllm"),
     (["env", "A", "B", "vllm", "serve"], "vllm"),  # the program within the first four tokens
     (["a", "b", "c", "d", "vllm", "serve"], None),
+    (["a", "b", "c", "vllm", "x", "serve"], None),  # "serve" within the first five tokens only
     (["python", "-m", "vllm.entrypoints.openai.api_server"], "vllm"),
     (["a", "b", "c", "d", "vllm.entrypoints.x"], None),
     (["python", "-m", "sglang.launch_server"], "sglang"),

@@ -67,6 +67,16 @@ def test_capacity_sliding_window_tolerance_is_inclusive() -> None:
     assert cap is not None and cap[0] == 4016 and "window" not in cap[1]
 
 
+@pytest.mark.parametrize(("model", "basis"), [
+    (None, "8192 tokens need 2.30 GiB and 1 B is available"),
+    ("google/gemma-2-9b-it", "1 B available holds 0 tokens of google/gemma-2-9b-it"),
+])
+def test_capacity_from_a_single_byte(model: str | None, basis: str) -> None:
+    f = _f(kv_cache_needed_bytes=2469003264, kv_cache_available_bytes=1, max_seq_len=8192)
+    cap = rv.kv_capacity_tokens(_inp(f, _vllm(model=model)))
+    assert cap is not None and cap[0] == 0 and cap[1].startswith(basis)
+
+
 @pytest.mark.parametrize("model", [None, "google/gemma-2-9b-it"])
 def test_capacity_none_when_nothing_is_available(model: str | None) -> None:
     # Gemma-2-9B's own need for 8192 tokens: the window branch would be taken if anything were available
@@ -100,6 +110,9 @@ def test_shortage(figs: dict[str, Any], ctx: dict[str, Any], missing: int) -> No
 def test_covers_at_the_shortage() -> None:
     inp = _inp(_f(kind="torch.cuda-oom", requested_bytes=GiB, free_bytes=0))
     assert (rv.covers(GiB, inp), rv.covers(GiB - 1, inp), rv.covers(None, inp)) == (True, False, None)
+    # a single byte missing is a shortage like any other
+    inp = _inp(_f(kind="torch.cuda-oom", requested_bytes=1, free_bytes=0))
+    assert rv.covers(1, inp) is True
     # nothing missing: unknown, whatever the saving (a lower bound or an exact need)
     inp = _inp(_f(kind="vllm.kv-cache.no-blocks"), _vllm(kv_cache_bytes=GiB))
     assert rv.covers(GiB, inp) is None
@@ -412,12 +425,13 @@ def test_plan_keeps_a_context_of_exactly_4096() -> None:
 def test_plan_with_an_fp8_cache() -> None:
     """At the ceiling already: fp8 halves the 128 KiB per token, and 512.5 MiB then holds 8200 tokens,
     8192 in whole blocks of 16; no activation, non-torch or graph size is known: 0 B is fixed."""
-    ctx = _vllm(quantization="awq", weights_bytes=10 * GiB, gpu_total_bytes=PLAN_TOTAL, gpu_memory_utilization=0.95,
-                max_model_len=16384, **PLAN_KV)
-    r = rv.plan_remedy(_inp(_f(kind="torch.cuda-oom"), ctx))
-    assert r is not None and r.id == "combined:vllm.kv-cache-dtype-fp8+vllm.max-model-len"
-    assert r.flags == {"--kv-cache-dtype": "fp8", "--max-model-len": "8192"}
-    assert " − 0 B (activation, non-torch, graphs)" in r.why and r.confidence == "medium"
+    for version in (None, "0.20.0"):  # 0.20 counts the (unknown, so 0) graph estimate in the budget
+        ctx = _vllm(engine_version=version, quantization="awq", weights_bytes=10 * GiB, gpu_total_bytes=PLAN_TOTAL,
+                    gpu_memory_utilization=0.95, max_model_len=16384, **PLAN_KV)
+        r = rv.plan_remedy(_inp(_f(kind="torch.cuda-oom"), ctx))
+        assert r is not None and r.id == "combined:vllm.kv-cache-dtype-fp8+vllm.max-model-len"
+        assert r.flags == {"--kv-cache-dtype": "fp8", "--max-model-len": "8192"}
+        assert " − 0 B (activation, non-torch, graphs)" in r.why and r.confidence == "medium"
 
 
 # -- raise: the step, the cap, the missing bytes and the graphs --------------------------------------
