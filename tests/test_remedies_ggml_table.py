@@ -45,6 +45,8 @@ def _ollama(**kw: Any) -> Context:
 def test_ubatch_rows(extra: dict[str, Any], flags: dict[str, str] | None) -> None:
     r = _calc("ggml.ubatch-size", _f(), _llama(extra=extra))
     assert (r.flags if r else None) == flags
+    if r is not None:
+        assert f"grows with n_ubatch ({int(flags['-ub']) * 2})" in r.why
 
 
 @pytest.mark.parametrize(("extra", "settings", "default"), [
@@ -149,6 +151,11 @@ def test_ollama_num_gpu_from_the_repeating_weights() -> None:
     r = _calc("ollama.num-gpu", _f(), _ollama(extra=extra))
     assert r is not None and (r.settings, r.fits) == ({"num_gpu": "4"}, True)
     # one layer in the model: no per-layer size from the repeating weights, half the offloaded
+    # two layers (one repeating): 1 GiB a layer, 4 fit
+    extra = {"ollama_layers_offload": 10, "ollama_layers_model": 2, "ollama_weights_repeating_bytes": GiB,
+             "ollama_memory_available_bytes": 5 * GiB}
+    r = _calc("ollama.num-gpu", _f(), _ollama(extra=extra))
+    assert r is not None and (r.settings, r.fits) == ({"num_gpu": "4"}, True)
     extra = {"ollama_layers_offload": 10, "ollama_layers_model": 1, "ollama_weights_repeating_bytes": 32 * GiB}
     r = _calc("ollama.num-gpu", _f(), _ollama(extra=extra))
     assert r is not None and (r.settings, r.fits) == ({"num_gpu": "5"}, None)

@@ -579,3 +579,33 @@ def test_plan_splits_over_every_gpu_it_has(gpus: str, length: str) -> None:
                 gpu_memory_utilization=0.95, max_model_len=2**20, **PLAN_KV)
     r = rv.plan_remedy(_inp(_f(kind="torch.cuda-oom"), ctx, gpus=gpus))
     assert r is not None and r.flags == {"--tensor-parallel-size": gpus, "--max-model-len": length}
+
+
+def test_one_byte_rows() -> None:
+    """A single byte available or missing is a figure like any other, not an absent one."""
+    r = _calc("vllm.kv-cache-dtype-fp8", _f(kv_cache_needed_bytes=4 * GiB, kv_cache_available_bytes=1, max_seq_len=8192))
+    assert r is not None and (r.flags, r.saves_bytes, r.fits) == ({"--kv-cache-dtype": "fp8"}, 2 * GiB, False)
+    one = _f(kind="torch.cuda-oom", phase="weights-load", requested_bytes=1, free_bytes=0)
+    r = _calc("vllm.cpu-offload-gb", one, _vllm(weights_bytes=10 * GiB))
+    assert r is not None and r.flags == {"--cpu-offload-gb": "1"}
+    r = _calc(rv._RAISE, _f(kind="torch.cuda-oom", phase="inference", requested_bytes=1), _vllm(gpu_memory_utilization=0.8))
+    assert r is not None and r.why.startswith("1 B is missing but the log does not show the GPU's total")
+
+
+@pytest.mark.parametrize(("phase", "version", "confidence"), [
+    ("profiling", "0.18.0", "medium"),  # graphs are captured inside profiling from 0.18
+    ("profiling", "0.17.1", None),
+    ("warmup", "0.11.2", "medium"),
+    ("cudagraph-capture", "0.11.2", "high"),
+])
+def test_enforce_eager_by_phase(phase: str, version: str, confidence: str | None) -> None:
+    r = _calc("vllm.enforce-eager", _f(kind="torch.cuda-oom", phase=phase, requested_bytes=GiB), _vllm(engine_version=version))
+    assert (r.confidence if r else None) == confidence
+
+
+@pytest.mark.parametrize(("util", "confidence"), [(0.9, "medium"), (None, "low")])
+def test_lower_utilization_confidence_by_source(util: float | None, confidence: str) -> None:
+    """The log's utilization: medium; the version's default (0.90 for 0.8.5): low. Same value."""
+    f = _f(kind="torch.cuda-oom", phase="kv-cache-alloc", requested_bytes=GiB)
+    r = _calc(rv._LOWER, f, _vllm(engine_version="0.8.5", gpu_memory_utilization=util, gpu_total_bytes=80 * GiB))
+    assert r is not None and (r.flags, r.confidence) == ({"--gpu-memory-utilization": "0.88"}, confidence)
