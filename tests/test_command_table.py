@@ -67,6 +67,9 @@ def test_value_tokens(flag: str, value: str, tokens: list[str] | None) -> None:
     (["env", "A", "B", "vllm", "serve"], "vllm"),  # the program within the first four tokens
     (["a", "b", "c", "d", "vllm", "serve"], None),
     (["a", "b", "c", "vllm", "x", "serve"], None),  # "serve" within the first five tokens only
+    (["a", "serve", "c", "d", "vllm"], None),  # the program's name within the first four
+    (["a", "serve", "c", "d", "sglang"], None),
+    (["sglang", "b", "c", "d", "e", "serve"], None),
     (["python", "-m", "vllm.entrypoints.openai.api_server"], "vllm"),
     (["a", "b", "c", "d", "vllm.entrypoints.x"], None),
     (["python", "-m", "sglang.launch_server"], "sglang"),
@@ -87,6 +90,7 @@ def test_engine_of(argv: list[str], engine: str | None) -> None:
     (["llama-server", "-m", "f.gguf", "-c", "1"], ["-m", "f.gguf", "-c", "1"]),  # -m is the model file
     (["x.py", "--a"], ["--a"]),
     (["python", "-m"], ["-m"]),
+    (["python", "-m", "mod"], []),
 ])
 def test_engine_flags(argv: list[str], flags: list[str]) -> None:
     assert _engine_flags(argv) == flags
@@ -95,6 +99,7 @@ def test_engine_flags(argv: list[str], flags: list[str]) -> None:
 @pytest.mark.parametrize(("a", "b", "same"), [
     ("4", "4.0", True),
     ("<ConfigFormat.AUTO: 'auto'>", "auto", True),
+    ("<ConfigFormat.AUTO: auto>", "auto", True),  # an enum value that is not a literal: its text
     ("'a'", "a", False),  # a quoted string is not the bare word
     ("'a'", '"a"', False),  # two spellings of one string are two texts, not one value
     ("a", "b", False),
@@ -136,3 +141,11 @@ def test_env_assignment_replaced_not_repeated() -> None:
     rem = Remedy(id="x", title="t", env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
     cmd = corrected_command(Context(command=["PYTORCH_CUDA_ALLOC_CONF=old", "vllm", "serve", "m"]), rem)
     assert cmd == "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True vllm serve m"
+
+
+def test_env_prefix_kept_before_the_new_assignments() -> None:
+    from oomdoctor.advisor.command import corrected_command
+    from oomdoctor.report import Context, Remedy
+
+    rem = Remedy(id="x", title="t", flags={"--foo": "2"}, env={"B": "2"})
+    assert corrected_command(Context(command=["A=1", "--foo=1"]), rem) == "A=1 B=2 --foo 2"

@@ -609,3 +609,71 @@ def test_lower_utilization_confidence_by_source(util: float | None, confidence: 
     f = _f(kind="torch.cuda-oom", phase="kv-cache-alloc", requested_bytes=GiB)
     r = _calc(rv._LOWER, f, _vllm(engine_version="0.8.5", gpu_memory_utilization=util, gpu_total_bytes=80 * GiB))
     assert r is not None and (r.flags, r.confidence) == ({"--gpu-memory-utilization": "0.88"}, confidence)
+
+
+#: 0.9 × 24 GiB (vLLM's budget per GPU)
+BUDGET_24 = 23192823398
+
+
+@pytest.mark.parametrize(("rid", "extra", "flag"), [
+    # weights / 2 + 8192 × 128 KiB / 2 == the budget exactly: two fit
+    ("vllm.tensor-parallel-size", 0, {"--tensor-parallel-size": "2"}),
+    ("vllm.tensor-parallel-size", 2, {"--tensor-parallel-size": "4"}),
+    ("vllm.pipeline-parallel-size", 0, {"--pipeline-parallel-size": "2"}),
+    ("vllm.pipeline-parallel-size", 2, {"--pipeline-parallel-size": "3"}),
+])
+def test_split_fits_at_exactly_the_budget(rid: str, extra: int, flag: dict[str, str]) -> None:
+    weights = 2 * (BUDGET_24 - 512 * MiB) + extra
+    r = _calc(rid, _f(kind="torch.cuda-oom", phase="weights-load"), _vllm(weights_bytes=weights, **NO_GEO), gpus="4")
+    assert r is not None and (r.flags, r.fits) == (flag, True)
+
+
+@pytest.mark.parametrize(("util", "why"), [
+    (0.9, "1.00 GiB could not be allocated outside the 0.90 × 80.00 GiB budget; 0.90 − 1.00 GiB / 80.00 GiB = 0.88."),
+    (0.99, "1.00 GiB could not be allocated outside the 0.99 × 80.00 GiB budget; 0.99 − 1.00 GiB / 80.00 GiB = 0.97, "
+           "capped at 0.95."),
+])
+def test_lower_utilization_says_when_capped(util: float, why: str) -> None:
+    r = _calc(rv._LOWER, _f(kind="torch.cuda-oom", phase="inference", requested_bytes=GiB),
+              _vllm(gpu_memory_utilization=util, gpu_total_bytes=80 * GiB))
+    assert r is not None and r.why == why
+
+
+def test_wordings_by_branch() -> None:
+    # CPU offload without the weights' size: whether it fits is unknown
+    r = _calc("vllm.cpu-offload-gb", _f(kind="torch.cuda-oom", phase="weights-load", requested_bytes=GiB, free_bytes=0))
+    assert r is not None and (r.flags, r.fits, r.confidence) == ({"--cpu-offload-gb": "1"}, None, "low")
+    r = _calc("vllm.kv-cache-dtype-fp8", _f(kv_cache_tokens=4096, max_seq_len=8192))
+    assert r is not None and r.why == "fp8 raises the KV capacity from 4096 to about 8192 tokens; 8192 are needed."
+    whys = {}
+    for phase in ("warmup", "cudagraph-capture"):
+        r = _calc("vllm.enforce-eager", _f(kind="torch.cuda-oom", phase=phase, requested_bytes=GiB), _vllm(engine_version="0.11.2"))
+        assert r is not None
+        whys[phase] = r.why
+    assert whys == {
+        "warmup": "CUDA-graph memory sits on top of the KV budget.",
+        "cudagraph-capture": "CUDA-graph memory sits on top of the KV budget and this failure happened while capturing them.",
+    }
+
+
+@pytest.mark.parametrize(("gpu", "flags", "model"), [
+    # fp8 weights need compute capability 8.9 at 0.5.x: the L4 has it, so fp8 (cheaper than a 4-bit
+    # checkpoint) with the length 10 GiB of weights leave
+    ("L4", {"--quantization": "fp8", "--max-model-len": "104848"}, None),
+    ("A100", {"--max-model-len": "143344"}, "an AWQ or GPTQ 4-bit checkpoint of this model"),
+])
+def test_plan_weight_format_by_gpu(gpu: str, flags: dict[str, str], model: str | None) -> None:
+    ctx = _vllm(engine_version="0.5.0", kv_cache_dtype="fp8", weights_bytes=20 * GiB, gpu_total_bytes=24 * GiB,
+                gpu_memory_utilization=0.95, max_model_len=2**20, **PLAN_KV)
+    r = rv.plan_remedy(_inp(_f(kind="torch.cuda-oom"), ctx, gpu=gpu))
+    assert r is not None and r.flags == flags and r.settings == ({"model": model} if model else {})
+
+
+def test_plan_splits_only_over_counts_that_divide_the_heads() -> None:
+    """Qwen2.5-7B has 28 attention heads: 8 GPUs, but 4 is the widest split; the catalog's
+    geometry sizes the plan (medium confidence)."""
+    ctx = _vllm(model="Qwen/Qwen2.5-7B-Instruct", quantization="awq", kv_cache_dtype="fp8", weights_bytes=80 * GiB,
+                gpu_total_bytes=24 * GiB, gpu_memory_utilization=0.95, max_model_len=2**20)
+    r = rv.plan_remedy(_inp(_f(kind="torch.cuda-oom"), ctx, gpus="8"))
+    assert r is not None and r.confidence == "medium"
+    assert r.flags == {"--tensor-parallel-size": "4", "--max-model-len": "419424"}

@@ -1059,7 +1059,7 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
                         per_tok = per_tok * geo.kv_heads_per_rank(tp) / geo.kv_heads_per_rank(f.tp)
                     elif geo is None:
                         per_tok = per_tok * f.tp / tp
-                    if budget <= 0:
+                    if budget <= 0:  # no room for any KV cache in this combination
                         continue
                     cap = round_down(budget / (per_tok * bs), 1) * bs
                     new_len = length if cap >= -(-length // bs) * bs else cap
