@@ -677,3 +677,26 @@ def test_plan_splits_only_over_counts_that_divide_the_heads() -> None:
     r = rv.plan_remedy(_inp(_f(kind="torch.cuda-oom"), ctx, gpus="8"))
     assert r is not None and r.confidence == "medium"
     assert r.flags == {"--tensor-parallel-size": "4", "--max-model-len": "419424"}
+
+
+@pytest.mark.parametrize(("figs", "why", "fits"), [
+    # nothing missing (needed == available): the sizes alone, fit unknown
+    ({"kv_cache_needed_bytes": GiB, "kv_cache_available_bytes": GiB},
+     "fp8 weights take half the memory of bf16/fp16 (assuming this checkpoint is 16-bit) (4.00 GiB → 2.00 GiB).", None),
+    ({"kind": "torch.cuda-oom", "requested_bytes": 1, "free_bytes": 0},
+     "fp8 weights take half the memory of bf16/fp16 (assuming this checkpoint is 16-bit) (4.00 GiB → 2.00 GiB); "
+     "1 B is missing.", True),
+])
+def test_fp8_weights_wording(figs: dict[str, Any], why: str, fits: bool | None) -> None:
+    figs = dict(figs)
+    kind = figs.pop("kind", "vllm.kv-cache.max-len-exceeds")
+    r = _calc("vllm.quantization", _f(kind=kind, phase="weights-load", **figs),
+              _vllm(engine_version="0.6.0", weights_bytes=4 * GiB), gpu="H100")
+    assert r is not None and (r.why, r.fits) == (why, fits)
+
+
+def test_pipeline_over_two_gpus_that_cannot_hold_it() -> None:
+    """One candidate (2 stages) and it does not fit: offered, marked as not fitting."""
+    r = _calc("vllm.pipeline-parallel-size", _f(kind="torch.cuda-oom", phase="weights-load"),
+              _vllm(weights_bytes=100 * GiB, **NO_GEO), gpus="2")
+    assert r is not None and (r.flags, r.fits) == ({"--pipeline-parallel-size": "2"}, False)
