@@ -216,3 +216,24 @@ def test_more_defaults() -> None:
     # no intermediate_size: 4 × hidden (attention 4096 + MLP 3 × 32 × 128 per layer, embeddings 640)
     cfg = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10}
     assert estimate_params(cfg) == 33408 / 1e9
+
+
+def test_mla_entry_bytes_without_one_of_its_parts() -> None:
+    # the latent (kv_lora_rank) plus the RoPE part; a part not given counts 0
+    assert _geo(kv_lora_rank=512).kv_entry_bytes(2) == 1024
+    assert _geo(kv_lora_rank=0, qk_rope_head_dim=64).kv_entry_bytes(1) == 64
+
+
+def test_moe_params_without_intermediate_size() -> None:
+    """Two experts of 4 × hidden = 128: attention 4096 + 3 × 32 × 128 × 2 per layer, embeddings 640."""
+    from oomdoctor.advisor.catalog import estimate_params
+
+    cfg = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10, "num_local_experts": 2}
+    assert estimate_params(cfg) == (2 * (4096 + 3 * 32 * 128 * 2) + 640) / 1e9
+
+
+def test_online_quantization_without_a_vocabulary() -> None:
+    from oomdoctor.advisor.catalog import runtime_quantized
+
+    # no vocab_size: no embeddings to keep at 16 bits, every parameter at fp8's 1 byte
+    assert runtime_quantized(_geo(params=1.0, hidden_size=32), "fp8").weights_total == 10**9
