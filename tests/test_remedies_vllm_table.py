@@ -700,3 +700,17 @@ def test_pipeline_over_two_gpus_that_cannot_hold_it() -> None:
     r = _calc("vllm.pipeline-parallel-size", _f(kind="torch.cuda-oom", phase="weights-load"),
               _vllm(weights_bytes=100 * GiB, **NO_GEO), gpus="2")
     assert r is not None and (r.flags, r.fits) == ({"--pipeline-parallel-size": "2"}, False)
+
+
+@pytest.mark.parametrize(("length", "flags"), [
+    # 0.95 holds 513 blocks of 16 (8208 tokens): 8200 tokens need ⌈8200 / 16⌉ = 513 blocks, so the
+    # raise alone fits (a single lever: the calculators' business, no plan)
+    (8200, None),
+    # 8209 tokens need 514 blocks: the raise and the length together
+    (8209, {"--gpu-memory-utilization": "0.95", "--max-model-len": "8208"}),
+])
+def test_plan_length_fits_in_whole_blocks(length: int, flags: dict[str, str] | None) -> None:
+    ctx = _vllm(quantization="awq", kv_cache_dtype="fp8", weights_bytes=10 * GiB, gpu_total_bytes=12436111360,
+                gpu_memory_utilization=0.9, max_model_len=length, **PLAN_KV)
+    r = rv.plan_remedy(_inp(_f(kind="torch.cuda-oom"), ctx))
+    assert (r.flags if r else None) == flags
