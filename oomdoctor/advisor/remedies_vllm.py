@@ -330,12 +330,12 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
     # the step gives back (target - util) x total (unknown without the log's total)
     gain = (target - util) * f.total.value if f.total else None
     if short and short[0] > 0 and not shortage_is_lower_bound(inp):
-        # a shortfall beyond what it gives back, even on the largest card oomdoctor knows when the
-        # total is unknown, is not closed by this raise (other remedies size it)
+        # a shortfall beyond what the step gives back even on the largest card oomdoctor knows is not
+        # closed by this raise (other remedies size it). The total is unknown here: with a total, a
+        # shortfall makes raise_utilization_for_kv answer, and this calculator stands aside above
         from oomdoctor.advisor.catalog import gpus
 
-        ceiling = gain if gain is not None else (target - util) * max(g.memory_bytes for g in gpus())
-        if short[0] > ceiling:
+        if short[0] > (target - util) * max(g.memory_bytes for g in gpus()):
             return None
     unknown = (
         remedy_text(_RAISE, "missing_no_total", missing=short[0])
@@ -634,8 +634,7 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
         why = remedy_text(
             "vllm.max-num-seqs", "why_rows", vocab=geo.vocab_size, row=row, request=req, drop=drop, seqs=value, dummy=dummy
         )
-    if value >= dummy:
-        return None
+    # value < dummy here: dummy > 1, value = max(1, dummy // 2) and the rows can only lower it
     return Remedy(
         id="vllm.max-num-seqs",
         title=remedy_text("vllm.max-num-seqs", "title", seqs=value),
@@ -1088,7 +1087,7 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
                         per_tok = per_tok * geo.kv_heads_per_rank(tp) / geo.kv_heads_per_rank(f.tp)
                     elif geo is None:
                         per_tok = per_tok * f.tp / tp
-                    if budget <= 0:
+                    if budget <= 0:  # no room for any KV cache in this combination
                         continue
                     cap = round_down(budget / (per_tok * bs), 1) * bs
                     new_len = length if cap >= -(-length // bs) * bs else cap
