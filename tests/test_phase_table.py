@@ -57,7 +57,7 @@ def test_committed_table_loads_and_names_source_and_versions() -> None:
             assert t == t.lower()
     # every engine and framework the generator knows has evidence in the table
     packages = {o.package for ph in rf.phase for o in ph.origins}
-    assert packages == set(_generator().STAGES) - {"deepspeed"}
+    assert packages == set(_generator().STAGES)
 
 
 def test_the_built_in_pack_merges_each_phase_once() -> None:
