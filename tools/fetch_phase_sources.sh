@@ -20,7 +20,7 @@ if [ ${#specs[@]} -eq 0 ]; then
          accelerate==0.30.1 accelerate==1.16.0
          diffusers==0.42.1 lightning==2.6.6 trl==0.9.6 trl==1.16.0 peft==0.21.2
          torchtune==0.6.1 flax==0.12.8 keras==3.15.1 faster-whisper==1.2.1 uvicorn==0.55.0
-         deepspeed==0.19.8 llama-cpp-python==0.2.90 monai==1.5.1 ms-swift==3.4.1 ms-swift==4.6.0)
+         deepspeed==0.19.8 llama-cpp-python==0.2.90 monai==1.5.1 ms-swift==3.4.1 ms-swift==4.6.0 ai-models==0.7.4)
 fi
 mkdir -p "$dest"
 for spec in "${specs[@]}"; do

@@ -225,6 +225,10 @@ STAGES: dict[str, list[Stage]] = {
         Stage("inference", ("generate", "create_completion", "_create_completion", "create_chat_completion"),
               ("llama_cpp/llama.py",)),
     ],
+    # ai-models ("a package to run AI weather models"): every module of it runs a forecast
+    "ai_models": [
+        Stage("inference", (), ("ai_models/*.py",), paths=("/ai_models/",)),
+    ],
     # MONAI: its inferers run a trained network over a volume; its trainer's iterations train
     "monai": [
         Stage("inference", ("sliding_window_inference",), ("monai/inferers/*.py",), paths=("/monai/inferers/",)),

@@ -220,12 +220,13 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         return "weights-exceed-device", ["capacity", "weights", "request"]
     if (
         engine in _POOL_ENGINES
-        and phase in ("inference", "unknown")
+        and phase in ("inference", "unknown", "warmup")
         and kind.startswith(("torch.", "tgi.oom", "trtllm."))
         and "warmup" not in finding.message.lower()
     ):
         # a serving engine pre-allocated its pool (KV cache) to a share of the GPU; an allocation
-        # outside the pool (an activation, a sampler or compile buffer) found too little left
+        # outside the pool (an activation, a sampler or compile buffer, a kernel warm-up's buffer
+        # after the pool was sized: vLLM's compile_or_warm_up_model) found too little left
         return "engine-headroom", ["capacity", "this-process", "cap", "free", "request"]
     if (
         kind.startswith("xla.") and engine in ("jax", "xla") and req is not None and req < XLA_SMALL_REQUEST
