@@ -220,13 +220,14 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         return "weights-exceed-device", ["capacity", "weights", "request"]
     if (
         engine in _POOL_ENGINES
-        and phase in ("inference", "unknown", "warmup")
+        and (phase in ("inference", "unknown") or (phase == "warmup" and engine == "vllm"))
         and kind.startswith(("torch.", "tgi.oom", "trtllm."))
         and "warmup" not in finding.message.lower()
     ):
         # a serving engine pre-allocated its pool (KV cache) to a share of the GPU; an allocation
-        # outside the pool (an activation, a sampler or compile buffer, a kernel warm-up's buffer
-        # after the pool was sized: vLLM's compile_or_warm_up_model) found too little left
+        # outside the pool (an activation, a sampler or compile buffer; vLLM's kernel warm-up,
+        # compile_or_warm_up_model, which runs after the pool was sized, unlike TGI's warmup(),
+        # which sizes the pool from what its prefill left) found too little left
         return "engine-headroom", ["capacity", "this-process", "cap", "free", "request"]
     if (
         kind.startswith("xla.") and engine in ("jax", "xla") and req is not None and req < XLA_SMALL_REQUEST
