@@ -156,7 +156,7 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         return "weights-exceed-device", ["capacity", "weights", "cap"]
     if kind == "vllm.kv-cache.max-len-exceeds":
         return "kv-cache-too-small", ["kv-needed", "kv-available", "kv-tokens", "max-len-tokens"]
-    if kind == "vllm.kv-cache.no-blocks" or rule in ("sglang.not-enough-memory",):
+    if kind == "vllm.kv-cache.no-blocks" or rule in ("sglang.not-enough-memory", "sglang.profiled-tokens-negative"):
         graphs = a("cudagraphs")
         if (graphs is not None and capacity is None and graphs >= 16 * GiB) or (
             graphs is not None and capacity and graphs >= GRAPHS_SHARE * capacity
