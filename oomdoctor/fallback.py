@@ -78,7 +78,10 @@ def _patterns() -> _Patterns:
             (regex.compile(r"^\s?(?:is |are )?(?:free|available|remaining)\b", regex.I), "free_bytes"),
             (regex.compile(r"^\s?(?:total|capacity)\b", regex.I), "total_bytes"),
             (regex.compile(r"^\s?(?:is |are )?(?:in use|used)\b", regex.I), "in_use_bytes"),
-            (regex.compile(r"^\s?(?:is |are )?allocated\b", regex.I), "allocated_bytes"),
+            # (PyTorch <= 2.0's clauses, quoted without their head: "1.24 GiB already allocated",
+            # "1.25 GiB reserved in total by PyTorch")
+            (regex.compile(r"^\s?(?:is |are )?(?:already )?allocated\b", regex.I), "allocated_bytes"),
+            (regex.compile(r"^\s?(?:is |are )?reserved\b", regex.I), "reserved_bytes"),
             (regex.compile(r"^\s?(?:is |are )?(?:requested|needed|required)\b", regex.I), "requested_bytes"),
         ],
         gpu=regex.compile(r"(?:\bGPU\s?#?|device:GPU:|\bcuda:|\bdevice ordinal\s)(?P<n>\d{1,2})\b", regex.I),

@@ -392,6 +392,9 @@ class Scanner(LineAssembly, RepeatRuns, EvidenceAside, RuleMatching, Folding, Li
         self._here: tuple[bytes, int, int, int] = (b"", 0, 0, 0)
         self._claimed_until: dict[str | None, int] = {}
         self._frames: deque[tuple[int, str, str | None]] = deque(maxlen=400)
+        #: a frame line a terminal cut before its '", line N, in f' ending: (number, rank, text)
+        self._cut_frame: tuple[int, str | None, str] | None = None
+        self._frame_rest: tuple[int, str] | None = None
         #: line numbers of "Traceback (most recent call last)" headers, per rank
         self._traceback_at: dict[str | None, deque[int]] = {}
         self._progress: deque[tuple[int, str]] = deque(maxlen=64)

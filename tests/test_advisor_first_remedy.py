@@ -470,6 +470,8 @@ def test_a_deep_gemm_warm_up_failure_offers_its_switch_and_not_eager_mode() -> N
     """fresh-107 (the frame's line hard-wrapped in the real log): the warm-up runs before any CUDA graph
     is captured, so --enforce-eager frees nothing it needs; VLLM_DEEP_GEMM_WARMUP=skip leaves it out."""
     f = only_error(diagnose("vllm/fresh-107.log"))
+    # the wrapped frame's rest (read at once for its context trigger) joins its head (read later)
+    assert f.phase == "warmup"
     assert f.cause is not None and f.cause.id == "engine-headroom"
     ids = remedy_ids(f)
     assert ids[:2] == ["vllm.gpu-memory-utilization.lower", "vllm.deep-gemm-warmup"]

@@ -275,3 +275,22 @@ def test_ray_monitor_kill_gets_no_swap() -> None:
     assert f.rule.startswith("ray.memory-monitor")
     assert "host.add-swap" not in remedy_ids(f)
     assert remedy_ids(f)[0] == "ray.reduce-parallelism"
+
+
+def test_vllm_kernel_warmup_after_the_pool_is_engine_headroom() -> None:
+    """fresh-107: vLLM's DeepGEMM warm-up (compile_or_warm_up_model) runs after the KV pool was sized;
+    its buffer found too little left outside the pool, as a serving allocation would."""
+    p = "(Worker_TP3_EP3 pid=406) ERROR 11-25 08:05:06 [multiproc_executor.py:815] "
+    f = only_error(diagnose_text(
+        f'{p}  File "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/warmup/deep_gemm_warmup.py", '
+        f"line 262, in _warmup\n{p}{_TORCH_OOM}\n"
+    ))
+    assert (f.engine, f.phase) == ("vllm", "warmup")
+    assert f.cause is not None and f.cause.id == "engine-headroom"
+
+
+def test_tgi_warmup_sizing_its_pool_is_not_engine_headroom() -> None:
+    """other-016: TGI's warmup() runs its prefill before it sizes the KV blocks: no pool to blame."""
+    f = only_error(diagnose("tgi/other-016.log"))
+    assert (f.engine, f.phase) == ("tgi", "warmup")
+    assert f.cause is not None and f.cause.id != "engine-headroom"

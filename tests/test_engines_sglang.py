@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import oomdoctor
 from tests.corpus import FIXTURES
-from tests.engines_util import diagnose, errors, figures, only_error
+from tests.engines_util import diagnose, diagnose_text, errors, figures, only_error
 
 
 def test_corpus_not_enough_memory_reads_current_fraction() -> None:
@@ -61,3 +61,17 @@ def test_batch_lines_say_a_bare_torch_oom_came_while_serving() -> None:
     log = (FIXTURES / "sglang/synthetic-decode-then-cuda-oom.log").read_bytes()
     without = b"".join(line for line in log.splitlines(keepends=True) if b" batch. #" not in line)
     assert only_error(oomdoctor.diagnose(without)).phase == "unknown"
+
+
+def test_a_negative_profiled_token_budget_is_the_pool_failing() -> None:
+    """fresh-112: SGLang's warning before its 'Not enough memory' (model_runner init_memory_pool):
+    a profiled budget at or below zero tokens leaves no KV pool."""
+    f = only_error(diagnose_text(
+        "[2025-07-02 07:41:59 DP0 TP0] max_total_tokens=131072 is larger than the profiled value -561981. "
+        "Use the profiled value instead.\n"
+    ))
+    assert (f.rule, f.phase, f.figures) == (
+        "sglang.profiled-tokens-negative", "kv-cache-alloc", {"max_total_tokens": 131072, "profiled_tokens": -561981}
+    )
+    assert f.cause is not None and f.cause.id == "kv-budget-exhausted"
+    assert f.remedies[0].id == "sglang.mem-fraction-static.raise"

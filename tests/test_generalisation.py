@@ -66,6 +66,8 @@ UPSTREAM_RULES = (
     "host.subprocess-sigkill",
     "torch.mps-invalid-buffer-size",
     "torch.cudnn-oom-outside-allocator",
+    "host.shm-file-write-failed",
+    "sglang.profiled-tokens-negative",
 )
 
 

@@ -57,7 +57,7 @@ def test_committed_table_loads_and_names_source_and_versions() -> None:
             assert t == t.lower()
     # every engine and framework the generator knows has evidence in the table
     packages = {o.package for ph in rf.phase for o in ph.origins}
-    assert packages == set(_generator().STAGES) - {"deepspeed"}
+    assert packages == set(_generator().STAGES)
 
 
 def test_the_built_in_pack_merges_each_phase_once() -> None:
@@ -216,6 +216,22 @@ def test_a_generated_frame_names_the_phase() -> None:
             x = self.mlp(x)
         {OOM}
         """) == "cudagraph-capture"
+
+
+def test_a_frame_line_a_terminal_wrapped_names_the_phase_by_its_whole_path() -> None:
+    # vLLM 0.10.2 model_executor/warmup/ (a generated path of warmup), the frame line cut at the
+    # terminal's width and its rest on the next line without the worker's prefix
+    p = "(Worker_TP3_EP3 pid=406) ERROR 11-25 08:05:06 [multiproc_executor.py:815] "
+    log = (
+        f'{p}  File "/usr/local/lib/python3.12/dist-packages/vllm/model_exe\n'
+        'cutor/warmup/deep_gemm_warmup.py", line 262, in _warmup\n'
+        f"{p}    out = torch.empty((MAX_M, n), device=device, dtype=torch.bfloat16)\n"
+        f"{p}{OOM}\n"
+    )
+    assert diagnose(log).findings[0].phase == "warmup"
+    # the same rest after an unrelated line is no frame of that path: no phase
+    unrelated = log.replace("cutor/warmup/", "INFO other line\ncutor/warmup/", 1).replace("deep_gemm_warmup.py", "x.py")
+    assert diagnose(unrelated).findings[0].phase == "unknown"
 
 
 def test_generator_reads_llama_cpp_lines_by_the_function_printing_them(tmp_path: Path) -> None:

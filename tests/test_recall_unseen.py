@@ -129,6 +129,19 @@ def test_generic_extractor_reads_a_bare_byte_count() -> None:
     assert (f.kind, f.figures) == ("generic.oom", {"requested_bytes": 5520758552})
 
 
+def test_generic_extractor_reads_a_headless_legacy_torch_message() -> None:
+    # fresh-089: PyTorch <= 2.0's figures pasted without "CUDA out of memory"
+    f = only_error(diagnose_text(
+        "Tried to allocate 20.00 MiB (GPU 0; 1.96 GiB total capacity; 1.24 GiB already allocated; "
+        "2.88 MiB free; 1.25 GiB reserved in total by PyTorch)\n"
+    ))
+    assert f.kind == "generic.oom"
+    assert f.figures == {
+        "requested_bytes": 20971520, "total_bytes": 2104533975, "allocated_bytes": 1331439862,
+        "free_bytes": 3019899, "reserved_bytes": 1342177280, "gpu_index": 0,
+    }
+
+
 def test_torch_oom_inside_trtllm_named_by_windows_paths() -> None:
     text = _traceback(
         (r"C:\envs\x\lib\site-packages\tensorrt_llm\_torch\pyexecutor\model_engine.py", "forward"),

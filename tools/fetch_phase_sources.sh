@@ -19,7 +19,8 @@ if [ ${#specs[@]} -eq 0 ]; then
          transformers==4.40.2 transformers==4.46.3 transformers==5.25.0
          accelerate==0.30.1 accelerate==1.16.0
          diffusers==0.42.1 lightning==2.6.6 trl==0.9.6 trl==1.16.0 peft==0.21.2
-         torchtune==0.6.1 flax==0.12.8 keras==3.15.1 faster-whisper==1.2.1 uvicorn==0.55.0)
+         torchtune==0.6.1 flax==0.12.8 keras==3.15.1 faster-whisper==1.2.1 uvicorn==0.55.0
+         deepspeed==0.19.8 llama-cpp-python==0.2.90 monai==1.5.1 ms-swift==3.4.1 ms-swift==4.6.0 ai-models==0.7.4)
 fi
 mkdir -p "$dest"
 for spec in "${specs[@]}"; do
@@ -27,21 +28,29 @@ for spec in "${specs[@]}"; do
   out="$dest/$pkg-$version"
   [ -d "$out" ] && continue
   mod=${pkg//-/_}
+  case "$pkg" in  # (the module a distribution installs, where its name differs)
+    ms-swift) mod=swift ;;
+    llama-cpp-python) mod=llama_cpp ;;
+  esac
   wheels=$(mktemp -d)
-  # (older releases have wheels for older Pythons only; DeepSpeed has no wheel, and its sdist's
-  # metadata cannot be built without torch: it is read from the hand-written table instead)
+  # (older releases have wheels for older Pythons only)
   for py in 3.12 3.11 3.10; do
     python3 -m pip download -q --no-deps --only-binary :all: --python-version $py \
       --platform manylinux1_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
       --platform manylinux_2_31_x86_64 --platform any "$spec" -d "$wheels" 2>/dev/null && break
   done
+  # DeepSpeed and llama-cpp-python publish no wheel on PyPI: their sdist holds the same sources
   if ! ls "$wheels"/*.whl >/dev/null 2>&1; then
-    echo "no wheel for $spec: skipped" >&2; rm -rf "$wheels"; continue
+    python3 -m pip download -q --no-deps --no-binary :all: "$spec" -d "$wheels" 2>/dev/null || true
+  fi
+  if ! ls "$wheels"/*.whl "$wheels"/*.tar.gz >/dev/null 2>&1; then
+    echo "no wheel or sdist for $spec: skipped" >&2; rm -rf "$wheels"; continue
   fi
   mkdir -p "$out.part"
   for f in "$wheels"/*; do
     case "$f" in
       *.whl) unzip -q -o "$f" "*.py" -d "$out.part" ;;
+      *.tar.gz) tar -xzf "$f" -C "$out.part" --strip-components=1 --wildcards "*/$mod/*.py" ;;
     esac
   done
   # keep the package's own modules (a wheel of lightning also holds lightning_fabric, ...)

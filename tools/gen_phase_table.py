@@ -195,6 +195,51 @@ STAGES: dict[str, list[Stage]] = {
               ("keras/src/backend/*/trainer.py",)),
         Stage("inference", ("predict_step", "make_predict_function"), ("keras/src/backend/*/trainer.py",)),
     ],
+    # DeepSpeed (its sdist: no wheel on PyPI): ZeRO-3's partitioned construction of the model
+    # (zero.Init) and checkpoint loading are the weights' loading; the engine's set-up (ZeRO's
+    # partitioning of the optimizer state), its step and backward, the pipeline engine's
+    # schedule and checkpoint saving are the training step; the inference engine serves
+    "deepspeed": [
+        # (not _convert_to_deepspeed_param: the gather and partition methods it attaches to each
+        # parameter run in every ZeRO-3 training step too)
+        Stage("weights-load", ("_post_init_method", "_zero_init_param", "_convert_to_zero_parameters"),
+              ("deepspeed/runtime/zero/partition_parameters.py",)),
+        Stage("weights-load", ("load_checkpoint", "_load_checkpoint", "_load_zero_checkpoint",
+                               "load_model_with_checkpoint", "_apply_injection_policy"),
+              ("deepspeed/runtime/engine.py", "deepspeed/inference/engine.py",
+               "deepspeed/module_inject/load_checkpoint.py")),
+        Stage("training", ("_configure_distributed_model", "_configure_optimizer", "_configure_zero_optimizer",
+                           "backward", "step", "_take_model_step", "allreduce_gradients", "save_checkpoint",
+                           "_save_checkpoint", "_save_zero_checkpoint", "train_batch", "_exec_forward_pass",
+                           "_exec_backward_pass", "_exec_optimizer_step"),
+              ("deepspeed/runtime/engine.py", "deepspeed/runtime/pipe/engine.py"),
+              paths=("/deepspeed/runtime/engine.py", "/deepspeed/runtime/pipe/", "/deepspeed/runtime/fp16/",
+                     "/deepspeed/runtime/bf16_optimizer.py", "/deepspeed/runtime/zero/stage3.py",
+                     "/deepspeed/runtime/zero/stage_1_and_2.py", "/deepspeed/runtime/activation_checkpointing/")),
+        Stage("inference", (), ("deepspeed/inference/engine.py",),
+              paths=("/deepspeed/inference/engine.py", "/deepspeed/model_implementations/")),
+    ],
+    # llama-cpp-python (its sdist): Llama.generate prints "Llama.generate: N prefix-match hit" as a
+    # request's prompt is matched against the cache (0.1.x printed no count)
+    "llama_cpp_python": [
+        Stage("inference", ("generate", "create_completion", "_create_completion", "create_chat_completion"),
+              ("llama_cpp/llama.py",)),
+    ],
+    # ai-models ("a package to run AI weather models"): every module of it runs a forecast
+    "ai_models": [
+        Stage("inference", (), ("ai_models/*.py",), paths=("/ai_models/",)),
+    ],
+    # MONAI: its inferers run a trained network over a volume; its trainer's iterations train
+    "monai": [
+        Stage("inference", ("sliding_window_inference",), ("monai/inferers/*.py",), paths=("/monai/inferers/",)),
+        Stage("training", (), ("monai/engines/trainer.py",), paths=("/monai/engines/trainer.py",)),
+    ],
+    # ms-swift: its train commands (swift/llm/train/ up to 3.x) and trainers, and its infer command
+    "ms_swift": [
+        Stage("training", ("sft_main", "rlhf_main", "pt_main", "train"), ("swift/llm/train/*.py",),
+              paths=("/swift/llm/train/", "/swift/trainers/", "/swift/rlhf_trainers/")),
+        Stage("inference", ("infer_main",), ("swift/llm/infer/*.py",), paths=("/swift/llm/infer/",)),
+    ],
     "faster_whisper": [
         Stage("inference", ("transcribe", "generate_segments", "generate_with_fallback"),
               ("faster_whisper/transcribe.py",)),
@@ -262,7 +307,9 @@ def _piece(pieces: list[str]) -> str | None:
     best = parts[0] if parts and pieces[0].strip() else ""
     if best and not _usable(best) and len(pieces) > 1:
         # a short name, a value, then words ("Llama.generate: {n} prefix-match hit"): both
-        after = pieces[1].split("\n")[0].strip(" \t:=,;([")
+        # (its first clause: releases add clauses after a comma, llama-cpp-python 0.2's
+        # "prefix-match hit, remaining N prompt tokens to eval" to 0.1's "prefix-match hit")
+        after = pieces[1].split("\n")[0].split(", ")[0].strip(" \t:=,;([")
         if len(after) > PIECE_CHARS:
             after = after[: after.rfind(" ", 0, PIECE_CHARS + 1)].rstrip(" \t:=,;([")
         joined = f"{pieces[0].split(chr(10))[0].strip()} … {after}"

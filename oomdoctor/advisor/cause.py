@@ -160,7 +160,7 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         return "weights-exceed-device", ["capacity", "weights", "cap"]
     if kind == "vllm.kv-cache.max-len-exceeds":
         return "kv-cache-too-small", ["kv-needed", "kv-available", "kv-tokens", "max-len-tokens"]
-    if kind == "vllm.kv-cache.no-blocks" or rule in ("sglang.not-enough-memory",):
+    if kind == "vllm.kv-cache.no-blocks" or rule in ("sglang.not-enough-memory", "sglang.profiled-tokens-negative"):
         graphs = a("cudagraphs")
         if (graphs is not None and capacity is None and graphs >= 16 * GiB) or (
             graphs is not None and capacity and graphs >= GRAPHS_SHARE * capacity
@@ -230,13 +230,17 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         engine in _POOL_ENGINES
         and (
             (phase in ("inference", "unknown") and "warmup" not in finding.message.lower())
-            # vLLM's DeepGEMM kernel warm-up: its buffers, after the KV cache took the budget
+            # vLLM's warm-up (compile_or_warm_up_model) runs after its pool was sized
+            or (phase == "warmup" and engine == "vllm" and "warmup" not in finding.message.lower())
+            # vLLM's DeepGEMM kernel warm-up named by its frame, whatever phase the excerpt shows
             or context.extra.get("deep_gemm_frame")
         )
         and kind.startswith(("torch.", "tgi.oom", "trtllm."))
     ):
         # a serving engine pre-allocated its pool (KV cache) to a share of the GPU; an allocation
-        # outside the pool (an activation, a sampler or compile buffer) found too little left
+        # outside the pool (an activation, a sampler or compile buffer; vLLM's kernel warm-up,
+        # compile_or_warm_up_model, which runs after the pool was sized, unlike TGI's warmup(),
+        # which sizes the pool from what its prefill left) found too little left
         return "engine-headroom", ["capacity", "this-process", "cap", "free", "request"]
     if (
         kind.startswith("xla.") and engine in ("jax", "xla") and req is not None and req < XLA_SMALL_REQUEST

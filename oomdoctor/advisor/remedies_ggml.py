@@ -402,6 +402,10 @@ LLAMACPP_DEFAULT_UBATCH = 512
 def ubatch_size(inp: AdviceInput) -> Remedy | None:
     if not _is_llamacpp(inp) or inp.finding.phase != "inference":
         return None
+    if inp.finding.rule == "ggml.context-pool-exhausted" and n_batch_pool(inp) is not None:
+        # GGML-era ggml's fixed context pool (no -ub before 2024) overflowed by a stated batch
+        # above what it is sized for: that batch is the remedy (ggml.n-batch-pool)
+        return None
     cur = (as_int(setting(inp, "llama_n_ubatch", "ubatch_size"))
            or as_int(_command_value(inp, ("-ub", "--ubatch-size"))) or LLAMACPP_DEFAULT_UBATCH)
     if cur < 64:

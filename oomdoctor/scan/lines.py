@@ -21,6 +21,9 @@ from oomdoctor.scan.state import (
     ScanState,
 )
 
+#: a frame line cut before its end ('File "/usr/lib/python3/site-packages/vllm/model_exe'), the rest
+#: on the next line: a terminal's hard wrap, which repeats no prefix
+_CUT_FRAME = regex_cache.compile(r'(?:^|(?<=\s))File "[^"]*$')
 _FRAME = regex_cache.compile(
     r'(?:^|(?<=\s))File "(?P<path>[^"]*)", line \d+, in (?P<func>[\w<>.\-]+)'
     # IPython >= 8 / Jupyter: "File ~/x/cache_engine.py:64, in CacheEngine._allocate_kv_cache(self, ...)",
@@ -257,15 +260,32 @@ class LineAssembly(ScanState):
         # traceback frames
         if _TRACEBACK in text:
             self._traceback_at.setdefault(line.rank, deque(maxlen=64)).append(line.number)
+        cut, self._cut_frame = self._cut_frame, None
         if "file " in low or ".py in " in low or '", line ' in low:
-            m = _FRAME.search(text)
+            m, rank = None, line.rank
+            if cut is not None and cut[0] == line.number - 1 and rank in (None, cut[1]):
+                # a terminal wrapped the frame line: its rest, without the prefix, on this line
+                # (the whole path tells the package; the rest alone, a piece of it)
+                m, rank = _FRAME.search(cut[2] + text), cut[1]
+            if m is None:
+                m, rank = _FRAME.search(text), line.rank
+            if m is None and _CUT_FRAME.search(text):
+                self._cut_frame = (line.number, line.rank, text)
+                rest = self._frame_rest
+                if rest is not None and rest[0] == line.number + 1:
+                    # its rest was read first (a context trigger in it is read at once, this line
+                    # was set aside until a failure came): join them all the same
+                    m, rank = _FRAME.search(text + rest[1]), line.rank
+            elif line.rank is None and 'File "' not in text and '", line ' in text:
+                # perhaps the rest of a wrapped frame line whose head is read later
+                self._frame_rest = (line.number, text)
             if m:
                 # a frame counts by its function's name, and by its file's package ("%phase")
                 for func in (m["func"], *self._path_phases(m["path"] or "")):
-                    self._frames.append((line.number, func, line.rank))
+                    self._frames.append((line.number, func, rank))
                     for o in self._open:
                         if o.line < line.number <= o.line + AFTER_LINES:
-                            if o.rank == line.rank or line.rank in o.merged_ranks:
+                            if o.rank == rank or rank in o.merged_ranks:
                                 o.frames.append(func)
                             else:
                                 o.foreign.append(func)

@@ -226,6 +226,9 @@ class ScanState:
     _counted: tuple[bytes, dict[int, int] | None]
     # evidence near failures (per source)
     _frames: deque[tuple[int, str, str | None]]
+    _cut_frame: tuple[int, str | None, str] | None
+    #: the latest unprefixed line that held a frame's rest ("...py", line N, in f), by number
+    _frame_rest: tuple[int, str] | None
     _traceback_at: dict[str | None, deque[int]]
     _progress: deque[tuple[int, str]]
     #: the latest progress lines that state a time (line, phase, clock.line_time), for newest-first logs
