@@ -120,6 +120,19 @@ def optim_8bit(inp: AdviceInput) -> Remedy | None:
     )
 
 
+def _next_stage(target: int, why: str, **values: object) -> Remedy:
+    """ZeRO stage ``target`` (the next one), for the reason the ``why`` template words."""
+    return Remedy(
+        id="training.deepspeed-zero",
+        title=remedy_text("training.deepspeed-zero", "title_next", next=target),
+        settings={"zero_optimization.stage": str(target)},
+        fits=None,
+        confidence="medium",
+        why=remedy_text("training.deepspeed-zero", why, **values),
+        tradeoff=remedy_text("training.deepspeed-zero", "cost_next"),
+    )
+
+
 @remedy("training.deepspeed-zero")
 def deepspeed_zero(inp: AdviceInput) -> Remedy | None:
     if not _training(inp) or not _is_deepspeed(inp) or inp.context.extra.get("pinned_frame"):
@@ -130,38 +143,14 @@ def deepspeed_zero(inp: AdviceInput) -> Remedy | None:
         stage = 3
     elif stage is None and named == "1 or 2":
         # stage_1_and_2.py runs both; stage 3 shards the parameters that both keep whole
-        return Remedy(
-            id="training.deepspeed-zero",
-            title=remedy_text("training.deepspeed-zero", "title_next", next=3),
-            settings={"zero_optimization.stage": "3"},
-            fits=None,
-            confidence="medium",
-            why=remedy_text("training.deepspeed-zero", "why_next_1_or_2"),
-            tradeoff=remedy_text("training.deepspeed-zero", "cost_next"),
-        )
-    if stage is None and inp.context.extra.get("ds_placement_frame"):
+        return _next_stage(3, "why_next_1_or_2")
+    if stage is None and (frame := inp.context.extra.get("ds_placement_frame")):
         # the engine moved the whole model to the device: ZeRO-3 with zero.Init partitions it instead
-        return Remedy(
-            id="training.deepspeed-zero",
-            title=remedy_text("training.deepspeed-zero", "title_next", next=3),
-            settings={"zero_optimization.stage": "3"},
-            fits=None,
-            confidence="medium",
-            why=remedy_text("training.deepspeed-zero", "why_placement", frame=inp.context.extra["ds_placement_frame"]),
-            tradeoff=remedy_text("training.deepspeed-zero", "cost_next"),
-        )
+        return _next_stage(3, "why_placement", frame=frame)
     if stage is None:
         return None
     if stage < 3:
-        return Remedy(
-            id="training.deepspeed-zero",
-            title=remedy_text("training.deepspeed-zero", "title_next", next=stage + 1),
-            settings={"zero_optimization.stage": str(stage + 1)},
-            fits=None,
-            confidence="medium",
-            why=remedy_text("training.deepspeed-zero", f"why_next_{stage}", stage=stage, next=stage + 1),
-            tradeoff=remedy_text("training.deepspeed-zero", "cost_next"),
-        )
+        return _next_stage(stage + 1, f"why_next_{stage}", stage=stage, next=stage + 1)
     return Remedy(
         id="training.deepspeed-zero",
         title=remedy_text("training.deepspeed-zero", "title_offload"),
