@@ -714,3 +714,33 @@ def test_plan_length_fits_in_whole_blocks(length: int, flags: dict[str, str] | N
                 gpu_memory_utilization=0.9, max_model_len=length, **PLAN_KV)
     r = rv.plan_remedy(_inp(_f(kind="torch.cuda-oom"), ctx))
     assert (r.flags if r else None) == flags
+
+
+# -- the DeepGEMM warm-up's switch, by release --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "env", "unknown"),
+    [
+        # vLLM 0.10.2-0.11.0 read VLLM_SKIP_DEEP_GEMM_WARMUP=1; 0.11.1 renamed it VLLM_DEEP_GEMM_WARMUP=skip
+        ("0.10.2", {"VLLM_SKIP_DEEP_GEMM_WARMUP": "1"}, False),
+        ("0.11.0", {"VLLM_SKIP_DEEP_GEMM_WARMUP": "1"}, False),
+        ("0.11.1", {"VLLM_DEEP_GEMM_WARMUP": "skip"}, False),
+        ("0.12.0", {"VLLM_DEEP_GEMM_WARMUP": "skip"}, False),
+        # no version in the log: the current name, the old one said in the why
+        (None, {"VLLM_DEEP_GEMM_WARMUP": "skip"}, True),
+    ],
+)
+def test_deep_gemm_warmup_switch_by_release(version: str | None, env: dict[str, str], unknown: bool) -> None:
+    ctx = _vllm(engine_version=version, extra={"deep_gemm_frame": "_warmup"})
+    r = _calc("vllm.deep-gemm-warmup", _f(kind="torch.cuda-oom", phase="warmup", cause="engine-headroom"), ctx)
+    assert r is not None and r.env == env
+    assert ("VLLM_SKIP_DEEP_GEMM_WARMUP=1)" in r.why) is unknown
+    assert r.why.startswith("The failure is in the DeepGEMM kernel warm-up (_warmup)")
+
+
+def test_deep_gemm_warmup_needs_its_frame_and_drops_eager_mode() -> None:
+    f = _f(kind="torch.cuda-oom", phase="warmup", cause="engine-headroom")
+    assert _calc("vllm.deep-gemm-warmup", f, _vllm(engine_version="0.11.1")) is None
+    assert _calc("vllm.enforce-eager", f, _vllm(engine_version="0.11.1")) is not None
+    assert _calc("vllm.enforce-eager", f, _vllm(engine_version="0.11.1", extra={"deep_gemm_frame": "_warmup"})) is None
