@@ -25,7 +25,10 @@ import json
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oomdoctor.report import Report
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -161,12 +164,18 @@ def load_label(label_path: Path) -> dict[str, Any]:
 
 
 @cache
-def report_for(log: Path) -> dict[str, Any]:
-    """The JSON report of a fixture log, as a plain dict (so new report fields change nothing here)."""
+def fixture_report(log: Path) -> Report:
+    """A fixture log's report, diagnosed once per test process: several modules build their
+    parameters from every fixture's report at collection time, and each xdist worker collects."""
     import oomdoctor
 
-    report = oomdoctor.diagnose(log.read_bytes(), source=f"{log.parent.name}/{log.name}")
-    return json.loads(report.model_dump_json())
+    return oomdoctor.diagnose(log.read_bytes(), source=f"{log.parent.name}/{log.name}")
+
+
+@cache
+def report_for(log: Path) -> dict[str, Any]:
+    """The JSON report of a fixture log, as a plain dict (so new report fields change nothing here)."""
+    return json.loads(fixture_report(log).model_dump_json())
 
 
 # --- aspects ----------------------------------------------------------------------------------

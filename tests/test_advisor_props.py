@@ -113,12 +113,11 @@ def test_gpu_catalog_fp8_flags() -> None:
 # -- no remedy contradicts the account (issue 13), over every fixture ----------------------------------
 
 def _fixture_findings() -> list[tuple[str, object, object]]:
-    from oomdoctor.api import diagnose
-    from tests.corpus import FIXTURES
+    from tests.corpus import FIXTURES, fixture_report
 
     out = []
     for path in sorted(FIXTURES.glob("*/*.log")):
-        report = diagnose(path.read_bytes(), source=path.name)
+        report = fixture_report(path)
         out += [(f"{path.parent.name}/{path.name}", f, report.context) for f in report.findings if f.cause]
     return out
 

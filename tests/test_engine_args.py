@@ -13,6 +13,7 @@ from oomdoctor.advisor.engine_args import check_argv, cli_value, flag_spec, valu
 from oomdoctor.advisor.versions import flag_exists
 from oomdoctor.api import diagnose
 from oomdoctor.report import Context, Remedy
+from tests.corpus import fixture_report
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -114,7 +115,7 @@ def test_a_flag_unknown_for_the_version_gives_no_full_command() -> None:
 def _commands() -> list[tuple[str, str, str | None]]:
     out = []
     for path in sorted(FIXTURES.glob("*/*.log")):
-        report = diagnose(path.read_text(encoding="utf-8", errors="replace"), source=str(path))
+        report = fixture_report(path)
         for f in report.findings:
             for r in f.remedies:
                 if r.command:
@@ -166,7 +167,7 @@ def test_sglang_commands_are_checked_too() -> None:
 def _ggml_remedy_flags() -> list[tuple[str, str, str]]:
     out = []
     for path in sorted(FIXTURES.glob("*/*.log")):
-        report = diagnose(path.read_text(encoding="utf-8", errors="replace"), source=str(path))
+        report = fixture_report(path)
         for f in report.findings:
             if f.engine not in ("llama.cpp", "ggml") and report.context.engine != "llama.cpp":
                 continue
@@ -216,7 +217,7 @@ def test_llamacpp_commands_are_checked() -> None:
 def _tgi_remedy_flags() -> list[tuple[str, str, str]]:
     out = []
     for path in sorted(FIXTURES.glob("*/*.log")):
-        report = diagnose(path.read_text(encoding="utf-8", errors="replace"), source=str(path))
+        report = fixture_report(path)
         if report.context.engine != "tgi":
             continue
         out.extend((path.name, r.id, flag) for f in report.findings for r in f.remedies for flag in r.flags)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-import oomdoctor
 from tests.corpus import (
     FIXTURES,
     describe,
+    fixture_report,
     label_for,
     load_divergences,
     load_label,
@@ -29,8 +29,7 @@ LOGS = sorted(FIXTURES.glob("*/*.log"))
 
 
 def _report_json(log: Path) -> dict:
-    report = oomdoctor.diagnose(log.read_bytes(), source=f"{log.parent.name}/{log.name}")
-    return json.loads(report.model_dump_json())
+    return json.loads(fixture_report(log).model_dump_json())  # a fresh dict: callers may change it
 
 
 def contradictions(log: Path, report: dict) -> list[str]:
