@@ -44,26 +44,16 @@ PHASE_GAPS = {
     # no finding at all, hence no phase (tests/test_recall_gaps.py::UNDETECTABLE)
     "vllm-029": "not detected: the excerpt ends mid-line in the error's first words",
     "vllm-041": "not detected: the excerpt's output was cut before any exception line",
-    # evidence the advice reads but the phase does not
-    "fresh-059": "the frames are Module.to's inner convert() and bitsandbytes' Params4bit.to: moving a "
-    "model onto the GPU, told only by a function name too common to be phase evidence ('convert', 'to') "
-    "without its file; the cause reads them as the weights' placement (context rule torch.module-to-frame)",
 }
 
 #: the same for failures of the development corpus that are not fixtures (../shared/corpus, the
 #: fresh-* cases): what the excerpt lacks for the labelled phase, read from the excerpt alone
 #: (issue 34). Kept here beside the fixtures' gaps; checked where that corpus is at hand.
 CORPUS_PHASE_GAPS = {
-    "fresh-014": "the only frame is the script's own update(...) call in main.py (its argument names "
-    "opt_state_*, grads_acc are the user's words): no Optax/Flax/JAX training function named",
     "fresh-022": "the frames are nn.Module's call and AMD Quark's quantization observer's forward: a "
     "calibration forward pass, a stage no upstream source here calls inference or training",
-    "fresh-049": "the frames are vLLM's sleep-mode wake_up (device_allocator/cumem.py), which a server "
-    "runs too; only the Ray actor's class name (OpenRLHF's ActorModelRayActor) says an RL trainer ran it",
     "fresh-074": "a launch command and the bare legacy message: the labelled weights-load is reasoned from "
     "the sizes (a 7B fp16 model on a 10.7 GiB GPU), not shown by any line",
-    "fresh-021": "ComfyUI's error report names the node (KSampler) and execution.py's execute frame: "
-    "ComfyUI is not on PyPI and its sources were not read here, so no upstream entry says it",
 }
 
 

@@ -44,7 +44,8 @@ def test_committed_table_loads_and_names_source_and_versions() -> None:
     releases = set(_releases_read())
     for ph in rf.phase:
         told = {(o.kind, o.evidence) for o in ph.origins}
-        evidence = {("frame", f) for f in ph.frames} | {("path", p) for p in ph.paths}
+        evidence = ({("frame", f) for f in ph.frames} | {("path", p) for p in ph.paths}
+                    | {("process", p) for p in ph.processes})
         assert evidence <= told, f"{ph.phase}: no origin for {sorted(evidence - told)}"
         assert len(ph.progress) == len({e for k, e in told if k == "progress"})
         for o in ph.origins:
@@ -285,3 +286,104 @@ def test_a_tensorflow_gradient_node_at_the_graph_root_means_training() -> None:
         ResourceExhaustedError (see above for traceback): OOM when allocating tensor with shape[64,2016,9,9] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc
              [[Node: gradients/cell_8/bn_sep_5x5_1/FusedBatchNorm_grad/FusedBatchNormGrad = FusedBatchNormGrad[T=DT_FLOAT]()]]
         """) == "training"
+
+
+def test_generator_names_generic_roots_with_their_file_and_ray_actors(tmp_path: Path) -> None:
+    gen = _generator()
+    bnb = tmp_path / "bitsandbytes-9.0.0"
+    _write(bnb, "bitsandbytes/nn/modules.py", """
+        import torch
+
+        class Params4bit(torch.nn.Parameter):
+            def _quantize(self, device):
+                return self
+
+            def to(self, *args, **kwargs):
+                return self._quantize(args[0])
+
+        class Linear4bit(torch.nn.Linear):
+            def forward(self, x):
+                return x
+        """)
+    orl = tmp_path / "openrlhf-9.0.0"
+    _write(orl, "openrlhf/trainer/ray/ppo_actor.py", """
+        import ray
+
+        class ActorPPOTrainer:
+            pass
+
+        @ray.remote(num_gpus=1)
+        class PolicyModelActor(BasePPORole):
+            pass
+        """)
+    _write(orl, "openrlhf/trainer/ray/launcher.py", """
+        import ray
+
+        @ray.remote
+        class ReferenceModelActor:
+            pass
+        """)
+    table = toml_module().loads(gen.generate([bnb, orl]))
+    by = {p["phase"]: p for p in table["phase"]}
+    # a generic root ("to") is a frame only in its own file; a stage's other functions are none
+    assert by["weights-load"]["frames"] == [
+        "/bitsandbytes/nn/modules.py::_quantize", "/bitsandbytes/nn/modules.py::to",
+    ]
+    # the @ray.remote classes of the trainer's files, not its other classes
+    assert by["training"]["processes"] == ["PolicyModelActor", "ReferenceModelActor"]
+    assert by["training"]["paths"] == ["/openrlhf/trainer/ray/ppo_actor.py"]
+    origin = next(o for o in by["training"]["origins"] if o["evidence"] == "PolicyModelActor")
+    assert origin == {"kind": "process", "evidence": "PolicyModelActor", "package": "openrlhf",
+                      "source": "openrlhf/trainer/ray/ppo_actor.py", "versions": ["9.0.0"]}
+
+
+def _frame(path: str, func: str) -> str:
+    return f'  File "/usr/lib/python3.11/site-packages/{path}", line 330, in {func}\n    x = y\n'
+
+
+def test_a_frame_named_with_its_file_counts_only_in_that_file() -> None:
+    # bitsandbytes 0.43.1 / 0.50.2 nn/modules.py Params4bit.to (generated); torch 2.3.0
+    # nn/modules/module.py Module.to's inner convert (hand-written)
+    for path, func in (("bitsandbytes/nn/modules.py", "to"), ("torch/nn/modules/module.py", "convert"),
+                       ("torch/nn/modules/module.py", "to")):
+        log = "Traceback (most recent call last):\n" + _frame(path, func) + OOM + "\n"
+        assert diagnose(log).findings[0].phase == "weights-load", (path, func)
+    # the same function names in other files tell nothing
+    for path, func in (("mylib/tensors.py", "to"), ("torch/nn/modules/module.py", "forward"),
+                       ("bitsandbytes/nn/modules.py", "forward")):
+        log = "Traceback (most recent call last):\n" + _frame(path, func) + OOM + "\n"
+        assert diagnose(log).findings[0].phase == "unknown", (path, func)
+
+
+def test_comfyui_prompt_execution_is_inference() -> None:
+    # ComfyUI 0.3.26 / 0.3.64 execution.py (generated path): a queued prompt's nodes run there,
+    # on Windows too; a loader's frame below it (diffusers' from_pretrained) says weights-load
+    frame = '  File "C:\\ComfyUI_windows_portable\\ComfyUI\\execution.py", line 327, in execute\n'
+    assert diagnose("Traceback (most recent call last):\n" + frame + OOM + "\n").findings[0].phase == "inference"
+    loader = frame + _frame("diffusers/pipelines/pipeline_utils.py", "from_pretrained")
+    assert diagnose("Traceback (most recent call last):\n" + loader + OOM + "\n").findings[0].phase == "weights-load"
+
+
+def test_an_rl_trainers_ray_actor_prefix_names_training_last() -> None:
+    # OpenRLHF 0.5.7 trainer/ray/ppo_actor.py: @ray.remote class ActorModelRayActor (generated)
+    err = "RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62"
+    assert diagnose(f"(ActorModelRayActor pid=348952) {err}\n").findings[0].phase == "training"
+    # its vLLM rollout actor is not the trainer; nor is a process of any other name
+    assert diagnose(f"(LLMRayActor pid=347860) {err}\n").findings[0].phase == "unknown"
+    assert diagnose(f"(ActorModelRayActorX pid=1) {err}\n").findings[0].phase == "unknown"
+    # a progress line before it says more than the process's role
+    loading = "(ActorModelRayActor pid=348952) Loading checkpoint shards:  50%|#####     | 1/2\n"
+    assert diagnose(loading + f"(ActorModelRayActor pid=348952) {err}\n").findings[0].phase == "weights-load"
+
+
+def test_a_call_handed_the_optimizer_state_is_training() -> None:
+    # Optax's opt_state (optimizer.update(grads, opt_state, params)); Flax TrainState.opt_state
+    xla = "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 3743729664 bytes."
+    for call in ("updates, opt_state = optimizer.update(grads, opt_state, params)",
+                 "= update(params, grads_acc, opt_state_wfn_e, opt_state_van)",
+                 "state = step(params=params, opt_state=opt_state)"):
+        log = f'Traceback (most recent call last):\n  File "main.py", line 720, in <module>\n    {call}\n{xla}\n'
+        assert diagnose(log).findings[0].phase == "training", call
+    # the word alone, not passed to a call, is no evidence
+    log = f'Traceback (most recent call last):\n  File "main.py", line 720, in <module>\n    print_opt_state_size\n{xla}\n'
+    assert diagnose(log).findings[0].phase == "unknown"

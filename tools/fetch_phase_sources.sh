@@ -20,7 +20,8 @@ if [ ${#specs[@]} -eq 0 ]; then
          accelerate==0.30.1 accelerate==1.16.0
          diffusers==0.42.1 lightning==2.6.6 trl==0.9.6 trl==1.16.0 peft==0.21.2
          torchtune==0.6.1 flax==0.12.8 keras==3.15.1 faster-whisper==1.2.1 uvicorn==0.55.0
-         deepspeed==0.19.8 llama-cpp-python==0.2.90 monai==1.5.1 ms-swift==3.4.1 ms-swift==4.6.0 ai-models==0.7.4)
+         deepspeed==0.19.8 llama-cpp-python==0.2.90 monai==1.5.1 ms-swift==3.4.1 ms-swift==4.6.0 ai-models==0.7.4
+         bitsandbytes==0.43.1 bitsandbytes==0.50.2 openrlhf==0.5.7 openrlhf==0.11.2)
 fi
 mkdir -p "$dest"
 for spec in "${specs[@]}"; do
@@ -37,19 +38,22 @@ for spec in "${specs[@]}"; do
   for py in 3.12 3.11 3.10; do
     python3 -m pip download -q --no-deps --only-binary :all: --python-version $py \
       --platform manylinux1_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
-      --platform manylinux_2_31_x86_64 --platform any "$spec" -d "$wheels" 2>/dev/null && break
+      --platform manylinux_2_24_x86_64 --platform manylinux_2_31_x86_64 --platform any "$spec" -d "$wheels" 2>/dev/null && break
   done
   # DeepSpeed and llama-cpp-python publish no wheel on PyPI: their sdist holds the same sources
   if ! ls "$wheels"/*.whl >/dev/null 2>&1; then
     python3 -m pip download -q --no-deps --no-binary :all: "$spec" -d "$wheels" 2>/dev/null || true
   fi
-  if ! ls "$wheels"/*.whl "$wheels"/*.tar.gz >/dev/null 2>&1; then
+  # (either kind will do: `ls A B` fails when one of its globs matches nothing)
+  if ! compgen -G "$wheels/*.whl" >/dev/null && ! compgen -G "$wheels/*.tar.gz" >/dev/null; then
     echo "no wheel or sdist for $spec: skipped" >&2; rm -rf "$wheels"; continue
   fi
   mkdir -p "$out.part"
   for f in "$wheels"/*; do
     case "$f" in
-      *.whl) unzip -q -o "$f" "*.py" -d "$out.part" ;;
+      *.whl) unzip -q -o "$f" "*.py" -d "$out.part"
+             # (a wheel that installs its modules as data: openrlhf's NAME.data/purelib/)
+             for d in "$out.part"/*.data/purelib; do [ -d "$d" ] && cp -r "$d"/. "$out.part"/ && rm -rf "${d%/purelib}"; done ;;
       *.tar.gz) tar -xzf "$f" -C "$out.part" --strip-components=1 --wildcards "*/$mod/*.py" ;;
     esac
   done
@@ -74,5 +78,22 @@ for nlc in ${NODE_LLAMA_CPP:-3.1.1 3.10.0 3.22.1}; do
     echo "$nlc" > "$out.part/node-llama-cpp-version"
     mv "$out.part" "$out"
   fi
+  rm -rf "$work"
+done
+# ComfyUI (not on PyPI): its repository at the commits of two releases, Python sources only, as
+# DEST/comfyui-<version>/ComfyUI/ (the folder a user's paths name). COMFYUI_GIT: a local clone or
+# mirror of https://github.com/comfyanonymous/ComfyUI to read instead of the network.
+comfy_git=${COMFYUI_GIT:-https://github.com/comfyanonymous/ComfyUI}
+for pin in ${COMFYUI_RELEASES:-0.3.26=9aac21f8 0.3.64=a125cd84}; do
+  version=${pin%%=*}; commit=${pin##*=}
+  out="$dest/comfyui-$version"
+  [ -d "$out" ] && continue
+  work=$(mktemp -d)
+  if [ -d "$comfy_git" ]; then src=$comfy_git; else git clone -q --bare --filter=blob:none "$comfy_git" "$work/repo"; src=$work/repo; fi
+  mkdir -p "$out.part/ComfyUI"
+  # (the .py files by name: a mirror may lack large blobs, which a '*.py' pathspec still reads)
+  git -C "$src" ls-tree -r -z --name-only "$commit" | grep -z '\.py$' | xargs -0 git -C "$src" archive "$commit" -- \
+    | tar -x -C "$out.part/ComfyUI"
+  mv "$out.part" "$out"
   rm -rf "$work"
 done

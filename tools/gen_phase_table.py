@@ -12,6 +12,10 @@ prints its progress from them. This script reads the releases' Python sources wi
   ``_dummy_run``, names neither);
 - ``paths``: the stage's modules (a frame in them counts whatever its function's name), where the
   release holds them;
+- frames named with their file (``/FILE::NAME``), for a stage whose roots have names too common
+  to tell it alone (:attr:`Stage.qualified`: bitsandbytes' ``Params4bit.to``);
+- ``processes``: the classes of a stage's files that Ray runs as actors (``@ray.remote``), whose
+  name prefixes each line they print ("(ActorModelRayActor pid=N)": an RL trainer's roles);
 - ``progress``: the lines the stage's functions log (``logger.info``/``warning``, ``print``, a
   progress bar's ``desc=``): the longest literal piece of the format string, when it has two words
   and 12 characters. A line that says the stage is over (its wording: "took", "finished", ...; or
@@ -76,6 +80,10 @@ class Stage:
     #: (C++) the calls that do the stage's work: a line printed after the last of them in a root
     #: reports it done and names ``then``
     work: tuple[str, ...] = ()
+    #: its roots are frames only in their own file ("/FILE::NAME"), generic names too
+    qualified: bool = False
+    #: its files' Ray actor classes (``@ray.remote``) run only this stage
+    actors: bool = False
 
 
 _VLLM_WORKER = (
@@ -244,6 +252,23 @@ STAGES: dict[str, list[Stage]] = {
         Stage("inference", ("transcribe", "generate_segments", "generate_with_fallback"),
               ("faster_whisper/transcribe.py",)),
     ],
+    # bitsandbytes: its quantized parameters quantize as they are moved onto the device
+    # (Params4bit.to/.cuda -> _quantize, Int8Params likewise, Linear8bitLt.to): placing the weights
+    "bitsandbytes": [
+        Stage("weights-load", ("to", "cuda", "xpu", "_quantize"), ("bitsandbytes/nn/modules.py",), qualified=True),
+    ],
+    # ComfyUI (its repository: not on PyPI): execution.py runs a queued prompt's nodes, the
+    # generation a user asked for (a loader node's own frames, asked first, say weights-load)
+    "comfyui": [
+        Stage("inference", (), ("ComfyUI/execution.py",), paths=("/ComfyUI/execution.py",)),
+    ],
+    # OpenRLHF: the PPO roles it runs as Ray actors (policy, critic, reference and reward models)
+    # train; its vLLM rollout actor (trainer/ray/vllm_engine.py) is vLLM's own stages
+    "openrlhf": [
+        Stage("training", (), ("openrlhf/trainer/ray/ppo_actor.py", "openrlhf/trainer/ray/ppo_critic.py",
+                               "openrlhf/trainer/ray/launcher.py"), actors=True,
+              paths=("/openrlhf/trainer/ray/ppo_actor.py", "/openrlhf/trainer/ray/ppo_critic.py")),
+    ],
 }
 
 #: packages read as C++ (their log lines, not their frames: a C++ crash prints no Python traceback;
@@ -373,7 +398,7 @@ class Found:
     """What one release says of one phase: evidence -> (kind, file)."""
 
     phase: str
-    kind: str  # frame | path | progress
+    kind: str  # frame | path | progress | process
     evidence: str
     source: str
 
@@ -390,6 +415,15 @@ def _functions(tree: ast.Module) -> Iterator[tuple[str | None, ast.FunctionDef |
             for n in methods.values():
                 assert isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
                 yield node.name, n, methods
+
+
+def _ray_actors(tree: ast.Module) -> list[str]:
+    """The classes of a module decorated ``@ray.remote`` or ``@ray.remote(...)``."""
+    def is_remote(d: ast.expr) -> bool:
+        d = d.func if isinstance(d, ast.Call) else d
+        return (isinstance(d, ast.Attribute) and d.attr == "remote"
+                and isinstance(d.value, ast.Name) and d.value.id == "ray")
+    return [n.name for n in tree.body if isinstance(n, ast.ClassDef) and any(is_remote(d) for d in n.decorator_list)]
 
 
 def _self_calls(fn: ast.AST, methods: dict[str, ast.AST]) -> set[str]:
@@ -528,7 +562,8 @@ def read_release(root: Path, package: str) -> list[Found]:
     if package in CPP:
         return _read_cpp(root, package)
     stages = STAGES[package]
-    all_roots = {r for st in STAGES.values() for s in st for r in s.roots}
+    # (a qualified stage's roots are generic names: the other packages' calls of them are no stage's work)
+    all_roots = {r for st in STAGES.values() for s in st if not s.qualified for r in s.roots}
     found: list[Found] = []
     helpers: dict[str, set[str]] = {}  # helper name -> phases reaching it
     helper_found: list[Found] = []
@@ -548,8 +583,14 @@ def read_release(root: Path, package: str) -> list[Found]:
                 except (SyntaxError, UnicodeDecodeError):
                     continue
             rel = f.relative_to(root).as_posix()
+            if stage.actors:
+                found += [Found(stage.phase, "process", name, rel) for name in _ray_actors(trees[f])]
             for _cls, fn, methods in _functions(trees[f]):
                 if fn.name not in stage.roots:
+                    continue
+                if stage.qualified:
+                    found.append(Found(stage.phase, "frame", f"/{rel}::{fn.name}", rel))
+                    found += [Found(ph, "progress", piece, rel) for piece, ph in _lines_of(fn, stage, work=None)]
                     continue
                 if fn.name not in GENERIC or fn.name in ROOT_OK:
                     found.append(Found(stage.phase, "frame", fn.name, rel))
@@ -623,10 +664,13 @@ def generate(releases: list[Path]) -> str:
         frames = [ev for k, ev in entries if k == "frame"]
         paths = [ev for k, ev in entries if k == "path"]
         progress = [ev for k, ev in entries if k == "progress"]
+        processes = [ev for k, ev in entries if k == "process"]
         out += ["", "[[phase]]", f"phase = {json.dumps(phase)}"]
         out.append(f"frames = {json.dumps(frames)}")
         if paths:
             out.append(f"paths = {json.dumps(paths)}")
+        if processes:
+            out.append(f"processes = {json.dumps(processes)}")
         if progress:
             out.append("progress = [")
             out += [f"  {_toml_literal('.*?'.join(_escape(x) for x in p.split(' … ')))}," for p in progress]

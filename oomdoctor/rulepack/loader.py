@@ -110,6 +110,9 @@ class CompiledPhase:
     markers: tuple[regex.Pattern[str], ...]
     progress: tuple[regex.Pattern[str], ...]
     triggers: tuple[str, ...]
+    #: frames named with their file ("PIECE::NAME" in ``frames``): (path piece, function name)
+    file_frames: tuple[tuple[str, str], ...] = ()
+    processes: frozenset[str] = frozenset()
 
     def merged(self, other: CompiledPhase) -> CompiledPhase:
         """This phase's evidence and ``other``'s (of the same phase), this one's first."""
@@ -119,7 +122,8 @@ class CompiledPhase:
         return CompiledPhase(
             self.rule, self.frames | other.frames, union(self.paths, other.paths),
             union(self.markers, other.markers), union(self.progress, other.progress),
-            union(self.triggers, other.triggers),
+            union(self.triggers, other.triggers), union(self.file_frames, other.file_frames),
+            self.processes | other.processes,
         )
 
 
@@ -584,11 +588,16 @@ def load_pack(
                 who = f"{where}: phase[{i}]"
                 compiled_phase = CompiledPhase(
                     ph,
-                    frozenset(ph.frames),
+                    frozenset(f for f in ph.frames if "::" not in f),
                     tuple(p.replace("\\", "/") for p in ph.paths),
                     tuple(_compile(p, who, "markers", lazy) for p in ph.markers),
                     tuple(_compile(p, who, "progress", lazy) for p in ph.progress),
                     tuple(t.lower() for t in ph.triggers),
+                    tuple(
+                        (piece.replace("\\", "/"), name)
+                        for piece, _, name in (f.rpartition("::") for f in ph.frames if "::" in f)
+                    ),
+                    frozenset(ph.processes),
                 )
                 # one table per phase: the generated evidence (rules/phases.generated.toml) and
                 # the hand-written (rules/phases.toml) of a phase are asked together, in the order

@@ -208,8 +208,10 @@ class Product(_Strict):
 class PhaseOrigin(_Strict):
     """Where one piece of generated phase evidence was read (``rules/phases.generated.toml``)."""
 
-    kind: Literal["frame", "path", "progress"]
-    evidence: str = Field(min_length=1, description="The frame name, path piece or progress line's literal text.")
+    kind: Literal["frame", "path", "progress", "process"]
+    evidence: str = Field(
+        min_length=1, description="The frame name, path piece, progress line's literal text or process name."
+    )
     package: str = Field(min_length=1)
     source: str = Field(min_length=1, description="The file of the package it was read from.")
     versions: list[str] = Field(min_length=1, description="The sampled releases that have it.")
@@ -220,13 +222,26 @@ class PhaseRule(_Strict):
     (in one file or several) are merged, in the order the phase first appears."""
 
     phase: Phase
-    frames: list[str] = Field(default_factory=list, description="Function names in traceback frames.")
+    frames: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Function names in traceback frames; 'PIECE::NAME' counts only in a file whose path holds "
+            "PIECE (a name too common alone: torch's Module.to's 'convert', bitsandbytes' 'to')."
+        ),
+    )
     paths: list[str] = Field(
         default_factory=list,
         description="Pieces of traceback frames' file paths (a package's directory) that count like frame names.",
     )
     markers: list[str] = Field(
         default_factory=list, description="Regexes for lines that name the phase (near the failure)."
+    )
+    processes: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Names of processes a log prefix gives (Ray's '(NAME pid=N)') that run only this phase: a "
+            "failure such a process prints is of it where no frame, marker or progress line tells."
+        ),
     )
     progress: list[str] = Field(
         default_factory=list, description="Regexes for progress lines printed while the phase runs."

@@ -54,7 +54,18 @@ class Lifetime(ScanState):
         # failure and its own traceback lines do not use up the lag
         end = max(o.last_line, o.finding.location.end_line)
         after = [ph for number, ph in self._progress if o.line < number <= end + PROGRESS_LAG]
-        return after[0] if after else "unknown"
+        if after:
+            return after[0]
+        # last, the process that printed it, where its prefix names one that runs a single stage
+        # (Ray's "(NAME pid=N)": an RL trainer's actor)
+        return self._process_phase(o.rank) or "unknown"
+
+    def _process_phase(self, rank: str | None) -> str | None:
+        """The phase whose ``processes`` name the process of a "(NAME pid=N)" prefix, if one."""
+        if not rank or " pid=" not in rank:
+            return None
+        name = rank.split(" ", 1)[0]
+        return next((ph.rule.phase for ph in self.pack.phases if name in ph.processes), None)
 
     def _earlier_progress(self, o: _Open) -> str | None:
         """The phase of the latest-stated progress line after the failure in the file (within

@@ -281,7 +281,7 @@ class LineAssembly(ScanState):
                 self._frame_rest = (line.number, text)
             if m:
                 # a frame counts by its function's name, and by its file's package ("%phase")
-                for func in (m["func"], *self._path_phases(m["path"] or "")):
+                for func in (m["func"], *self._path_phases(m["path"] or "", m["func"] or "")):
                     self._frames.append((line.number, func, rank))
                     for o in self._open:
                         if o.line < line.number <= o.line + AFTER_LINES:
@@ -390,16 +390,21 @@ class LineAssembly(ScanState):
             mask |= ev(data) << self._ev_shift
         return mask
 
-    def _path_phases(self, path: str) -> tuple[str, ...]:
-        """``"%phase"`` for each phase whose packages hold the file at ``path`` (a traceback
-        repeats its files: the answers are kept)."""
-        phases = self._phases_of_path.get(path)
+    def _path_phases(self, path: str, func: str = "") -> tuple[str, ...]:
+        """``"%phase"`` for each phase whose packages hold the file at ``path``, or that names
+        ``func`` in that file ("PIECE::NAME" frames) (a traceback repeats its frames: the answers
+        are kept)."""
+        key = f"{path}\0{func}"
+        phases = self._phases_of_path.get(key)
         if phases is None:
             if len(self._phases_of_path) >= 4096:
                 self._phases_of_path.clear()
             unix = path.replace("\\", "/")
-            phases = tuple("%" + ph.rule.phase for ph in self.pack.phases if any(p in unix for p in ph.paths))
-            self._phases_of_path[path] = phases
+            phases = tuple(
+                "%" + ph.rule.phase for ph in self.pack.phases
+                if any(p in unix for p in ph.paths) or any(f == func and p in unix for p, f in ph.file_frames)
+            )
+            self._phases_of_path[key] = phases
         return phases
 
     def _keep_last_lines(self, block: bytes, lo: int, n: int, following: int) -> None:
