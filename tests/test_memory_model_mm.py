@@ -12,9 +12,12 @@ import pytest
 from oomdoctor.advisor.catalog import geometry_from_config
 from oomdoctor.advisor.memory_model_mm import (
     EncoderProfile,
+    MllamaVision,
     encoder_bytes,
     encoder_profile,
     item_tokens,
+    mllama_profile,
+    mllama_vision,
     smart_resize,
     video_frames,
     vision_tower,
@@ -120,3 +123,97 @@ def test_activation_peak_of_a_vl_model_in_v1_only() -> None:
     # V0 profiles multimodal data otherwise (not modelled): the text model's peak only
     v0 = (0, 7, 3)
     assert activation_peak(geo, 8192, 256, 1, v0, 32768).bytes == activation_peak(plain, 8192, 256, 1, v0).bytes
+
+
+# -- mllama (Llama-3.2-Vision) on V0's encoder-decoder profile run ------------------------------------
+
+#: the fields of meta-llama/Llama-3.2-11B-Vision's config.json that the profile reads
+MLLAMA_11B: dict[str, Any] = {"model_type": "mllama", "torch_dtype": "bfloat16", "text_config": {
+    "model_type": "mllama_text_model", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 40,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
+    "cross_attention_layers": [3, 8, 13, 18, 23, 28, 33, 38], "torch_dtype": "bfloat16"}, "vision_config": {
+    "hidden_size": 1280, "intermediate_size": 5120, "num_hidden_layers": 32, "num_global_layers": 8,
+    "attention_heads": 16, "image_size": 560, "patch_size": 14, "max_num_tiles": 4, "num_channels": 3,
+    "intermediate_layers_indices": [3, 7, 15, 23, 30], "vision_output_dim": 7680, "hidden_act": "gelu"}}  # fmt: skip
+GiB = 2**30
+
+
+def mllama() -> MllamaVision:
+    v = mllama_vision(MLLAMA_11B)
+    assert v is not None
+    return v
+
+
+def test_mllama_tower_from_config_json() -> None:
+    v = mllama()
+    assert (v.width, v.intermediate, v.saved_layers, v.text_hidden, v.text_q, v.text_kv) == (1280, 5120, 5, 4096, 4096, 1024)
+    assert v.tile_patches == 1601  # (560 / 14)² + the class token
+    assert v.image_tokens == 4 * 1608  # padded to a multiple of 8 per tile
+    assert geometry_from_config(MLLAMA_11B, "t").mllama == v
+    assert mllama_vision(QWEN25_VL_7B) is None and geometry_from_config(QWEN25_VL_7B, "t").mllama is None
+
+
+def test_mllama_profile_of_128_images_stage_by_stage() -> None:
+    """S = 128 × 6432 × 1280 × 2 B, mask = 128 × 6432² × 2 B, pixels = 2 × 128 × 4 × 3 × 560² × 4 B;
+    the global transformer holds (2·5 + 5)·S and its MLP 2 × 4·S: 58.60 GiB."""
+    prof = mllama_profile(mllama(), 128, 0)
+    s, mask, pixels = 128 * 6432 * 1280 * 2, 128 * 6432**2 * 2, 2 * 128 * 4 * 3 * 560**2 * 4
+    assert prof.images == 128
+    assert prof.stages["global transformer"] == pixels + mask + 15 * s + 8 * s == 62920065024
+    assert prof.peak == ("global transformer", 62920065024)
+    assert prof.stages["local transformer"] == pixels + mask + 8 * s + 8 * s
+    assert prof.stages["projector"] == pixels + 128 * 4 * 1601 * (7680 + 4096) * 2
+
+
+def test_mllama_profile_against_vllm_025_patch_embedding() -> None:
+    """Corpus vllm-025 (vLLM 0.6.3, Llama-3.2-11B-Vision-Instruct, TP 2, A10, 256 sequences by
+    default): the OOM asks 1.95 GiB, the patch embedding's output N·T·1600·(1280/2)·2 B, with 20.90
+    GiB allocated beside 10.0714 GiB of weights. The formula's bytes in use before that output
+    (two fp32 pixel copies, their bf16 copy and its unfold): 10.77 GiB against 10.83 (−0.6 %)."""
+    prof = mllama_profile(mllama(), 256, 0, tp=2)
+    out = 256 * 4 * 1600 * 640 * 2
+    assert f"{out / GiB:.2f}" == "1.95"
+    before = prof.stages["patch embedding"] - out
+    pix = 256 * 4 * 3 * 560**2
+    assert before == 2 * pix * 4 + 2 * pix * 2 == 11560550400
+    logged = 20.90 - 10.0714
+    assert abs(before / GiB - logged) / logged < 0.01
+    assert prof.peak[1] > 22.09 * GiB  # the whole profile cannot fit the A10 either
+
+
+def test_mllama_profile_against_vllm_049() -> None:
+    """Corpus vllm-049 (Llama-3.2-11B-Vision, --max-num-seqs 128, H100) printed an activation peak of
+    36.63 GiB. The formula gives 58.60 GiB for the 128 images V0's runner profiles (+60 %). No run of
+    that code with 128 four-tile images can peak at 36.63: in the global transformer the stacked
+    intermediate states (5·S), fc1 and its GELU (8·S), the MLP's input and residual (2·S) and the mask
+    are needed at once, 39.3 GiB. The same formula at 80 images gives 36.62 GiB."""
+    v = mllama()
+    s, mask = 128 * 6432 * 1280 * 2, 128 * 6432**2 * 2
+    assert (15 * s + mask) / GiB > 36.63
+    assert f"{mllama_profile(v, 128, 0).peak[1] / GiB:.2f}" == "58.60"
+    assert f"{mllama_profile(v, 80, 0).peak[1] / GiB:.2f}" == "36.62"
+
+
+def test_activation_peak_uses_the_mllama_profile_on_v0_only() -> None:
+    geo = geometry_from_config(MLLAMA_11B, "t")
+    term = activation_peak(geo, 65536, 128, 1, (0, 7, 0), 65536)
+    assert term.bytes == 62920065024 and "128 dummy images" in term.source
+    assert activation_peak(geo, 65536, 128, 1, None, 65536).bytes == 62920065024  # mllama runs on V0
+    assert activation_peak(geo, 65536, 128, 1, (0, 10, 0), 65536).bytes < 10 * GiB  # not read: text only
+
+
+def test_fit_of_vllm_049s_command_and_its_max_num_seqs() -> None:
+    """fit with vllm-049's settings: V0 leaves chunked prefill off for a multimodal model (65536 tokens
+    per step), the profile is the 128 images' 58.60 GiB, and the remedy is the largest
+    --max-num-seqs whose profile leaves one 65536-token request its KV cache (87), not fewer tokens."""
+    from oomdoctor.advisor.catalog import find_gpu
+    from oomdoctor.advisor.fit import fit
+
+    res = fit(geometry_from_config(MLLAMA_11B, "config.json (t)"), find_gpu("H100"), max_model_len=65536,
+              version="0.7.0", enforce_eager=True, max_num_seqs_given=128)
+    assert res.activation == 62920065024
+    assert not res.fits
+    first = res.remedies[0]
+    assert (first.id, first.flags, first.fits) == ("vllm.max-num-seqs", {"--max-num-seqs": "87"}, True)
+    assert all(r.id != "vllm.max-num-batched-tokens" for r in res.remedies)
+    assert [r.rank for r in res.remedies] == list(range(1, len(res.remedies) + 1))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from oomdoctor import cache
-from oomdoctor.advisor.memory_model_mm import VisionTower, vision_tower
+from oomdoctor.advisor.memory_model_mm import MllamaVision, VisionTower, mllama_vision, vision_tower
 from oomdoctor.advisor.weights import (
     WeightBytes,
     config_weight_bytes,
@@ -68,6 +68,8 @@ class ModelGeometry:
     quantization: str | None = None
     #: a Qwen2-VL-family vision tower (its profile-run budget, :mod:`~oomdoctor.advisor.memory_model_mm`)
     vision: VisionTower | None = None
+    #: mllama's vision tower (V0's encoder-decoder profile run, :mod:`~oomdoctor.advisor.memory_model_mm`)
+    mllama: MllamaVision | None = None
 
     def source_text(self) -> str:
         """``source`` in the language in force (a path stays as it is)."""
@@ -367,6 +369,7 @@ def geometry_from_config(cfg: dict[str, Any], source: str) -> ModelGeometry:
         weights_source=wb.source if wb else "",
         quantization=quant[1] if quant else None,
         vision=vision_tower(full),
+        mllama=mllama_vision(full),
     )
 
 

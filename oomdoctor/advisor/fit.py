@@ -21,9 +21,19 @@ from oomdoctor.advisor.memory_model import (
     kv_bytes_for_len,
     parse_version,
 )
+from oomdoctor.advisor.memory_model_mm import mllama_profile
+from oomdoctor.advisor.prescription import remedy_text, remedy_tradeoff
 from oomdoctor.advisor.registry import AdviceInput
 from oomdoctor.advisor.values import BLOCK_SIZE
-from oomdoctor.advisor.vllm_budget import activation_peak, batched_tokens, max_num_seqs, non_torch
+from oomdoctor.advisor.vllm_budget import (
+    _activation_peak,
+    activation_peak,
+    batched_tokens,
+    max_num_seqs,
+    mllama_stage_words,
+    non_torch,
+    runs_on_v0,
+)
 from oomdoctor.i18n import _
 from oomdoctor.report import Context, Finding, Location, Remedy
 
@@ -169,9 +179,11 @@ def fit(
     if kvb < 2 and not (kv_cache_dtype or "").startswith("fp8"):
         kvb = 2  # an fp8 checkpoint still keeps a 16-bit KV cache unless --kv-cache-dtype says otherwise
     length = max_model_len or geo.max_position_embeddings or 4096
-    batched_term = batched_tokens(ver, total, gpu, length, enable_chunked_prefill, max_num_batched_tokens)
+    v0 = runs_on_v0(served, ver)
+    batched_term = batched_tokens(ver, total, gpu, length, enable_chunked_prefill, max_num_batched_tokens,
+                                  multimodal=served.vision is not None or served.mllama is not None, engine_v0=v0)
     batched = batched_term.bytes
-    seqs = max_num_seqs(ver, total, gpu, max_num_seqs_given)
+    seqs = max_num_seqs(ver, total, gpu, max_num_seqs_given, engine_v0=v0)
     act = activation_peak(served, batched, seqs, tp, ver, length)
     activation = act.bytes
     nt = non_torch(ver, tp, gpu)
@@ -238,11 +250,50 @@ def fit(
     from oomdoctor.advisor import rank_remedies
 
     ids = KV_IDS if budget > 0 else NO_BLOCKS_IDS
+    images = mllama_seqs_remedy(served, seqs, tp, act.bytes, requested - weights - nt.bytes
+                                - (graphs if graphs_in_budget else 0), needed, length) if v0 else None
+    if images is not None:  # the vision encoder's batch, not the tokens per step, makes the peak
+        ids = [i for i in ids if i != "vllm.max-num-batched-tokens"]
     res.remedies = rank_remedies(ids, AdviceInput(res.finding, ctx, hints, planned=True))
+    if images is not None:
+        images.tradeoff = remedy_tradeoff(images.id)
+        res.remedies.insert(0, images)
+        for i, rem in enumerate(res.remedies, 1):
+            rem.rank = i
     if gpu is not None and not gpu.reported and not total_bytes:
         # every value rests on the vendor's nominal size, above the usable memory (issue 33 §3)
         res.remedies = [r.model_copy(update={"confidence": LOWER[r.confidence]}) for r in res.remedies]
     return res
+
+
+def mllama_seqs_remedy(geo: ModelGeometry, seqs: int, tp: int, peak: int, room: int, needed: int,
+                       length: int) -> Remedy | None:
+    """mllama on V0: the largest ``--max-num-seqs`` whose profile run (one dummy image per sequence,
+    :func:`~oomdoctor.advisor.memory_model_mm.mllama_profile`) leaves the KV cache of one request of
+    ``length`` tokens in ``room`` (the budget less weights, non-torch and graphs); None when the
+    current value already does, or none does."""
+    if geo.mllama is None or room - peak >= needed or seqs <= 1:
+        return None
+    text = _activation_peak(geo, 1, 1, tp, None).bytes  # the text part hardly moves with the images
+
+    def peak_for(n: int) -> tuple[str, int]:
+        return mllama_profile(geo.mllama, n, text, tp).peak  # type: ignore[arg-type]
+
+    best = next((n for n in range(seqs - 1, 0, -1) if room - peak_for(n)[1] >= needed), None)
+    if best is None:
+        return None
+    stage, _old = peak_for(seqs)
+    return Remedy(
+        id="vllm.max-num-seqs",
+        title=remedy_text("vllm.max-num-seqs", "title", seqs=best),
+        flags={"--max-num-seqs": str(best)},
+        saves_bytes=peak - peak_for(best)[1],
+        fits=True,
+        confidence="medium",
+        why=remedy_text("vllm.max-num-seqs", "why_mllama", dummy=seqs, peak=peak, stage=mllama_stage_words(stage),
+                        seqs=best, new_peak=peak_for(best)[1], length=length),
+        sources={"dummy requests": "context" if seqs else "default"},
+    )
 
 
 def tp_candidates(geo: ModelGeometry, gpus: int) -> list[int]:

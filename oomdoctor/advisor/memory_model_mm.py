@@ -182,3 +182,135 @@ def encoder_bytes(v: VisionTower, prof: EncoderProfile, tp: int = 1) -> EncoderB
             "encoder budget {budget}, vLLM 0.10.1 formula)").format(
         items=prof.items, modality=_("image") if prof.modality == "image" else _("video"), tokens=prof.item_tokens, patches=patches, budget=prof.budget)
     return EncoderBytes(pixels + block, pixels + outputs, src)
+
+
+# --------------------------------------------------------------------------------------------------
+# Mllama (Llama-3.2-Vision) on vLLM V0's encoder-decoder runner
+# --------------------------------------------------------------------------------------------------
+#
+# **What V0 profiles** (``EncoderDecoderModelRunner.profile_run``, worker/enc_dec_model_runner.py,
+# the same loop in 0.6.3, 0.6.6.post1, 0.7.0–0.7.3 and 0.8.5; mllama never ran on V1's runner in
+# these releases): ``max_num_seqs`` dummy sequences, every one with the model's encoder dummy data,
+# and no cap by tokens (the decoder-only runner's ``max_num_batched_tokens // max_mm_tokens`` cap is
+# not in this runner). For mllama (models/mllama.py@v0.7.0, ``dummy_encoder_data_for_mllama``) that
+# is ``limit_mm_per_prompt`` images (1 by default) of 1024 × 1024 px per sequence; the image
+# processor pads each to ``max_num_tiles`` tiles of ``image_size``² px. All of them go through the
+# vision encoder in one batch.
+#
+# **Bytes** (``MllamaVisionModel.forward``, the same code 0.6.3–0.8.5), with N images, T tiles,
+# p = (image_size / patch_size)² + 1 patches per tile padded to a multiple of 8 (p8), L = T·p8
+# tokens per image, E the vision width, I its MLP width, k = len(intermediate_layers_indices):
+#
+# * pixels: two fp32 copies held through the whole forward, the batched ``pixel_values`` the runner
+#   passes (``MultiModalKwargs.as_kwargs``) and ``out_images`` (``_parse_and_validate_image_input``):
+#   ``2 × N·T·3·image_size²·4 B``.
+# * the patch embedding: a bf16 copy of the pixels and its ``Unfold`` (both N·T·3·image_size²·2 B)
+#   and the ``ColumnParallelLinear`` output, ``N·T·(p−1)·E/tp·2 B``.
+# * the attention mask (``_prepare_aspect_ratio_attention_mask``): ``N·L²·2 B``, held through both
+#   transformers (memory-efficient SDPA takes it broadcast over the heads, no copy).
+# * a hidden state S = ``N·L·E·2 B`` (all-gathered, full width at any TP). The local transformer
+#   keeps the input of each layer in ``intermediate_layers_indices`` (k of them); the forward stacks
+#   them (a copy, k·S) while the tuple stays referenced (``output``), keeps the local output, and the
+#   global transformer's input stays held by the caller. In a layer's MLP: the layer's input, the
+#   residual, the normed input (3·S) and ``fc1`` with its GELU (2·I/E·S/tp). Peak of the global
+#   transformer: ``pixels + mask + (2k + 5)·S + 2·(I/E)·S/tp``.
+# * after it: the concatenated output (``N·T·p·E·(k+1)·2 B``) and the projector's output
+#   (``N·T·p·H·2 B``, H the text width); then the text model's dummy run beside the pixels and the
+#   projected states, with every cross-attention layer projecting all ``N·T·p`` encoder tokens
+#   through ``qkv_proj`` and its K through an fp32 RMSNorm.
+#
+# Checked: corpus vllm-025 (0.6.3, TP 2, A10, 256 images): the OOM asks for the patch embedding's
+# output exactly (1.95 GiB) with the pixels, their bf16 copy and the unfold (10.77 GiB) in use beside
+# the weights; the log shows 10.83. Corpus vllm-049 (Llama-3.2-11B-Vision, 128 sequences) printed a
+# peak of 36.63 GiB where this gives 58.6 GiB for 128 images: see the README.
+
+#: the dummy image of mllama's profile run (``dummy_image``, models/mllama.py@v0.7.0)
+MLLAMA_DUMMY_IMAGE_PX = 1024
+#: V0's default ``limit_mm_per_prompt`` per modality (multimodal/registry.py@v0.7.0)
+V0_MM_LIMIT = 1
+
+
+@dataclass(frozen=True)
+class MllamaVision:
+    """Mllama's vision tower, from ``config.json``'s ``vision_config`` and ``text_config``."""
+
+    width: int  # E: vision_config.hidden_size
+    intermediate: int  # I: vision_config.intermediate_size
+    image_size: int
+    patch_size: int
+    max_num_tiles: int
+    saved_layers: int  # k: len(intermediate_layers_indices)
+    text_hidden: int  # H: the projector's output width
+    text_q: int  # query width of a cross-attention layer (heads × head_dim)
+    text_kv: int  # key (= value) width of a cross-attention layer
+    channels: int = 3
+
+    @property
+    def tile_patches(self) -> int:
+        """Patches of one tile with the class token: ``(image_size // patch_size)² + 1``."""
+        return (self.image_size // self.patch_size) ** 2 + 1
+
+    @property
+    def image_tokens(self) -> int:
+        """Tokens of one padded image in the vision transformers: T × (patches padded to 8)."""
+        return self.max_num_tiles * (-(-self.tile_patches // 8) * 8)
+
+
+def mllama_vision(cfg: dict[str, Any]) -> MllamaVision | None:
+    """The vision tower of an mllama ``config.json``; None for any other model."""
+    vcfg, tcfg = cfg.get("vision_config"), cfg.get("text_config")
+    if str(cfg.get("model_type") or "") != "mllama" or not isinstance(vcfg, dict) or not isinstance(tcfg, dict):
+        return None
+    width = int(vcfg.get("hidden_size") or 1280)
+    hidden = int(tcfg.get("hidden_size") or 4096)
+    heads = int(tcfg.get("num_attention_heads") or 32)
+    head_dim = hidden // heads
+    kv = int(tcfg.get("num_key_value_heads") or heads)
+    return MllamaVision(
+        width=width, intermediate=int(vcfg.get("intermediate_size") or 4 * width),
+        image_size=int(vcfg.get("image_size") or 560), patch_size=int(vcfg.get("patch_size") or 14),
+        max_num_tiles=int(vcfg.get("max_num_tiles") or 4),
+        saved_layers=len(vcfg.get("intermediate_layers_indices") or [3, 7, 15, 23, 30]),
+        text_hidden=hidden, text_q=heads * head_dim, text_kv=kv * head_dim,
+        channels=int(vcfg.get("num_channels") or 3),
+    )
+
+
+@dataclass(frozen=True)
+class MllamaProfile:
+    images: int
+    stages: dict[str, int]  # the torch bytes live at each stage's widest point
+
+    @property
+    def peak(self) -> tuple[str, int]:
+        name = max(self.stages, key=lambda s: self.stages[s])
+        return name, self.stages[name]
+
+
+def mllama_profile(v: MllamaVision, max_num_seqs: int, text_forward: int, tp: int = 1,
+                   images_per_prompt: int = V0_MM_LIMIT) -> MllamaProfile:
+    """The torch bytes of V0's profile run for mllama, by stage (block comment above):
+    ``text_forward`` is the text model's own dummy-run peak (dense MLP or sampler)."""
+    tp = max(1, tp)
+    n = max(1, max_num_seqs) * max(1, images_per_prompt)
+    t, p, e, k = v.max_num_tiles, v.tile_patches, v.width, v.saved_layers
+    tokens = v.image_tokens
+    pix32 = n * t * v.channels * v.image_size**2 * 4
+    pixels = 2 * pix32
+    s = n * tokens * e * 2
+    mask = n * tokens**2 * 2
+    mlp = 2 * (n * tokens * v.intermediate * 2 // tp)
+    enc_tokens = n * t * p
+    cat = enc_tokens * e * (k + 1) * 2
+    projected = enc_tokens * v.text_hidden * 2
+    qkv_enc = enc_tokens * (v.text_q + 2 * v.text_kv) // tp * 2
+    k_norm = 2 * enc_tokens * v.text_kv // tp * 4  # the fp32 copy of K and its product in the RMSNorm
+    stages = {
+        "patch embedding": pixels + pix32 + n * t * (p - 1) * e // tp * 2,  # bf16 copy + unfold = pix32
+        "local transformer": pixels + mask + (k + 3) * s + mlp,
+        "global transformer": pixels + mask + (2 * k + 5) * s + mlp,
+        "output concatenation": pixels + mask + (2 * k + 2) * s + cat,
+        "projector": pixels + cat + projected,
+        "text dummy run": pixels + projected + max(text_forward, qkv_enc + k_norm),
+    }
+    return MllamaProfile(n, stages)

@@ -55,7 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from oomdoctor.advisor.catalog import GpuSpec, ModelGeometry
-from oomdoctor.advisor.memory_model_mm import encoder_bytes, encoder_profile
+from oomdoctor.advisor.memory_model_mm import encoder_bytes, encoder_profile, mllama_profile
 from oomdoctor.i18n import _
 
 GiB = 2**30
@@ -74,6 +74,8 @@ ACT_BYTES = 2
 #: the release whose profiler counts reserved memory (``total − free``) while all-reduce inputs are
 #: still held for the NCCL stream; 0.2.6 sets TORCH_NCCL_AVOID_RECORD_STREAMS=1 (module docstring)
 HELD_ALL_REDUCE = ((0, 2, 5), (0, 2, 6))
+#: mllama runs on V0's encoder-decoder runner in every release read (0.6.3–0.8.5); later ones unread
+MLLAMA_V0_UNTIL = (0, 9, 0)
 
 Version = tuple[int, int, int]
 
@@ -82,6 +84,12 @@ Version = tuple[int, int, int]
 class Term:
     bytes: int
     source: str
+
+
+def runs_on_v0(geo: ModelGeometry, version: Version | None) -> bool:
+    """Whether the model runs on V0's runner: every model before 0.8.0, mllama also after (its
+    encoder-decoder runner; V1 had none in the releases read, up to 0.8.5)."""
+    return is_v0(version) or (geo.mllama is not None and (version is None or version < MLLAMA_V0_UNTIL))
 
 
 def is_v0(version: Version | None) -> bool:
@@ -95,16 +103,18 @@ def large_gpu(total: int, gpu: GpuSpec | None) -> bool:
 
 
 def batched_tokens(version: Version | None, total: int, gpu: GpuSpec | None, max_model_len: int,
-                   chunked_prefill: bool | None = None, given: int | None = None) -> Term:
-    """``max_num_batched_tokens`` of the profile run."""
+                   chunked_prefill: bool | None = None, given: int | None = None,
+                   multimodal: bool = False, engine_v0: bool = False) -> Term:
+    """``max_num_batched_tokens`` of the profile run. V0 leaves chunked prefill off by default for a
+    multimodal model at any length (engine/arg_utils.py ``create_engine_config``, 0.6.3, 0.6.6.post1,
+    0.7.0–0.7.3, 0.8.5); ``engine_v0`` for a model that runs on V0 whatever the version (mllama)."""
     if given:
         return Term(given, _("given"))
-    if is_v0(version):
-        assert version is not None
+    if is_v0(version) or engine_v0:
         chunked = chunked_prefill if chunked_prefill is not None else (
-            version >= (0, 5, 3) and max_model_len > 32768)
+            version is not None and version >= (0, 5, 3) and max_model_len > 32768 and not multimodal)
         if chunked:
-            n = 2048 if version >= (0, 6, 0) else 512
+            n = 2048 if version is None or version >= (0, 6, 0) else 512
             return Term(n, _("V0 default with chunked prefill ({tokens})").format(tokens=n))
         return Term(max(max_model_len, 2048), _("V0 default without chunked prefill: max(max_model_len, 2048)"))
     if large_gpu(total, gpu):
@@ -112,11 +122,12 @@ def batched_tokens(version: Version | None, total: int, gpu: GpuSpec | None, max
     return Term(2048, _("V1 API-server default (2048)"))
 
 
-def max_num_seqs(version: Version | None, total: int, gpu: GpuSpec | None, given: int | None = None) -> int:
+def max_num_seqs(version: Version | None, total: int, gpu: GpuSpec | None, given: int | None = None,
+                 engine_v0: bool = False) -> int:
     """``--max-num-seqs`` (research §5): 256 in V0; in V1 1024 on large GPUs, else 256."""
     if given:
         return given
-    if is_v0(version):
+    if is_v0(version) or engine_v0:
         return 256
     return 1024 if large_gpu(total, gpu) else 256
 
@@ -156,6 +167,12 @@ def activation_peak(geo: ModelGeometry, tokens: int, num_seqs: int, tp: int = 1,
     model in V1, max(vision encoder pass, that + what the encoder leaves held)
     (:mod:`~oomdoctor.advisor.memory_model_mm`)."""
     term = _activation_peak(geo, tokens, num_seqs, tp, version)
+    if geo.mllama is not None and runs_on_v0(geo, version):
+        prof = mllama_profile(geo.mllama, num_seqs, term.bytes, tp)
+        stage, peak = prof.peak
+        return Term(peak, _("V0 encoder-decoder profile run of mllama: {images} dummy images × {tiles} tiles "
+                            "through the vision encoder (widest at the {stage}; vLLM 0.6.3–0.8.5 formula)").format(
+            images=prof.images, tiles=geo.mllama.max_num_tiles, stage=mllama_stage_words(stage)))
     if geo.vision is not None and not is_v0(version) and max_model_len:
         enc = encoder_bytes(geo.vision, encoder_profile(geo.vision, max_model_len, tokens, num_seqs), tp)
         if enc.pass_bytes > term.bytes + enc.held_bytes:
@@ -168,6 +185,19 @@ def activation_peak(geo: ModelGeometry, tokens: int, num_seqs: int, tp: int = 1,
     return Term(term.bytes + held, _("{peak} + all-reduce inputs held for NCCL: {n} × {tokens} tokens × H × 2 B "
                                      "(vLLM 0.2.5)").format(peak=term.source, n=2 * max(1, geo.layers) + 1,
                                                             tokens=tokens))
+
+
+def mllama_stage_words(stage: str) -> str:
+    """The name of a stage of :func:`~oomdoctor.advisor.memory_model_mm.mllama_profile`, in the
+    language in force."""
+    return {
+        "patch embedding": _("patch embedding"),
+        "local transformer": _("local transformer"),
+        "global transformer": _("global transformer"),
+        "output concatenation": _("output concatenation"),
+        "projector": _("projector"),
+        "text dummy run": _("text dummy run"),
+    }.get(stage, stage)
 
 
 def _activation_peak(geo: ModelGeometry, tokens: int, num_seqs: int, tp: int,
