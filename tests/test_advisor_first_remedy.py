@@ -546,7 +546,8 @@ def test_old_ollamas_ggml_cuda_error_offers_the_context_without_a_value() -> Non
     assert (f.rule, f.product) == ("ggml.cuda-error-oom.legacy", "ollama")
     assert f.cause is not None and f.cause.id == "unknown"
     assert remedy_ids(f) == ["ollama.num-ctx", "ask.launch-facts"]
-    assert f.remedies[0].settings == {} and f.remedies[0].title == "Lower the context (num_ctx)"
+    assert f.remedies[0].settings == {"num_ctx": "half of the current value (the server log's n_ctx line shows it)"}
+    assert f.remedies[0].title == "Lower the context (num_ctx)" and f.remedies[0].code == []
 
 
 def test_a_4_bit_model_moved_whole_to_each_rank_is_sharded_on_load_not_re_quantized() -> None:

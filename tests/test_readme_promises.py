@@ -124,7 +124,7 @@ def test_every_code_line_of_the_fixtures_remedies_parses_as_what_it_says() -> No
     import json
     import shlex
 
-    from oomdoctor.advisor.code_lines import is_code_setting
+    from oomdoctor.advisor.code_lines import is_code_setting, is_words
     from oomdoctor.render.common import prose_settings
     from oomdoctor.report import Remedy
 
@@ -147,7 +147,12 @@ def test_every_code_line_of_the_fixtures_remedies_parses_as_what_it_says() -> No
                         assert isinstance(parsed, dict), (golden.name, line)
                     if line.language == "python":
                         assert isinstance(parsed.body[0], ast.Expr), (golden.name, line)  # one call
-                assert set(remedy.env) | set(remedy.flags) <= keys, (golden.name, remedy.id)
+                coded = {k for k, v in [*remedy.env.items(), *remedy.flags.items()] if not is_words(v)}
+                assert coded <= keys, (golden.name, remedy.id)
+                for key, value in [*remedy.env.items(), *remedy.flags.items()]:
+                    if is_words(value):  # a flag or variable whose value is words: prose, on no line
+                        prose += 1
+                        assert key not in keys and (key, value) in prose_settings(remedy), (golden.name, key)
                 assert keys <= set(remedy.env) | set(remedy.flags) | set(remedy.settings), (golden.name, remedy.id)
                 for key, value in remedy.settings.items():
                     if not is_code_setting(key, value) and key != "from_pretrained":
@@ -186,10 +191,10 @@ def test_the_code_lines_say_where_they_run() -> None:
                     "deepspeed", "pytorch")
     assert json.loads(ds[0].text) == {"zero_optimization": {"stage": 3}, "bf16": {"enabled": True}}
     host = code_lines(Remedy(id="host.container-memory-limit", title="t", flags={"--memory": "20g"},
-                             env={"X_Y": "a b"}, settings={"resources.limits.memory": "20Gi"}), "vllm-serve", "vllm")
+                             env={"X_Y": "a:b"}, settings={"resources.limits.memory": "20Gi"}), "vllm-serve", "vllm")
     assert [(c.language, c.where) for c in host] == [
         ("shell", "environment"), ("shell", "docker run"), ("yaml", "Kubernetes container spec")]
-    assert host[0].text == "export X_Y='a b'" and host[1].text == "--memory 20g"
+    assert host[0].text == "export X_Y=a:b" and host[1].text == "--memory 20g"
     assert yaml.safe_load(host[2].text) == {"resources": {"limits": {"memory": "20Gi"}}}
     flags = code_lines(Remedy(id="vllm.x", title="t", flags={"--max-model-len": "8192"}), "vllm-serve", "vllm")
     assert [(c.where, c.text) for c in flags] == [("vllm serve", "--max-model-len 8192")]

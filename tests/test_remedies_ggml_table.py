@@ -126,7 +126,8 @@ def test_unsized_layers_say_where_ollama_takes_num_gpu() -> None:
     f = _f(phase="weights-load", cause="weights-exceed-device")
     ollama = _calc("ollama.num-gpu", f, _ollama())
     llama = _calc("ggml.n-gpu-layers", f, _llama())
-    assert ollama is not None and ollama.settings == {} and ollama.why.endswith(
+    assert ollama is not None and ollama.settings == {
+        "num_gpu": "fewer than the layers offloaded now (ollama ps shows them)"} and ollama.why.endswith(
         "Set it with PARAMETER num_gpu in a Modelfile or options.num_gpu in the API request.")
     assert llama is not None and llama.flags == {} and llama.why.endswith("set -ngl below the layers offloaded now.")
 

@@ -249,6 +249,10 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         # JAX serves every buffer from the pool it pre-allocated at start-up: a request this small
         # failing means the pool is full or was cut short, not that this step's buffers are large
         return "memory-cap", ["request"]
+    if kind.startswith("xla.") and _tf_initializer(finding.message):
+        # TensorFlow failed creating a variable (its initializer op), before any step ran: no batch's
+        # activations exist yet, so the GPU was nearly full before this program's first step
+        return "other-processes", ["request"]
     if phase == "training" or engine in _TRAINING_TOOLS:
         if fig.get("zero_stage") is not None or context.extra.get("zero_stage") is not None:
             return "training-state", []
@@ -267,6 +271,18 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
 #: where old (Lua)Torch and PyTorch < 1.0 create the CUDA context and its first buffers: cutorch's
 #: init.c (cutorch_getState, THCudaInit) and THC's THCGeneral (THCudaInit / THCState setup)
 _CONTEXT_INIT = regex.compile(r"\bfile=\S*(?:cutorch/init\.c|THCGeneral\.cp*)\b|\bat \S*THCGeneral\.cp*:\d+")
+
+
+#: a TensorFlow graph node that initializes a variable (or an optimizer's slot variable): TF 1.x
+#: names it in the OOM message's node line, ``[[Node: embeddings/Adam/Initializer/zeros = ...]]`` or
+#: ``[[{{node dense/kernel/Initializer/random_uniform}}]]`` (tf.Variable's initial_value op is
+#: created under the ``Initializer`` name scope: tensorflow/python/ops/variables.py, 1.x)
+_TF_INITIALIZER = regex.compile(r"\[\[(?:Node: |\{\{node )([\w./-]*/Initializer/[\w./-]*)")
+
+
+def _tf_initializer(message: str) -> str | None:
+    m = _TF_INITIALIZER.search(message)
+    return m.group(1) if m else None
 
 
 def _context_init(message: str) -> str | None:
@@ -328,6 +344,7 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "engine_held": (max(x for x in (others, outside) if x is not None)
                         if not context.extra.get("colocation_frame") and (others, outside) != (None, None) else None),
         "context_init": _context_init(finding.message) if req is None and finding.kind.startswith("torch.") else None,
+        "tf_init": _tf_initializer(finding.message) if finding.kind.startswith("xla.") else None,
         "xla_small": req if (finding.kind.startswith("xla.") and req is not None and req < XLA_SMALL_REQUEST) else None,
         "kv_alloc": req if finding.phase == "kv-cache-alloc" and finding.kind.startswith("torch.") else None,
         "n_ctx": context.max_model_len if engine_for(finding, context) in ("llama.cpp", "ggml", "ollama") else None,

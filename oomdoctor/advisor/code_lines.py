@@ -11,7 +11,10 @@ runs where it says; prose stays prose).
   for the arguments the user already passes.
 
 A setting with no known place, or whose value is words ("half of the current value"), is no code
-line: the renderers show it as prose (``name: words``). The place of each product's settings
+line: the renderers show it as prose (``name: words``). So is a flag or an environment variable whose
+value is words (:func:`is_words`: the knob is known, its value is not in the log, e.g.
+``CUDA_VISIBLE_DEVICES``: "the index of an idle GPU"): the key stays machine-readable, and no words
+are ever printed as a command. The place of each product's settings
 follows rules/advice/knobs.toml (the product's knobs) and the README's "Products and their knobs".
 """
 
@@ -34,6 +37,16 @@ _SETTING_VALUE = re.compile(r"[\w.+\-/:@]+", re.ASCII)
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _PLAIN_YAML = re.compile(r"[A-Za-z_][\w.\-/]*", re.ASCII)
 _YAML_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"})
+
+
+#: a flag's or a variable's value as a command line takes it (numbers, names, paths, lists, ``a:b``)
+_CODE_VALUE = re.compile(r"[\w.+\-/:@,=]*", re.ASCII)
+
+
+def is_words(value: str) -> bool:
+    """Whether a flag's or a variable's value is words about the value, not the value (a space, a
+    bracket, any character no computed value has, in any language)."""
+    return not _CODE_VALUE.fullmatch(value)
 
 
 def is_code_setting(key: str, value: str) -> bool:
@@ -74,6 +87,7 @@ PRODUCT_FORMS: dict[str, Form] = {
     "tensorflow": _call("model.fit", "model.fit(..., {})"),
     "keras": _call("model.fit", "model.fit(..., {})"),
     "diffusers": _call("pipe", "pipe(..., {})"),
+    "monai": _call("sliding_window_inference", "sliding_window_inference(..., {})"),
 }
 
 #: (product, key) -> form, before the product's own
@@ -223,17 +237,19 @@ def program_of(product: str | None, engine: str | None, host: bool) -> str:
 
 def code_lines(remedy: Remedy, product: str | None = None, engine: str | None = None) -> list[CodeLine]:
     """The remedy's changes as labelled code lines: the environment (``export``), the flags (the
-    program's command-line words), then one line per place its settings go. Settings said in words,
-    or whose place is not known, are left out (prose)."""
+    program's command-line words), then one line per place its settings go. Changes said in words,
+    or settings whose place is not known, are left out (prose)."""
     host = remedy.id.startswith("host.")
     out: list[CodeLine] = []
-    if remedy.env:
-        text = "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in remedy.env.items())
-        out.append(CodeLine(language="shell", where="environment", text=text, keys=list(remedy.env)))
-    if remedy.flags:
-        words = [k if v == "" else f"{k} {shlex.quote(v)}" for k, v in remedy.flags.items()]
+    env = {k: v for k, v in remedy.env.items() if not is_words(v)}
+    if env:
+        text = "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        out.append(CodeLine(language="shell", where="environment", text=text, keys=list(env)))
+    flags = {k: v for k, v in remedy.flags.items() if not is_words(v)}
+    if flags:
+        words = [k if v == "" else f"{k} {shlex.quote(v)}" for k, v in flags.items()]
         out.append(CodeLine(language="shell", where=program_of(product, engine, host), text=" ".join(words),
-                            keys=list(remedy.flags)))
+                            keys=list(flags)))
     groups: dict[Form, list[tuple[str, str]]] = {}
     for key, value in remedy.settings.items():
         form = form_of(key, product, host)

@@ -12,6 +12,7 @@ import json
 import re
 import shlex
 
+from oomdoctor.advisor.code_lines import is_words
 from oomdoctor.report import Context, Remedy
 
 #: short or alternative spellings of vLLM flags (research §5), and TGI's old input-limit name
@@ -278,6 +279,8 @@ def corrected_command(context: Context, remedy: Remedy) -> str | None:
         return None
     if remedy.settings:
         return None  # a model or script change: no command line expresses it
+    if any(is_words(v) for v in [*remedy.flags.values(), *remedy.env.values()]):
+        return None  # a value in words (not in the log): no command can carry it
     typed = bool(context.command)  # the user's own line ran: its flags are accepted by their version
     argv = list(context.command) if context.command else (
         argv_from_launch_args(context.typed_args, context.engine_version)

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -231,6 +231,11 @@ class RemedyEntry(_Strict):
     ja: dict[str, str] = Field(
         default_factory=dict, description="The Japanese of `text` and `tradeoff` (same keys, same placeholders)."
     )
+    knob: str | None = Field(
+        default=None,
+        description="The key an unsized remedy names (unsized.py), with its `text.setting_<variant>` words as the value.",
+    )
+    knob_field: Literal["flags", "env", "settings"] = Field(default="settings", description="Where `knob` goes.")
 
     def english(self) -> dict[str, str]:
         """Every English text of the entry, by key (``tradeoff`` included when set)."""

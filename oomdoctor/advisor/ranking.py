@@ -66,6 +66,17 @@ def _changes(r: Remedy) -> dict[str, str]:
     return {**r.flags, **r.env, **r.settings}
 
 
+def _sized(r: Remedy) -> bool:
+    """Whether ``r`` changes something to a value: a knob whose value is words because the log does
+    not give it (a flag or variable in words, the table's ``knob`` of an unsized remedy) is not one."""
+    from oomdoctor.advisor.code_lines import is_words
+
+    knob = remedy_info(r.id).knob
+    worded = {k for k, v in [*r.flags.items(), *r.env.items()] if is_words(v)}
+    worded |= {k for k, v in r.settings.items() if k == knob and is_words(v)}
+    return any(k not in worded for k in _changes(r))
+
+
 def _combine(rems: Sequence[Remedy], missing: int) -> Remedy | None:
     """The smallest set (then cheapest) of compatible remedies whose savings cover ``missing`` bytes."""
     pool = [r for r in rems if r.fits is not False and r.saves_bytes and r.saves_bytes > 0 and _changes(r)
@@ -294,7 +305,7 @@ def remedies_for(
     ids = prescription_ids(finding, context, rule_ids)
     inp = AdviceInput(finding, context, dict(hints or {}))
     ranked = rank_remedies(ids, inp)
-    if finding.severity == "error" and not any(_changes(r) or r.run or r.id.startswith("ask.") for r in ranked):
+    if finding.severity == "error" and not any(_sized(r) or r.run or r.id.startswith("ask.") for r in ranked):
         # no error goes unanswered: where the log sizes no remedy, ask for the facts that would
         # (after the knob named without a value, when there is one)
         asks = rank_remedies(["ask.launch-facts"], inp)

@@ -101,10 +101,13 @@ def code_of(r: Remedy) -> list[CodeLine]:
 
 
 def prose_settings(r: Remedy) -> list[tuple[str, str]]:
-    """The remedy's settings on no code line (said in words, or with no known place): shown as
-    ``name: words``."""
+    """The remedy's changes on no code line (a value said in words, or a setting with no known
+    place): shown as ``name: words``."""
+    from oomdoctor.advisor.code_lines import is_words
+
     coded = {k for line in code_of(r) for k in line.keys}
-    return [(k, v) for k, v in r.settings.items() if k not in coded]
+    worded = [(k, v) for k, v in [*r.env.items(), *r.flags.items()] if is_words(v)]
+    return worded + [(k, v) for k, v in r.settings.items() if k not in coded]
 
 
 def snippet_lines(r: Remedy) -> list[str]:
