@@ -178,7 +178,7 @@ def free_other_processes(inp: AdviceInput) -> Remedy | None:
             if gpu is not None
             else remedy_text("gpu.free-other-processes", "title")
         ),
-        env=_idle_gpu(),
+        # no env value: which GPU is idle is not in the log, and a placeholder is not a value
         saves_bytes=held,
         fits=(free + held >= req) if req else None,
         confidence="high",
@@ -186,11 +186,6 @@ def free_other_processes(inp: AdviceInput) -> Remedy | None:
         sources={"other processes": "message"},
     )
 
-
-def _idle_gpu() -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES, its value in words: which GPU is idle is not in the log (a value in words
-    is shown as prose, never as an ``export`` line: code_lines.py)."""
-    return {"CUDA_VISIBLE_DEVICES": remedy_text("gpu.free-other-processes", "setting")}
 
 
 def _free_unlisted(inp: AdviceInput) -> Remedy | None:
@@ -212,8 +207,7 @@ def _free_unlisted(inp: AdviceInput) -> Remedy | None:
             id="gpu.free-other-processes",
             title=remedy_text("gpu.free-other-processes", "title"),
             run=[list_gpu_processes()],
-            env=_idle_gpu(),
-            confidence="low",
+                confidence="low",
             why=remedy_text("gpu.free-other-processes", "why_unsized"),
         )
     gpu = inp.fig("gpu_index")
@@ -225,7 +219,6 @@ def _free_unlisted(inp: AdviceInput) -> Remedy | None:
             else remedy_text("gpu.free-other-processes", "title_held", held=held)
         ),
         run=[list_gpu_processes()],
-        env=_idle_gpu(),
         saves_bytes=held,
         fits=(free or 0) + held >= req if req else None,
         # a small share held elsewhere: sizing this process to the free memory is the cheaper change

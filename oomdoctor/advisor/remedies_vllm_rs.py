@@ -58,8 +58,6 @@ def max_model_len(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="vllm-rs.max-model-len",
         title=remedy_text("vllm-rs.max-model-len", "title_share", percent=percent),
-        # the flag, its value in words: the current value is not in the log (shown as prose)
-        flags={"--max-model-len": remedy_text("vllm-rs.max-model-len", "setting_share", percent=percent)},
         fits=None,
         confidence="medium",
         why=remedy_text("vllm-rs.max-model-len", "why_share", available=avail, required=need, percent=percent),
