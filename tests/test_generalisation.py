@@ -68,6 +68,19 @@ UPSTREAM_RULES = (
     "torch.cudnn-oom-outside-allocator",
     "host.shm-file-write-failed",
     "sglang.profiled-tokens-negative",
+    "exllamav2.autosplit-insufficient-vram",
+    "exllamav2.gpu-split-insufficient",
+    "exllamav2.job-exceeds-cache",
+    "exllamav2.quantize-oom-moved",
+    "itex.bfc-ran-out",
+    "itex.eigen-allocator-oom",
+    "openvino.gpu-exceeded-available",
+    "openvino.gpu-exceeded-max-alloc",
+    "openvino.gpu-buffer-alloc-failed",
+    "onnxruntime.hip-failure-oom",
+    "onnxruntime.allocation-failed",
+    "onnxruntime.bfc-arena-no-free-block",
+    "onnxruntime.bfc-arena-ran-out",
 )
 
 

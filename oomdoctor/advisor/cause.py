@@ -217,7 +217,11 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         # the traceback is in a ZeRO optimizer or the optimizer step: training state, not activations
         return "training-state", []
     if phase == "weights-load":
-        if engine in ("vllm", "sglang", "llama.cpp", "ollama") or kind.startswith(("ggml.", "vllm.", "sglang.")):
+        # ExLlamaV2 splits the layers over every GPU itself (auto-split, gpu_split): what does not
+        # fit is the weights (and cache) on all of them, not a placement to change
+        if engine in ("vllm", "sglang", "llama.cpp", "ollama", "exllamav2") or kind.startswith(
+            ("ggml.", "vllm.", "sglang.", "exllamav2.")
+        ):
             return "weights-exceed-device", ["capacity", "weights", "request", "free"]
         return "placement", ["capacity", "request", "free"]
     if (
