@@ -1131,11 +1131,30 @@ def test_flag_spec_choices_are_the_samples_in_common() -> None:
 
 
 @pytest.mark.parametrize(
+    ("flag", "version", "spec"),
+    [
+        # older than every sample, or no release number: the oldest sample that holds the flag
+        # (0.5.5 alone: 0.6.6 dropped 256 to 2048 and added 64)
+        ("--block-size", "0.5.4", FlagSpec("--block-size", "value", ("1024", "128", "16", "2048", "256", "32", "512", "8"))),
+        ("--block-size", "dev", FlagSpec("--block-size", "value", ("1024", "128", "16", "2048", "256", "32", "512", "8"))),
+        ("--block-size", "0.6.6", FlagSpec("--block-size", "value", ("128", "16", "32", "64", "8"))),
+        # the --no- form of a boolean flag is written as the flag it turns off: a switch
+        ("--no-enable-prefix-caching", "0.11.0", FlagSpec("--enable-prefix-caching", "switch", None)),
+    ],
+)
+def test_flag_spec_per_version(flag: str, version: str, spec: FlagSpec) -> None:
+    assert flag_spec("vllm", flag, version) == spec
+
+
+@pytest.mark.parametrize(
     ("argv", "problems"),
     [
         (["--dtype"], ["--dtype: needs a value"]),  # the last token: nothing follows
         (["--enforce-eager"], []),
         (["--max-model-len", "-1"], []),  # a negative number is a value
+        (["--max-model-len", "-1.5"], []),
+        # two dots make no number: a flag, and the flag before it has no value
+        (["--max-model-len", "-1.2.3"], ["--max-model-len: needs a value", "-1.2.3: not a flag of vllm"]),
         (["--bogus", "3", "--dtype", "half"], ["--bogus: not a flag of vllm"]),  # its value is skipped
         (["serve", "m", "x"], []),  # the program and positionals come first
         (["--dtype", "half", "x"], ["'x': not a flag or its value"]),

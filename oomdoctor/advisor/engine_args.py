@@ -212,7 +212,9 @@ def flag_spec(engine: str, flag: str, version: str | None) -> FlagSpec | None:
     if found is None or not found[0]:
         return None
     rec, samples, name = found
-    near = [s for s in (_near(samples, version) or samples[:1]) if _present(rec, s)] or samples[:1]
+    # the samples that decide and hold the flag; for a version older than them all (or no release
+    # number), the oldest sample that holds it
+    near = [s for s in _near(samples, version) or [] if _present(rec, s)] or [s for s in samples if _present(rec, s)][:1]
     kinds = {(rec.get("kinds") or {}).get(s, rec.get("kind", "value")) for s in near}
     kind = kinds.pop() if len(kinds) == 1 else "optional"  # a switch in one, a value in the other
     by_version: dict[str, list[str]] = rec.get("choices") or {}
