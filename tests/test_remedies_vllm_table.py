@@ -434,6 +434,19 @@ def test_plan_with_an_fp8_cache() -> None:
         assert " − 0 B (activation, non-torch, graphs)" in r.why and r.confidence == "medium"
 
 
+def test_plan_ties_keep_the_smallest_tensor_parallelism() -> None:
+    """Two plans with as many changes, the same cost and the same length: the first found (the
+    smaller TP) is kept. 0.95 × total is the 10 GiB of weights: TP 1 leaves nothing. TP 2 leaves
+    5 GiB for 64 KiB a token (81920 tokens, under 131072); with fp8 (32 KiB) 163840 fit. TP 4
+    alone fits (one change: the calculators'); TP 4 + fp8 fits too and ties with TP 2 + fp8 at
+    (2 changes, cost 7 + 4, length 131072)."""
+    ctx = _vllm(quantization="awq", weights_bytes=10 * GiB, gpu_total_bytes=int(10 * GiB / 0.95),
+                gpu_memory_utilization=0.95, max_model_len=131072, gpu_count=4, **PLAN_KV)
+    r = rv.plan_remedy(_inp(_f(kind="torch.cuda-oom"), ctx))
+    assert r is not None and r.id == "combined:vllm.tensor-parallel-size+vllm.kv-cache-dtype-fp8"
+    assert r.flags == {"--tensor-parallel-size": "2", "--kv-cache-dtype": "fp8"}
+
+
 # -- raise: the step, the cap, the missing bytes and the graphs --------------------------------------
 
 
