@@ -5,6 +5,7 @@ the small helpers that decide those, each pinned at the value where it changes."
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import regex
@@ -254,3 +255,27 @@ def test_roles_read_the_next_line_only_when_the_match_group_runs_into_it(
 ) -> None:
     pack = _pack(tmp_path, _rule("test.roles", "zzqq", pattern, window=1, extra="roles = true\n"))
     assert [f[3] for f in _found(_scan(pack, _ALLOC))] == [figures]
+
+
+@pytest.mark.parametrize(("windows", "lag"), [((1,), 0), ((3,), 2), ((2, 5), 4), ((12,), 11)])
+def test_a_match_notes_how_far_its_window_aged_the_open_findings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, windows: tuple[int, ...], lag: int
+) -> None:
+    """A candidate line is matched once the line ``window`` lines below it is read (the largest
+    window of the rules it may start); the lines before that one aged the open findings. A run of
+    copies passed over replays that ageing (``scan/runs``), so the match notes it: window − 1
+    lines past the anchor, the line before the one read last."""
+    rules = [_rule(f"t.w{w}", "boom", r"boom (?P<n>\d+)", window=w) for w in windows]
+    noted: list[tuple[int, int, int]] = []
+    real = Scanner._note_fold
+
+    def spy(self: Scanner, anchor: Any, rule: Any, m: Any, text: str, figures: dict[str, Any], end: int,
+            lag: int) -> None:
+        noted.append((anchor.number, lag, self._recent.last().number))
+        real(self, anchor, rule, m, text, figures, end, lag)
+
+    monkeypatch.setattr(Scanner, "_note_fold", spy)
+    filler = "".join(f"INFO step {i}\n" for i in range(20))
+    report = _scan(_pack(tmp_path, *rules), filler + "boom 7\n" + filler)
+    assert _only(report).figures == {"n": 7}
+    assert noted == [(21, lag, 21 + lag + 1)]
