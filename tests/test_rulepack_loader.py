@@ -185,3 +185,30 @@ def test_a_user_regex_that_does_not_compile_names_the_position(tmp_path: Path) -
         load_pack([tmp_path], include_builtin=False)
     assert str(exc.value).endswith(
         'a.toml: rule "test.one": pattern: regex does not compile at position 6: missing )')
+
+
+def test_phase_frames_named_with_their_file_are_kept_apart(tmp_path: Path) -> None:
+    """A phase's frame ``PIECE::NAME`` names a function in a file (its path piece with '/'), a
+    bare frame any function of that name: each goes to its own field, never to both."""
+    (tmp_path / "phases.toml").write_text(
+        '[[phase]]\nphase = "inference"\n'
+        'frames = ["my_step", "pkg/mod.py::other_step", \'a\\b.py::win_step\']\n',
+        encoding="utf-8",
+    )
+    pack = load_pack([tmp_path], include_builtin=False)
+    (ph,) = [p for p in pack.phases if p.rule.phase == "inference"]
+    assert ph.frames == frozenset({"my_step"})
+    assert ph.file_frames == (("pkg/mod.py", "other_step"), ("a/b.py", "win_step"))
+
+
+def test_phases_are_asked_specific_first_whatever_the_file_order(tmp_path: Path) -> None:
+    """The phase tables are sorted by PHASE_PRIORITY (a capture before the inference it happens
+    in), not by where a file lists them."""
+    (tmp_path / "phases.toml").write_text(
+        '[[phase]]\nphase = "inference"\nframes = ["generate"]\n'
+        '[[phase]]\nphase = "weights-load"\nframes = ["load_weights"]\n'
+        '[[phase]]\nphase = "cudagraph-capture"\nframes = ["capture_graph"]\n',
+        encoding="utf-8",
+    )
+    pack = load_pack([tmp_path], include_builtin=False)
+    assert [p.rule.phase for p in pack.phases] == ["cudagraph-capture", "weights-load", "inference"]
