@@ -444,3 +444,87 @@ def test_access_log_milliseconds(monkeypatch: pytest.MonkeyPatch, caplog: pytest
         _call(AccessLogMiddleware(ok), _http(), _receiver())
     assert [r.getMessage() for r in caplog.records if r.name == "oomdoctor.server.access"] == [
         "POST /v1/diagnose 200 250.0ms"]
+
+
+# -- what the server hardening added since the first mutation run (issue 38 §4) ------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "has"),
+    [
+        ([], False),
+        ([(b"content-length", b"0")], False),
+        ([(b"content-length", b" ")], False),  # blank after stripping: no body
+        ([(b"content-length", b"5")], True),
+        ([(b"transfer-encoding", b"chunked")], True),
+        ([(b"x-length", b"5")], False),  # another header with a number
+    ],
+)
+def test_has_body_reads_the_framing_headers(headers: list[tuple[bytes, bytes]], has: bool) -> None:
+    assert limits._has_body(headers) is has
+
+
+def test_closing_replaces_any_connection_header() -> None:
+    msg = {"type": "http.response.start", "status": 401, "headers": [(b"Connection", b"keep-alive"), (b"x-a", b"1")]}
+    assert limits._closing(msg)["headers"] == [(b"x-a", b"1"), (b"connection", b"close")]
+
+
+@pytest.mark.parametrize(("path", "status"), [("/healthz", 200), ("/v1/diagnose", 503)])
+def test_a_health_reserve_connection_answers_only_healthz(path: str, status: int) -> None:
+    app = _ReadingApp()
+    scope = {**_http(), "path": path, limits.HEALTH_RESERVE_KEY: True}
+    rec = _call(BodyLimitMiddleware(app, 100), scope, _receiver(b""))
+    assert rec.status == status and app.called is (status == 200)
+    if status == 503:
+        assert rec.headers[b"retry-after"] == b"2" and rec.headers[b"connection"] == b"close"
+        assert limits.BUSY.encode() in rec.body
+
+
+class _Loop:
+    """Records what give() schedules instead of running it later."""
+
+    def __init__(self) -> None:
+        self.later: list[tuple[float, Any]] = []
+
+    def call_later(self, delay: float, fn: Any) -> None:
+        self.later.append((delay, fn))
+
+
+def test_memory_is_released_after_16_mib_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No event loop: released at once when 16 MiB have been given back since the last release,
+    and the count starts again from 0."""
+    calls: list[int] = []
+    monkeypatch.setattr(limits, "release_memory", lambda: calls.append(1))
+    mib = 1 << 20
+    b = BodyBudget(64 * mib)
+    assert (b.releases, b._given) == (0, 0)
+    b.take(32 * mib)
+    b.give(16 * mib - 1)
+    assert (b.releases, calls) == (0, [])
+    b.give(1)  # exactly 16 MiB
+    assert (b.releases, len(calls), b._given) == (1, 1, 0)
+    b.give(16 * mib - 1)
+    assert b.releases == 1
+
+
+def test_with_a_loop_the_release_waits_5_seconds_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = _Loop()
+    monkeypatch.setattr(limits.asyncio, "get_running_loop", lambda: loop)
+    monkeypatch.setattr(limits, "release_memory", lambda: None)
+    b = BodyBudget(64 << 20)
+    b.take(40 << 20)
+    b.give(16 << 20)
+    b.give(16 << 20)  # a release is already due: not scheduled twice
+    assert [delay for delay, _fn in loop.later] == [5.0] and b.releases == 0
+    loop.later[0][1]()
+    assert b.releases == 1 and b._release_due is False
+
+
+def test_trim_heap_looks_malloc_trim_up_once_and_asks_it_to_keep_no_padding(monkeypatch: pytest.MonkeyPatch) -> None:
+    called: list[int] = []
+    monkeypatch.setattr(limits, "_malloc_trim", called.append)
+    limits._trim_heap()
+    assert called == [0]
+    monkeypatch.setattr(limits, "_malloc_trim", None)
+    limits._trim_heap()
+    assert limits._malloc_trim is not None  # found (glibc) or False: looked up once
