@@ -216,3 +216,23 @@ def test_ctx_raise_only_when_the_kv_cache_is_full(rule: str, flags: dict[str, st
 
 def test_pool_batch_only_for_the_pool_rule() -> None:
     assert _calc("ggml.n-batch-pool", _f(rule="other"), _llama(extra={"n_batch": 1024})) is None
+
+
+@pytest.mark.parametrize(
+    ("rule", "n_batch", "flags"),
+    [
+        # the GGML-era context pool overflowed by a stated batch above 512: -b 512 is the remedy
+        # (ggml.n-batch-pool), not -ub
+        ("ggml.context-pool-exhausted", 1024, None),
+        # the pool, with no batch above 512 stated: -ub stays offered (halving the default 512)
+        ("ggml.context-pool-exhausted", 512, {"-ub": "256", "-b": "256"}),
+        ("ggml.context-pool-exhausted", None, {"-ub": "256", "-b": "256"}),
+        # another failure with a large batch: -ub as ever
+        ("test", 1024, {"-ub": "256", "-b": "256"}),
+    ],
+)
+def test_ubatch_leaves_a_stated_pool_batch_to_n_batch_pool(rule: str, n_batch: int | None,
+                                                            flags: dict[str, str] | None) -> None:
+    ctx = _llama(extra={"n_batch": n_batch} if n_batch else {})
+    r = _calc("ggml.ubatch-size", _f(rule=rule), ctx)
+    assert (r.flags if r else None) == flags
