@@ -63,7 +63,7 @@ def test_one_gate_answers_from_the_generated_data_first() -> None:
 
 
 def test_the_hand_table_never_contradicts_the_parsers() -> None:
-    from oomdoctor.advisor.engine_args import _data, sampled
+    from oomdoctor.advisor.engine_samples import _data, sampled
     from oomdoctor.advisor.versions import _table, hand_table_says
 
     for engine in ("vllm", "sglang"):
@@ -141,7 +141,7 @@ def test_every_fixture_command_parses(name: str, command: str, version: str | No
     problems = check_argv(engine, _engine_flags(argv), version)
     # a flag the user typed may be unknown between samples, and with no version it may be one the
     # current release dropped (the user's release took it); nothing may be wrong for sure
-    from oomdoctor.advisor.engine_args import _data, sampled
+    from oomdoctor.advisor.engine_samples import _data, sampled
 
     def some_release_has(problem: str) -> bool:
         flag = problem.split(":", 1)[0]
@@ -195,7 +195,7 @@ def test_llamacpp_flags_from_arg_cpp() -> None:
     assert flag_spec("llama.cpp", "-c", None) == flag_spec("llama.cpp", "-c", "4514")
     spec = flag_spec("llama.cpp", "--no-mmap", None)
     assert spec is not None and spec.kind == "switch"
-    from oomdoctor.advisor.engine_args import _data
+    from oomdoctor.advisor.engine_samples import _data
 
     data = _data("llama.cpp")
     assert data is not None and data["flags"]["--ctx-size"]["env"] == "LLAMA_ARG_CTX_SIZE"

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from oomdoctor.advisor.command import corrected_command
-from oomdoctor.advisor.engine_args import env_of, flag_spec, option_of_env, switch_value
+from oomdoctor.advisor.engine_args import env_of, flag_spec, switch_value
+from oomdoctor.advisor.engine_samples import option_of_env
 from oomdoctor.advisor.versions import flag_exists
 from oomdoctor.api import diagnose
 from oomdoctor.report import Context, Remedy

@@ -19,19 +19,16 @@ from oomdoctor.advisor.command import apply_flags, argv_from_launch_args
 from oomdoctor.advisor.engine_args import (
     UNKNOWN_DEFAULT,
     FlagSpec,
-    _near,
-    canonical,
     check_argv,
     default_of,
     env_of,
     flag_of_dest,
     flag_spec,
-    option_of_env,
-    sampled,
     switch_value,
     takes_value,
     value_ok,
 )
+from oomdoctor.advisor.engine_samples import _near, canonical, option_of_env, sampled
 from oomdoctor.advisor.fit import fit
 from oomdoctor.advisor.memory_model import (
     MLA_BLOCK_SIZE,

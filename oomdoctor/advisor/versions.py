@@ -4,7 +4,7 @@
 and :mod:`~oomdoctor.advisor.engine_args` checks rebuilt command lines with it. Two sources feed it:
 
 - the flag lists generated from vLLM's and SGLang's own argument parsers and llama.cpp's
-  ``common/arg.cpp`` (``oomdoctor/data/engine_args/``, :func:`oomdoctor.advisor.engine_args.sampled`),
+  ``common/arg.cpp`` (``oomdoctor/data/engine_args/``, :func:`oomdoctor.advisor.engine_samples.sampled`),
   which answer for every ``--flag`` and ``--flag=value`` of those engines from the oldest sampled
   release on (llama.cpp's samples are release builds, matched with the ``build: NNNN (hash)`` line
   its programs print; its ``LLAMA_ARG_*`` variables answer as the options they stand for);
@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import Any
 
 from oomdoctor import cache
-from oomdoctor.advisor.engine_args import sampled
+from oomdoctor.advisor.engine_samples import sampled
 from oomdoctor.advisor.memory_model import Version, parse_version
 from oomdoctor.paths import builtin_rules_dir
 
