@@ -11,10 +11,9 @@ runs where it says; prose stays prose).
   for the arguments the user already passes.
 
 A setting with no known place, or whose value is words ("half of the current value"), is no code
-line: the renderers show it as prose (``name: words``). So is a flag or an environment variable whose
-value is words (:func:`is_words`: the knob is known, its value is not in the log, e.g.
-``CUDA_VISIBLE_DEVICES``: "the index of an idle GPU"): the key stays machine-readable, and no words
-are ever printed as a command. The place of each product's settings
+line: the renderers show it as prose (``name: words``). The advisor gives a flag or an environment
+variable a value or nothing (tests/test_bounds.py); should one carry words (:func:`is_words`), it is
+prose too, never printed as a command. The place of each product's settings
 follows rules/advice/knobs.toml (the product's knobs) and the README's "Products and their knobs".
 """
 

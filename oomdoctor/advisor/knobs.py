@@ -119,10 +119,6 @@ def knobs() -> dict[str, ProductKnobs]:
     return load_knobs(builtin_rules_dir() / "advice" / "knobs.toml", set(default_pack().products))
 
 
-#: host knobs that every program reads, whatever the remedy (the CUDA runtime's device selection)
-EVERY_PROGRAM = frozenset({"CUDA_VISIBLE_DEVICES"})
-
-
 def has_knob(product: str | None, field: str, key: str, version: str | None, *, host: bool = False) -> bool:
     """Whether ``key`` is a ``field`` knob ("flags", "env", "settings") of ``product`` at ``version``.
 
@@ -132,7 +128,7 @@ def has_knob(product: str | None, field: str, key: str, version: str | None, *, 
     ``--flag=value`` by the caller when it should be checked too). ``host``: the remedy is a host
     remedy, so the ``[host]`` knobs count as well. An unknown product has no knobs."""
     table = knobs()
-    if (h := table[HOST].find(field, key)) is not None and (host or key in EVERY_PROGRAM):
+    if host and (h := table[HOST].find(field, key)) is not None:
         return h.at(None)
     entry = table.get(product or "")
     if entry is None:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -233,9 +233,9 @@ class RemedyEntry(_Strict):
     )
     knob: str | None = Field(
         default=None,
-        description="The key an unsized remedy names (unsized.py), with its `text.setting_<variant>` words as the value.",
+        description="The setting an unsized remedy names (unsized.py), with its `text.setting_<variant>` words as "
+        "the value (a setting: a flag or a variable carries a value or nothing).",
     )
-    knob_field: Literal["flags", "env", "settings"] = Field(default="settings", description="Where `knob` goes.")
 
     def english(self) -> dict[str, str]:
         """Every English text of the entry, by key (``tradeoff`` included when set)."""

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from oomdoctor.advisor._engine_util import product_of
 from oomdoctor.advisor.account import account_for
 from oomdoctor.advisor.cause import engine_for, name_cause
+from oomdoctor.advisor.code_lines import is_words
 from oomdoctor.advisor.prescription import planned_wording, prescribed, remedy_info, remedy_tradeoff, withheld
 from oomdoctor.advisor.product_knobs import in_product_knobs
 from oomdoctor.advisor.registry import AdviceInput, calculator
@@ -69,8 +70,6 @@ def _changes(r: Remedy) -> dict[str, str]:
 def _sized(r: Remedy) -> bool:
     """Whether ``r`` changes something to a value: a knob whose value is words because the log does
     not give it (a flag or variable in words, the table's ``knob`` of an unsized remedy) is not one."""
-    from oomdoctor.advisor.code_lines import is_words
-
     knob = remedy_info(r.id).knob
     worded = {k for k, v in [*r.flags.items(), *r.env.items()] if is_words(v)}
     worded |= {k for k, v in r.settings.items() if k == knob and is_words(v)}

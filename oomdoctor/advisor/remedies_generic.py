@@ -187,7 +187,6 @@ def free_other_processes(inp: AdviceInput) -> Remedy | None:
     )
 
 
-
 def _free_unlisted(inp: AdviceInput) -> Remedy | None:
     """The account shows memory held outside this process without naming the processes."""
     cause = inp.finding.cause
@@ -207,7 +206,7 @@ def _free_unlisted(inp: AdviceInput) -> Remedy | None:
             id="gpu.free-other-processes",
             title=remedy_text("gpu.free-other-processes", "title"),
             run=[list_gpu_processes()],
-                confidence="low",
+            confidence="low",
             why=remedy_text("gpu.free-other-processes", "why_unsized"),
         )
     gpu = inp.fig("gpu_index")

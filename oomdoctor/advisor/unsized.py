@@ -28,8 +28,8 @@ def can_be_unsized(remedy_id: str, variant: str = "unsized") -> bool:
 def unsized_remedy(remedy_id: str, variant: str = "unsized", **values: Any) -> Remedy:
     """``remedy_id`` as a direction with no value: the knob, why it is the one, how to size it,
     worded by its ``title_<variant>`` / ``why_<variant>`` templates (filled with ``values``). Where
-    the table names the knob (``knob``, ``knob_field``) and words its value (``setting_<variant>``),
-    the remedy carries that key with the words as its value (prose, never code: code_lines.py)."""
+    the table names the setting (``knob``) and words its value (``setting_<variant>``), the remedy
+    carries that setting with the words as its value (prose, never code: code_lines.py)."""
     rem = Remedy(
         id=remedy_id,
         title=remedy_text(remedy_id, f"title_{variant}", **values),
@@ -39,7 +39,7 @@ def unsized_remedy(remedy_id: str, variant: str = "unsized", **values: Any) -> R
     )
     info = remedy_info(remedy_id)
     if info.knob and f"setting_{variant}" in info.text:
-        getattr(rem, info.knob_field)[info.knob] = remedy_text(remedy_id, f"setting_{variant}", **values)
+        rem.settings[info.knob] = remedy_text(remedy_id, f"setting_{variant}", **values)
     return rem
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from oomdoctor.advisor.code_lines import code_lines, is_words
 from oomdoctor.i18n import N_, _, current_lang
 from oomdoctor.report import CodeLine, Context, Finding, Remedy, Report
 from oomdoctor.units import format_size
@@ -95,16 +96,12 @@ def code_of(r: Remedy) -> list[CodeLine]:
     its env, flags and settings with no product known)."""
     if r.code or not (r.env or r.flags or r.settings):
         return list(r.code)
-    from oomdoctor.advisor.code_lines import code_lines
-
     return code_lines(r)
 
 
 def prose_settings(r: Remedy) -> list[tuple[str, str]]:
     """The remedy's changes on no code line (a value said in words, or a setting with no known
     place): shown as ``name: words``."""
-    from oomdoctor.advisor.code_lines import is_words
-
     coded = {k for line in code_of(r) for k in line.keys}
     worded = [(k, v) for k, v in [*r.env.items(), *r.flags.items()] if is_words(v)]
     return worded + [(k, v) for k, v in r.settings.items() if k not in coded]
