@@ -272,26 +272,28 @@ def mllama_seqs_remedy(geo: ModelGeometry, seqs: int, tp: int, peak: int, room: 
     :func:`~oomdoctor.advisor.memory_model_mm.mllama_profile`) leaves the KV cache of one request of
     ``length`` tokens in ``room`` (the budget less weights, non-torch and graphs); None when the
     current value already does, or none does."""
-    if geo.mllama is None or room - peak >= needed or seqs <= 1:
+    vision = geo.mllama
+    if vision is None or room - peak >= needed or seqs <= 1:
         return None
     text = _activation_peak(geo, 1, 1, tp, None).bytes  # the text part hardly moves with the images
 
     def peak_for(n: int) -> tuple[str, int]:
-        return mllama_profile(geo.mllama, n, text, tp).peak  # type: ignore[arg-type]
+        return mllama_profile(vision, n, text, tp).peak
 
-    best = next((n for n in range(seqs - 1, 0, -1) if room - peak_for(n)[1] >= needed), None)
-    if best is None:
+    found = next(((n, p) for n in range(seqs - 1, 0, -1) if room - (p := peak_for(n)[1]) >= needed), None)
+    if found is None:
         return None
-    stage, _old = peak_for(seqs)
+    best, new_peak = found
+    stage = peak_for(seqs)[0]
     return Remedy(
         id="vllm.max-num-seqs",
         title=remedy_text("vllm.max-num-seqs", "title", seqs=best),
         flags={"--max-num-seqs": str(best)},
-        saves_bytes=peak - peak_for(best)[1],
+        saves_bytes=peak - new_peak,
         fits=True,
         confidence="medium",
         why=remedy_text("vllm.max-num-seqs", "why_mllama", dummy=seqs, peak=peak, stage=mllama_stage_words(stage),
-                        seqs=best, new_peak=peak_for(best)[1], length=length),
+                        seqs=best, new_peak=new_peak, length=length),
         sources={"dummy requests": "context" if seqs else "default"},
     )
 
