@@ -12,7 +12,7 @@ import oomdoctor
 from oomdoctor.advisor.prescription import CAUSES, cause_table, load_table, table_path
 from oomdoctor.advisor.versions import flag_exists
 from oomdoctor.report import Finding
-from tests.engines_util import diagnose, errors, only_error, remedy, remedy_ids
+from tests.engines_util import diagnose, diagnose_text, errors, only_error, remedy, remedy_ids
 
 EXAMPLES = [(cid, i, ex) for cid, entry in cause_table().items() for i, ex in enumerate(entry.examples)]
 
@@ -459,3 +459,29 @@ def test_a_profiling_peak_with_no_max_num_seqs_halves_the_default() -> None:
     assert top.id == "vllm.max-num-seqs" and top.flags == {"--max-num-seqs": "128"}
     assert top.confidence == "low" and top.sources == {"dummy requests": "default"}
     assert "vllm.cpu-offload-gb" not in remedy_ids(f)
+
+
+#: corpus fresh-054 (DeepSpeed-Chat OPT-1.3B on a 15 GB card), the message whole
+_FRESH_054 = ("RuntimeError: CUDA out of memory. Tried to allocate 256.00 MiB (GPU 0; 14.56 GiB total capacity; "
+              "13.30 GiB already allocated; 230.50 MiB free; 13.65 GiB reserved in total by PyTorch) If reserved "
+              "memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See "
+              "documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF")
+
+
+def test_9b_bare_oom_holding_the_card_may_need_sharding() -> None:
+    """fresh-054: 13.65 of 14.56 GiB held by this process (94 %, over FULL_SHARE) for a 256 MiB request:
+    the resident state is the bulk, so ZeRO-3 / FSDP is offered, marked 'if this is training'."""
+    f = only_error(diagnose_text(_FRESH_054))
+    r = remedy(f, "training.shard-state")
+    assert r.rank <= 3 and r.confidence == "low" and "if this is training" in r.title
+    assert r.settings == {"zero_optimization.stage": "3"} and not r.flags and not r.env
+
+
+def test_9c_bare_oom_with_room_held_elsewhere_gets_no_sharding() -> None:
+    """The same message with this process holding 60 % of the card (8.74 of 14.56 GiB reserved, 5.60 GiB
+    free) and a 6 GiB request: the resident state is not the bulk, and sharding is not offered."""
+    text = (_FRESH_054.replace("256.00 MiB", "6.00 GiB").replace("13.30 GiB already", "8.60 GiB already")
+            .replace("230.50 MiB free", "5.60 GiB free").replace("13.65 GiB reserved", "8.74 GiB reserved"))
+    f = only_error(diagnose_text(text))
+    assert "training.shard-state" not in remedy_ids(f)
+    assert "training.gradient-checkpointing" in remedy_ids(f)

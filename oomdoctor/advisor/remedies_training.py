@@ -5,6 +5,8 @@ log when it prints them ("Instantaneous batch size per device", "Gradient Accumu
 from __future__ import annotations
 
 from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, product_of, setting
+from oomdoctor.advisor.account import allocator_held
+from oomdoctor.advisor.cause import FULL_SHARE
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.remedies_weights import knob_remedy
@@ -222,11 +224,40 @@ LORA: dict[str, tuple[str, str, str]] = {
 }
 
 
+#: a program the log does not name (plain PyTorch) shards with DeepSpeed ZeRO-3 (its config's
+#: ``zero_optimization.stage``, deepspeed 0.14 runtime/zero/config.py) or PyTorch's FSDP
+SHARD_UNNAMED = ("zero_optimization.stage", "3")
+
+
+def _resident_fills_card(inp: AdviceInput) -> bool:
+    """This process holds at least FULL_SHARE of the card: what stays resident (weights and, when
+    training, gradients and optimizer states) is most of the memory, not the failing request."""
+    total = inp.fig("total_bytes")
+    held = inp.fig("in_use_bytes") or allocator_held(inp.figures)
+    return bool(total and held and held >= FULL_SHARE * total)
+
+
 @remedy("training.shard-state")
 def shard_state(inp: AdviceInput) -> Remedy | None:
-    """ZeRO-3 / FSDP in the program's own setting (a DeepSpeed config has training.deepspeed-zero)."""
+    """ZeRO-3 / FSDP in the program's own setting (a DeepSpeed config has training.deepspeed-zero).
+
+    A bare PyTorch failure that may be training (no phase, no program named) gets it too, titled
+    "if this is training", when this process holds most of the card: sharding shrinks the resident
+    state that batch size and checkpointing do not touch."""
+    if _maybe_training(inp) and product_of(inp) in (None, "pytorch") and _resident_fills_card(inp):
+        knob, value = SHARD_UNNAMED
+        return Remedy(
+            id="training.shard-state",
+            title=remedy_text("training.shard-state", "title_maybe"),
+            settings={knob: value},
+            fits=None,
+            confidence="low",
+            why=remedy_text("training.shard-state", "why_maybe"),
+        )
     if not _training(inp) or (_is_deepspeed(inp) and product_of(inp) not in SHARD):
         return None
+    if inp.finding.cause is not None and inp.finding.cause.id == "activation-peak":
+        return None  # a named training program's activations have its batch and checkpointing knobs
     placing = inp.finding.cause is not None and inp.finding.cause.id == "placement"
     return knob_remedy("training.shard-state", SHARD, inp, "why_placement" if placing else "why")
 
