@@ -485,3 +485,21 @@ def test_9c_bare_oom_with_room_held_elsewhere_gets_no_sharding() -> None:
     f = only_error(diagnose_text(text))
     assert "training.shard-state" not in remedy_ids(f)
     assert "training.gradient-checkpointing" in remedy_ids(f)
+
+
+def test_9d_generation_with_a_training_library_gets_no_training_remedy() -> None:
+    """fresh-011 (text-generation-webui, transformers' generate on an 8 GB card, 7.22 GiB reserved): the
+    phase is inference, so gradient checkpointing, bf16 training and 8-bit Adam are not remedies; the
+    process fills the card, so its own switches for the weights come first."""
+    f = only_error(diagnose("transformers/fresh-011.log"))
+    assert f.phase == "inference" and f.product == "text-generation-webui"
+    assert not [rid for rid in remedy_ids(f) if rid.startswith("training.")]
+    assert [(r.id, r.flags) for r in f.remedies[:2]] == [
+        ("weights.offload", {"--auto-devices": ""}), ("weights.quantize-on-load", {"--load-in-4bit": ""})]
+
+
+def test_9e_generate_script_is_not_training() -> None:
+    """A script calling transformers' model.generate (synthetic-alloc-conf-2-10): no training remedy."""
+    f = only_error(diagnose("pytorch/synthetic-alloc-conf-2-10.log"))
+    assert f.phase == "inference"
+    assert not [rid for rid in remedy_ids(f) if rid.startswith("training.")]

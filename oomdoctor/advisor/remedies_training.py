@@ -5,11 +5,9 @@ log when it prints them ("Instantaneous batch size per device", "Gradient Accumu
 from __future__ import annotations
 
 from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, product_of, setting
-from oomdoctor.advisor.account import allocator_held
-from oomdoctor.advisor.cause import FULL_SHARE
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
-from oomdoctor.advisor.remedies_weights import knob_remedy
+from oomdoctor.advisor.remedies_weights import knob_remedy, resident_fills_card
 from oomdoctor.advisor.training_frames import frame_stage, shows_training_state
 from oomdoctor.report import Remedy
 
@@ -22,8 +20,15 @@ _TRAINING_PRODUCTS = ("hf-trainer", "trl", "llama-factory", "axolotl", "deepspee
 _OTHER_FRAMEWORKS = ("jax", "tensorflow", "xla")
 
 
+#: phases in which no backward pass or optimizer runs: a training tool's library (transformers'
+#: ``generate``, DeepSpeed inference) failing there is not training, unless the program only trains
+_NOT_TRAINING_PHASES = ("inference", "warmup", "kv-cache-alloc", "cudagraph-capture", "profiling", "startup-check")
+
+
 def _training(inp: AdviceInput) -> bool:
     if engine_of(inp) in _OTHER_FRAMEWORKS or inp.finding.kind.startswith("xla."):
+        return False
+    if inp.finding.phase in _NOT_TRAINING_PHASES and product_of(inp) not in _TRAINING_PRODUCTS:
         return False
     return (inp.finding.phase == "training" or engine_of(inp) in _TRAINING_TOOLS
             or product_of(inp) in _TRAINING_PRODUCTS or shows_training_state(inp.context.extra))
@@ -229,14 +234,6 @@ LORA: dict[str, tuple[str, str, str]] = {
 SHARD_UNNAMED = ("zero_optimization.stage", "3")
 
 
-def _resident_fills_card(inp: AdviceInput) -> bool:
-    """This process holds at least FULL_SHARE of the card: what stays resident (weights and, when
-    training, gradients and optimizer states) is most of the memory, not the failing request."""
-    total = inp.fig("total_bytes")
-    held = inp.fig("in_use_bytes") or allocator_held(inp.figures)
-    return bool(total and held and held >= FULL_SHARE * total)
-
-
 @remedy("training.shard-state")
 def shard_state(inp: AdviceInput) -> Remedy | None:
     """ZeRO-3 / FSDP in the program's own setting (a DeepSpeed config has training.deepspeed-zero).
@@ -244,7 +241,7 @@ def shard_state(inp: AdviceInput) -> Remedy | None:
     A bare PyTorch failure that may be training (no phase, no program named) gets it too, titled
     "if this is training", when this process holds most of the card: sharding shrinks the resident
     state that batch size and checkpointing do not touch."""
-    if _maybe_training(inp) and product_of(inp) in (None, "pytorch") and _resident_fills_card(inp):
+    if _maybe_training(inp) and product_of(inp) in (None, "pytorch") and resident_fills_card(inp):
         knob, value = SHARD_UNNAMED
         return Remedy(
             id="training.shard-state",

@@ -10,6 +10,8 @@ program whose knob they do not know. Each knob cites where the program defines i
 from __future__ import annotations
 
 from oomdoctor.advisor._engine_util import checkpoint_quantized, engine_of, product_of
+from oomdoctor.advisor.account import allocator_held
+from oomdoctor.advisor.cause import FULL_SHARE
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.siblings import ranks_share_gpu
@@ -55,6 +57,21 @@ def _own_levers(inp: AdviceInput) -> bool:
     return engine_of(inp) in _OWN_LEVERS or ranks_share_gpu(inp.finding, inp.context)
 
 
+def resident_fills_card(inp: AdviceInput) -> bool:
+    """This process holds at least FULL_SHARE of the card: what stays resident (the weights and, when
+    training, gradients and optimizer states) is most of the memory, not the failing request."""
+    total = inp.fig("total_bytes")
+    held = inp.fig("in_use_bytes") or allocator_held(inp.figures)
+    return bool(total and held and held >= FULL_SHARE * total)
+
+
+def _activations_only(inp: AdviceInput) -> bool:
+    """An activation peak with room held elsewhere than by this process's resident state: the weights'
+    remedies are for a card the process itself fills."""
+    cause = inp.finding.cause
+    return cause is not None and cause.id == "activation-peak" and not resident_fills_card(inp)
+
+
 def _knob(kind: str, knob: str, value: str) -> dict[str, dict[str, str]]:
     return {"flags" if kind == "flag" else "settings": {knob: value}}
 
@@ -62,7 +79,7 @@ def _knob(kind: str, knob: str, value: str) -> dict[str, dict[str, str]]:
 def _product_knob(rid: str, table: dict[str, tuple[str, str, str]], inp: AdviceInput) -> Remedy | None:
     """``rid`` in the knob ``table`` gives the product the log names; None for a program with its own
     levers or whose knob the table does not know."""
-    if _own_levers(inp):
+    if _own_levers(inp) or _activations_only(inp):
         return None
     return knob_remedy(rid, table, inp)
 
