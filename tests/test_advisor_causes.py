@@ -461,6 +461,8 @@ def test_a_profiling_peak_with_no_max_num_seqs_halves_the_default() -> None:
     assert "vllm.cpu-offload-gb" not in remedy_ids(f)
 
 
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
 #: corpus fresh-054 (DeepSpeed-Chat OPT-1.3B on a 15 GB card), the message whole
 _FRESH_054 = ("RuntimeError: CUDA out of memory. Tried to allocate 256.00 MiB (GPU 0; 14.56 GiB total capacity; "
               "13.30 GiB already allocated; 230.50 MiB free; 13.65 GiB reserved in total by PyTorch) If reserved "
@@ -490,12 +492,32 @@ def test_9c_bare_oom_with_room_held_elsewhere_gets_no_sharding() -> None:
 def test_9d_generation_with_a_training_library_gets_no_training_remedy() -> None:
     """fresh-011 (text-generation-webui, transformers' generate on an 8 GB card, 7.22 GiB reserved): the
     phase is inference, so gradient checkpointing, bf16 training and 8-bit Adam are not remedies; the
-    process fills the card, so its own switches for the weights come first."""
+    process fills the card, so its own switch for the weights comes first (--load-in-4bit, in
+    v4.7.3's modules/shared.py; --auto-devices is not, and a chat UI has no batch size to halve)."""
     f = only_error(diagnose("transformers/fresh-011.log"))
     assert f.phase == "inference" and f.product == "text-generation-webui"
     assert not [rid for rid in remedy_ids(f) if rid.startswith("training.")]
-    assert [(r.id, r.flags) for r in f.remedies[:2]] == [
-        ("weights.offload", {"--auto-devices": ""}), ("weights.quantize-on-load", {"--load-in-4bit": ""})]
+    assert "torch.reduce-batch" not in remedy_ids(f)
+    assert (f.remedies[0].id, f.remedies[0].flags) == ("weights.quantize-on-load", {"--load-in-4bit": ""})
+
+
+def test_9f_vae_decoding_in_one_piece_gets_tiling_first() -> None:
+    """synthetic-vae-decode: SDXL's VAE decodes a 2048 px latent in one pass (autoencoder_kl.py _decode)
+    and 8 GiB does not fit: tiling is the peak's own knob, before offloading the weights."""
+    f = only_error(diagnose("diffusers/synthetic-vae-decode.log"))
+    first = f.remedies[0]
+    assert first.id == "diffusers.vae-tiling" and first.settings == {"pipe.vae.enable_tiling()": "before calling the pipeline"}
+    assert remedy_ids(f)[1] == "weights.offload"
+
+
+def test_9g_tiled_decoding_gets_no_tiling() -> None:
+    """The same failure inside tiled_decode: tiling is already on, so it is not offered again."""
+    log = (FIXTURES / "diffusers/synthetic-vae-decode.log").read_text("utf-8").replace(
+        "line 275, in _decode\n", "line 275, in _decode\n    return self.tiled_decode(z)\n"
+        '  File "/usr/local/lib/python3.11/site-packages/diffusers/models/autoencoders/autoencoder_kl.py", line 366, in tiled_decode\n')
+    assert "in tiled_decode" in log
+    f = only_error(diagnose_text(log))
+    assert "diffusers.vae-tiling" not in remedy_ids(f)
 
 
 def test_9e_generate_script_is_not_training() -> None:

@@ -274,7 +274,7 @@ COSTS = {
     "torch.expandable-segments": 0, "torch.memory-fraction": 0,
     "gpu.free-other-processes": 1, "gpu.rank-devices": 1, "vllm.deep-gemm-warmup": 2, "xpu.split-allocation": 2, "rl.rollout-gpu-memory-utilization": 1, "torch.max-split-size": 1,
     "vllm.gpu-memory-utilization.fit-free": 1, "vllm.kv-cache-memory-bytes": 1,
-    "training.offload-pin-memory-off": 1, "monai.output-device": 1,
+    "training.offload-pin-memory-off": 1, "monai.output-device": 1, "diffusers.vae-tiling": 1,
     "host.add-swap": 2, "ray.reduce-parallelism": 2, "vllm.gpu-memory-utilization.lower": 2, "vllm.gpu-memory-utilization.raise": 2,
     "vllm.gpu-memory-utilization.raise-for-kv": 2,
     "torch.reduce-batch": 3, "training.shard-state": 3, "vllm.cudagraph-capture-size": 3, "vllm.cudagraph-estimate-off": 3,

@@ -245,6 +245,10 @@ BATCH_KEY = {
 }
 
 
+#: programs that generate one prompt at a time (text-generation-webui's chat and its API): no batch knob
+_ONE_PROMPT_PRODUCTS = ("text-generation-webui",)
+
+
 @remedy("torch.reduce-batch")
 def reduce_batch(inp: AdviceInput) -> Remedy | None:
     engines = {inp.context.engine, inp.finding.engine}
@@ -252,6 +256,8 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
         return None  # a server batches by itself (max-num-seqs, max-running-requests, ...); XLA has xla.reduce-batch
     if shows_training_state(inp.context.extra):
         return None  # the failing frame allocates optimizer state, ZeRO partitions or DDP buckets: no batch in them
+    if product_of(inp) in _ONE_PROMPT_PRODUCTS:
+        return None  # a chat UI generates one prompt at a time: it has no batch size to lower
     req = inp.fig("requested_bytes")
     return Remedy(
         id="torch.reduce-batch",

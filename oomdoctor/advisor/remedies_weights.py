@@ -26,14 +26,14 @@ _OWN_LEVERS = ("vllm", "sglang", "tgi", "tensorrt-llm", "llama.cpp", "ollama", "
 #: - diffusers: DiffusionPipeline.enable_model_cpu_offload() (diffusers >= 0.17; needs accelerate)
 #: - transformers: from_pretrained(device_map="auto") (Accelerate's big-model inference: layers that
 #:   do not fit the GPUs go to the CPU)
-#: - text-generation-webui: modules/shared.py `--auto-devices` (transformers loader)
+#: - text-generation-webui: none listed; `--auto-devices` is gone from v4.7.3's modules/shared.py (the
+#:   version rules/advice/knobs.toml reads), and a log rarely says which one runs
 OFFLOAD: dict[str, tuple[str, str, str]] = {
     "comfyui": ("flag", "--lowvram", ""),
     "fooocus": ("flag", "--always-low-vram", ""),
     "diffusers": ("setting", "pipe.enable_model_cpu_offload()", "instead of pipe.to('cuda')"),
     "transformers": ("setting", "from_pretrained(device_map=...)", '"auto"'),
     "accelerate": ("setting", "from_pretrained(device_map=...)", '"auto"'),
-    "text-generation-webui": ("flag", "--auto-devices", ""),
 }
 
 #: product -> (kind, knob, value): how the program loads the weights quantized
