@@ -125,6 +125,17 @@ def test_activation_peak_of_a_vl_model_in_v1_only() -> None:
     assert activation_peak(geo, 8192, 256, 1, v0, 32768).bytes == activation_peak(plain, 8192, 256, 1, v0).bytes
 
 
+def test_the_v1_encoder_term_carries_its_floor_and_why() -> None:
+    """The V1 encoder's bytes are an estimate no log has confirmed: the term carries the text model's
+    own peak as its floor, so fit cannot say "does not fit" on the encoder alone."""
+    geo = geometry_from_config(QWEN25_VL_7B, "t")
+    plain = geometry_from_config(TEXT_7B, "t")
+    term = activation_peak(geo, 8192, 256, 1, (0, 10, 1), 32768)
+    assert term.floor == activation_peak(plain, 8192, 256, 1, (0, 10, 1)).bytes < term.bytes
+    assert term.unverified.startswith("the vision encoder's share of the profile (Qwen2-VL family, V1)")
+    assert activation_peak(plain, 8192, 256, 1, (0, 10, 1)).floor is None
+
+
 # -- mllama (Llama-3.2-Vision) on V0's encoder-decoder profile run ------------------------------------
 
 #: the fields of meta-llama/Llama-3.2-11B-Vision's config.json that the profile reads
@@ -205,15 +216,91 @@ def test_activation_peak_uses_the_mllama_profile_on_v0_only() -> None:
 def test_fit_of_vllm_049s_command_and_its_max_num_seqs() -> None:
     """fit with vllm-049's settings: V0 leaves chunked prefill off for a multimodal model (65536 tokens
     per step), the profile is the 128 images' 58.60 GiB, and the remedy is the largest
-    --max-num-seqs whose profile leaves one 65536-token request its KV cache (87), not fewer tokens."""
+    --max-num-seqs whose profile leaves one 65536-token request its KV cache (87), not fewer tokens.
+    That command started (vllm-049): "does not fit" rests on the unverified encoder term alone, so
+    the verdict is uncertain and every remedy one step less confident."""
     from oomdoctor.advisor.catalog import find_gpu
     from oomdoctor.advisor.fit import fit
 
     res = fit(geometry_from_config(MLLAMA_11B, "config.json (t)"), find_gpu("H100"), max_model_len=65536,
               version="0.7.0", enforce_eager=True, max_num_seqs_given=128)
     assert res.activation == 62920065024
-    assert not res.fits
+    assert not res.fits and res.verdict == "uncertain"
     first = res.remedies[0]
-    assert (first.id, first.flags, first.fits) == ("vllm.max-num-seqs", {"--max-num-seqs": "87"}, True)
+    assert (first.id, first.flags, first.fits, first.confidence) == (
+        "vllm.max-num-seqs", {"--max-num-seqs": "87"}, True, "low")
     assert all(r.id != "vllm.max-num-batched-tokens" for r in res.remedies)
     assert [r.rank for r in res.remedies] == list(range(1, len(res.remedies) + 1))
+
+
+def _fit_049(version: str | None, seqs: int = 128, **kw: Any) -> Any:
+    from oomdoctor.advisor.catalog import find_gpu
+    from oomdoctor.advisor.fit import fit
+
+    return fit(geometry_from_config(MLLAMA_11B, "config.json (t)"), find_gpu("H100"), max_model_len=65536,
+               version=version, enforce_eager=True, max_num_seqs_given=seqs, **kw)
+
+
+def test_vllm_049_is_uncertain_not_does_not_fit() -> None:
+    """vllm-049 printed no version and started (14.65 GiB of KV cache). As modelled its KV budget is
+    negative; with the text model's own peak (65536 × (3·14336 + 3·4096) × 2 B = 6.75 GiB) instead
+    of the encoder term it would be 44.92 GiB, more than one request's 10 GiB: uncertain, naming the
+    term, the log that disagrees, and that the version is unknown."""
+    res = _fit_049(None)
+    assert res.kv_budget < 0 < res.kv_needed <= res.kv_budget_floor
+    assert res.activation_floor == 65536 * (3 * 14336 + 3 * 4096) * 2 == 7247757312
+    assert res.kv_budget_floor == int(res.total_bytes * 0.9) - res.weights - res.activation_floor - res.non_torch
+    assert res.verdict == "uncertain" and not res.fits
+    assert res.uncertain.startswith("mllama's vision-encoder profile: only its image count and pixel copies")
+    assert "36.63 GiB where this formula gives 58.60 GiB" in res.uncertain
+    assert res.uncertain.endswith("; and the vLLM version is not known")
+    out = res.to_dict()
+    assert (out["fits"], out["verdict"], out["activation_floor_bytes"]) == (None, "uncertain", 7247757312)
+    assert [r["confidence"] for r in out["remedies"]][:1] == ["low"]
+
+
+@pytest.mark.parametrize(("version", "tail"), [
+    ("0.7.0", "58.60 GiB"),  # a release whose source was read: the log's disagreement only
+    ("v0.6.6.post1", "58.60 GiB"),
+    ("0.6.7.dev12+gabc1234", "; and this vLLM is a build between releases"),
+    ("0.7.0rc1", "; and this vLLM is a build between releases"),
+    ("0.6.4", "; and vLLM 0.6.4 is not a release whose source was read"),
+])
+def test_the_unverified_term_says_why_for_the_version(version: str, tail: str) -> None:
+    res = _fit_049(version)
+    assert res.verdict == "uncertain" and res.uncertain.endswith(tail)
+
+
+def test_does_not_fit_stands_where_the_text_model_alone_leaves_too_little() -> None:
+    """On a 24 GiB card the weights (19.38 GiB) and the text model's own peak already leave no room:
+    the verdict does not rest on the encoder term, so it stays "does not fit"."""
+    res = _fit_049(None, total_bytes=24 * GiB)
+    assert res.kv_budget_floor is None and res.uncertain == "" and res.verdict == "does not fit"
+    assert res.to_dict()["fits"] is False
+
+
+def test_a_modelled_fit_needs_no_caveat() -> None:
+    res = _fit_049(None, 16)  # 16 images: 7.33 GiB at the global transformer
+    assert res.fits and res.verdict == "fits" and res.uncertain == ""
+
+
+def test_fit_cli_exits_3_when_uncertain(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from oomdoctor.cli import main
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(MLLAMA_11B), "utf-8")
+    args = ["fit", "--model-config", str(cfg), "--max-model-len", "65536", "--enforce-eager", "--max-num-seqs"]
+    assert main([*args, "128", "--gpu", "H100"]) == 3
+    assert "UNCERTAIN: as modelled, one 65536-token request needs 10.00 GiB of KV cache" in " ".join(
+        capsys.readouterr().out.split())
+    assert main([*args, "128", "--gpu-memory", "24GiB"]) == 1
+    assert main([*args, "16", "--gpu", "H100"]) == 0
+
+
+def test_is_release() -> None:
+    from oomdoctor.advisor.memory_model import is_release
+
+    assert [is_release(v) for v in ("0.7.0", "v0.6.6.post1", "0.8", "0.6.7.dev12+gabc", "0.7.0rc1", "", None)] == [
+        True, True, True, False, False, False, False]

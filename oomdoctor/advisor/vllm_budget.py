@@ -84,6 +84,12 @@ Version = tuple[int, int, int]
 class Term:
     bytes: int
     source: str
+    #: the term with its unverified share left out (the text model's own peak), where part of it
+    #: rests on a formula no start-up log has confirmed for this version; None where all of it is
+    #: checked or as good as the rest
+    floor: int | None = None
+    #: which share is unverified and why, in words (empty when ``floor`` is None)
+    unverified: str = ""
 
 
 def runs_on_v0(geo: ModelGeometry, version: Version | None) -> bool:
@@ -161,30 +167,58 @@ def held_all_reduce(geo: ModelGeometry, tokens: int, tp: int, version: Version |
 
 
 def activation_peak(geo: ModelGeometry, tokens: int, num_seqs: int, tp: int = 1,
-                    version: Version | None = None, max_model_len: int | None = None) -> Term:
+                    version: Version | None = None, max_model_len: int | None = None,
+                    release: bool = True) -> Term:
     """The torch peak of vLLM's profile run: max(forward pass, sampler warm-up), plus the
     all-reduce inputs vLLM 0.2.5 counts at TP > 1 (:func:`held_all_reduce`); for a Qwen2-VL-family
     model in V1, max(vision encoder pass, that + what the encoder leaves held)
-    (:mod:`~oomdoctor.advisor.memory_model_mm`)."""
+    (:mod:`~oomdoctor.advisor.memory_model_mm`). A multimodal term carries its ``floor`` (the text
+    model's own peak) and why it is unverified; ``release``: the version is a release, not a build
+    between releases (:func:`~oomdoctor.advisor.memory_model.is_release`)."""
     term = _activation_peak(geo, tokens, num_seqs, tp, version)
     if geo.mllama is not None and runs_on_v0(geo, version):
         prof = mllama_profile(geo.mllama, num_seqs, term.bytes, tp)
         stage, peak = prof.peak
         return Term(peak, _("V0 encoder-decoder profile run of mllama: {images} dummy images × {tiles} tiles "
                             "through the vision encoder (widest at the {stage}; vLLM 0.6.3–0.8.5 formula)").format(
-            images=prof.images, tiles=geo.mllama.max_num_tiles, stage=mllama_stage_words(stage)))
+            images=prof.images, tiles=geo.mllama.max_num_tiles, stage=mllama_stage_words(stage)),
+            floor=term.bytes, unverified=mllama_unverified(version, release))
     if geo.vision is not None and not is_v0(version) and max_model_len:
         enc = encoder_bytes(geo.vision, encoder_profile(geo.vision, max_model_len, tokens, num_seqs), tp)
+        why = _("the vision encoder's share of the profile (Qwen2-VL family, V1): what is profiled follows "
+                "vLLM 0.10.1's source, its bytes are an estimate no start-up log has confirmed")
         if enc.pass_bytes > term.bytes + enc.held_bytes:
-            return Term(enc.pass_bytes, enc.source)
+            return Term(enc.pass_bytes, enc.source, floor=term.bytes, unverified=why)
         return Term(term.bytes + enc.held_bytes, _("{peak} + pixels and outputs of the {encoder}").format(
-            peak=term.source, encoder=enc.source))
+            peak=term.source, encoder=enc.source), floor=term.bytes, unverified=why)
     held = held_all_reduce(geo, tokens, tp, version)
     if not held:
         return term
     return Term(term.bytes + held, _("{peak} + all-reduce inputs held for NCCL: {n} × {tokens} tokens × H × 2 B "
                                      "(vLLM 0.2.5)").format(peak=term.source, n=2 * max(1, geo.layers) + 1,
                                                             tokens=tokens))
+
+
+#: the releases whose mllama profile (V0's encoder-decoder ``profile_run`` and
+#: ``MllamaVisionModel.forward``) was read from the wheel; the code is the same in all of them
+MLLAMA_READ = ((0, 6, 3), (0, 6, 6), (0, 7, 0), (0, 7, 1), (0, 7, 2), (0, 7, 3), (0, 8, 5))
+
+
+def mllama_unverified(version: Version | None, release: bool = True) -> str:
+    """Why mllama's profile term is not verified, in words: vllm-049 (a build between 0.6.6 and
+    0.7.0, whose releases hold the same code) printed 36.63 GiB where the formula gives 58.60 for
+    its 128 images; only the image count and the pixel copies are confirmed (vllm-025, 0.6.3)."""
+    why = _("mllama's vision-encoder profile: only its image count and pixel copies are confirmed by a log "
+            "(vLLM 0.6.3); for 128 images a build between 0.6.6 and 0.7.0 printed 36.63 GiB where this "
+            "formula gives 58.60 GiB")
+    if version is None:
+        return why + _("; and the vLLM version is not known")
+    if not release:
+        return why + _("; and this vLLM is a build between releases")
+    if version not in MLLAMA_READ:
+        return why + _("; and vLLM {version} is not a release whose source was read").format(
+            version=".".join(map(str, version)))
+    return why
 
 
 def mllama_stage_words(stage: str) -> str:
