@@ -197,7 +197,7 @@ def fit(
     length = max_model_len or geo.max_position_embeddings or 4096
     v0 = runs_on_v0(served, ver)
     batched_term = batched_tokens(ver, total, gpu, length, enable_chunked_prefill, max_num_batched_tokens,
-                                  multimodal=served.vision is not None or served.mllama is not None, engine_v0=v0)
+                                  multimodal=served.multimodal, engine_v0=v0)
     batched = batched_term.bytes
     seqs = max_num_seqs(ver, total, gpu, max_num_seqs_given, engine_v0=v0)
     act = activation_peak(served, batched, seqs, tp, ver, length, release=is_release(version))
