@@ -1,4 +1,8 @@
-"""The multimodal encoder's share of vLLM's profile run (V1), for the Qwen2-VL / Qwen2.5-VL family.
+"""The multimodal encoder's share of vLLM's profile run: V1 for the Qwen2-VL / Qwen2.5-VL family
+(below), V0 for mllama's encoder-decoder runner and for LLaVA-1.5, LLaVA-NeXT and Qwen2-VL on the
+decoder-only runner (the sections further down). No start-up log confirms any of these terms'
+bytes (mllama's pixel copies excepted): each carries the text model's own peak as its floor, and
+``fit`` does not say "does not fit" on such a term alone (:func:`~oomdoctor.advisor.fit.fit`).
 
 What is profiled is read from vLLM 0.10.1's source (the release wheel); the bytes it takes are an
 estimate over the vision tower's shapes. Only the first is tested against the source's formula
