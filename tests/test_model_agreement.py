@@ -111,3 +111,29 @@ def test_advisor_and_fit_agree_on_the_fixture(item: tuple[str, Finding, Context,
     if "weights" in ledger and ledger["weights"].source == "assumed":
         assert ledger["weights"].bytes == res.weights
     assert from_model or per_token  # something the two compute from the model
+
+
+def test_fit_and_the_advisor_agree_on_a_multimodal_start_up() -> None:
+    """vllm-049 (Llama-3.2-11B-Vision on an H100, --max-num-seqs 128; not in the catalog, so fit reads
+    its config.json, the fields of tests/test_memory_model_mm.py): the advisor's account of the log
+    (GPU total, utilization, the vLLM budget) is the one fit computes for the log's settings; the
+    log's KV cache (14.65 GiB, 6001 blocks of 16 tokens at fit's 160 KiB per token) holds a
+    65536-token request, and fit, whose encoder term makes the budget negative, answers "uncertain",
+    not "does not fit"."""
+    from oomdoctor.advisor.catalog import geometry_from_config
+    from tests.test_memory_model_mm import MLLAMA_11B
+
+    rep = diagnose((FIXTURES / "vllm" / "vllm-049.log").read_bytes())
+    assert rep.findings == []
+    ctx = rep.context
+    f = facts(None, ctx)
+    assert f.total is not None and f.utilization is not None and f.max_model_len is not None
+    res = fit(geometry_from_config(MLLAMA_11B, "config.json (t)"), None, total_bytes=f.total.value,
+              utilization=f.utilization.value, max_model_len=int(f.max_model_len.value),
+              max_num_seqs_given=ctx.max_num_seqs, enforce_eager=bool(ctx.enforce_eager), version=ctx.engine_version)
+    assert f.requested == int(res.total_bytes * res.utilization)
+    per_token = res.kv_needed // 65536
+    assert per_token == 40 * 2 * 8 * 128 * 2 == 163840
+    assert f"{6001 * 16 * per_token / 2**30:.2f}" == "14.65" and ctx.kv_cache_bytes is not None
+    assert ctx.kv_cache_bytes >= res.kv_needed  # it started with room for one request
+    assert res.verdict == "uncertain" and res.kv_budget < 0

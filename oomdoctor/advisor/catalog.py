@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from oomdoctor import cache
-from oomdoctor.advisor.memory_model_mm import MllamaVision, VisionTower, mllama_vision, vision_tower
+from oomdoctor.advisor.memory_model_mm import (
+    ClipTower,
+    MllamaVision,
+    VisionTower,
+    llava_tower,
+    mllama_vision,
+    vision_tower,
+)
 from oomdoctor.advisor.weights import (
     WeightBytes,
     config_weight_bytes,
@@ -70,6 +77,11 @@ class ModelGeometry:
     vision: VisionTower | None = None
     #: mllama's vision tower (V0's encoder-decoder profile run, :mod:`~oomdoctor.advisor.memory_model_mm`)
     mllama: MllamaVision | None = None
+    #: a LLaVA / LLaVA-NeXT CLIP tower (V0's profile run, :mod:`~oomdoctor.advisor.memory_model_mm`)
+    llava: ClipTower | None = None
+    #: the config describes a multimodal model (a ``vision_config``), modelled tower or not: vLLM
+    #: treats it as one (V0: no chunked prefill by default, at least 5120 batched tokens)
+    multimodal: bool = False
 
     def source_text(self) -> str:
         """``source`` in the language in force (a path stays as it is)."""
@@ -312,9 +324,26 @@ def _num(cfg: dict[str, Any], *keys: str) -> Any:
     return None
 
 
+#: the defaults transformers gives a text_config that leaves fields out (transformers 4.47.0
+#: models/llama/configuration_llama.py, models/mistral/configuration_mistral.py); the published
+#: LLaVA and LLaVA-NeXT configs (llava-hf/llava-1.5-7b-hf, llava-v1.6-mistral-7b-hf) rely on them
+TEXT_CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "max_position_embeddings": 2048},
+    "mistral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 4096 * 32,
+                "sliding_window": 4096},
+}
+
+
 def geometry_from_config(cfg: dict[str, Any], source: str) -> ModelGeometry:
-    """Read KV geometry from a Hugging Face ``config.json`` (multimodal: its ``text_config``)."""
+    """Read KV geometry from a Hugging Face ``config.json`` (multimodal: its ``text_config``, with
+    transformers' defaults for the fields a llama or mistral text_config leaves out)."""
     full = cfg
+    text = cfg.get("text_config")
+    if isinstance(text, dict) and "num_hidden_layers" not in text and str(text.get("model_type")) in TEXT_CONFIG_DEFAULTS:
+        cfg = {**cfg, "text_config": {**TEXT_CONFIG_DEFAULTS[str(text["model_type"])], **text}}
+        full = cfg
     if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" in cfg["text_config"]:
         outer_dtype = cfg.get("torch_dtype") or cfg.get("dtype")
         cfg = {**cfg["text_config"]}
@@ -345,7 +374,7 @@ def geometry_from_config(cfg: dict[str, Any], source: str) -> ModelGeometry:
     wb = config_weight_bytes(full)
     experts = int(_num(cfg, "num_local_experts", "num_experts", "n_routed_experts") or 1)
     return ModelGeometry(
-        name=str(cfg.get("_name_or_path") or source),
+        name=str(full.get("_name_or_path") or source),  # the model served, not its text_config's origin
         layers=layers,
         attention_heads=heads,
         kv_heads=kv,
@@ -370,6 +399,8 @@ def geometry_from_config(cfg: dict[str, Any], source: str) -> ModelGeometry:
         quantization=quant[1] if quant else None,
         vision=vision_tower(full),
         mllama=mllama_vision(full),
+        llava=llava_tower(full),
+        multimodal=isinstance(full.get("vision_config"), dict) or isinstance(full.get("img_processor"), dict),
     )
 
 

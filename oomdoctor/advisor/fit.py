@@ -17,6 +17,7 @@ from oomdoctor.advisor.memory_model import (
     capacity_tokens,
     counts_cudagraphs_in_budget,
     default_utilization,
+    is_release,
     kv_budget,
     kv_bytes_for_len,
     parse_version,
@@ -94,6 +95,17 @@ class FitResult:
     remedies: list[Remedy] = field(default_factory=list)
     #: the serving engine the budget is SGLang's or vLLM's (:mod:`~oomdoctor.advisor.sglang_fit`)
     engine: str = "vllm"
+    #: the verdict "does not fit" rests on a term no log confirms for this version: which, and why
+    #: (empty when the verdict stands); ``fits`` is then the modelled verdict, the answer is "uncertain"
+    uncertain: str = ""
+    #: the activation peak and the KV budget with that term at its lowest (the text model's peak)
+    activation_floor: int | None = None
+    kv_budget_floor: int | None = None
+
+    @property
+    def verdict(self) -> str:
+        """``fits``, ``does not fit``, or ``uncertain`` (does not fit only on an unverified term)."""
+        return "fits" if self.fits else "uncertain" if self.uncertain else "does not fit"
 
     @property
     def command(self) -> str:
@@ -125,7 +137,11 @@ class FitResult:
             "capacity_tokens": self.capacity_tokens,
             "concurrency": round(self.concurrency, 2),
             "kv_cache_tokens": self.kv_tokens,
-            "fits": self.fits,
+            "fits": None if self.uncertain else self.fits,
+            "verdict": self.verdict,
+            "uncertain": self.uncertain or None,
+            "activation_floor_bytes": self.activation_floor,
+            "kv_budget_floor_bytes": self.kv_budget_floor,
             "plans": [{"tensor_parallel_size": t, "fits": f, "capacity_tokens": c} for t, f, c in self.plans],
             "max_model_len_planned": self.length_planned,
             "command": self.command,
@@ -181,10 +197,10 @@ def fit(
     length = max_model_len or geo.max_position_embeddings or 4096
     v0 = runs_on_v0(served, ver)
     batched_term = batched_tokens(ver, total, gpu, length, enable_chunked_prefill, max_num_batched_tokens,
-                                  multimodal=served.vision is not None or served.mllama is not None, engine_v0=v0)
+                                  multimodal=served.multimodal, engine_v0=v0)
     batched = batched_term.bytes
     seqs = max_num_seqs(ver, total, gpu, max_num_seqs_given, engine_v0=v0)
-    act = activation_peak(served, batched, seqs, tp, ver, length)
+    act = activation_peak(served, batched, seqs, tp, ver, length, release=is_release(version))
     activation = act.bytes
     nt = non_torch(ver, tp, gpu)
     graphs = 0 if enforce_eager else CUDAGRAPH_BYTES
@@ -228,6 +244,10 @@ def fit(
     )
     if fits:
         return res
+    if act.floor is not None and act.unverified:
+        floor_budget = kv_budget(requested, weights, act.floor, nt.bytes, graphs, ver)
+        if floor_budget > 0 and needed <= floor_budget:  # "does not fit" would rest on that term alone
+            res.uncertain, res.activation_floor, res.kv_budget_floor = act.unverified, act.floor, floor_budget
     ctx = Context(
         engine="vllm", engine_version=version, model=name, gpu_name=gpu.name if gpu else None,
         gpu_total_bytes=total, gpu_count=gpus, tensor_parallel_size=tp, dtype=model_dtype,
@@ -262,6 +282,8 @@ def fit(
             rem.rank = i
     if gpu is not None and not gpu.reported and not total_bytes:
         # every value rests on the vendor's nominal size, above the usable memory (issue 33 §3)
+        res.remedies = [r.model_copy(update={"confidence": LOWER[r.confidence]}) for r in res.remedies]
+    if res.uncertain:  # the need for any remedy rests on the unverified term
         res.remedies = [r.model_copy(update={"confidence": LOWER[r.confidence]}) for r in res.remedies]
     return res
 

@@ -46,6 +46,12 @@ def parse_version(text: str | None) -> Version | None:
     return int(m[1]), int(m[2]), int(m[3] or 0)
 
 
+def is_release(text: str | None) -> bool:
+    """Whether a version string names a release (``0.7.0``, ``v0.6.6.post1``), not a build between
+    releases (``0.6.7.dev12+gabc``, ``0.7.0rc1``). No version is not a release either."""
+    return bool(text) and re.fullmatch(r"v?\d+\.\d+(?:\.\d+)?(?:\.post\d+)?", str(text).strip()) is not None
+
+
 #: the release that changed vLLM's memory defaults together: --gpu-memory-utilization 0.9 → 0.92
 #: (research §5) and the CUDA-graph estimate taken off the KV budget by default (research §2.4)
 MEMORY_DEFAULTS_0_20: Version = (0, 20, 0)

@@ -1,4 +1,8 @@
-"""The multimodal encoder's share of vLLM's profile run (V1), for the Qwen2-VL / Qwen2.5-VL family.
+"""The multimodal encoder's share of vLLM's profile run: V1 for the Qwen2-VL / Qwen2.5-VL family
+(below), V0 for mllama's encoder-decoder runner and for LLaVA-1.5, LLaVA-NeXT and Qwen2-VL on the
+decoder-only runner (the sections further down). No start-up log confirms any of these terms'
+bytes (mllama's pixel copies excepted): each carries the text model's own peak as its floor, and
+``fit`` does not say "does not fit" on such a term alone (:func:`~oomdoctor.advisor.fit.fit`).
 
 What is profiled is read from vLLM 0.10.1's source (the release wheel); the bytes it takes are an
 estimate over the vision tower's shapes. Only the first is tested against the source's formula
@@ -314,3 +318,274 @@ def mllama_profile(v: MllamaVision, max_num_seqs: int, text_forward: int, tp: in
         "text dummy run": pixels + projected + max(text_forward, qkv_enc + k_norm),
     }
     return MllamaProfile(n, stages)
+
+
+# --------------------------------------------------------------------------------------------------
+# Decoder-only multimodal models on vLLM V0's runner: LLaVA-1.5, LLaVA-NeXT, Qwen2-VL
+# --------------------------------------------------------------------------------------------------
+#
+# **How many items V0 profiles** (``GPUModelRunnerBase._dummy_run``, worker/model_runner.py, the
+# same in 0.6.3, 0.6.6.post1, 0.7.0 and 0.7.3): ``max_mm_tokens`` is the sum over the modalities of
+# ``limit_mm_per_prompt`` (1 by default) × the most tokens one item can have
+# (``MultiModalRegistry.get_max_multimodal_tokens``, at ``seq_len = max_model_len``); the profile
+# runs ``max(1, min(max_num_seqs, max_num_batched_tokens // max_mm_tokens))`` dummy sequences
+# sharing ``max_num_batched_tokens`` (``seq_len = batched // seqs``, the first ``batched % seqs``
+# one longer), each with the model's dummy data for its ``seq_len``. ``max_num_batched_tokens`` of
+# a multimodal model is at least 5120 (``_MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS``, config.py, the
+# same four releases) and chunked prefill is off by default (engine/arg_utils.py).
+#
+# **What a dummy sequence carries**, by family and release:
+#
+# * LLaVA-1.5 (``llava``; legacy ``dummy_data_for_llava`` in 0.6.3, ``LlavaDummyInputsBuilder``
+#   from 0.6.6.post1): ``limit`` images of ``image_size``² px, each
+#   ``(image_size / patch_size)²`` tokens (+1 with ``vision_feature_select_strategy = "full"``),
+#   one CLIP crop per image.
+# * LLaVA-NeXT (``llava_next``; ``get_max_llava_next_image_tokens`` in 0.6.3 and 0.6.6.post1,
+#   ``LlavaNextProcessingInfo`` in 0.7.0–0.7.3): the image whose anyres grid has the most features,
+#   base + unpadded + newline features (``_get_num_unpadded_features``); the HF processor cuts it
+#   into 1 + grid_h × grid_w crops of ``image_size``². 0.6.x builds it from a 448 × 448 image, 0.7.x
+#   from the best pinpoint: for the published pinpoints (up to 672 × 672) both give the 2 × 2 grid.
+# * Qwen2-VL / Qwen2.5-VL (``qwen2_vl``):
+#
+#   - 0.6.3 (``dummy_data_for_qwen2_vl``): images only, of ``max_pixels`` capped at 1280·28² px
+#     (1225 tokens); ``max_mm_tokens`` counts the image and the video limits at 1225 each.
+#   - 0.6.6.post1 (``Qwen2VLMultiModalProcessor._get_dummy_mm_inputs``): images only, at the
+#     processor's ``max_pixels`` (16384 tokens at the published 12845056); the video counts one frame
+#     pair (16384) in ``max_mm_tokens``.
+#   - 0.7.0 (``Qwen2VLDummyInputsBuilder``): ``limit`` images and ``limit`` videos of
+#     ``get_num_frames_with_most_features(seq_len)`` frames (an odd count above 1 is made even, the
+#     transformers#35412 workaround); 0.7.3 pads frames to the temporal patch instead
+#     (``padded_num_frames``), as V1 does. From 0.7.0 a dummy sequence whose items do not fit its
+#     ``seq_len`` carries **no** multimodal data (``MultiModalProfiler.get_dummy_data``: "The
+#     context length … is too short"), and the profile is the text model's alone.
+#
+# **Bytes** (estimate, as for V1): the fp32 pixels stay referenced by the model's kwargs through
+# the forward; the encoder's widest point is a block's MLP; the projected outputs are held into the
+# text model's dummy run. CLIP (LLaVA): per crop token the residual and normed input (2·E) and fc1
+# with its activation (2·I/tp), × 2 B.
+
+#: ``_MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS`` (config.py@v0.6.3, @v0.6.6.post1, @v0.7.0, @v0.7.3)
+V0_MM_MIN_BATCHED_TOKENS = 5120
+#: 0.6.3's cap on Qwen2-VL's dummy image (``_get_max_image_info``: ``min(max_pixels, 1280 * 28 * 28)``)
+QWEN_VL_V063_MAX_PIXELS = 1280 * 28 * 28
+#: the releases whose V0 dummy data for these families was read
+V0_READ = ((0, 6, 3), (0, 6, 6), (0, 7, 0), (0, 7, 3))
+#: model_type values of the LLaVA family this module knows
+LLAVA_FAMILIES = ("llava", "llava_next")
+
+
+@dataclass(frozen=True)
+class ClipTower:
+    """A LLaVA / LLaVA-NeXT CLIP vision tower, from ``config.json``."""
+
+    family: str
+    width: int  # E: vision_config.hidden_size
+    intermediate: int  # I: vision_config.intermediate_size
+    image_size: int
+    patch_size: int
+    full: bool  # vision_feature_select_strategy == "full" (keeps the class token)
+    text_hidden: int  # the projector's output width
+    pinpoints: tuple[tuple[int, int], ...] = ()  # (height, width), LLaVA-NeXT
+    channels: int = 3
+
+    @property
+    def grid(self) -> int:
+        """Patches per side of one crop."""
+        return self.image_size // self.patch_size
+
+    @property
+    def crop_tokens(self) -> int:
+        """Tokens of one crop in the tower, with the class token."""
+        return self.grid**2 + 1
+
+    @property
+    def base_tokens(self) -> int:
+        """Features one crop hands the text model (the class token dropped unless ``full``)."""
+        return self.crop_tokens - (0 if self.full else 1)
+
+    def best_grid(self, height: int, width: int) -> tuple[int, int]:
+        """transformers' ``select_best_resolution`` over the pinpoints, as (rows, columns) of crops."""
+        best, key = (self.image_size, self.image_size), (-1, 0)
+        for ph, pw in self.pinpoints:
+            scale = min(pw / width, ph / height)
+            dw, dh = int(width * scale), int(height * scale)
+            effective = min(dw * dh, width * height)
+            cand = (effective, -(pw * ph - effective))
+            if cand > key:
+                best, key = (ph, pw), cand
+        return best[0] // self.image_size, best[1] // self.image_size
+
+    def anyres_tokens(self, height: int, width: int) -> int:
+        """``LlavaNextProcessingInfo.get_num_image_tokens`` (models/llava_next.py@v0.7.0)."""
+        rows, cols = self.best_grid(height, width)
+        cur_h, cur_w = self.grid * rows, self.grid * cols
+        if width / height > cur_w / cur_h:
+            cur_h -= 2 * ((cur_h - (height * cur_w) // width) // 2)
+        else:
+            cur_w -= 2 * ((cur_w - (width * cur_h) // height) // 2)
+        return cur_h * cur_w + cur_h + self.base_tokens
+
+    @property
+    def largest(self) -> tuple[int, int]:
+        """(tokens, crops) of the item with the most features: one crop for LLaVA-1.5; for
+        LLaVA-NeXT the pinpoint with the most tokens (``get_image_size_with_most_features``)."""
+        if self.family != "llava_next" or not self.pinpoints:
+            return self.base_tokens, 1
+        tokens, (h, w) = max((self.anyres_tokens(h, w), (h, w)) for h, w in self.pinpoints)
+        rows, cols = self.best_grid(h, w)
+        return tokens, 1 + rows * cols
+
+
+def llava_tower(cfg: dict[str, Any]) -> ClipTower | None:
+    """The CLIP tower of a LLaVA or LLaVA-NeXT ``config.json``; None for any other model (a SigLIP
+    tower too: its shapes are not modelled)."""
+    family = str(cfg.get("model_type") or "")
+    vcfg = cfg.get("vision_config")
+    if family not in LLAVA_FAMILIES or not isinstance(vcfg, dict):
+        return None
+    if "siglip" in str(vcfg.get("model_type") or ""):
+        return None
+    tcfg = cfg.get("text_config")
+    text: dict[str, Any] = tcfg if isinstance(tcfg, dict) else cfg
+    # a field the vision_config leaves out takes CLIPVisionConfig's default (transformers 4.47.0
+    # models/clip/configuration_clip.py: 768, 3072, 224 px, patch 32), as transformers builds it
+    width = int(vcfg.get("hidden_size") or 768)
+    pins = cfg.get("image_grid_pinpoints") or []
+    return ClipTower(
+        family=family, width=width, intermediate=int(vcfg.get("intermediate_size") or 3072),
+        image_size=int(vcfg.get("image_size") or 224), patch_size=int(vcfg.get("patch_size") or 32),
+        full=str(cfg.get("vision_feature_select_strategy") or "default") == "full",
+        text_hidden=int(text.get("hidden_size") or 4096),
+        pinpoints=tuple((int(p[0]), int(p[1])) for p in pins if isinstance(p, list | tuple) and len(p) == 2),
+        channels=int(vcfg.get("num_channels") or 3),
+    )
+
+
+@dataclass(frozen=True)
+class V0Item:
+    modality: str
+    count: int  # items of this modality over all dummy sequences
+    tokens: int  # tokens each hands the text model
+    crops: int = 1  # CLIP crops each (LLaVA-NeXT's anyres)
+
+
+@dataclass(frozen=True)
+class V0Profile:
+    """What V0's profile run feeds the encoder (block comment above)."""
+
+    seqs: int
+    items: tuple[V0Item, ...]
+    max_mm_tokens: int
+    rule: str  # the release whose rule applies, e.g. "0.7.0"
+    dropped: bool = False  # the dummy sequences were too short to carry their items
+
+    @property
+    def tokens(self) -> int:
+        return sum(i.count * i.tokens for i in self.items)
+
+
+def v0_profile_seqs(max_mm_tokens: int, batched: int, max_num_seqs: int) -> int:
+    """``max(1, min(max_num_seqs, max_num_batched_tokens // max_mm_tokens))`` (``_dummy_run``)."""
+    if max_mm_tokens <= 0:
+        return max(1, max_num_seqs)
+    return max(1, min(max_num_seqs, batched // max_mm_tokens))
+
+
+def v0_rule(version: tuple[int, int, int] | None) -> str:
+    """The read release whose V0 dummy data stands for ``version``: the latest read at or before it."""
+    if version is None or version >= (0, 7, 3):
+        return "0.7.3"
+    return ".".join(map(str, max((r for r in V0_READ if r <= version), default=V0_READ[0])))
+
+
+def llava_v0_profile(t: ClipTower, batched: int, max_num_seqs: int, limit: int = 1) -> V0Profile:
+    """LLaVA-1.5 / LLaVA-NeXT in V0 (0.6.3–0.7.3: the same for the published configurations)."""
+    tokens, crops = t.largest
+    max_mm = max(1, limit) * tokens
+    seqs = v0_profile_seqs(max_mm, batched, max_num_seqs)
+    return V0Profile(seqs, (V0Item("image", seqs * max(1, limit), tokens, crops),), max_mm, "0.6.3–0.7.3")
+
+
+def _frames_070(v: VisionTower, room: int, videos: int, max_pixels: int) -> int:
+    """``get_num_frames_with_most_features`` of 0.7.0: the most frames whose tokens fit ``room``
+    (``grid_t = max(frames // 2, 1)``), shared by the videos, at least 1 and at most 16, an odd
+    count above 1 made even (models/qwen2_vl.py@v0.7.0)."""
+    per_pair = _frame_patches(v, max_pixels) // v.merge_size**2
+    total = 0
+    while max((total + 1) // v.temporal_patch_size, 1) * per_pair <= room:
+        total += 1
+    frames = min(max(total // max(videos, 1), 1), MAX_FRAMES_PER_VIDEO)
+    return frames + 1 if frames > 1 and frames % 2 else frames
+
+
+def _video_tokens_070(v: VisionTower, frames: int, max_pixels: int) -> int:
+    return max(frames // v.temporal_patch_size, 1) * (_frame_patches(v, max_pixels) // v.merge_size**2)
+
+
+def qwen_vl_v0_profile(v: VisionTower, version: tuple[int, int, int] | None, max_model_len: int, batched: int,
+                       max_num_seqs: int, images: int = 1, videos: int = 1,
+                       max_pixels: int = QWEN_VL_MAX_PIXELS) -> V0Profile:
+    """Qwen2-VL / Qwen2.5-VL in V0, by the rule of the read release at or before ``version``."""
+    rule = v0_rule(version)
+    if rule == "0.6.3":
+        image = item_tokens(v, 1, min(max_pixels, QWEN_VL_V063_MAX_PIXELS))
+        max_mm = images * image + videos * image
+        seqs = v0_profile_seqs(max_mm, batched, max_num_seqs)
+        return V0Profile(seqs, (V0Item("image", seqs * images, image),), max_mm, rule)
+    image = item_tokens(v, 1, max_pixels)
+    if rule == "0.6.6":
+        max_mm = images * image + videos * image
+        seqs = v0_profile_seqs(max_mm, batched, max_num_seqs)
+        return V0Profile(seqs, (V0Item("image", seqs * images, image),), max_mm, "0.6.6.post1")
+
+    def video_at(seq_len: int) -> int:
+        room = seq_len - image * images
+        if rule == "0.7.0":
+            frames = _frames_070(v, room, videos, max_pixels)
+            return _video_tokens_070(v, frames, max_pixels)
+        frames = 0
+        while item_tokens(v, frames + 1, max_pixels) <= room:
+            frames += 1
+        frames = max(min(frames // max(videos, 1), MAX_FRAMES_PER_VIDEO), 1)
+        return item_tokens(v, frames, max_pixels)
+
+    max_mm = images * image + videos * video_at(max_model_len)
+    seqs = v0_profile_seqs(max_mm, batched, max_num_seqs)
+    seq_len = batched // seqs
+    video = video_at(seq_len)
+    if images * image + videos * video > seq_len:  # "The context length ... is too short": text only
+        return V0Profile(seqs, (), max_mm, rule, dropped=True)
+    items = tuple(i for i in (V0Item("image", seqs * images, image), V0Item("video", seqs * videos, video))
+                  if i.count)
+    return V0Profile(seqs, items, max_mm, rule)
+
+
+def v0_encoder_bytes(tower: VisionTower | ClipTower, prof: V0Profile, tp: int = 1) -> EncoderBytes:
+    """Bytes of V0's encoder profile (estimate): the widest encoder pass, with what the other
+    modality holds beside it, and what stays held into the text model's dummy run."""
+    tp = max(1, tp)
+    passes, held = [], []
+    for item in prof.items:
+        if isinstance(tower, ClipTower):
+            crops = item.count * item.crops
+            pixels = crops * tower.channels * tower.image_size**2 * 4
+            block = crops * tower.crop_tokens * (2 * tower.width + 2 * tower.intermediate // tp) * 2
+            outputs = item.count * item.tokens * tower.text_hidden * 2
+            passes.append(pixels + block)
+            held.append(pixels + outputs)
+        else:
+            eb = encoder_bytes(tower, EncoderProfile(item.modality, item.count, item.tokens, 0), tp)
+            passes.append(eb.pass_bytes)
+            held.append(eb.held_bytes)
+    widest = max((p + sum(held) - h for p, h in zip(passes, held, strict=True)), default=0)
+    if prof.dropped:
+        src = _("V0 profile run: {seqs} dummy sequence(s) too short for their images and videos "
+                "({tokens} tokens), so they carry none (vLLM {rule} rule)").format(
+            seqs=prof.seqs, tokens=prof.max_mm_tokens, rule=prof.rule)
+    else:
+        what = ", ".join(_("{count} × {modality} of {tokens} tokens").format(
+            count=i.count, modality=_("image") if i.modality == "image" else _("video"), tokens=i.tokens)
+            for i in prof.items)
+        src = _("V0 profile run: {seqs} dummy sequence(s), {what} through the vision encoder "
+                "(vLLM {rule} rule)").format(seqs=prof.seqs, what=what, rule=prof.rule)
+    return EncoderBytes(widest, sum(held), src)

@@ -55,7 +55,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from oomdoctor.advisor.catalog import GpuSpec, ModelGeometry
-from oomdoctor.advisor.memory_model_mm import encoder_bytes, encoder_profile, mllama_profile
+from oomdoctor.advisor.memory_model_mm import (
+    V0_MM_MIN_BATCHED_TOKENS,
+    V0_READ,
+    encoder_bytes,
+    encoder_profile,
+    llava_v0_profile,
+    mllama_profile,
+    qwen_vl_v0_profile,
+    v0_encoder_bytes,
+)
 from oomdoctor.i18n import _
 
 GiB = 2**30
@@ -84,6 +93,12 @@ Version = tuple[int, int, int]
 class Term:
     bytes: int
     source: str
+    #: the term with its unverified share left out (the text model's own peak), where part of it
+    #: rests on a formula no start-up log has confirmed for this version; None where all of it is
+    #: checked or as good as the rest
+    floor: int | None = None
+    #: which share is unverified and why, in words (empty when ``floor`` is None)
+    unverified: str = ""
 
 
 def runs_on_v0(geo: ModelGeometry, version: Version | None) -> bool:
@@ -107,7 +122,8 @@ def batched_tokens(version: Version | None, total: int, gpu: GpuSpec | None, max
                    multimodal: bool = False, engine_v0: bool = False) -> Term:
     """``max_num_batched_tokens`` of the profile run. V0 leaves chunked prefill off by default for a
     multimodal model at any length (engine/arg_utils.py ``create_engine_config``, 0.6.3, 0.6.6.post1,
-    0.7.0–0.7.3, 0.8.5); ``engine_v0`` for a model that runs on V0 whatever the version (mllama)."""
+    0.7.0–0.7.3, 0.8.5) and gives it at least 5120 tokens (``_MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS``,
+    config.py, 0.6.3–0.7.3); ``engine_v0`` for a model that runs on V0 whatever the version (mllama)."""
     if given:
         return Term(given, _("given"))
     if is_v0(version) or engine_v0:
@@ -115,8 +131,13 @@ def batched_tokens(version: Version | None, total: int, gpu: GpuSpec | None, max
             version is not None and version >= (0, 5, 3) and max_model_len > 32768 and not multimodal)
         if chunked:
             n = 2048 if version is None or version >= (0, 6, 0) else 512
-            return Term(n, _("V0 default with chunked prefill ({tokens})").format(tokens=n))
-        return Term(max(max_model_len, 2048), _("V0 default without chunked prefill: max(max_model_len, 2048)"))
+            term = Term(n, _("V0 default with chunked prefill ({tokens})").format(tokens=n))
+        else:
+            term = Term(max(max_model_len, 2048), _("V0 default without chunked prefill: max(max_model_len, 2048)"))
+        if multimodal and term.bytes < V0_MM_MIN_BATCHED_TOKENS:
+            return Term(V0_MM_MIN_BATCHED_TOKENS, _("{rule}, at least 5120 for a multimodal model").format(
+                rule=term.source))
+        return term
     if large_gpu(total, gpu):
         return Term(8192, _("V1 API-server default on >= 70 GiB GPUs (8192)"))
     return Term(2048, _("V1 API-server default (2048)"))
@@ -161,30 +182,79 @@ def held_all_reduce(geo: ModelGeometry, tokens: int, tp: int, version: Version |
 
 
 def activation_peak(geo: ModelGeometry, tokens: int, num_seqs: int, tp: int = 1,
-                    version: Version | None = None, max_model_len: int | None = None) -> Term:
+                    version: Version | None = None, max_model_len: int | None = None,
+                    release: bool = True) -> Term:
     """The torch peak of vLLM's profile run: max(forward pass, sampler warm-up), plus the
     all-reduce inputs vLLM 0.2.5 counts at TP > 1 (:func:`held_all_reduce`); for a Qwen2-VL-family
     model in V1, max(vision encoder pass, that + what the encoder leaves held)
-    (:mod:`~oomdoctor.advisor.memory_model_mm`)."""
+    (:mod:`~oomdoctor.advisor.memory_model_mm`). A multimodal term carries its ``floor`` (the text
+    model's own peak) and why it is unverified; ``release``: the version is a release, not a build
+    between releases (:func:`~oomdoctor.advisor.memory_model.is_release`)."""
     term = _activation_peak(geo, tokens, num_seqs, tp, version)
     if geo.mllama is not None and runs_on_v0(geo, version):
         prof = mllama_profile(geo.mllama, num_seqs, term.bytes, tp)
         stage, peak = prof.peak
         return Term(peak, _("V0 encoder-decoder profile run of mllama: {images} dummy images × {tiles} tiles "
                             "through the vision encoder (widest at the {stage}; vLLM 0.6.3–0.8.5 formula)").format(
-            images=prof.images, tiles=geo.mllama.max_num_tiles, stage=mllama_stage_words(stage)))
+            images=prof.images, tiles=geo.mllama.max_num_tiles, stage=mllama_stage_words(stage)),
+            floor=term.bytes, unverified=mllama_unverified(version, release))
+    if (geo.llava is not None or geo.vision is not None) and is_v0(version) and max_model_len:
+        if geo.llava is not None:
+            vprof = llava_v0_profile(geo.llava, tokens, num_seqs)
+            enc = v0_encoder_bytes(geo.llava, vprof, tp)
+        else:
+            assert geo.vision is not None
+            vprof = qwen_vl_v0_profile(geo.vision, version, max_model_len, tokens, num_seqs)
+            enc = v0_encoder_bytes(geo.vision, vprof, tp)
+        if vprof.dropped:  # the dummy sequences carry no images: the text model's profile alone
+            return Term(term.bytes, _("{peak}; {encoder}").format(peak=term.source, encoder=enc.source))
+        why = _("the vision encoder's share of V0's profile run: how many items follows vLLM {rule}'s source, "
+                "their bytes are an estimate no start-up log has confirmed").format(rule=vprof.rule)
+        if version not in V0_READ:
+            why += _("; and vLLM {version} is not a release whose source was read").format(
+                version=".".join(map(str, version)) if version else "?")
+        elif not release:
+            why += _("; and this vLLM is a build between releases")
+        if enc.pass_bytes > term.bytes + enc.held_bytes:
+            return Term(enc.pass_bytes, enc.source, floor=term.bytes, unverified=why)
+        return Term(term.bytes + enc.held_bytes, _("{peak} + pixels and outputs of the {encoder}").format(
+            peak=term.source, encoder=enc.source), floor=term.bytes, unverified=why)
     if geo.vision is not None and not is_v0(version) and max_model_len:
         enc = encoder_bytes(geo.vision, encoder_profile(geo.vision, max_model_len, tokens, num_seqs), tp)
+        why = _("the vision encoder's share of the profile (Qwen2-VL family, V1): what is profiled follows "
+                "vLLM 0.10.1's source, its bytes are an estimate no start-up log has confirmed")
         if enc.pass_bytes > term.bytes + enc.held_bytes:
-            return Term(enc.pass_bytes, enc.source)
+            return Term(enc.pass_bytes, enc.source, floor=term.bytes, unverified=why)
         return Term(term.bytes + enc.held_bytes, _("{peak} + pixels and outputs of the {encoder}").format(
-            peak=term.source, encoder=enc.source))
+            peak=term.source, encoder=enc.source), floor=term.bytes, unverified=why)
     held = held_all_reduce(geo, tokens, tp, version)
     if not held:
         return term
     return Term(term.bytes + held, _("{peak} + all-reduce inputs held for NCCL: {n} × {tokens} tokens × H × 2 B "
                                      "(vLLM 0.2.5)").format(peak=term.source, n=2 * max(1, geo.layers) + 1,
                                                             tokens=tokens))
+
+
+#: the releases whose mllama profile (V0's encoder-decoder ``profile_run`` and
+#: ``MllamaVisionModel.forward``) was read from the wheel; the code is the same in all of them
+MLLAMA_READ = ((0, 6, 3), (0, 6, 6), (0, 7, 0), (0, 7, 1), (0, 7, 2), (0, 7, 3), (0, 8, 5))
+
+
+def mllama_unverified(version: Version | None, release: bool = True) -> str:
+    """Why mllama's profile term is not verified, in words: vllm-049 (a build between 0.6.6 and
+    0.7.0, whose releases hold the same code) printed 36.63 GiB where the formula gives 58.60 for
+    its 128 images; only the image count and the pixel copies are confirmed (vllm-025, 0.6.3)."""
+    why = _("mllama's vision-encoder profile: only its image count and pixel copies are confirmed by a log "
+            "(vLLM 0.6.3); for 128 images a build between 0.6.6 and 0.7.0 printed 36.63 GiB where this "
+            "formula gives 58.60 GiB")
+    if version is None:
+        return why + _("; and the vLLM version is not known")
+    if not release:
+        return why + _("; and this vLLM is a build between releases")
+    if version not in MLLAMA_READ:
+        return why + _("; and vLLM {version} is not a release whose source was read").format(
+            version=".".join(map(str, version)))
+    return why
 
 
 def mllama_stage_words(stage: str) -> str:

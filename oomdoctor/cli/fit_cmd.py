@@ -59,6 +59,15 @@ def render_fit_text(res: Any, width: int | None = None) -> str:
             "request ({needed} of KV cache; the pool is {budget})."
         ).format(tokens=res.kv_tokens, length=res.max_model_len, needed=_size(res.kv_needed),
                  budget=_size(res.kv_budget)), "", "  ")
+    elif res.uncertain:
+        out.prose(_(
+            "UNCERTAIN: as modelled, one {length}-token request needs {needed} of KV cache and only {budget} is "
+            "left; but that rests on a term of the activation peak no log confirms: {term}. With the text model's "
+            "own peak ({floor}) instead, {floor_budget} would be left, enough. One start-up settles it: vLLM prints "
+            "\"PyTorch activation peak memory takes …\"."
+        ).format(length=res.max_model_len, needed=_size(res.kv_needed), budget=_size(res.kv_budget),
+                 term=res.uncertain, floor=_size(res.activation_floor or 0),
+                 floor_budget=_size(res.kv_budget_floor or 0)), "", "  ")
     elif res.kv_budget <= 0:
         out.prose(_("DOES NOT FIT: nothing is left for the KV cache ({budget}).").format(budget=_size(res.kv_budget)),
                   "", "  ")
@@ -162,7 +171,8 @@ def register(app: typer.Typer) -> None:
         "fit",
         help=N_(
             "Pre-flight: will a model fit on a GPU under vLLM (or SGLang)? Budget table, how many full-length requests "
-            "fit at once, and the flags that make it fit. Exit status: 0 fits, 1 does not fit, 2 usage error."
+            "fit at once, and the flags that make it fit. Exit status: 0 fits, 1 does not fit, 2 usage error, 3 "
+            "uncertain (it does not fit only on a term no log confirms)."
         ),
     )
     def fit_command(
@@ -351,4 +361,4 @@ def register(app: typer.Typer) -> None:
                 print(json.dumps(res.to_dict(), indent=2, ensure_ascii=False))
             else:
                 print(render_fit_text(res), end="")
-            return 0 if res.fits else 1
+            return 0 if res.fits else 3 if res.uncertain else 1
