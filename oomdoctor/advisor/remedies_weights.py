@@ -31,7 +31,7 @@ _OWN_LEVERS = ("vllm", "sglang", "tgi", "tensorrt-llm", "llama.cpp", "ollama", "
 OFFLOAD: dict[str, tuple[str, str, str]] = {
     "comfyui": ("flag", "--lowvram", ""),
     "fooocus": ("flag", "--always-low-vram", ""),
-    "diffusers": ("setting", "pipe.enable_model_cpu_offload()", "instead of pipe.to('cuda')"),
+    "diffusers": ("setting", "pipe.enable_model_cpu_offload()", "@instead_of_to"),
     "transformers": ("setting", "from_pretrained(device_map=...)", '"auto"'),
     "accelerate": ("setting", "from_pretrained(device_map=...)", '"auto"'),
 }
@@ -81,7 +81,9 @@ def _product_knob(rid: str, table: dict[str, tuple[str, str, str]], inp: AdviceI
     levers or whose knob the table does not know."""
     if _own_levers(inp) or _activations_only(inp):
         return None
-    return knob_remedy(rid, table, inp)
+    cause = inp.finding.cause
+    full = cause is not None and cause.id == "activation-peak"  # the weights fit, and leave no room
+    return knob_remedy(rid, table, inp, "why_full" if full else "why")
 
 
 def knob_remedy(
@@ -93,6 +95,8 @@ def knob_remedy(
     if product not in table:
         return None
     kind, knob, value = table[product]
+    if value.startswith("@"):  # a value in words: the remedy's text of that name, in the language in force
+        value = remedy_text(rid, value[1:])
     return Remedy(
         id=rid,
         title=remedy_text(rid, "title", knob=knob),
