@@ -12,7 +12,8 @@ byte, names the stage: weights-load.
 An activation can have the same size: ``tokens × out`` elements equals ``hidden × out`` when the
 batch holds as many tokens as the model is wide (4096 tokens through Mistral-7B's merged
 ``gate_up_proj`` is 224 MiB, as its weight is). So the process must also hold less than the model's
-weights: the weights were not all on the GPU yet, so no batch had run. Without the held figure the
+weights (its share of them under tensor and pipeline parallelism; none is known when some are
+offloaded to the CPU): the weights were not all on the GPU yet, so no batch had run. Without the held figure the
 size alone names nothing. Only an unquantized checkpoint of a dense model whose ``config.json``
 geometry the catalog has whole (hidden, intermediate and vocabulary sizes) is asked: a quantized or
 MoE checkpoint's tensors have other shapes.
@@ -93,8 +94,11 @@ def loading_tensor(finding: Finding, context: Context, account: Account, engine:
     element = DTYPE_BYTES.get(str(context.dtype or geo.dtype))
     if element is None or element != int(element):
         return None
+    if context.launch_args.get("cpu_offload_gb") not in (None, "0", "0.0"):
+        return None  # (part of the weights stays in host memory: the GPU's share is not known)
     tp = context.tensor_parallel_size or 1
+    pp = context.pipeline_parallel_size or 1  # (each stage holds its share of the layers)
     total = geo.weight_bytes(element)
-    if not total or held + request > -(-total // tp):
+    if not total or held + request > -(-total // (tp * pp)):
         return None
     return next((t for t in weight_tensors(geo, int(element), tp) if t.bytes == request), None)
