@@ -81,6 +81,10 @@ UPSTREAM_RULES = (
     "onnxruntime.allocation-failed",
     "onnxruntime.bfc-arena-no-free-block",
     "onnxruntime.bfc-arena-ran-out",
+    "onnxruntime.dml-e-outofmemory",
+    "torch.directml-not-enough-video-memory",
+    "torch.directml-allocator-oom",
+    "openvino.gpu-cl-out-of-resources",
 )
 
 

@@ -387,3 +387,76 @@ def test_a_call_handed_the_optimizer_state_is_training() -> None:
     # the word alone, not passed to a call, is no evidence
     log = f'Traceback (most recent call last):\n  File "main.py", line 720, in <module>\n    print_opt_state_size\n{xla}\n'
     assert diagnose(log).findings[0].phase == "unknown"
+
+
+def test_generator_reads_quarks_calibration_in_its_own_file(tmp_path: Path) -> None:
+    gen = _generator()
+    rel = tmp_path / "amd-quark-9.0"
+    _write(rel, "quark/torch/quantization/api.py", '''
+        import logging
+        logger = logging.getLogger(__name__)
+
+        class ModelQuantizer:
+            def quantize_model(self, model, dataloader):
+                logger.info(f"Quantizing with the quantization configuration:\\n{self.config}")
+                model = self._prepare_model(model)
+                self._do_calibration(model, dataloader)
+                return model
+
+            def _prepare_model(self, model):
+                return model
+
+            def _do_calibration(self, model, dataloader):
+                logger.info("Calibration start.")
+                for data in tqdm(dataloader, desc="Calibrating activations"):
+                    model(data)
+
+            def freeze(self, model):
+                logger.info("Freeze model start.")
+        ''')
+    _write(rel, "quark/torch/quantization/observer/observer.py", '''
+        class PerTensorMinMaxObserver:
+            def forward(self, x):
+                return x
+        ''')
+    table = toml_module().loads(gen.generate([rel]))
+    by = {p["phase"]: p for p in table["phase"]}
+    assert set(by) == {"inference"}
+    # its roots count in api.py only (quantize_model and _prepare_model are names other packages use)
+    assert by["inference"]["frames"] == [
+        "/quark/torch/quantization/api.py::_do_calibration", "/quark/torch/quantization/api.py::quantize_model",
+    ]
+    assert by["inference"]["paths"] == ["/quark/torch/quantization/observer/observer.py"]
+    assert by["inference"]["progress"] == [
+        "Calibrating activations", r"Calibration start\.", "Quantizing with the quantization configuration",
+    ]
+    origin = next(o for o in by["inference"]["origins"] if o["kind"] == "path")
+    assert origin == {"kind": "path", "evidence": "/quark/torch/quantization/observer/observer.py",
+                      "package": "amd_quark", "source": "quark/torch/quantization/observer/observer.py",
+                      "versions": ["9.0"]}
+
+
+HIP_OOM = (
+    "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 MiB. GPU 7 has a total capacity "
+    "of 287.98 GiB of which 203.49 GiB is free."
+)
+
+
+def test_a_quark_calibration_observer_frame_is_inference() -> None:
+    # amd-quark 0.6.0 / 0.13 quark/torch/quantization/observer/observer.py (generated path): its
+    # statistics observers run in the calibration's forward passes (fresh-022)
+    observer = ('  File "/workspace/Quark/quark/torch/quantization/observer/observer.py", line 712, in forward\n'
+                "    amax, _ = torch.max(torch.abs(block_x), dim=-1, keepdim=True)\n")
+    log = "Traceback (most recent call last):\n" + observer + HIP_OOM + "\n"
+    assert diagnose(log).findings[0].phase == "inference"
+    # a training loop's own frame above it says training (asked before inference)
+    trained = _frame("transformers/trainer.py", "training_step") + observer
+    assert diagnose("Traceback (most recent call last):\n" + trained + HIP_OOM + "\n").findings[0].phase == "training"
+    # Quark's learnable observers (QAT) and its other modules name no phase
+    for path in ("quark/torch/quantization/observer/lsq_observer.py", "quark/torch/export/api.py"):
+        log = "Traceback (most recent call last):\n" + _frame(path, "forward") + HIP_OOM + "\n"
+        assert diagnose(log).findings[0].phase == "unknown", path
+    # quantize_model is a frame of api.py only
+    for path, phase in (("quark/torch/quantization/api.py", "inference"), ("mytool/api.py", "unknown")):
+        log = "Traceback (most recent call last):\n" + _frame(path, "quantize_model") + HIP_OOM + "\n"
+        assert diagnose(log).findings[0].phase == phase, path

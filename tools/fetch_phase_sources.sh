@@ -21,7 +21,8 @@ if [ ${#specs[@]} -eq 0 ]; then
          diffusers==0.42.1 lightning==2.6.6 trl==0.9.6 trl==1.16.0 peft==0.21.2
          torchtune==0.6.1 flax==0.12.8 keras==3.15.1 faster-whisper==1.2.1 uvicorn==0.55.0
          deepspeed==0.19.8 llama-cpp-python==0.2.90 monai==1.5.1 ms-swift==3.4.1 ms-swift==4.6.0 ai-models==0.7.4
-         bitsandbytes==0.43.1 bitsandbytes==0.50.2 openrlhf==0.5.7 openrlhf==0.11.2)
+         bitsandbytes==0.43.1 bitsandbytes==0.50.2 openrlhf==0.5.7 openrlhf==0.11.2
+         amd-quark==0.6.0 amd-quark==0.13)
 fi
 mkdir -p "$dest"
 for spec in "${specs[@]}"; do
@@ -32,6 +33,7 @@ for spec in "${specs[@]}"; do
   case "$pkg" in  # (the module a distribution installs, where its name differs)
     ms-swift) mod=swift ;;
     llama-cpp-python) mod=llama_cpp ;;
+    amd-quark) mod=quark ;;
   esac
   wheels=$(mktemp -d)
   # (older releases have wheels for older Pythons only)

@@ -262,6 +262,18 @@ STAGES: dict[str, list[Stage]] = {
     "comfyui": [
         Stage("inference", (), ("ComfyUI/execution.py",), paths=("/ComfyUI/execution.py",)),
     ],
+    # AMD Quark (amd-quark; the wheel's quark/): ModelQuantizer.quantize_model quantizes a model
+    # after training by running it forward over calibration data ("Calibration start.", the
+    # "Calibrating activations" bar): a forward pass, "inference". Its functions' names are common
+    # (quantize_model, _prepare_model), so they count in api.py only; the statistics observers of
+    # observer.py run in those passes (the learnable ones of its QAT, lsq_observer.py and
+    # tqt_observer.py, are left out: a training loop's own frames are asked before inference's)
+    "amd_quark": [
+        Stage("inference", ("quantize_model", "_do_calibration", "_calibrate_all_params", "_apply_advanced_quant_algo",
+                            "_do_post_calib_optimization", "_do_post_calib_optimazation"),
+              ("quark/torch/quantization/api.py",), qualified=True,
+              paths=("/quark/torch/quantization/observer/observer.py",)),
+    ],
     # OpenRLHF: the PPO roles it runs as Ray actors (policy, critic, reference and reward models)
     # train; its vLLM rollout actor (trainer/ray/vllm_engine.py) is vLLM's own stages
     "openrlhf": [

@@ -7,7 +7,8 @@ remedies must not contradict it.
 
 Entry names: ``capacity``, ``cap``, ``free``, ``other-processes``, ``outside-pytorch``, ``this-process``,
 ``allocated``, ``reserved``, ``fragmentation``, ``weights``, ``kv-cache``, ``kv-needed``, ``kv-available``,
-``cudagraphs``, ``activations``, ``request``, ``shortfall``; host: ``rss``, ``anon-rss``, ``file-rss``,
+``cudagraphs``, ``activations``, ``request``, ``shortfall``, ``weight-tensor`` (the request is one
+weight tensor of the model: :mod:`~oomdoctor.advisor.weight_tensors`); host: ``rss``, ``anon-rss``, ``file-rss``,
 ``shmem-rss``, ``limit``.
 """
 

@@ -60,7 +60,9 @@ def _evidence(account: Account, *names: str) -> list[str]:
         if e.name in names:
             where = f", line {e.line}" if e.line is not None else ""
             size = format_size(e.bytes) if e.bytes is not None else f"{e.tokens} tokens"
-            out.append(f"{e.name} {size} ({e.source}{where})")
+            # (the weight tensor a request is names itself: it is the phase's evidence)
+            named = f": {e.note}" if e.name == "weight-tensor" and e.note else ""
+            out.append(f"{e.name} {size} ({e.source}{where}){named}")
     return out
 
 
@@ -393,4 +395,4 @@ def name_cause(finding: Finding, context: Context, account: Account) -> Cause:
     """The cause of ``finding``, its summary in words (with the account's numbers) and its evidence."""
     cause_id, names = _pick(finding, context, account)
     return Cause(id=cause_id, summary=summary(cause_id, _values(finding, account, context)),
-                 evidence=_evidence(account, *names))
+                 evidence=_evidence(account, *names, "weight-tensor"))

@@ -17,8 +17,9 @@ from oomdoctor.advisor.product_knobs import in_product_knobs
 from oomdoctor.advisor.registry import AdviceInput, calculator
 from oomdoctor.advisor.unsized import unsized_lever
 from oomdoctor.advisor.versions import flag_exists
+from oomdoctor.advisor.weight_tensors import loading_tensor
 from oomdoctor.i18n import _, join_sentences
-from oomdoctor.report import Cause, Context, Finding, Remedy, Report
+from oomdoctor.report import AccountEntry, Cause, Context, Finding, Remedy, Report
 from oomdoctor.units import format_size
 
 if TYPE_CHECKING:
@@ -263,8 +264,20 @@ def _commands_and_code(rems: list[Remedy], inp: AdviceInput) -> None:
 
 
 def diagnose_finding(finding: Finding, context: Context) -> Cause:
-    """Fill ``finding.account`` and ``finding.cause`` (in place) and return the cause."""
+    """Fill ``finding.account`` and ``finding.cause`` (in place) and return the cause. A failure
+    whose log shows no stage, whose request is one of the model's weight tensors to the byte
+    (:mod:`~oomdoctor.advisor.weight_tensors`), is placed in weights-load, the tensor named in the
+    account ("weight-tensor") and the cause's evidence."""
     finding.account = account_for(finding, context)
+    if finding.phase in ("unknown", "weights-load"):
+        tensor = loading_tensor(finding, context, finding.account, engine_for(finding, context))
+        if tensor is not None:
+            finding.phase = "weights-load"
+            finding.account.entries.append(AccountEntry(
+                name="weight-tensor", bytes=tensor.bytes, source="derived",
+                note=f"one {tensor.name} weight of {context.model}: {tensor.formula()}, while the process held "
+                     "less than the model's weights: they were loading",
+            ))
     finding.cause = name_cause(finding, context, finding.account)
     return finding.cause
 

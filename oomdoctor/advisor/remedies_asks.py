@@ -79,9 +79,10 @@ def request_shape(inp: AdviceInput) -> Remedy | None:
     )
 
 
-#: rules and kinds of failures on devices nvidia-smi does not show (Apple GPUs, TPUs, Intel GPUs)
-_NOT_NVIDIA_RULES = ("xla.tpu-", "ggml.metal-", "ggml.sycl-", "mlx.")
-_NOT_NVIDIA_KINDS = ("torch.mps", "torch.xpu", "mlx.")
+#: rules and kinds of failures on devices nvidia-smi does not show (Apple GPUs, TPUs, Intel GPUs;
+#: DirectML's adapter, which may be any vendor's, as a Vulkan device)
+_NOT_NVIDIA_RULES = ("xla.tpu-", "ggml.metal-", "ggml.sycl-", "mlx.", "onnxruntime.dml-")
+_NOT_NVIDIA_KINDS = ("torch.mps", "torch.xpu", "mlx.", "torch.directml", "openvino.")
 #: ggml buffer types of backends that are not CUDA (a Vulkan device may be any vendor's)
 _NOT_CUDA_BUFFERS = ("Metal", "SYCL", "Vulkan", "CPU", "CANN", "OpenCL")
 
