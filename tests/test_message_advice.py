@@ -50,6 +50,10 @@ ADVICE: list[tuple[str, frozenset[str]]] = [
     (r"(?i)please try to raise your shared memory limit", frozenset({"host.shm-size"})),
     (r"(?i)try increasing it via the context size", frozenset({"ggml.ctx-size.raise"})),
     (r"(?i)give more memory to CUDA driver by reducing XLA_PYTHON_CLIENT_MEM_FRACTION", frozenset({"xla.mem-fraction.lower"})),
+    # OpenVINO 2024.4.0's GPU plugin: a smaller batch, fewer streams (NUM_STREAMS), lower precision
+    # (INFERENCE_PRECISION_HINT): no OpenVINO calculator exists yet
+    (r"(?i)reduce memory consumption\s*\(use smaller batch size, less streams, lower precision",
+     frozenset({"openvino.num-streams"})),
 ]
 
 #: advice sentences that name no knob to turn for this failure
@@ -77,6 +81,9 @@ GAPS: dict[tuple[str, int], str] = {
     ("vllm.mm.profiling-seq-too-short", 0): "a start-up warning; the lengths it names are figures, the remedy for the failure it "
                                             "predicts belongs to that failure",
     ("llama.server-kv-cache-retry", 1): "a retry warning; as llama.server-kv-cache-full, the server's -c and -np are not in it",
+    ("openvino.gpu-cl-out-of-resources", 1): "OpenVINO 2024.4's generic advice (a driver update; a smaller batch, fewer streams, "
+                                              "lower precision): the batch is the application's own and the log names no "
+                                              "application, stream count or precision to size a change from",
 }
 
 
@@ -101,7 +108,7 @@ def _knobs(log: str) -> tuple[list[frozenset[str]], list[str]]:
 
 
 #: knobs no calculator exists for yet: their examples are in GAPS
-UNWRITTEN = frozenset({"vllm.swap-space.raise", "vllm.limit-mm-per-prompt"})
+UNWRITTEN = frozenset({"vllm.swap-space.raise", "vllm.limit-mm-per-prompt", "openvino.num-streams"})
 
 
 def test_the_scan_sees_advice() -> None:

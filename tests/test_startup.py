@@ -198,7 +198,8 @@ def test_the_remedy_index_imports_no_remedy_module(cache_dir: Path) -> None:
     cold = _run(code, env)
     warm = _run(code, env)
     n = len(registry.remedy_ids())
-    assert cold.startswith(f"{n} ['oomdoctor.advisor.remedies_asks', 'oomdoctor.advisor.remedies_generic',")
+    assert cold.startswith(f"{n} ['oomdoctor.advisor.remedies_asks', 'oomdoctor.advisor.remedies_diffusers', "
+                           "'oomdoctor.advisor.remedies_generic',")
     assert warm == f"{n} []"
     # a corrupt index is rebuilt by importing everything
     (entry,) = cache_dir.glob("remedies-*.json")
