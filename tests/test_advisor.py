@@ -389,6 +389,17 @@ def test_nominal_gpu_size_lowers_confidence() -> None:
     assert r.fits is None and r.confidence == "low" and r.sources["total"] == "catalog (nominal size)"
 
 
+def test_mps_ratio_steps_and_bound() -> None:
+    from oomdoctor.advisor.remedies_generic import mps_ratio_for
+
+    gib = 2**30
+    assert mps_ratio_for(27 * gib, 27 * gib) == 1.8  # at the limit (rounded figures): one step above 1.7
+    assert mps_ratio_for(28 * gib, 27 * gib) == 1.8  # 1.763
+    assert mps_ratio_for(29 * gib, 27 * gib) == 1.9  # 1.826
+    assert mps_ratio_for(31 * gib, 27 * gib) == 2.0  # 1.952: the bound itself is allowed
+    assert mps_ratio_for(32 * gib, 27 * gib) is None  # 2.015: above PyTorch's bound
+
+
 def test_mps_over_the_limit_by_exactly_what_the_message_says() -> None:
     import oomdoctor
 
@@ -403,9 +414,11 @@ def test_mps_over_the_limit_by_exactly_what_the_message_says() -> None:
     assert f.cause is not None and f.cause.id == "activation-peak"  # 15.05 of 27.20 GB before the step
     (watermark,) = [r for r in f.remedies if r.id == "torch.mps-high-watermark"]
     assert f.remedies[0].id != "torch.mps-high-watermark"
-    assert watermark.env == {"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "0.0"}
-    # 15.05 + 11.91 + 1.16 - 27.20 GB (binary) = 0.92 GiB = 942.08 MiB
+    # 1.7 x (15.05 + 11.91 + 1.16) / 27.20 = 1.7575: up to the next 0.1, 1.8 (PyTorch's bound is 2.0)
+    assert watermark.env == {"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "1.8"}
+    # 15.05 + 11.91 + 1.16 - 27.20 GB (binary) = 0.92 GiB = 942.08 MiB; 27.20 / 1.7 = 16.00 GiB recommended
     assert "942.08 MiB over the 27.20 GiB limit" in watermark.why
+    assert "about 16.00 GiB" in watermark.why and "1.8 × it is about 28.80 GiB" in watermark.why
     no_limit = oomdoctor.diagnose(
         "RuntimeError: MPS backend out of memory (MPS allocated: 30.15 GiB, other allocations: 464.00 KiB). "
         "Tried to allocate 72.00 MiB on shared pool.\n"
@@ -432,3 +445,14 @@ def test_utilization_ceiling_counts_what_vllm_already_holds() -> None:
                                                       "desired_bytes": 72 * gib}})
     inp = AdviceInput(start_up, ctx)
     assert _util_cap(get_facts(inp), inp)[0] == 0.02  # 2 / 80 = 0.025 -> 0.02
+
+
+def test_mps_over_what_any_ratio_allows_keeps_the_messages_zero() -> None:
+    """new-014: 15.72 GiB + 2.41 MiB + 5.81 GiB against 18.13 GiB at 1.7: 2.02 x the working set, past
+    PyTorch's 2.0, so only the message's 0.0 (no limit) is left, at low confidence."""
+    from tests.engines_util import diagnose, remedy
+
+    f = diagnose("other/new-014.log").findings[0]
+    r = remedy(f, "torch.mps-high-watermark")
+    assert r.env == {"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "0.0"} and r.confidence == "low"
+    assert "PyTorch's highest ratio" in r.why

@@ -54,8 +54,11 @@ FRACTIONS = {
     "kv_cache_free_gpu_mem_fraction (Triton config.pbtxt)",
     "XLA_PYTHON_CLIENT_MEM_FRACTION",
     "RAY_memory_usage_threshold",
-    "PYTORCH_MPS_HIGH_WATERMARK_RATIO",
 }
+#: ratios with an upper bound above 1: PyTorch's MPS high watermark is a multiple of the device's
+#: recommended working set, 0.0 (no limit) up to 2.0 (torch 2.5.1 MPSAllocator.h
+#: default_high_watermark_upper_bound), written with one decimal
+RATIOS = {"PYTORCH_MPS_HIGH_WATERMARK_RATIO": 2.0}
 #: flags whose value is a count (tokens, sequences, layers, GPUs, GiB): a plain non-negative integer
 COUNTS = {
     "--max-model-len",
@@ -113,6 +116,9 @@ def check_bounds(report: dict[str, Any]) -> None:
                 if name in FRACTIONS:
                     assert _TWO_DECIMALS.match(value), f"{where}: {name} {value!r} is not a fraction at two decimals"
                     assert 0 <= float(value) <= 1, f"{where}: {name} {value} out of [0, 1]"
+                if name in RATIOS:
+                    assert re.match(r"^\d(\.\d{1,2})?$", value), f"{where}: {name} {value!r} is not a ratio at two decimals"
+                    assert 0 <= float(value) <= RATIOS[name], f"{where}: {name} {value} out of [0, {RATIOS[name]}]"
                 if name in COUNTS and not (name in remedy.get("settings", {}) and is_words(value)):
                     # a setting may be words about its value (the log lacks it; shown as prose), a
                     # flag or a variable never: its value is a value or it is absent

@@ -271,29 +271,61 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
     )
 
 
+#: PyTorch's MPS allocator (torch 2.5.1 wheel, include/ATen/mps/MPSAllocator.h): the limit ("max
+#: allowed") is PYTORCH_MPS_HIGH_WATERMARK_RATIO x the device's recommendedMaxWorkingSetSize, by default
+#: 1.7 x; a ratio above 2.0 ("the allowed upper bound") is refused, and 0.0 disables the limit
+MPS_DEFAULT_HIGH_RATIO = 1.7
+MPS_HIGH_RATIO_BOUND = 2.0
+
+
+def mps_ratio_for(needed: int, limit: int) -> float | None:
+    """The high-watermark ratio, in 0.1 steps, above the default that lets ``needed`` bytes through a
+    ``limit`` set at the default ratio; None when that is above the allowed bound."""
+    ratio = MPS_DEFAULT_HIGH_RATIO * needed / limit
+    value = max(round(MPS_DEFAULT_HIGH_RATIO + 0.1, 1), floor_to(ratio, 1) + 0.1)
+    value = round(value, 1)
+    return value if value <= MPS_HIGH_RATIO_BOUND else None
+
+
 @remedy("torch.mps-high-watermark")
 def mps_high_watermark(inp: AdviceInput) -> Remedy | None:
     """Apple MPS: the allocator's upper limit (``max allowed``) refused the request.
 
-    The value is the one PyTorch's own message prints (``PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0``
-    disables the limit); oomdoctor adds how far over the limit the request went:
-    MPS allocated + other allocations + requested − max allowed.
+    Value: the ratio that lets MPS allocated + other allocations + requested through, assuming the
+    limit is at PyTorch's default ratio (1.7 x the recommended working set): 1.7 x needed / max allowed,
+    up to the next 0.1 (at least 1.8). Above PyTorch's bound of 2.0 only the message's own 0.0
+    (no limit at all) is left, with its warning.
     """
     allocated, other = inp.fig("mps_allocated_bytes"), inp.fig("other_allocations_bytes")
     limit, req = inp.fig("max_allowed_bytes"), inp.fig("requested_bytes")
-    if None in (allocated, other, limit, req):
+    if None in (allocated, other, limit, req) or not limit:
         return None
-    over = allocated + other + req - limit
+    needed = allocated + other + req
+    over = needed - limit
+    value = mps_ratio_for(needed, limit)
+    texts = dict(allocated=allocated, other=other, request=req, over=max(over, 0), limit=limit,
+                 recommended=int(limit / MPS_DEFAULT_HIGH_RATIO))
+    if value is None:
+        return Remedy(
+            id="torch.mps-high-watermark",
+            title=remedy_text("torch.mps-high-watermark", "title_off"),
+            env={"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "0.0"},
+            fits=None,
+            confidence="low",
+            why=remedy_text("torch.mps-high-watermark", "why_off", **texts),
+            tradeoff=remedy_text("torch.mps-high-watermark", "cost_off"),
+            sources={"figures": "message", "value": "message"},
+        )
     return Remedy(
         id="torch.mps-high-watermark",
-        title=remedy_text("torch.mps-high-watermark", "title"),
-        env={"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "0.0"},
+        title=remedy_text("torch.mps-high-watermark", "title", ratio=f"{value:.1f}"),
+        env={"PYTORCH_MPS_HIGH_WATERMARK_RATIO": f"{value:.1f}"},
+        saves_bytes=None,
         fits=None,
         confidence="medium",
-        why=remedy_text(
-            "torch.mps-high-watermark", "why", allocated=allocated, other=other, request=req, over=over, limit=limit
-        ),
-        sources={"figures": "message", "value": "message"},
+        why=remedy_text("torch.mps-high-watermark", "why" if over > 0 else "why_at_limit", ratio=f"{value:.1f}",
+                        new_limit=int(limit * value / MPS_DEFAULT_HIGH_RATIO), **texts),
+        sources={"figures": "message", "default ratio": "PyTorch MPSAllocator.h"},
     )
 
 
