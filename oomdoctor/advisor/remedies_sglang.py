@@ -162,6 +162,9 @@ def chunked_prefill(inp: AdviceInput) -> Remedy | None:
         return None  # a decode-time OOM: smaller prefill chunks do not shrink what running requests hold
     cur = as_int(setting(inp, "sglang_chunked_prefill_size", "chunked_prefill_size"))
     avail = as_int(inp.fig("available_tokens"))
+    want = as_int(inp.fig("requested_tokens"))
+    if avail is not None and want is not None and avail >= want:
+        avail = None  # the pool had the tokens asked for (free + evictable): it does not size a chunk
     candidates = [v for v in ((cur // 2) if cur and cur > 0 else None, avail) if v]
     if not candidates:
         return None
