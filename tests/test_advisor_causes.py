@@ -525,3 +525,11 @@ def test_9e_generate_script_is_not_training() -> None:
     f = only_error(diagnose("pytorch/synthetic-alloc-conf-2-10.log"))
     assert f.phase == "inference"
     assert not [rid for rid in remedy_ids(f) if rid.startswith("training.")]
+
+
+def test_9h_the_weights_request_is_not_the_shortfall() -> None:
+    """seed-001: "Not enough GPU memory to allocate 24576 MiB for the model weights" with no free figure:
+    24 GiB is the whole model, not what is missing, so no `--cpu-offload-gb 24` and no "24 GiB missing"."""
+    f = only_error(diagnose("vllm/seed-001.log"))
+    assert "vllm.cpu-offload-gb" not in remedy_ids(f)
+    assert not [r for r in f.remedies if "is missing" in r.why]

@@ -158,6 +158,10 @@ def shortage(inp: AdviceInput) -> tuple[int, str] | None:
     if desired and free is not None:
         return int(desired - free), remedy_text(_KV, "basis_desired", desired=desired, free=free)
     req = inp.fig("requested_bytes")
+    if req and free is None and inp.finding.rule == "vllm.weights.not-enough-memory":
+        # "Not enough GPU memory to allocate 24576 MiB for the model weights" names the whole model,
+        # not what is missing: with no free figure beside it the shortfall is unknown (at most that)
+        return None
     if req:
         if free is not None and free < req:
             return int(req - free), remedy_text(_KV, "basis_requested_free", request=req, free=free)
