@@ -8,8 +8,11 @@ from tests.engines_util import diagnose, only_error, remedy
 
 
 def test_prefill_tokens_halved_below_n() -> None:
+    """other-017: 1024 prefill tokens failed at warm-up, and the log shows no input limit: 512 is below
+    TGI 1.x's default --max-input-length (1024), which the launcher would refuse, so the input limit
+    comes down too, in the spelling every release takes alone (the version is not in the log)."""
     f = only_error(diagnose("tgi/other-017.log"))
-    assert f.remedies[0].flags == {"--max-batch-prefill-tokens": "512"}
+    assert f.remedies[0].flags == {"--max-batch-prefill-tokens": "512", "--max-input-length": "512"}
 
 
 def test_prefill_value_also_lowers_the_input_limit_it_must_cover() -> None:

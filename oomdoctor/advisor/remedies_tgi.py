@@ -14,6 +14,7 @@ from oomdoctor.advisor._engine_util import (
     product_of,
     setting,
 )
+from oomdoctor.advisor.memory_model import parse_version
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.values import floor_to, fmt_fraction, round_down
@@ -33,13 +34,25 @@ def _mine(inp: AdviceInput) -> bool:
 
 
 def _input_flag(inp: AdviceInput) -> str:
-    """The input-limit flag as this run spells it: TGI 1.x has only --max-input-length (its ``Args``
-    dump, read into the context extras, or a logged launcher line says so); 2.x+ takes
-    --max-input-tokens and refuses both at once."""
+    """The input-limit flag as this run spells it: TGI 1.x has only --max-input-length; 2.0 added
+    --max-input-tokens and keeps the old name as a deprecated spelling it refuses beside the new one
+    (rules/advice/flags.toml [tgi]). The new name only where the run is known to be 2.x (its version,
+    or the new name in its arguments); else the old one, which every release takes alone."""
     ctx = inp.context
     # LoRAX forked TGI 0.9 and kept --max-input-length (launcher/src/main.rs at its tags; knobs.toml)
-    legacy = "tgi_max_input_length" in ctx.extra or "max_input_length" in ctx.launch_args or product_of(inp) == "lorax"
-    return "--max-input-length" if legacy else "--max-input-tokens"
+    if product_of(inp) == "lorax" or "tgi_max_input_length" in ctx.extra or "max_input_length" in ctx.launch_args:
+        return "--max-input-length"
+    version = parse_version(ctx.engine_version) if engine_of(inp) == "tgi" else None
+    # the router's warm-up span that states the input limit is router v3's (TGI 2.x+)
+    if ("max_input_tokens" in ctx.launch_args or "tgi_max_input_tokens" in ctx.extra
+            or "tgi_warmup_max_input" in ctx.extra or (version and version >= (2, 0))):
+        return "--max-input-tokens"
+    return "--max-input-length"
+
+
+#: TGI 1.x launcher's --max-input-length default (launcher/src/main.rs, `default_value = "1024"`); 2.x
+#: derives --max-input-tokens from the model's config
+TGI1_MAX_INPUT_DEFAULT = 1024
 
 
 @remedy("tgi.max-batch-prefill-tokens")
@@ -60,6 +73,12 @@ def max_batch_prefill_tokens(inp: AdviceInput) -> Remedy | None:
     if max_input and max_input > value:
         flags[_input_flag(inp)] = str(value)
         extra = remedy_text("tgi.max-batch-prefill-tokens", "why_input", max_input=max_input, value=value)
+    elif not max_input and value < TGI1_MAX_INPUT_DEFAULT:
+        # the launcher refuses a prefill budget below the input limit, which the log does not show:
+        # below TGI 1.x's default (1024) the input limit comes down with it
+        flags[_input_flag(inp)] = str(value)
+        extra = remedy_text("tgi.max-batch-prefill-tokens", "why_input_unknown", value=value,
+                            default=TGI1_MAX_INPUT_DEFAULT)
     return Remedy(
         id="tgi.max-batch-prefill-tokens",
         title=remedy_text("tgi.max-batch-prefill-tokens", "title", value=value),
