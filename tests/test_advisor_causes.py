@@ -533,3 +533,26 @@ def test_9h_the_weights_request_is_not_the_shortfall() -> None:
     f = only_error(diagnose("vllm/seed-001.log"))
     assert "vllm.cpu-offload-gb" not in remedy_ids(f)
     assert not [r for r in f.remedies if "is missing" in r.why]
+
+
+def test_9i_a_contiguous_identical_batch_of_processes_is_the_jobs_own_ranks() -> None:
+    """other-063 (no rank label on the line): 15 processes, PIDs 101549-101563, 1.19 GiB each on GPU 0:
+    the job's other ranks' CUDA contexts, not strangers to stop; each rank selects its own device."""
+    f = only_error(diagnose("pytorch/other-063.log"))
+    assert f.cause is not None and f.cause.id == "placement" and "101549–101563" in f.cause.summary
+    first = f.remedies[0]
+    assert first.id == "gpu.rank-devices" and list(first.settings) == ["torch.cuda.set_device"]
+    assert "gpu.free-other-processes" not in remedy_ids(f)
+
+
+def test_9j_unlabelled_processes_of_different_sizes_are_not_siblings() -> None:
+    """The same contiguous PIDs holding different amounts, with no rank label: nothing says they are
+    one job's ranks, so the other processes stay other processes."""
+    text = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 52.00 MiB. GPU 0 has a total capacity "
+            "of 31.74 GiB of which 39.62 MiB is free. Process 101549 has 3.19 GiB memory in use. Process 101550 has "
+            "5.19 GiB memory in use. Process 101551 has 4.19 GiB memory in use. Process 101552 has 5.19 GiB memory in "
+            "use. Including non-PyTorch memory, this process has 13.82 GiB memory in use. Of the allocated memory "
+            "11.54 GiB is allocated by PyTorch, and 1.80 GiB is reserved by PyTorch but unallocated.")
+    f = only_error(diagnose_text(text))
+    assert f.cause is not None and f.cause.id == "other-processes"
+    assert "gpu.rank-devices" not in remedy_ids(f)

@@ -131,6 +131,11 @@ def memory_fraction(inp: AdviceInput) -> Remedy | None:
     )
 
 
+#: programs whose own code picks each rank's GPU (torch.cuda.set_device): plain PyTorch and the
+#: training libraries that run in the user's process
+_SETS_ITS_DEVICE = ("pytorch", "transformers", "hf-trainer", "accelerate", "deepspeed", "lightning")
+
+
 @remedy("gpu.rank-devices")
 def rank_devices(inp: AdviceInput) -> Remedy | None:
     """The job's ranks share the failing GPU (siblings.py): give each rank its own device."""
@@ -140,9 +145,13 @@ def rank_devices(inp: AdviceInput) -> Remedy | None:
     held = sibling_bytes(inp.finding, pids)
     req, free = inp.fig("requested_bytes"), inp.fig("free_bytes") or 0
     gpu = inp.fig("gpu_index")
+    # a PyTorch program selects its rank's device itself; an engine (vLLM, SGLang, TGI, TensorRT-LLM)
+    # maps its workers, and the launcher's mapping is the knob there
+    own = product_of(inp) in _SETS_ITS_DEVICE
     return Remedy(
         id="gpu.rank-devices",
         title=remedy_text("gpu.rank-devices", "title", gpu="?" if gpu is None else gpu),
+        settings={"torch.cuda.set_device": remedy_text("gpu.rank-devices", "set_device")} if own else {},
         run=[list_processes_by_gpu()],
         saves_bytes=held,
         fits=(free + held >= req) if req else None,

@@ -21,6 +21,10 @@ MIN_SIBLINGS = 2
 #: a run of PIDs counts as spawned together when its width is at most this many PIDs per process
 #: (a launcher's helper threads and processes take a few PIDs between ranks)
 PID_SPAN_PER_PROCESS = 2
+#: with no rank label and no parallel size in the log, a run of at least this many PIDs spawned
+#: together, each holding the same memory (one CUDA context apiece), is still the job's own ranks:
+#: strangers do not come in a contiguous, identical batch
+MIN_UNLABELLED_SIBLINGS = 4
 
 
 def _multi_rank(finding: Finding, context: Context) -> bool:
@@ -49,9 +53,9 @@ def _listed_others(fig: dict[str, Any]) -> list[dict[str, Any]]:
 def sibling_pids(finding: Finding, context: Context) -> list[int]:
     """The PIDs of the listed processes that look like this job's other ranks (the largest run of
     PIDs spawned together), or ``[]``."""
-    if not _multi_rank(finding, context):
-        return []
-    pids = sorted(p for p in (_pid(proc) for proc in _listed_others(finding.figures)) if p is not None)
+    labelled = _multi_rank(finding, context)
+    others = _listed_others(finding.figures)
+    pids = sorted(p for p in (_pid(proc) for proc in others) if p is not None)
     best: list[int] = []
     for i in range(len(pids)):
         j = i
@@ -59,7 +63,10 @@ def sibling_pids(finding: Finding, context: Context) -> list[int]:
             j += 1
         if j - i + 1 > len(best):
             best = pids[i : j + 1]
-    return best if len(best) >= MIN_SIBLINGS else []
+    if labelled:
+        return best if len(best) >= MIN_SIBLINGS else []
+    held = {p.get("in_use_bytes") for p in others if _pid(p) in set(best)}
+    return best if len(best) >= MIN_UNLABELLED_SIBLINGS and len(held) == 1 else []
 
 
 def sibling_bytes(finding: Finding, pids: list[int]) -> int:
