@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import regex
+
 from oomdoctor.advisor._engine_util import as_float, as_int, engine_of, product_of
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
@@ -200,6 +202,11 @@ def smaller_model(inp: AdviceInput) -> Remedy | None:
 RAY_DEFAULT_TASK_CPUS = 1
 
 
+#: the Ray actors vLLM creates for its GPU workers, as Ray's kill message names them: RayWorkerVllm
+#: (vLLM 0.2.x, engine/ray_utils.py) and RayWorkerWrapper (0.4+, executor/ray_utils.py)
+_VLLM_RAY_ACTOR = regex.compile(r"\bRayWorker(?:Vllm|Wrapper)\b")
+
+
 @remedy("ray.reduce-parallelism")
 def ray_reduce_parallelism(inp: AdviceInput) -> Remedy | None:
     """Ray's own advice when its memory monitor kills a worker: "reducing task parallelism by
@@ -207,7 +214,7 @@ def ray_reduce_parallelism(inp: AdviceInput) -> Remedy | None:
     the node (Ray schedules by the CPUs each task requests)."""
     if engine_of(inp) != "ray":  # (the finding's own engine when it names Ray)
         return None
-    if (product_of(inp) or "").startswith("vllm"):
+    if (product_of(inp) or "").startswith("vllm") or _VLLM_RAY_ACTOR.search(str(inp.fig("task_name") or "")):
         return None  # vLLM's own Ray workers (one per GPU): the user does not size their tasks
     value = 2 * RAY_DEFAULT_TASK_CPUS
     return Remedy(
