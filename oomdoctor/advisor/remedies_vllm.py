@@ -269,6 +269,7 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
     cap, cap_why = _util_cap(f, inp)
     fits: bool | None = target <= cap
     lower_bound = shortage_is_lower_bound(inp)
+    exact = target
     if lower_bound and target < cap:
         target = min(cap, ceil_to(target + 0.02, 2))  # room for at least a few blocks
     notes: list[str] = []
@@ -291,7 +292,7 @@ def raise_utilization_for_kv(inp: AdviceInput) -> Remedy | None:
         why=join_sentences([
             remedy_text(
                 _KV, key, missing=missing, basis=why_missing, util=fmt_fraction(util), total=total,
-                target=fmt_fraction(target), cap=fmt_fraction(cap), cap_basis=cap_why,
+                target=fmt_fraction(target), exact=fmt_fraction(exact), cap=fmt_fraction(cap), cap_basis=cap_why,
             ),
             *notes,
         ]),
