@@ -303,3 +303,11 @@ def test_vllms_own_ray_workers_are_not_the_users_tasks() -> None:
     f = only_error(diagnose("vllm/vllm-043.log"))
     assert f.figures["task_name"] == "RayWorkerVllm.__init__"
     assert "ray.reduce-parallelism" not in remedy_ids(f)
+
+
+def test_the_utilization_raise_shows_its_margin() -> None:
+    """vllm-016: the KV budget is -1.05 GiB on 8.00 GiB at 0.70: 0.70 + 1.05/8.00 = 0.831 -> 0.84, and
+    the shortfall is a lower bound (one request's KV is unknown), so 0.02 more, said as such: 0.86."""
+    f = only_error(diagnose("vllm/vllm-016.log"))
+    r = remedy(f, "vllm.gpu-memory-utilization.raise-for-kv")
+    assert "= 0.84, plus 0.02 for a few blocks: 0.86" in r.why
