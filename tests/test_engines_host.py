@@ -94,3 +94,15 @@ def test_nccl_shm_segment() -> None:
 )
 def test_near_misses(text: str) -> None:
     assert not errors(diagnose_text(text))
+
+
+def test_a_small_weight_buffer_failing_on_the_host_gets_swap() -> None:
+    """other-004 (ollama on Windows, mmap off): one 417.66 MiB CPU buffer of the weights found no host
+    memory while loading: the host is full, so more swap (the page file on Windows), worded, not asked."""
+    from tests.engines_util import diagnose, only_error
+
+    f = only_error(diagnose("ollama/other-004.log"))
+    assert f.phase == "weights-load" and f.cause is not None and f.cause.id == "host-ram"
+    first = f.remedies[0]
+    assert first.id == "host.add-swap" and list(first.settings) == ["swap size"]
+    assert "417.66 MiB" in first.why

@@ -37,6 +37,11 @@ def resident_bytes(inp: AdviceInput) -> int | None:
     return sum(p or 0 for p in parts)
 
 
+#: a host allocation this small failing while weights load is one buffer of many: the host is full,
+#: not the request too large for it
+SMALL_HOST_REQUEST = 2**30
+
+
 @remedy("host.add-swap")
 def add_swap(inp: AdviceInput) -> Remedy | None:
     """A global (not container) OOM: swap lets a short peak spill to disk instead of killing the job.
@@ -62,7 +67,22 @@ def _add_swap_unsized(inp: AdviceInput) -> Remedy | None:
     left to the reader to size. A failed allocation is not such a peak: one request that host RAM
     cannot hold (a tensor, a buffer, the weights) needs a smaller request, and swap only slows it."""
     cause = inp.finding.cause
-    if cause is None or cause.id != "host-ram" or inp.fig("requested_bytes") or inp.fig("buffer_bytes"):
+    if cause is None or cause.id != "host-ram":
+        return None
+    req = as_int(inp.fig("requested_bytes") or inp.fig("buffer_bytes"))
+    if req and inp.finding.phase == "weights-load" and req <= SMALL_HOST_REQUEST:
+        # one of many weight buffers, and a small one, found no host memory: the host (RAM, and on
+        # Windows the page file that bounds committed memory) is full while the weights load
+        return Remedy(
+            id="host.add-swap",
+            title=remedy_text("host.add-swap", "title"),
+            settings={"swap size": remedy_text("host.add-swap", "setting_loading")},
+            fits=None,
+            confidence="low",
+            why=remedy_text("host.add-swap", "why_loading", request=req),
+            sources={"request": "message"},
+        )
+    if req:
         return None
     if inp.finding.rule.startswith("ray.memory-monitor"):
         return None  # Ray's own memory monitor killed the workers at its threshold: swap does not stop it
