@@ -100,7 +100,9 @@ def test_prefill_server_args_dump_without_page_size_keeps_todays_cause() -> None
     f = _finding(_dump(mem_fraction_static="0.88", chunked_prefill_size="8192") + PREFILL_052)
     assert f.cause is not None and f.cause.id == "kv-budget-exhausted"
     assert "sglang.page-size" not in remedy_ids(f)
-    assert remedy(f, "sglang.chunked-prefill-size").flags == {"--chunked-prefill-size": "4032"}
+    # half of 8192 is 4096, no smaller than the 4000-token prefill that failed (the pool's 4032 had
+    # them, counting 32 evictable): half the prefill, rounded down to 64, shrinks it
+    assert remedy(f, "sglang.chunked-prefill-size").flags == {"--chunked-prefill-size": "1984"}
 
 
 def test_a_backend_that_forces_its_page_size_gets_no_page_size_1() -> None:

@@ -176,10 +176,6 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         # llama.cpp's server: a request's tokens found no free cell in the KV cache (n_ctx, shared by
         # the -np slots), even one at a time: the cache is too small for the request
         return "kv-cache-too-small", ["kv-cache"]
-    if rule == "sglang.kv-pool-exhausted" and _pool_had_the_tokens(fig):
-        # SGLang counts evictable tokens as available: a pool that had them failed on something else
-        # (a hybrid model's other pool, eviction), which the message does not size
-        return "unknown", []
     if rule in ("sglang.kv-pool-exhausted", "sglang.req-slots-exhausted", "sglang.kv-pool-retract"):
         return "kv-budget-exhausted", ["kv-cache"]
     if phase == "cudagraph-capture" or "cuda-graph" in rule or "cudagraph" in rule:
@@ -307,12 +303,6 @@ def _memory_was_free(free: int | None, req: int | None, capacity: int | None) ->
     if free is None or req is None or free < req:
         return False
     return free - req >= GiB or (capacity is not None and free >= OTHERS_SHARE * capacity)
-
-
-def _pool_had_the_tokens(fig: dict[str, Any]) -> bool:
-    """SGLang's "Available ... tokens" (free + evictable) was at least the tokens asked for."""
-    want, left = fig.get("requested_tokens"), fig.get("available_tokens")
-    return isinstance(want, int) and isinstance(left, int) and left >= want
 
 
 def _host_allocator(finding: Finding) -> bool:

@@ -169,6 +169,8 @@ def chunked_prefill(inp: AdviceInput) -> Remedy | None:
     if not candidates:
         return None
     value = round_down(min(candidates), 64)
+    if want and value >= want:
+        value = round_down(want // 2, 64)  # a chunk no smaller than the failing prefill would not shrink it
     if value < 128:
         return None
     halved = bool(cur and cur > 0)
