@@ -86,3 +86,14 @@ def test_a_pool_that_had_the_tokens_sizes_no_chunk() -> None:
     f = only_error(diagnose("sglang/new-023.log"))
     assert f.figures["available_tokens"] == 8070656 and f.figures["requested_tokens"] == 8192
     assert "sglang.chunked-prefill-size" not in remedy_ids(f)
+
+
+def test_a_pool_that_counted_enough_is_not_said_to_have_had_less() -> None:
+    """new-023's pool counted 8070656 tokens available (evictable included) for 8192: the summary does
+    not say "8192 needed and 8070656 left" as if that were a shortage."""
+    from tests.engines_util import diagnose, only_error
+
+    f = only_error(diagnose("sglang/new-023.log"))
+    assert f.cause is not None and f.cause.summary == (
+        "The KV pool is full with the running requests: 8192 more tokens were needed, and the 8070656 it counted "
+        "as available (cached prefixes it could evict included) could not be handed out.")

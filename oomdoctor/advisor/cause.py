@@ -305,6 +305,15 @@ def _memory_was_free(free: int | None, req: int | None, capacity: int | None) ->
     return free - req >= GiB or (capacity is not None and free >= OTHERS_SHARE * capacity)
 
 
+def _left_tokens(fig: dict[str, Any], *, short: bool) -> Any:
+    """SGLang's "Available tokens" when it was short of the request (``short``), or when it counted
+    enough (free plus evictable) and still could not hand them out (not ``short``); else None."""
+    want, left = fig.get("requested_tokens"), fig.get("available_tokens")
+    if not isinstance(left, int) or not isinstance(want, int):
+        return left if short else None
+    return left if (left < want) == short else None
+
+
 def _host_allocator(finding: Finding) -> bool:
     """A host allocator refused the request: host RAM, not GPU memory (PyTorch's CPU allocator;
     TensorFlow's ``cpu`` allocator or a ``/device:CPU:N`` placement)."""
@@ -342,6 +351,7 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "tokens": tokens, "graphs": a("cudagraphs"), "seqs": fig.get("num_dummy_requests"),
         "rss": a("rss"), "limit": a("limit"),
         "want_tokens": fig.get("requested_tokens"), "left_tokens": fig.get("available_tokens"),
+        "short_tokens": _left_tokens(fig, short=True), "counted_tokens": _left_tokens(fig, short=False),
         "page": pages.page_size if pages else None, "page_worst": pages.worst if pages else None,
         "evictable_tokens": fig.get("evictable_tokens") if pages else None,
         "zero_stage": _zero_stage(fig, context),
