@@ -112,7 +112,7 @@ def test_fit_takes_f(capsys: pytest.CaptureFixture[str]) -> None:
 def test_fit_says_one_request_in_the_singular(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")
     out = _out(["fit", "--model", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "A10G", "--max-model-len", "65536"], capsys)
-    assert "FITS: 1 full-length request at a time (65536 tokens, 3.50 GiB of KV cache; 6.58 GiB of KV cache).\n" in out
+    assert "FITS: 1 full-length request at a time (65536 tokens, 3.50 GiB of KV cache; the pool holds 6.58 GiB).\n" in out
 
 
 @pytest.mark.parametrize(("errors", "warnings", "text"), [

@@ -43,11 +43,11 @@ def render_fit_text(res: Any, width: int | None = None) -> str:
     out.lines.append("")
     if res.fits:
         if res.concurrency < 2:
-            fits = _("FITS: 1 full-length request at a time ({length} tokens, {needed} of KV cache; {budget} of KV cache).")
+            fits = _("FITS: 1 full-length request at a time ({length} tokens, {needed} of KV cache; the pool holds {budget}).")
         else:
             fits = _(
                 "FITS: {count} full-length requests at once ({length} tokens each, {needed} of KV cache each; "
-                "{budget} of KV cache)."
+                "the pool holds {budget})."
             )
         # with two decimals, as vLLM prints "Maximum concurrency for N tokens per request: C.CCx"
         out.prose(fits.format(count=f"{res.concurrency:.2f}", length=res.max_model_len, needed=_size(res.kv_needed),
