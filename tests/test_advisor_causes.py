@@ -556,3 +556,13 @@ def test_9j_unlabelled_processes_of_different_sizes_are_not_siblings() -> None:
     f = only_error(diagnose_text(text))
     assert f.cause is not None and f.cause.id == "other-processes"
     assert "gpu.rank-devices" not in remedy_ids(f)
+
+
+def test_9k_free_memory_covering_the_request_is_not_fragmentation() -> None:
+    """other-070: the driver reported more free than the 20 MiB requested: expandable segments are
+    offered as another allocation path, saving nothing and claiming no fit, not as "fragmentation"."""
+    f = only_error(diagnose("transformers/other-070.log"))
+    assert f.cause is not None and f.cause.id == "driver-fault"
+    r = remedy(f, "torch.expandable-segments")
+    assert r.saves_bytes is None and r.fits is None and r.confidence == "low"
+    assert "this is not fragmentation" in r.why

@@ -58,6 +58,20 @@ def expandable_segments(inp: AdviceInput) -> Remedy | None:
     if spare < req / 4:
         return None
     fits = spare >= req
+    free = inp.fig("free_bytes")
+    if free is not None and free >= req:
+        # the driver had the memory: the cache is not what stood in the way, but expandable segments
+        # allocate through another path (cuMemCreate/cuMemMap), which may avoid the one that failed
+        return Remedy(
+            id="torch.expandable-segments",
+            title=remedy_text("torch.expandable-segments", "title_path"),
+            env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+            saves_bytes=None,
+            fits=None,
+            confidence="low",
+            why=remedy_text("torch.expandable-segments", "why_path", free=free, request=req),
+            sources={"free": "message", "requested": "message"},
+        )
     return Remedy(
         id="torch.expandable-segments",
         title=remedy_text("torch.expandable-segments", "title"),
