@@ -566,3 +566,12 @@ def test_9k_free_memory_covering_the_request_is_not_fragmentation() -> None:
     r = remedy(f, "torch.expandable-segments")
     assert r.saves_bytes is None and r.fits is None and r.confidence == "low"
     assert "this is not fragmentation" in r.why
+
+
+def test_9l_more_held_than_the_card_has_is_named() -> None:
+    """other-014: 22.44 GiB allocated by PyTorch on an 8.00 GiB card: the driver backs the excess with
+    host memory, and the work needs about 2.8x the card; "the GPU is full" would undersell it."""
+    f = only_error(diagnose("pytorch/other-014.log"))
+    assert f.cause is not None and f.cause.id == "activation-peak"
+    assert f.cause.summary.startswith("This process holds 22.44 GiB, more than the GPU's 8.00 GiB")
+    assert "about 2.8× the card" in f.cause.summary

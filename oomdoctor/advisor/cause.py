@@ -343,7 +343,12 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "outside": outside if outside is not None and not _held_elsewhere(others, capacity) else None,
         "pytorch_held": a("reserved"),
         "others": a("other-processes") if a("other-processes") is not None else a("outside-pytorch"),
-        "held": held, "full_held": held if (held and capacity and held >= FULL_SHARE * capacity) else None,
+        "held": held,
+        "full_held": held if (held and capacity and FULL_SHARE * capacity <= held <= capacity) else None,
+        # more held than the card has: the driver backs it with host memory (Windows' CUDA sysmem
+        # fallback, unified memory), so the work needs that multiple of the card, not a smaller batch step
+        "over_held": held if (held and capacity and held > capacity) else None,
+        "over_times": f"{held / capacity:.1f}" if (held and capacity and held > capacity) else None,
         "oversize": req if (req and capacity and req > capacity) else None,
         "spare": spare if (spare is not None and req is not None and spare >= req) else None,
         "weights": a("weights"),
