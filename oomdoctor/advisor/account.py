@@ -43,6 +43,12 @@ def allocator_held(fig: dict[str, Any]) -> int | None:
     return allocated + (spare or 0)
 
 
+def process_held(fig: dict[str, Any]) -> Any:
+    """What this process holds on the device: the message's "this process has N in use", else what
+    its caching allocator holds (:func:`allocator_held`)."""
+    return fig.get("in_use_bytes") or allocator_held(fig)
+
+
 def own_in_use_contradicted(fig: dict[str, Any]) -> bool:
     """The message's "this process has N in use" is less than its own allocator holds.
 

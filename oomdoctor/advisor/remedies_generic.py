@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from oomdoctor.advisor._engine_util import product_of
-from oomdoctor.advisor.account import allocator_held, other_processes
+from oomdoctor.advisor.account import other_processes, process_held
 from oomdoctor.advisor.cause import FRAGMENTATION_SHARE, OTHERS_SHARE, SEGMENT_ROUNDING
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
@@ -57,7 +57,6 @@ def expandable_segments(inp: AdviceInput) -> Remedy | None:
     # fragmentation matters when the cached-but-free memory is a sizeable share of the request
     if spare < req / 4:
         return None
-    fits = spare >= req
     free = inp.fig("free_bytes")
     if free is not None and free >= req:
         # the driver had the memory: the cache is not what stood in the way, but expandable segments
@@ -72,6 +71,7 @@ def expandable_segments(inp: AdviceInput) -> Remedy | None:
             why=remedy_text("torch.expandable-segments", "why_path", free=free, request=req),
             sources={"free": "message", "requested": "message"},
         )
+    fits = spare >= req
     return Remedy(
         id="torch.expandable-segments",
         title=remedy_text("torch.expandable-segments", "title"),
@@ -119,7 +119,7 @@ def memory_fraction(inp: AdviceInput) -> Remedy | None:
     Value: (this process + request) / capacity, rounded up, plus 0.01; never above (this process + free) / capacity.
     """
     allowed, total, req = inp.fig("allowed_bytes"), inp.fig("total_bytes"), inp.fig("requested_bytes")
-    held = inp.fig("in_use_bytes") or allocator_held(inp.figures)
+    held = process_held(inp.figures)
     free = inp.fig("free_bytes")
     if None in (allowed, total, req, held, free) or not total:
         return None
@@ -305,8 +305,7 @@ def mps_ratio_for(needed: int, limit: int) -> float | None:
     """The high-watermark ratio, in 0.1 steps, above the default that lets ``needed`` bytes through a
     ``limit`` set at the default ratio; None when that is above the allowed bound."""
     ratio = MPS_DEFAULT_HIGH_RATIO * needed / limit
-    value = max(round(MPS_DEFAULT_HIGH_RATIO + 0.1, 1), floor_to(ratio, 1) + 0.1)
-    value = round(value, 1)
+    value = round(max(MPS_DEFAULT_HIGH_RATIO, floor_to(ratio, 1)) + 0.1, 1)
     return value if value <= MPS_HIGH_RATIO_BOUND else None
 
 

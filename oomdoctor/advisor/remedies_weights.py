@@ -10,7 +10,7 @@ program whose knob they do not know. Each knob cites where the program defines i
 from __future__ import annotations
 
 from oomdoctor.advisor._engine_util import checkpoint_quantized, engine_of, product_of
-from oomdoctor.advisor.account import allocator_held
+from oomdoctor.advisor.account import process_held
 from oomdoctor.advisor.cause import FULL_SHARE
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
@@ -60,8 +60,7 @@ def _own_levers(inp: AdviceInput) -> bool:
 def resident_fills_card(inp: AdviceInput) -> bool:
     """This process holds at least FULL_SHARE of the card: what stays resident (the weights and, when
     training, gradients and optimizer states) is most of the memory, not the failing request."""
-    total = inp.fig("total_bytes")
-    held = inp.fig("in_use_bytes") or allocator_held(inp.figures)
+    total, held = inp.fig("total_bytes"), process_held(inp.figures)
     return bool(total and held and held >= FULL_SHARE * total)
 
 

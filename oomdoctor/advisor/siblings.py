@@ -65,7 +65,8 @@ def sibling_pids(finding: Finding, context: Context) -> list[int]:
             best = pids[i : j + 1]
     if labelled:
         return best if len(best) >= MIN_SIBLINGS else []
-    held = {p.get("in_use_bytes") for p in others if _pid(p) in set(best)}
+    members = set(best)
+    held = {p.get("in_use_bytes") for p in others if _pid(p) in members}
     return best if len(best) >= MIN_UNLABELLED_SIBLINGS and len(held) == 1 else []
 
 
