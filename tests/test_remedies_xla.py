@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.engines_util import diagnose, only_error, remedy, remedy_ids
+from tests.engines_util import diagnose, diagnose_text, only_error, remedy, remedy_ids
 
 
 def test_jax_env_remedies() -> None:
@@ -61,3 +61,32 @@ def test_a_tensor_on_the_cpu_is_host_ram() -> None:
                 figures={"tensor_shape": [16, 19, 19, 1024], "tensor_dtype": "float",
                          "device": "/job:localhost/replica:0/task:0/device:CPU:0", "allocator": "cpu"})
     assert name_cause(f, Context(), account_for(f, Context())).id == "host-ram"
+
+
+_TF_OOM = (
+    "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
+    "shape[16,112,112,147] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n"
+)
+
+
+def test_keras_batch_is_model_fit_tf1_batch_is_prose() -> None:
+    """The batch is `model.fit(batch_size=)` only where Keras' training loop is in the traceback; a TF1
+    Session.run (other-041, fresh-018's shape) feeds arrays whose batch no one call sets: prose."""
+    keras_log = (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 40, in <module>\n'
+        '  File "/usr/local/lib/python3.8/dist-packages/keras/engine/training.py", line 1184, in fit\n'
+        + _TF_OOM
+    )
+    session_log = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/dist-packages/tensorflow/python/client/session.py", line 1429, in _call_tf_sessionrun\n'
+        + _TF_OOM
+    )
+    keras = only_error(diagnose_text(keras_log))
+    session = only_error(diagnose_text(session_log))
+    assert keras.product == "keras" and session.product == "tensorflow"
+    assert remedy(keras, "xla.reduce-batch").settings == {"batch_size": "8"}
+    assert [c.text for c in remedy(keras, "xla.reduce-batch").code] == ["model.fit(..., batch_size=8)"]
+    assert remedy(session, "xla.reduce-batch").settings == {"batch_size": "8"}
+    assert remedy(session, "xla.reduce-batch").code == []

@@ -83,7 +83,8 @@ PRODUCT_FORMS: dict[str, Form] = {
     "transformers": _TRAINING_ARGS,
     "ollama": Form("json", N_("ollama API request"), "json", prefix="options"),
     "llama-factory": Form("yaml", N_("LLaMA-Factory config"), "yaml"),
-    "tensorflow": _call("model.fit", "model.fit(..., {})"),
+    # Keras only: plain TensorFlow batches where its input pipeline does (``dataset.batch(N)``, the
+    # arrays a TF1 ``Session.run`` feeds), which no one call says: its settings stay prose
     "keras": _call("model.fit", "model.fit(..., {})"),
     "diffusers": _call("pipe", "pipe(..., {})"),
     "monai": _call("sliding_window_inference", "sliding_window_inference(..., {})"),
