@@ -65,6 +65,11 @@ def test_ddp_gradient_buckets_are_training_state() -> None:
     gradients: training state, sharded in the trainer's own setting; no batch or checkpointing advice."""
     f = only_error(diagnose("transformers/other-009.log"))
     assert f.cause is not None and f.cause.id == "training-state"
+    # the request is the buckets (25.10 GiB), next to what the model already holds (25.80 GiB)
+    assert f.cause.summary.startswith(
+        "DistributedDataParallel asked for 25.10 GiB for its gradient buckets, one more copy of every trainable"
+        " parameter, while this process already held 25.80 GiB"
+    )
     assert remedy(f, "training.shard-state").settings == {"TrainingArguments(fsdp=...)": '"full_shard auto_wrap"'}
     assert remedy(f, "training.lora").settings == {"get_peft_model(model, ...)": "LoraConfig(r=16)"}
     assert remedy_ids(f)[:2] == ["training.shard-state", "training.lora"]

@@ -360,6 +360,8 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "page": pages.page_size if pages else None, "page_worst": pages.worst if pages else None,
         "evictable_tokens": fig.get("evictable_tokens") if pages else None,
         "zero_stage": _zero_stage(fig, context),
+        # DDP's reducer (its init frame): the request is its gradient buckets
+        "ddp_buckets": req if context.extra.get("gradient_frame") else None,
         "pinned_frame": context.extra.get("pinned_frame"),
         # colocation read from the account (not from the engine's wake-up frame): the engine's share
         "engine_held": (max(x for x in (others, outside) if x is not None)
