@@ -121,3 +121,20 @@ def test_a_limit_line_outside_a_limits_block_is_not_the_limit() -> None:
     assert "memory_limit_bytes" not in report.context.extra
     r = remedy(report.findings[0], "host.container-memory-limit")
     assert r.settings == {"resources.limits.memory": "2 × the current limit"}
+
+
+def test_host_oom_in_a_program_without_the_gpu_asks_for_the_gpu_first() -> None:
+    """other-080: bitsandbytes loaded its CPU-only library, then the host killed the loader: the model
+    went into host RAM whole. Making the GPU visible comes before swap; a GPU-less log gets no ask."""
+    f = only_error(diagnose("transformers/other-080.log"))
+    assert f.cause is not None and f.cause.id == "host-ram"
+    assert f.cause.summary.startswith(
+        'The host ran out of RAM, and the log says the program runs without the GPU ("bitsandbytes was compiled'
+        ' without GPU support")'
+    )
+    ask = remedy(f, "ask.gpu-visible")
+    assert remedy_ids(f)[:2] == ["ask.gpu-visible", "host.add-swap"]
+    assert [s.command for s in ask.run] == [
+        "nvidia-smi; python -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available())'"
+    ]
+    assert "ask.gpu-visible" not in remedy_ids(only_error(diagnose("transformers/other-081.log")))

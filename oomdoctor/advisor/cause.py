@@ -363,6 +363,7 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         # DDP's reducer (its init frame): the request is its gradient buckets
         "ddp_buckets": req if context.extra.get("gradient_frame") else None,
         "pinned_frame": context.extra.get("pinned_frame"),
+        "gpu_unused": context.extra.get("gpu_unused"),
         # colocation read from the account (not from the engine's wake-up frame): the engine's share
         "engine_held": (max(x for x in (others, outside) if x is not None)
                         if not context.extra.get("colocation_frame") and (others, outside) != (None, None) else None),

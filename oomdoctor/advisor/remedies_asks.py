@@ -125,3 +125,24 @@ def launch_facts(inp: AdviceInput) -> Remedy | None:
         confidence="low",
         why=remedy_text("ask.launch-facts", "why_device"),
     )
+
+
+#: what shows whether PyTorch was built for CUDA and sees the device
+_GPU_VISIBLE_FACTS = "nvidia-smi; python -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available())'"
+
+
+@remedy("ask.gpu-visible")
+def gpu_visible(inp: AdviceInput) -> Remedy | None:
+    """A host-RAM failure in a program whose log says it runs without the GPU (host.gpu-unused)."""
+    evidence = inp.context.extra.get("gpu_unused")
+    cause = inp.finding.cause
+    if not evidence or cause is None or cause.id != "host-ram":
+        return None
+    return Remedy(
+        id="ask.gpu-visible",
+        title=remedy_text("ask.gpu-visible", "title"),
+        run=[RunStep(label=remedy_text("ask.gpu-visible", "step"), command=_GPU_VISIBLE_FACTS)],
+        confidence="medium",
+        why=remedy_text("ask.gpu-visible", "why", evidence=evidence),
+        sources={"evidence": "log"},
+    )
