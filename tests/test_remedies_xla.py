@@ -90,3 +90,13 @@ def test_keras_batch_is_model_fit_tf1_batch_is_prose() -> None:
     assert [c.text for c in remedy(keras, "xla.reduce-batch").code] == ["model.fit(..., batch_size=8)"]
     assert remedy(session, "xla.reduce-batch").settings == {"batch_size": "8"}
     assert remedy(session, "xla.reduce-batch").code == []
+
+
+def test_large_jax_buffer_gets_unified_memory_after_the_fraction() -> None:
+    """other-039 (a 4.44 GiB buffer of a 14.44 GiB program): XLA's pool may grow past the GPU into
+    unified memory, ColabFold's own 1 / 4.0; the cheaper 0.95 share comes first. A small request
+    (other-038, the pool full) is not one large buffer: no unified memory."""
+    f = only_error(diagnose("jax/other-039.log"))
+    assert remedy_ids(f)[:2] == ["xla.mem-fraction", "xla.unified-memory"]
+    assert remedy(f, "xla.unified-memory").env == {"TF_FORCE_UNIFIED_MEMORY": "1", "XLA_PYTHON_CLIENT_MEM_FRACTION": "4.0"}
+    assert "xla.unified-memory" not in remedy_ids(only_error(diagnose("jax/other-038.log")))

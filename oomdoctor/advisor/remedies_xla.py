@@ -40,6 +40,34 @@ def mem_fraction(inp: AdviceInput) -> Remedy | None:
     )
 
 
+#: the pool's share of the GPU with unified memory on: ColabFold 1.5.5's default (colabfold/batch.py
+#: ENV, as AlphaFold's run_docker.py sets it): up to four times the GPU, the excess paged to host RAM
+UNIFIED_FRACTION = 4.0
+#: below this, a failing JAX request is its pool being full (cause memory-cap), not one large buffer
+_LARGE_REQUEST = 512 * 2**20
+
+
+@remedy("xla.unified-memory")
+def unified_memory(inp: AdviceInput) -> Remedy | None:
+    """One large buffer of a JAX computation: let XLA's pool grow past the GPU into unified memory
+    (TF_FORCE_UNIFIED_MEMORY, read by jax-cuda12-pjrt 0.4.30's xla_cuda_plugin.so)."""
+    if not _is_jax(inp) or inp.finding.kind.startswith("torch."):
+        return None
+    req = inp.fig("requested_bytes")
+    if not req or req < _LARGE_REQUEST:
+        return None
+    total = inp.context.gpu_total_bytes
+    need = inp.fig("total_allocation_bytes") or req
+    return Remedy(
+        id="xla.unified-memory",
+        title=remedy_text("xla.unified-memory", "title", fraction=UNIFIED_FRACTION),
+        env={"TF_FORCE_UNIFIED_MEMORY": "1", "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{UNIFIED_FRACTION:.1f}"},
+        fits=(need <= UNIFIED_FRACTION * total) if total else None,
+        confidence="medium",
+        why=remedy_text("xla.unified-memory", "why", request=req, fraction=UNIFIED_FRACTION),
+    )
+
+
 @remedy("xla.preallocate-false")
 def preallocate_false(inp: AdviceInput) -> Remedy | None:
     if not _is_jax(inp) or str(setting(inp, "xla_preallocate")).lower() == "false":
