@@ -138,3 +138,18 @@ def test_host_oom_in_a_program_without_the_gpu_asks_for_the_gpu_first() -> None:
         "nvidia-smi; python -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available())'"
     ]
     assert "ask.gpu-visible" not in remedy_ids(only_error(diagnose("transformers/other-081.log")))
+
+
+def test_one_host_allocation_beyond_most_machines_ram_is_the_request() -> None:
+    """fresh-010's line: 108.79 GiB in one CPU allocation is a wrong size (or CPU work meant for the
+    GPU), not a host to grow: said so, and no swap. 2 GiB failing keeps the plain summary."""
+    from tests.engines_util import diagnose_text
+
+    line = ("RuntimeError: [enforce fail at alloc_cpu.cpp:73] . DefaultCPUAllocator: can't allocate memory: "
+            "you tried to allocate {} bytes. Error code 12 (Cannot allocate memory)\n")
+    big = only_error(diagnose_text(line.format(116813856768)))
+    assert big.cause is not None and big.cause.id == "host-ram"
+    assert big.cause.summary.startswith("One host allocation of 108.79 GiB failed: a single tensor larger than")
+    assert "host.add-swap" not in remedy_ids(big)
+    small = only_error(diagnose_text(line.format(2 * 2**30)))
+    assert small.cause is not None and not small.cause.summary.startswith("One host allocation")

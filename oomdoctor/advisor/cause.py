@@ -44,6 +44,9 @@ _POOL_ENGINES = ("vllm", "sglang", "tgi", "tensorrt-llm")
 XLA_SMALL_REQUEST = 512 * 2**20
 #: no single device has more memory than this (MI355X: 288 GB): a larger request is not a tuning matter
 LARGEST_DEVICE = 288 * GiB
+#: one host allocation at least this large is more than most machines' whole RAM (workstations and
+#: cloud GPU hosts below 8 GPUs commonly have 16-64 GiB per GPU): the request, not the host, is wrong
+HOST_SINGLE_LARGE = 64 * GiB
 
 
 def engine_for(finding: Finding, context: Context) -> str | None:
@@ -314,6 +317,12 @@ def _left_tokens(fig: dict[str, Any], *, short: bool) -> Any:
     return left if (left < want) == short else None
 
 
+def _host_oversize(finding: Finding) -> int | None:
+    """The request of a host allocator when it alone is more than most machines' RAM."""
+    req = finding.figures.get("requested_bytes")
+    return req if isinstance(req, int) and req >= HOST_SINGLE_LARGE and _host_allocator(finding) else None
+
+
 def _host_allocator(finding: Finding) -> bool:
     """A host allocator refused the request: host RAM, not GPU memory (PyTorch's CPU allocator;
     TensorFlow's ``cpu`` allocator or a ``/device:CPU:N`` placement)."""
@@ -364,6 +373,7 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "ddp_buckets": req if context.extra.get("gradient_frame") else None,
         "pinned_frame": context.extra.get("pinned_frame"),
         "gpu_unused": context.extra.get("gpu_unused"),
+        "host_oversize": _host_oversize(finding),
         # colocation read from the account (not from the engine's wake-up frame): the engine's share
         "engine_held": (max(x for x in (others, outside) if x is not None)
                         if not context.extra.get("colocation_frame") and (others, outside) != (None, None) else None),
