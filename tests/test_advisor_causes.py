@@ -575,3 +575,15 @@ def test_9l_more_held_than_the_card_has_is_named() -> None:
     assert f.cause is not None and f.cause.id == "activation-peak"
     assert f.cause.summary.startswith("This process holds 22.44 GiB, more than the GPU's 8.00 GiB")
     assert "about 2.8× the card" in f.cause.summary
+
+
+def test_cuda_driver_error_is_the_expandable_segments_path() -> None:
+    """vllm-040: "CUDA driver error: out of memory" from a Marlin repack: c10's driver-API check, in
+    the caching allocator the expandable segments' cuMemMap path (WSL2). Not the weights: no
+    quantization or tensor parallelism; turning the segments off first."""
+    f = only_error(diagnose("vllm/vllm-040.log"))
+    assert f.cause is not None and f.cause.id == "driver-fault"
+    assert f.cause.summary.startswith('A CUDA driver-API call ran out of memory ("CUDA driver error")')
+    assert remedy_ids(f)[:2] == ["torch.expandable-segments-off", "ask.driver-facts"]
+    assert remedy(f, "torch.expandable-segments-off").env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}
+    assert not any("quantization" in r or "tensor-parallel" in r for r in remedy_ids(f))

@@ -104,6 +104,10 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         # IPEX refuses any block over 4 GB on a device without 2D block arrays, before it looks at
         # free memory: the platform's limit, not the memory's
         return "driver-fault", ["request", "capacity"]
+    if rule == "torch.cuda-runtime-oom" and fig.get("api") == "driver":
+        # c10's driver-API check ("CUDA driver error: out of memory"): in the caching allocator, the
+        # expandable segments' virtual-memory calls (remedies_vmm.py), not a lack of memory as such
+        return "driver-fault", []
     if _tf_bogus_pool(finding, context, req):
         # TensorFlow's allocator reserves its pool from the memory the device reports (other-037:
         # 127.99 TiB, then a tenth less at each failure): no tensor is that large, the driver
@@ -373,6 +377,8 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "ddp_buckets": req if context.extra.get("gradient_frame") else None,
         "pinned_frame": context.extra.get("pinned_frame"),
         "gpu_unused": context.extra.get("gpu_unused"),
+        # (an empty string fills the template: the driver-API summary needs no figure)
+        "driver_api": "" if (finding.rule == "torch.cuda-runtime-oom" and fig.get("api") == "driver") else None,
         "host_oversize": _host_oversize(finding),
         # colocation read from the account (not from the engine's wake-up frame): the engine's share
         "engine_held": (max(x for x in (others, outside) if x is not None)

@@ -1,0 +1,34 @@
+"""PyTorch's virtual-memory allocator path failing: "CUDA driver error: out of memory".
+
+c10's driver-API check (torch/include/c10/cuda/driver_api.h C10_CUDA_DRIVER_CHECK, torch 2.1 on)
+prints "CUDA driver error: " + cuGetErrorString. In libc10_cuda the driver API is the caching
+allocator's expandable segments (ExpandableSegment: cuMemAddressReserve, cuMemCreate, cuMemMap,
+cuMemSetAccess; torch 2.14.1's libc10_cuda.so holds the message next to ~ExpandableSegment): a
+driver OOM there is the virtual-memory path failing (WSL2, some drivers and containers limit it)
+where plain cudaMalloc may not. Turning the segments off is the zero-cost test.
+"""
+
+from __future__ import annotations
+
+from oomdoctor.advisor.prescription import remedy_text
+from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.report import Remedy
+
+
+def driver_api_oom(inp: AdviceInput) -> bool:
+    """The failure is c10's driver-API check ("CUDA driver error: out of memory")."""
+    return inp.finding.rule == "torch.cuda-runtime-oom" and inp.finding.figures.get("api") == "driver"
+
+
+@remedy("torch.expandable-segments-off")
+def expandable_segments_off(inp: AdviceInput) -> Remedy | None:
+    if not driver_api_oom(inp):
+        return None
+    return Remedy(
+        id="torch.expandable-segments-off",
+        title=remedy_text("torch.expandable-segments-off", "title"),
+        env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"},
+        fits=None,
+        confidence="medium",
+        why=remedy_text("torch.expandable-segments-off", "why"),
+    )
