@@ -587,3 +587,19 @@ def test_cuda_driver_error_is_the_expandable_segments_path() -> None:
     assert remedy_ids(f)[:2] == ["torch.expandable-segments-off", "ask.driver-facts"]
     assert remedy(f, "torch.expandable-segments-off").env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}
     assert not any("quantization" in r or "tensor-parallel" in r for r in remedy_ids(f))
+
+
+def test_bare_runtime_oom_in_the_optimizer_step_is_not_training_state() -> None:
+    """other-069's shape: "CUDA error: out of memory" under `self.optimizer.step()`. The caching
+    allocator would have named a size for optimizer states; a bare runtime error there is another
+    call (pinned offload buffers, NCCL): the facts first, no precision or 8-bit Adam."""
+    log = (
+        "│    647 │   │   self.optimizer.step()                                                             │\n"
+        "\n"
+        "RuntimeError: CUDA error: out of memory\n"
+    )
+    f = only_error(diagnose_text(log))
+    assert f.cause is not None and f.cause.id == "driver-fault"
+    assert f.cause.summary.startswith("A CUDA runtime call ran out of memory in the optimizer step (optimizer.step)")
+    assert remedy_ids(f) == ["ask.driver-facts"]
+    assert remedy(f, "ask.driver-facts").title.startswith("Check what holds the GPU and the host's pinned memory")

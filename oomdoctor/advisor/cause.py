@@ -222,6 +222,11 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         # DeepSpeed moving (or broadcasting) the whole model to each rank at start-up, or
         # nn.Module.to() moving it: the model placed whole, before any batch or optimizer state exists
         return "placement", ["capacity", "request", "free"]
+    if rule == "torch.cuda-runtime-oom" and context.extra.get("optimizer_frame") and req is None:
+        # a CUDA runtime call failing in the optimizer step, not the caching allocator: optimizer
+        # states are tensors the allocator would have refused with a size ("Tried to allocate"); a
+        # bare runtime OOM there is pinned host buffers (CPU offload), NCCL or a kernel's resources
+        return "driver-fault", []
     if kind.startswith("torch.") and shows_training_state(context.extra):
         # the traceback is in a ZeRO optimizer or the optimizer step: training state, not activations
         return "training-state", []
@@ -377,6 +382,7 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "ddp_buckets": req if context.extra.get("gradient_frame") else None,
         "pinned_frame": context.extra.get("pinned_frame"),
         "gpu_unused": context.extra.get("gpu_unused"),
+        "runtime_step": context.extra.get("optimizer_frame") if finding.rule == "torch.cuda-runtime-oom" else None,
         # (an empty string fills the template: the driver-API summary needs no figure)
         "driver_api": "" if (finding.rule == "torch.cuda-runtime-oom" and fig.get("api") == "driver") else None,
         "host_oversize": _host_oversize(finding),

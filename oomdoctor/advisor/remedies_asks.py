@@ -42,16 +42,19 @@ def driver_facts(inp: AdviceInput) -> Remedy | None:
         return None
     free, req, total = figures
     api = inp.finding.rule == "torch.cuda-runtime-oom" and inp.fig("api") == "driver"
+    step = inp.finding.rule == "torch.cuda-runtime-oom" and not api and inp.context.extra.get("optimizer_frame")
     why = (
         remedy_text("ask.driver-facts", "why_api")
         if api
+        else remedy_text("ask.driver-facts", "why_step")
+        if step
         else remedy_text("ask.driver-facts", "why_free", free=free, request=req, total=total)
         if free is not None and req is not None and total is not None
         else remedy_text("ask.driver-facts", "why")
     )
     return Remedy(
         id="ask.driver-facts",
-        title=remedy_text("ask.driver-facts", "title_api" if api else "title"),
+        title=remedy_text("ask.driver-facts", "title_api" if api else "title_step" if step else "title"),
         run=[RunStep(label=remedy_text("ask.driver-facts", "step"), command=_facts_command(inp.finding.kind))],
         confidence="low",
         why=why,
