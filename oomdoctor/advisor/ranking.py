@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.advisor._engine_util import product_of
 from oomdoctor.advisor.account import account_for
-from oomdoctor.advisor.cause import engine_for, name_cause
+from oomdoctor.advisor.cause import engine_for, name_cause, outside_allocator
 from oomdoctor.advisor.code_lines import is_words
 from oomdoctor.advisor.prescription import planned_wording, prescribed, remedy_info, remedy_tradeoff, withheld
 from oomdoctor.advisor.product_knobs import in_product_knobs
 from oomdoctor.advisor.registry import AdviceInput, calculator
+from oomdoctor.advisor.run_steps import look_outside_allocator
 from oomdoctor.advisor.unsized import unsized_lever
 from oomdoctor.advisor.versions import flag_exists
 from oomdoctor.advisor.weight_tensors import loading_tensor
@@ -324,7 +325,21 @@ def remedies_for(
         for i, ask in enumerate(asks, len(ranked) + 1):
             ask.rank = i
         ranked = [*ranked, *asks]
+    _look_outside_first(ranked, finding)
     return ranked
+
+
+def _look_outside_first(ranked: list[Remedy], finding: Finding) -> None:
+    """Where much of the card is outside PyTorch's allocator (cause.outside_allocator), the first
+    remedy starts by looking at who holds it: cutting a budget cannot win back another's memory."""
+    if not ranked or finding.severity != "error":
+        return
+    if outside_allocator(finding, finding.cause.id if finding.cause else None) is None:
+        return
+    first = ranked[0]
+    if any("-smi" in step.command for step in first.run):
+        return  # it looks already (the other processes' remedy, an ask)
+    first.run = [look_outside_allocator(rocm=finding.kind.startswith("torch.hip")), *first.run]
 
 
 def advise_findings(

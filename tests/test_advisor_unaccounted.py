@@ -1,0 +1,78 @@
+"""A PyTorch OOM inside an engine (vLLM) or plain PyTorch: memory outside PyTorch's allocator is named,
+expandable segments are offered where the figures show fragmentation, and a remedy whose saving is
+below the shortfall is not ranked as a fix. Synthetic logs in PyTorch 2.x's and vLLM's own wording,
+with the figures of tune cases (fresh-056, fresh-061, new-002)."""
+
+from __future__ import annotations
+
+import oomdoctor
+from oomdoctor.advisor.account import UNACCOUNTED_BYTES, unaccounted
+from oomdoctor.advisor.run_steps import NVIDIA_SMI_COMPUTE_APPS
+from oomdoctor.report import Finding
+
+MiB, GiB = 2**20, 2**30
+VLLM = "INFO 01-10 10:00:00 [api_server.py:1000] vLLM API server version 0.8.5\n"
+TAIL = ("If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+        "to avoid fragmentation.  See documentation for Memory Management  "
+        "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+
+
+def oom(req: str, total: str, free: str, in_use: str, allocated: str, pools: str, spare: str) -> str:
+    return (f"ERROR 01-10 10:05:00 [core.py:400] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {req}. "
+            f"GPU 0 has a total capacity of {total} of which {free} is free. Including non-PyTorch memory, this "
+            f"process has {in_use} memory in use. Of the allocated memory {allocated} is allocated by PyTorch, with "
+            f"{pools} allocated in private pools (e.g., CUDA Graphs), and {spare} is reserved by PyTorch but "
+            f"unallocated. {TAIL}\n")
+
+
+def only_error(log: str) -> Finding:
+    errors = [f for f in oomdoctor.diagnose(log).findings if f.severity == "error"]
+    assert len(errors) == 1
+    return errors[0]
+
+
+def ids(f: Finding) -> list[str]:
+    return [r.id for r in f.remedies]
+
+
+# -- 1. memory outside PyTorch's allocator ---------------------------------------------------------
+
+
+def test_this_process_outside_its_allocator_is_named_and_looked_at_first() -> None:
+    # fresh-056: 79.15 GiB − 2.19 MiB free − (71.57 GiB + 611.60 MiB) = 6.98 GiB outside PyTorch's
+    # allocator, 79.12 − 72.17 = 6.95 GiB of it in this process: over 2 GiB and 5 % of the card (3.96 GiB)
+    f = only_error(VLLM + oom("138.00 MiB", "79.15 GiB", "2.19 MiB", "79.12 GiB", "71.57 GiB", "39.77 MiB", "611.60 MiB"))
+    assert f.cause is not None and f.cause.id == "engine-headroom"
+    assert ("6.98 GiB of the GPU is held outside PyTorch's allocator (79.15 GiB − 2.19 MiB free − 72.17 GiB "
+            "reserved by PyTorch): 6.95 GiB by this process itself") in f.cause.summary
+    assert f.cause.summary.endswith("Look at it with nvidia-smi before cutting a budget or a batch.")
+    first = f.remedies[0]
+    assert first.id == "vllm.gpu-memory-utilization.lower" and first.flags == {"--gpu-memory-utilization": "0.89"}
+    assert [s.command for s in first.run] == [NVIDIA_SMI_COMPUTE_APPS]
+
+
+def test_hidden_process_figure_is_not_stated_as_a_fact() -> None:
+    # a container: "this process has 0 bytes"; 79.10 GiB − 19.88 MiB − (72.32 GiB + 350.95 MiB) = 6.42 GiB
+    f = only_error(VLLM + oom("20.00 MiB", "79.10 GiB", "19.88 MiB", "0 bytes", "72.32 GiB", "108.00 MiB", "350.95 MiB"))
+    assert f.cause is not None and f.account is not None
+    assert "6.42 GiB of the GPU is held outside PyTorch's allocator" in f.cause.summary
+    assert "or by another process: the message does not say which" in f.cause.summary
+    assert "(0 B in use) is not a fact: inside a container NVML cannot see the process" in f.cause.summary
+    # the account does not place it in other processes either
+    assert f.account.get("other-processes") is None
+    fig = f.figures
+    assert f.account.get("outside-pytorch") == (fig["total_bytes"] - fig["free_bytes"] - fig["allocated_bytes"]
+                                                - fig["reserved_unallocated_bytes"])
+
+
+def test_small_gap_says_nothing_more() -> None:
+    # fresh-061: 79.10 GiB − 19.88 MiB − (77.32 GiB + 350.95 MiB) = 1.42 GiB, under 2 GiB: a CUDA context and workspaces
+    f = only_error(VLLM + oom("20.00 MiB", "79.10 GiB", "19.88 MiB", "0 bytes", "77.32 GiB", "108.00 MiB", "350.95 MiB"))
+    assert f.cause is not None and "outside PyTorch's allocator" not in f.cause.summary
+    assert not f.remedies[0].run
+    assert unaccounted({"total_bytes": 80 * GiB, "free_bytes": 0, "allocated_bytes": 76 * GiB,
+                        "reserved_unallocated_bytes": 0}) is None  # 4 GiB: not above 5 % of 80 GiB
+    gap = unaccounted({"total_bytes": 24 * GiB, "free_bytes": 0, "allocated_bytes": 21 * GiB,
+                       "reserved_unallocated_bytes": 0, "in_use_bytes": 22 * GiB})
+    assert gap is not None and (gap.gap, gap.own, gap.others, gap.hidden) == (3 * GiB, GiB, None, False)
+    assert 2 * GiB == UNACCOUNTED_BYTES
