@@ -76,3 +76,40 @@ def test_small_gap_says_nothing_more() -> None:
                        "reserved_unallocated_bytes": 0, "in_use_bytes": 22 * GiB})
     assert gap is not None and (gap.gap, gap.own, gap.others, gap.hidden) == (3 * GiB, GiB, None, False)
     assert 2 * GiB == UNACCOUNTED_BYTES
+
+
+# -- 2. expandable segments where the figures show fragmentation -----------------------------------
+
+
+def test_engine_fragmentation_offers_expandable_segments_with_the_sleep_mode_caveat() -> None:
+    # new-002: 960.26 MiB reserved but unallocated (4.0 % of 23.56 GiB) against an 80 MiB request
+    f = only_error(VLLM + oom("80.00 MiB", "23.56 GiB", "33.94 MiB", "23.44 GiB", "22.01 GiB", "17.88 MiB", "960.26 MiB"))
+    assert f.cause is not None and f.cause.id == "engine-headroom"
+    assert ids(f)[:2] == ["vllm.gpu-memory-utilization.lower", "torch.expandable-segments"]
+    seg = f.remedies[1]
+    assert seg.env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert (seg.fits, seg.confidence, seg.saves_bytes) == (True, "high", round(960.26 * MiB))
+    assert "sleep mode" in seg.tradeoff
+
+
+def test_engine_slack_with_free_memory_covering_the_request() -> None:
+    # 600 MiB stranded (2.5 % of 23.56 GiB) + 600 MiB free >= 1 GiB requested: the pieces are there
+    f = only_error(VLLM + oom("1.00 GiB", "23.56 GiB", "600.00 MiB", "22.90 GiB", "21.80 GiB", "17.88 MiB", "600.00 MiB"))
+    seg = next(r for r in f.remedies if r.id == "torch.expandable-segments")
+    assert (seg.fits, seg.confidence, seg.saves_bytes) == (True, "medium", 600 * MiB)
+
+
+def test_ordinary_slack_is_not_fragmentation() -> None:
+    # fresh-061: 350.95 MiB reserved but unallocated is 0.4 % of 79.10 GiB (labelled harmful there)
+    f = only_error(VLLM + oom("20.00 MiB", "79.10 GiB", "19.88 MiB", "0 bytes", "77.32 GiB", "108.00 MiB", "350.95 MiB"))
+    assert "torch.expandable-segments" not in ids(f)
+
+
+def test_rocm_message_keeps_its_own_variable() -> None:
+    log = (VLLM + "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 80.00 MiB. GPU 0 has a total capacity "
+           "of 23.98 GiB of which 33.94 MiB is free. Of the allocated memory 22.01 GiB is allocated by PyTorch, and "
+           "960.26 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+           "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n")
+    f = only_error(log)
+    seg = next(r for r in f.remedies if r.id == "torch.expandable-segments")
+    assert seg.env == {"PYTORCH_HIP_ALLOC_CONF": "expandable_segments:True"}
