@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import oomdoctor
 from oomdoctor.advisor.account import UNACCOUNTED_BYTES, unaccounted
+from oomdoctor.advisor.ranking import NEGLIGIBLE_SAVING, _rank_key, _saves_too_little
+from oomdoctor.advisor.registry import AdviceInput
 from oomdoctor.advisor.run_steps import NVIDIA_SMI_COMPUTE_APPS
-from oomdoctor.report import Finding
+from oomdoctor.report import Account, AccountEntry, Context, Finding, Location, Remedy
 
 MiB, GiB = 2**20, 2**30
 VLLM = "INFO 01-10 10:00:00 [api_server.py:1000] vLLM API server version 0.8.5\n"
@@ -113,3 +115,54 @@ def test_rocm_message_keeps_its_own_variable() -> None:
     f = only_error(log)
     seg = next(r for r in f.remedies if r.id == "torch.expandable-segments")
     assert seg.env == {"PYTORCH_HIP_ALLOC_CONF": "expandable_segments:True"}
+
+
+# -- 3. a saving below the shortfall -----------------------------------------------------------------
+
+
+def test_eager_saving_below_the_shortfall_is_not_enough_alone() -> None:
+    # fresh-056: CUDA graphs hold 39.77 MiB (private pools); 138.00 MiB − 2.19 MiB = 135.81 MiB is missing
+    f = only_error(VLLM + oom("138.00 MiB", "79.15 GiB", "2.19 MiB", "79.12 GiB", "71.57 GiB", "39.77 MiB", "611.60 MiB"))
+    eager = next(r for r in f.remedies if r.id == "vllm.enforce-eager")
+    assert (eager.fits, eager.saves_bytes) == (False, round(39.77 * MiB))
+    assert eager.why.endswith("It saves 39.77 MiB, less than the 135.81 MiB missing: not enough alone.")
+    assert all(r.fits is not False for r in f.remedies[: f.remedies.index(eager)])
+
+
+def test_eager_saving_below_a_tenth_of_the_shortfall_is_dropped() -> None:
+    # 10.00 MiB of graphs against 136.00 MiB − 2.19 MiB = 133.81 MiB missing: under 10 %
+    f = only_error(VLLM + oom("136.00 MiB", "79.15 GiB", "2.19 MiB", "79.12 GiB", "71.57 GiB", "10.00 MiB", "611.60 MiB"))
+    assert "vllm.enforce-eager" not in ids(f)
+
+
+def test_eager_covering_the_shortfall_fits() -> None:
+    # new-001: 21.71 MiB of graphs against 136.00 MiB − 117.38 MiB = 18.62 MiB missing
+    f = only_error(VLLM + oom("136.00 MiB", "23.56 GiB", "117.38 MiB", "22.82 GiB", "21.98 GiB", "21.71 MiB", "391.42 MiB"))
+    eager = next(r for r in f.remedies if r.id == "vllm.enforce-eager")
+    assert (eager.fits, eager.saves_bytes) == (True, round(21.71 * MiB))
+
+
+def _input(shortfall: int, phase: str = "inference") -> AdviceInput:
+    f = Finding(rule="t", kind="torch.cuda-oom", engine="pytorch", severity="error", phase=phase, title="t",
+                message="m", location=Location(line=1, end_line=1),
+                account=Account(entries=[AccountEntry(name="shortfall", bytes=shortfall, source="derived")]))
+    return AdviceInput(f, Context(), {})
+
+
+def test_saving_rule_is_any_engines() -> None:
+    inp = _input(1 * GiB)
+    short = Remedy(id="torch.reduce-batch", title="t", saves_bytes=512 * MiB)
+    assert _saves_too_little(short, short.id, inp)
+    assert not _saves_too_little(Remedy(id="x", title="t", saves_bytes=GiB), "x", inp)
+    # a calculator that judged the fit itself keeps its verdict
+    assert not _saves_too_little(Remedy(id="x", title="t", saves_bytes=MiB, fits=True), "x", inp)
+    # skipping capture removes the failing allocation while capturing, whatever the graphs hold so far
+    capture = _input(1 * GiB, phase="cudagraph-capture")
+    assert not _saves_too_little(Remedy(id="vllm.enforce-eager", title="t", saves_bytes=MiB), "vllm.enforce-eager", capture)
+    assert NEGLIGIBLE_SAVING == 0.10
+    # not enough alone comes after every remedy when one fits, whatever its tier
+    alone = Remedy(id="vllm.gpu-memory-utilization.lower", title="t", fits=False, confidence="high")
+    fits = Remedy(id="vllm.quantization", title="t", fits=True, confidence="low")
+    own = {"vllm.gpu-memory-utilization.lower"}
+    assert _rank_key(fits, own, "engine-headroom", True) < _rank_key(alone, own, "engine-headroom", True)
+    assert _rank_key(alone, own, "engine-headroom", False) < _rank_key(fits, own, "engine-headroom", False)
