@@ -166,3 +166,29 @@ def test_saving_rule_is_any_engines() -> None:
     own = {"vllm.gpu-memory-utilization.lower"}
     assert _rank_key(fits, own, "engine-headroom", True) < _rank_key(alone, own, "engine-headroom", True)
     assert _rank_key(alone, own, "engine-headroom", False) < _rank_key(fits, own, "engine-headroom", False)
+
+
+def test_plain_pytorch_gap_split_between_this_process_and_the_listed_ones() -> None:
+    # 24.00 GiB − 100 MiB free − (18.00 GiB + 409.60 MiB) = 5.50 GiB outside the allocator: this process's
+    # 20.50 GiB − 18.40 GiB = 2.10 GiB and process 4242's 3.00 GiB (12.5 % of the card: not the cause)
+    log = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+           "24.00 GiB of which 100.00 MiB is free. Process 4242 has 3.00 GiB memory in use. Including non-PyTorch "
+           "memory, this process has 20.50 GiB memory in use. Of the allocated memory 18.00 GiB is allocated by "
+           f"PyTorch, and 409.60 MiB is reserved by PyTorch but unallocated. {TAIL}\n")
+    f = only_error(log)
+    assert f.cause is not None and f.cause.id != "other-processes"
+    assert ("5.50 GiB of the GPU is held outside PyTorch's allocator (24.00 GiB − 100.00 MiB free − 18.40 GiB "
+            "reserved by PyTorch): 2.10 GiB by this process itself (NCCL, cuBLAS or CUDA-graph buffers, another "
+            "library's pool, its CUDA context); 3.00 GiB by the other processes the message lists.") in f.cause.summary
+    assert f.remedies[0].run[0].command == NVIDIA_SMI_COMPUTE_APPS
+
+
+def test_old_message_reserved_in_total_leaves_the_holder_open() -> None:
+    # PyTorch 1.x: 23.69 GiB − 100 MiB free − 18.50 GiB reserved in total = 5.09 GiB, no process figure
+    log = ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 23.69 GiB total capacity; "
+           "18.00 GiB already allocated; 100.00 MiB free; 18.50 GiB reserved in total by PyTorch)\n")
+    f = only_error(log)
+    assert f.cause is not None
+    assert ("5.09 GiB of the GPU is held outside PyTorch's allocator (23.69 GiB − 100.00 MiB free − 18.50 GiB "
+            "reserved by PyTorch): by this process") in f.cause.summary
+    assert "the message does not say which" in f.cause.summary and "not a fact" not in f.cause.summary
