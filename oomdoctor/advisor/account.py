@@ -14,7 +14,7 @@ weight tensor of the model: :mod:`~oomdoctor.advisor.weight_tensors`); host: ``r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from oomdoctor.advisor._engine_util import checkpoint_quantized
 from oomdoctor.advisor.catalog import DTYPE_BYTES, find_gpu, find_model
@@ -78,6 +78,44 @@ def other_processes(fig: dict[str, Any]) -> list[dict[str, Any]]:
     if (_int(largest.get("in_use_bytes")) or 0) >= held:
         return [p for p in procs if p is not largest]
     return procs
+
+
+#: memory outside PyTorch's caching allocator is worth naming from this size up, and from this share
+#: of the card: below both it is a CUDA context (300-600 MiB), the cuBLAS/cuDNN workspaces and the
+#: driver's own reservations, which every process has
+UNACCOUNTED_BYTES = 2 * 2**30
+UNACCOUNTED_SHARE = 0.05
+
+
+class Unaccounted(NamedTuple):
+    """Memory the PyTorch message's figures leave outside its allocator: ``gap`` = total − free −
+    (allocated + reserved-unallocated), and what of it the message's process lines place."""
+
+    gap: int
+    #: this process's own non-PyTorch memory ("this process has N in use" − what its allocator holds);
+    #: None where that figure is missing or contradicted (a container's PID namespace: "0 bytes")
+    own: int | None
+    #: the other processes the message lists (None: it lists none)
+    others: int | None
+    #: the message's "this process has N in use" is less than its allocator holds: not a fact
+    hidden: bool
+
+
+def unaccounted(fig: dict[str, Any]) -> Unaccounted | None:
+    """The memory held outside PyTorch's allocator, when it is more than :data:`UNACCOUNTED_BYTES`
+    and :data:`UNACCOUNTED_SHARE` of the card (None below that, or where a figure is missing)."""
+    total, free, held = _int(fig.get("total_bytes")), _int(fig.get("free_bytes")), allocator_held(fig)
+    if total is None or free is None or held is None:
+        return None
+    gap = total - free - held
+    if gap <= max(UNACCOUNTED_BYTES, UNACCOUNTED_SHARE * total):
+        return None
+    hidden = own_in_use_contradicted(fig)
+    in_use = _int(fig.get("in_use_bytes"))
+    own = None if (hidden or in_use is None) else max(0, in_use - held)
+    listed = other_processes(fig)
+    others = sum(_int(p.get("in_use_bytes")) or 0 for p in listed) if listed else None
+    return Unaccounted(gap, own, others, hidden)
 
 
 class _Ledger:
@@ -148,6 +186,14 @@ def _gpu(led: _Ledger, fig: dict[str, Any], ctx: Context, engine: str) -> None:
         if fig.get("desired_bytes") is not None and capacity > free:
             # vLLM's start-up check runs before the engine allocates: what is not free is held by others
             led.add("other-processes", capacity - free, "derived", note="capacity − free at start-up")
+        elif own is not None and own_in_use_contradicted(fig):
+            # the process NVML could not see is this one: who holds the rest (this process outside its
+            # allocator, or another process) the message cannot say
+            rest = capacity - free - own
+            if rest > 0:
+                led.add("outside-pytorch", rest, "derived",
+                        note="capacity − free − reserved by PyTorch: this process's CUDA context and non-PyTorch "
+                             "allocations, or other processes (the message's own figure for this process is hidden)")
         elif own is not None:
             rest = capacity - free - own
             if rest > 0:

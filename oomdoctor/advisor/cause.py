@@ -11,10 +11,12 @@ from typing import Any
 
 import regex
 
+from oomdoctor.advisor.account import Unaccounted, unaccounted
 from oomdoctor.advisor.kv_pages import page_shortfall
 from oomdoctor.advisor.prescription import summary
 from oomdoctor.advisor.siblings import sibling_bytes, sibling_pids
 from oomdoctor.advisor.training_frames import frame_stage, shows_training_state
+from oomdoctor.i18n import _, join_sentences
 from oomdoctor.report import Account, Cause, Context, Finding
 from oomdoctor.units import format_size
 
@@ -37,7 +39,7 @@ FRAGMENTATION_SHARE = 0.05
 #: binds once what is held plus the request comes within this of it
 SEGMENT_ROUNDING = 20 * 2**20
 #: engines that pre-allocate a pool (the KV cache) to a share of the GPU and then run outside it
-_POOL_ENGINES = ("vllm", "sglang", "tgi", "tensorrt-llm")
+POOL_ENGINES = ("vllm", "sglang", "tgi", "tensorrt-llm")
 #: an XLA allocation under this size fails because JAX's pre-allocated pool is full (75 % of the GPU by
 #: default: jax 0.4 docs "GPU memory allocation", XLA_PYTHON_CLIENT_MEM_FRACTION), not because one
 #: step's buffers are large: no batch worth tuning asks for less
@@ -239,13 +241,13 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
             return "weights-exceed-device", ["capacity", "weights", "request", "free"]
         return "placement", ["capacity", "request", "free"]
     if (
-        engine in _POOL_ENGINES and kind.startswith("torch.") and weights is not None and capacity
+        engine in POOL_ENGINES and kind.startswith("torch.") and weights is not None and capacity
         and weights >= capacity
     ):
         # the model the log names is larger than the GPU before any KV cache or activation
         return "weights-exceed-device", ["capacity", "weights", "request"]
     if (
-        engine in _POOL_ENGINES
+        engine in POOL_ENGINES
         and (
             (phase in ("inference", "unknown") and "warmup" not in finding.message.lower())
             # vLLM's warm-up (compile_or_warm_up_model) runs after its pool was sized
@@ -431,8 +433,52 @@ def _zero_stage(fig: dict[str, Any], context: Context) -> str | None:
     return str(stage) if stage is not None else frame_stage(context.extra)
 
 
+#: causes whose own summary already places the memory held outside this process's allocator
+_NAMES_OUTSIDE = ("other-processes", "colocation", "placement")
+
+
+def outside_allocator(finding: Finding, cause_id: str | None) -> Unaccounted | None:
+    """A PyTorch OOM whose figures leave a large share of the card outside PyTorch's allocator
+    (:func:`~oomdoctor.advisor.account.unaccounted`), where the cause does not already say so."""
+    if cause_id in _NAMES_OUTSIDE or not finding.kind.startswith(("torch.cuda", "torch.hip")):
+        return None
+    return unaccounted(finding.figures)
+
+
+def _outside_words(gap: Unaccounted, finding: Finding) -> str:
+    """The memory outside PyTorch's allocator in words: how much, who holds it as far as the message
+    says, and to look before cutting a budget."""
+    fig = finding.figures
+    total, free = format_size(int(fig["total_bytes"])), format_size(int(fig["free_bytes"]))
+    held = format_size(int(fig["total_bytes"]) - int(fig["free_bytes"]) - gap.gap)
+    if gap.own is not None:
+        where = [_("{own} by this process itself (NCCL, cuBLAS or CUDA-graph buffers, another library's pool, "
+                   "its CUDA context)").format(own=format_size(gap.own))]
+        if gap.others:
+            where.append(_("{others} by the other processes the message lists").format(others=format_size(gap.others)))
+        rest = gap.gap - gap.own - (gap.others or 0)
+        if rest >= 2**30:
+            where.append(_("{rest} by processes the message does not list").format(rest=format_size(rest)))
+        place = _("; ").join(where)
+    else:
+        place = _("by this process (NCCL, cuBLAS or CUDA-graph buffers, another library's pool, its CUDA context) "
+                  "or by another process: the message does not say which")
+    out = [_("{gap} of the GPU is held outside PyTorch's allocator ({total} − {free} free − {held} reserved by "
+             "PyTorch): {place}.").format(gap=format_size(gap.gap), total=total, free=free, held=held, place=place)]
+    if gap.hidden:
+        out.append(_("The message's own figure for this process ({in_use} in use) is not a fact: inside a container "
+                     "NVML cannot see the process.").format(in_use=format_size(int(fig.get("in_use_bytes") or 0))))
+    out.append(_("Look at it with {tool} before cutting a budget or a batch.").format(
+        tool="rocm-smi" if finding.kind.startswith("torch.hip") else "nvidia-smi"))
+    return join_sentences(out)
+
+
 def name_cause(finding: Finding, context: Context, account: Account) -> Cause:
-    """The cause of ``finding``, its summary in words (with the account's numbers) and its evidence."""
+    """The cause of ``finding``, its summary in words (with the account's numbers) and its evidence;
+    a large share of the card outside PyTorch's allocator is named after the cause's own words."""
     cause_id, names = _pick(finding, context, account)
-    return Cause(id=cause_id, summary=summary(cause_id, _values(finding, account, context)),
-                 evidence=_evidence(account, *names, "weight-tensor"))
+    text = summary(cause_id, _values(finding, account, context))
+    gap = outside_allocator(finding, cause_id)
+    if gap is not None:
+        text = join_sentences([text, _outside_words(gap, finding)])
+    return Cause(id=cause_id, summary=text, evidence=_evidence(account, *names, "weight-tensor"))

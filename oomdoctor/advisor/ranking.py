@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.advisor._engine_util import product_of
 from oomdoctor.advisor.account import account_for
-from oomdoctor.advisor.cause import engine_for, name_cause
+from oomdoctor.advisor.cause import engine_for, name_cause, outside_allocator
 from oomdoctor.advisor.code_lines import is_words
 from oomdoctor.advisor.prescription import planned_wording, prescribed, remedy_info, remedy_tradeoff, withheld
 from oomdoctor.advisor.product_knobs import in_product_knobs
 from oomdoctor.advisor.registry import AdviceInput, calculator
+from oomdoctor.advisor.run_steps import look_outside_allocator
 from oomdoctor.advisor.unsized import unsized_lever
 from oomdoctor.advisor.versions import flag_exists
 from oomdoctor.advisor.weight_tensors import loading_tensor
@@ -59,9 +60,36 @@ def _tier(r: Remedy, own: frozenset[str] | set[str], cause: str | None) -> int:
     return 0 if any(p in own for p in parts) else (2 if expensive else 1)
 
 
-def _rank_key(r: Remedy, own: frozenset[str] | set[str] = frozenset(), cause: str | None = None) -> tuple[int, ...]:
-    """The cause's own knob first, expensive changes last; within each, what fits, then how sure, then cost."""
-    return (_tier(r, own, cause), _FITS[r.fits], _CONFIDENCE[r.confidence], _cost(r), r.rank)
+def _rank_key(r: Remedy, own: frozenset[str] | set[str] = frozenset(), cause: str | None = None,
+              some_fit: bool = False) -> tuple[int, ...]:
+    """The cause's own knob first, expensive changes last; within each, what fits, then how sure, then cost.
+    A remedy not enough alone comes after every other when some remedy fits (``some_fit``)."""
+    return (int(some_fit and r.fits is False), _tier(r, own, cause), _FITS[r.fits], _CONFIDENCE[r.confidence],
+            _cost(r), r.rank)
+
+
+#: a remedy whose saving is below this share of the shortfall is dropped (it changes nothing the
+#: failure needs); between it and the shortfall it stays, "not enough alone", after what fits
+NEGLIGIBLE_SAVING = 0.10
+
+
+def _shortfall(inp: AdviceInput) -> int | None:
+    """The bytes missing for the failing allocation, from the account (request − free, KV needed − available)."""
+    acc = inp.finding.account
+    short = acc.get("shortfall") if acc is not None else None
+    return short if short and short > 0 else None
+
+
+def _saves_too_little(rem: Remedy, rid: str, inp: AdviceInput) -> bool:
+    """The remedy's saving, computed from the log, is below the shortfall and its calculator did not
+    judge the fit itself. A remedy that removes the failing allocation (no graphs to capture while the
+    failure is capturing them) is not measured by its saving."""
+    short = _shortfall(inp)
+    if short is None or rem.fits is not None or rem.saves_bytes is None or rem.saves_bytes >= short:
+        return False
+    cause = inp.finding.cause
+    capturing = inp.finding.phase == "cudagraph-capture" or (cause is not None and cause.id == "cudagraph-capture")
+    return not (remedy_info(rid).eliminates and capturing)
 
 
 def _changes(r: Remedy) -> dict[str, str]:
@@ -77,10 +105,11 @@ def _sized(r: Remedy) -> bool:
     return any(k not in worded for k in _changes(r))
 
 
-def _combine(rems: Sequence[Remedy], missing: int) -> Remedy | None:
-    """The smallest set (then cheapest) of compatible remedies whose savings cover ``missing`` bytes."""
-    pool = [r for r in rems if r.fits is not False and r.saves_bytes and r.saves_bytes > 0 and _changes(r)
-            and remedy_info(r.id).additive]
+def _combine(rems: Sequence[Remedy], missing: int, short_alone: frozenset[int] | set[int] = frozenset()) -> Remedy | None:
+    """The smallest set (then cheapest) of compatible remedies whose savings cover ``missing`` bytes
+    (``short_alone``: ids of remedies whose saving is below the shortfall, still parts of a set)."""
+    pool = [r for r in rems if (r.fits is not False or id(r) in short_alone) and r.saves_bytes and r.saves_bytes > 0
+            and _changes(r) and remedy_info(r.id).additive]
     if any((r.saves_bytes or 0) >= missing for r in pool):
         return None  # one change alone covers it: a combination would say otherwise
     for size in (2, 3):
@@ -189,6 +218,7 @@ def rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
 def _rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
     ids = list(ids)
     out: list[Remedy] = []
+    short_alone: set[int] = set()  # remedies found short by _saves_too_little: still parts of a combination
     seen: set[tuple[tuple[str, str], ...]] = set()
     for order, rid in enumerate(ids):
         rem = calculator(rid)(inp)
@@ -202,6 +232,13 @@ def _rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
             rem.fits = None  # "fits" only when the account shows it
         if rem.confidence == "high" and not all(_stated(v) for k, v in rem.sources.items() if k not in _ROUNDING):
             rem.confidence = "medium"  # "high" only when every number used is stated by the log
+        if _saves_too_little(rem, rid, inp):
+            if (rem.saves_bytes or 0) < NEGLIGIBLE_SAVING * (_shortfall(inp) or 0):
+                continue  # a tenth of what is missing, or less: it changes nothing the failure needs
+            rem.fits = False
+            rem.why = join_sentences([rem.why, _("It saves {saves}, less than the {short} missing: not enough alone.").format(
+                saves=format_size(rem.saves_bytes or 0), short=format_size(_shortfall(inp) or 0))])
+            short_alone.add(id(rem))
         key = tuple(sorted(_changes(rem).items()))
         if key and key in seen:
             continue
@@ -219,7 +256,7 @@ def _rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
             combo = None  # the plan pulls a lever the cause says cannot change this budget
         short = shortage(inp)
         if combo is None and short and short[0] > 0 and not shortage_is_lower_bound(inp):
-            combo = _combine(out, short[0])
+            combo = _combine(out, short[0], short_alone)
         if combo is not None:
             combo.rank = -1
             out.append(combo)
@@ -240,7 +277,8 @@ def _rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
         if lever is not None:
             lever.tradeoff = remedy_tradeoff(lever.id)
             out.append(lever)
-    out.sort(key=lambda r: _rank_key(r, own, cause.id if cause else None))
+    some_fit = any(r.fits is True for r in out)
+    out.sort(key=lambda r: _rank_key(r, own, cause.id if cause else None, some_fit))
     # in the knobs of the product the user runs (keywords of a Python call); one it lacks is dropped
     out = [r for r in (in_product_knobs(rem, product_of(inp)) for rem in out) if r is not None]
     for i, rem in enumerate(out, 1):
@@ -324,7 +362,21 @@ def remedies_for(
         for i, ask in enumerate(asks, len(ranked) + 1):
             ask.rank = i
         ranked = [*ranked, *asks]
+    _look_outside_first(ranked, finding)
     return ranked
+
+
+def _look_outside_first(ranked: list[Remedy], finding: Finding) -> None:
+    """Where much of the card is outside PyTorch's allocator (cause.outside_allocator), the first
+    remedy starts by looking at who holds it: cutting a budget cannot win back another's memory."""
+    if not ranked or finding.severity != "error":
+        return
+    if outside_allocator(finding, finding.cause.id if finding.cause else None) is None:
+        return
+    first = ranked[0]
+    if any("-smi" in step.command for step in first.run):
+        return  # it looks already (the other processes' remedy, an ask)
+    first.run = [look_outside_allocator(rocm=finding.kind.startswith("torch.hip")), *first.run]
 
 
 def advise_findings(

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from oomdoctor.advisor._engine_util import product_of
 from oomdoctor.advisor.account import other_processes, process_held
-from oomdoctor.advisor.cause import FRAGMENTATION_SHARE, OTHERS_SHARE, SEGMENT_ROUNDING
+from oomdoctor.advisor.cause import (
+    FRAGMENTATION_SHARE,
+    OTHERS_SHARE,
+    POOL_ENGINES,
+    SEGMENT_ROUNDING,
+    engine_for,
+)
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.run_steps import list_gpu_processes, list_processes_by_gpu
@@ -24,6 +30,12 @@ def legacy_allocator(inp: AdviceInput) -> bool:
     return inp.finding.rule.endswith(".legacy") or ("max_split_size_mb" in msg and "expandable_segments" not in msg)
 
 
+def alloc_conf_var(inp: AdviceInput) -> str:
+    """The allocator's settings variable in the message's own spelling: a ROCm build of PyTorch
+    (hipified) advises PYTORCH_HIP_ALLOC_CONF, every other build PYTORCH_CUDA_ALLOC_CONF."""
+    return "PYTORCH_HIP_ALLOC_CONF" if "PYTORCH_HIP_ALLOC_CONF" in inp.finding.message else "PYTORCH_CUDA_ALLOC_CONF"
+
+
 def _spare(inp: AdviceInput) -> int | None:
     spare = inp.fig("reserved_unallocated_bytes")
     if spare is None:
@@ -33,18 +45,40 @@ def _spare(inp: AdviceInput) -> int | None:
     return spare
 
 
+#: in a serving engine's OOM (its pool pre-allocated, the rest of the card small steps' activations),
+#: reserved-but-unallocated memory from this share of the card up, covering the request, is fragmentation
+#: worth reclaiming: the engine's next steps ask for the same sizes, so the pages won back serve them too.
+#: Below it (vLLM on 80 GB: 351 MiB of slack, fresh-061) it is the ordinary tail of live segments.
+ENGINE_SLACK_SHARE = 0.02
+
+
+def _engine_oom(inp: AdviceInput) -> bool:
+    """A PyTorch OOM inside a serving engine that pre-allocates its pool (vLLM, SGLang, TGI, TensorRT-LLM)."""
+    return inp.finding.kind.startswith("torch.") and engine_for(inp.finding, inp.context) in POOL_ENGINES
+
+
 def _slack_matters(inp: AdviceInput, spare: int) -> bool:
     """Reserved-but-unallocated memory is worth reclaiming: the cause is the allocator (fragmentation,
     or a driver fault that expandable segments' cuMemMap path may avoid), or the slack is at least
-    FRAGMENTATION_SHARE of the card. Below that it is the ordinary tail of live segments: reclaiming
-    it lets this request through and the next one fail."""
+    FRAGMENTATION_SHARE of the card (ENGINE_SLACK_SHARE in a serving engine's OOM, where the slack
+    covers the request with the free memory). Below that it is the ordinary tail of live segments:
+    reclaiming it lets this request through and the next one fail."""
     cause = inp.finding.cause
     if cause is not None and cause.id in ("fragmentation", "driver-fault"):
         return True
     total = inp.fig("total_bytes") or inp.context.gpu_total_bytes
     if total is None:
         return spare >= GIB  # the card's size unknown: only a slack of a GiB or more is worth reclaiming
+    if _engine_oom(inp) and spare >= ENGINE_SLACK_SHARE * total and _covers(inp, spare):
+        return True
     return spare >= FRAGMENTATION_SHARE * total
+
+
+def _covers(inp: AdviceInput, spare: int) -> bool:
+    """The slack, with what the driver still had free, covers the request: had it not been stranded
+    in segments that still hold live blocks, the allocation would have succeeded."""
+    req, free = inp.fig("requested_bytes"), inp.fig("free_bytes") or 0
+    return req is not None and spare + free >= req
 
 
 @remedy("torch.expandable-segments")
@@ -64,21 +98,23 @@ def expandable_segments(inp: AdviceInput) -> Remedy | None:
         return Remedy(
             id="torch.expandable-segments",
             title=remedy_text("torch.expandable-segments", "title_path"),
-            env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+            env={alloc_conf_var(inp): "expandable_segments:True"},
             saves_bytes=None,
             fits=None,
             confidence="low",
             why=remedy_text("torch.expandable-segments", "why_path", free=free, request=req),
             sources={"free": "message", "requested": "message"},
         )
-    fits = spare >= req
+    # the slack alone covers the request, or with the driver's free memory beside it (pages of a
+    # segment that expandable segments unmap and map again where the request needs them)
+    fits = spare >= req or (_engine_oom(inp) and _covers(inp, spare))
     return Remedy(
         id="torch.expandable-segments",
         title=remedy_text("torch.expandable-segments", "title"),
-        env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+        env={alloc_conf_var(inp): "expandable_segments:True"},
         saves_bytes=spare,
         fits=fits if fits else None,
-        confidence="high" if fits else "medium",
+        confidence="high" if spare >= req else "medium",
         why=remedy_text("torch.expandable-segments", "why", spare=spare, request=req),
         tradeoff=remedy_text(
             "torch.expandable-segments",
@@ -103,7 +139,7 @@ def max_split_size(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="torch.max-split-size",
         title=remedy_text("torch.max-split-size", "title", mib=mib),
-        env={"PYTORCH_CUDA_ALLOC_CONF": f"max_split_size_mb:{mib}"},
+        env={alloc_conf_var(inp): f"max_split_size_mb:{mib}"},
         saves_bytes=None,
         fits=None,
         confidence="medium",

@@ -535,6 +535,25 @@ def deep_gemm_warmup(inp: AdviceInput) -> Remedy | None:
     )
 
 
+def graph_pool_bytes(inp: AdviceInput) -> int | None:
+    """What CUDA graphs hold, from PyTorch's own message: "N allocated in private pools (e.g., CUDA
+    Graphs)", once capture is over (while capturing, the pools are only what was captured so far)."""
+    pools = inp.fig("private_pool_bytes")
+    if not isinstance(pools, int) or isinstance(pools, bool) or inp.finding.phase == "cudagraph-capture":
+        return None
+    return pools
+
+
+def _eager_why(capturing: bool, graph: int | None, pools: int | None) -> str:
+    """The template of --enforce-eager's why: while capturing, or after; with the graphs' size from
+    vLLM's own log, from PyTorch's private pools (never while capturing), or none."""
+    if capturing:
+        return "why_capture_graph" if graph else "why_capture"
+    if graph is not None and graph == pools:
+        return "why_pools"
+    return "why_graph" if graph else "why"
+
+
 @remedy("vllm.enforce-eager")
 def enforce_eager(inp: AdviceInput) -> Remedy | None:
     if not is_vllm(inp) or inp.context.enforce_eager:
@@ -548,6 +567,11 @@ def enforce_eager(inp: AdviceInput) -> Remedy | None:
     if phase == "profiling" and not (f.version and f.version >= (0, 18, 0)):
         return None  # graphs are captured after profiling before 0.18 (research §2.4)
     graph = f.cudagraph.value if f.cudagraph else None
+    sources = f.sources("cudagraph")
+    pools = graph_pool_bytes(inp)
+    if graph is None and pools is not None:
+        graph = pools
+        sources = {"cudagraph": "message (private pools)"}
     short = shortage(inp)
     fits = True if (graph and short and graph >= short[0]) else None
     return Remedy(
@@ -557,12 +581,8 @@ def enforce_eager(inp: AdviceInput) -> Remedy | None:
         saves_bytes=graph,
         fits=fits,
         confidence="high" if phase == "cudagraph-capture" else "medium",
-        why=remedy_text(
-            "vllm.enforce-eager",
-            ("why_capture" if phase == "cudagraph-capture" else "why") + ("_graph" if graph else ""),
-            graph=graph,
-        ),
-        sources=f.sources("cudagraph"),
+        why=remedy_text("vllm.enforce-eager", _eager_why(phase == "cudagraph-capture", graph, pools), graph=graph),
+        sources=sources,
     )
 
 

@@ -24,3 +24,14 @@ NVIDIA_SMI_APPS_BY_GPU = "nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_me
 def list_processes_by_gpu() -> RunStep:
     """The processes holding GPU memory, with the GPU (bus id) each one is on (nvidia-smi)."""
     return RunStep(label=_("list which GPU each process is on:"), command=NVIDIA_SMI_APPS_BY_GPU)
+
+
+#: ROCm's view of each GPU's memory (rocm-smi has no per-process memory query in every release)
+ROCM_SMI_VRAM = "rocm-smi --showmeminfo vram"
+
+
+def look_outside_allocator(rocm: bool = False) -> RunStep:
+    """Before a budget is cut: who holds the memory PyTorch's allocator does not (nvidia-smi's
+    per-process query; rocm-smi's memory view on ROCm)."""
+    return RunStep(label=_("first, see who holds the memory outside PyTorch's allocator:"),
+                   command=ROCM_SMI_VRAM if rocm else NVIDIA_SMI_COMPUTE_APPS)
