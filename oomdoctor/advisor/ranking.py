@@ -60,8 +60,10 @@ def _tier(r: Remedy, own: frozenset[str] | set[str], cause: str | None) -> int:
 
 
 def _rank_key(r: Remedy, own: frozenset[str] | set[str] = frozenset(), cause: str | None = None) -> tuple[int, ...]:
-    """The cause's own knob first, expensive changes last; within each, what fits, then how sure, then cost."""
-    return (_tier(r, own, cause), _FITS[r.fits], _CONFIDENCE[r.confidence], _cost(r), r.rank)
+    """The cause's own knob first, expensive changes last; within each, a last resort after the others
+    (``last_resort``: the engine's own advice lists it last), then what fits, how sure, and cost."""
+    last = any(remedy_info(p).last_resort for p in _parts(r))
+    return (_tier(r, own, cause), int(last), _FITS[r.fits], _CONFIDENCE[r.confidence], _cost(r), r.rank)
 
 
 def _changes(r: Remedy) -> dict[str, str]:
