@@ -272,7 +272,7 @@ def test_summary_takes_the_first_complete_template_else_the_last(monkeypatch: py
 COSTS = {
     "ask.driver-facts": 0, "ask.launch-facts": 0, "ask.request-shape": 0, "ask.gpu-visible": 0, "xla.unified-memory": 3, "xla.mem-fraction": 1, "torch.expandable-segments-off": 0,
     "torch.expandable-segments": 0, "torch.memory-fraction": 0,
-    "gpu.free-other-processes": 1, "gpu.rank-devices": 1, "vllm.deep-gemm-warmup": 2, "xpu.split-allocation": 2, "rl.rollout-gpu-memory-utilization": 1, "torch.max-split-size": 1,
+    "gpu.free-other-processes": 1, "gpu.rank-devices": 1, "sglang.schedule-conservativeness": 2, "vllm.deep-gemm-warmup": 2, "xpu.split-allocation": 2, "rl.rollout-gpu-memory-utilization": 1, "torch.max-split-size": 1,
     "vllm.gpu-memory-utilization.fit-free": 1, "vllm.kv-cache-memory-bytes": 1,
     "training.offload-pin-memory-off": 1, "monai.output-device": 1, "diffusers.vae-tiling": 1,
     "host.add-swap": 2, "ray.reduce-parallelism": 2, "vllm.gpu-memory-utilization.lower": 2, "vllm.gpu-memory-utilization.raise": 2,

@@ -379,6 +379,7 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "short_tokens": _left_tokens(fig, short=True), "counted_tokens": _left_tokens(fig, short=False),
         "page": pages.page_size if pages else None, "page_worst": pages.worst if pages else None,
         "evictable_tokens": fig.get("evictable_tokens") if pages else None,
+        **_retraction(finding),
         "zero_stage": _zero_stage(fig, context),
         # DDP's reducer (its init frame): the request is its gradient buckets
         "ddp_buckets": req if context.extra.get("gradient_frame") else None,
@@ -402,6 +403,19 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "bogus_pool": req if _tf_bogus_pool(finding, context, req) else None,
         "platform_cap": req if finding.rule == "ipex.xpu-allocation-size-cap" else None,
     }  # fmt: skip
+
+
+def _retraction(finding: Finding) -> dict[str, Any]:
+    """SGLang's retraction warning: requests retracted and new_token_ratio before and after."""
+    fig = finding.figures
+    if finding.rule != "sglang.kv-pool-retract":
+        return {"retracted": None, "ratio_before": None, "ratio_after": None}
+    ratio = (fig.get("new_token_ratio_before"), fig.get("new_token_ratio"))
+    return {
+        "retracted": fig.get("retracted_requests"),
+        "ratio_before": f"{ratio[0]:.2f}" if isinstance(ratio[0], float) else None,
+        "ratio_after": f"{ratio[1]:.2f}" if isinstance(ratio[1], float) else None,
+    }
 
 
 def _tf_bogus_pool(finding: Finding, context: Context, req: int | None) -> bool:

@@ -79,6 +79,8 @@ _FROM_PRETRAINED = _call("from_pretrained", "AutoModelForCausalLM.from_pretraine
 PRODUCT_FORMS: dict[str, Form] = {
     "vllm-python": _call("LLM", "LLM(..., {})"),
     "llama-cpp-python": _call("Llama", "Llama(..., {})"),
+    "langchain-llamacpp": _call("LlamaCpp", "LlamaCpp(..., {})"),
+    "vllm-omni": Form("yaml", N_("the failing stage under stages: in the vLLM-Omni deploy config"), "yaml"),
     "hf-trainer": _TRAINING_ARGS,
     "transformers": _TRAINING_ARGS,
     "ollama": Form("json", N_("ollama API request"), "json", prefix="options"),
@@ -124,6 +126,7 @@ PROGRAMS: dict[str, str] = {
     "llama.cpp": "llama-server",
     "trtllm": "trtllm-serve",
     "text-generation-webui": "python server.py",
+    "xinference": "xinference launch",
 }
 #: flags of a host remedy: the container's
 HOST_PROGRAM = "docker run"

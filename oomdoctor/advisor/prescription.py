@@ -224,6 +224,10 @@ class RemedyEntry(_Strict):
     lever: str | None = Field(default=None, description="Remedies pulling one lever are never combined.")
     additive: bool = Field(default=True, description="False: the saving scales every term; never added.")
     eliminates: bool = Field(default=False, description="Removes the failing allocation itself.")
+    last_resort: bool = Field(
+        default=False, description="The engine itself says to try it last (a large loss): ranked after the "
+        "other remedies of its tier, even when it alone is known to fit.",
+    )
     tradeoff: str = Field(default="", description="What the remedy costs, when its calculator does not say.")
     text: dict[str, str] = Field(
         default_factory=dict, description="Named templates the calculator words its title and why with."

@@ -10,6 +10,18 @@ Python call, and their users get those instead:
   (llama_cpp/server/settings.py ModelSettings) name each llama.cpp setting in a table of their own,
   and take the KV cache's type as a ggml_type number (ggml.h: GGML_TYPE_Q8_0 = 8).
 
+- Xinference launching a vLLM model: ``xinference launch ... --max_model_len 8192``. ``model_launch``
+  takes every extra ``--name value`` pair as a keyword (xinference 1.10.0 deploy/cmdline.py) and the
+  vLLM model passes them whole to ``AsyncEngineArgs(**model_config)`` (model/llm/vllm/core.py), so
+  the flags keep their values under their snake-case names; ``--quantization`` is Xinference's own
+  launch option (the model format's quantization), so vLLM's is not offered.
+- LangChain's ``LlamaCpp(...)`` (langchain-community 0.3.27 llms/llamacpp.py): ``n_ctx``, ``n_batch``
+  and ``n_gpu_layers`` are its fields; other llama.cpp settings would go through ``model_kwargs``,
+  which is not offered here.
+- vLLM-Omni: each stage of its deploy YAML carries its own engine arguments (vllm-omni 0.30.0
+  deploy/*.yaml ``stages: - stage_id: N``, ``gpu_memory_utilization``, ``max_model_len``, ...): the
+  flags become the failing stage's keys.
+
 A switch becomes ``True``. Only the engine's own remedies are spoken this way (a host remedy's
 ``docker run --shm-size`` stays a flag), and one whose flag the product has no keyword for is dropped.
 """
@@ -32,10 +44,17 @@ class KeywordProduct:
     names: Mapping[str, str] | None = None
     #: flag -> {flag value: keyword value}
     values: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: the keywords are given as ``--keyword value`` flags of the product's own command
+    as_flags: bool = False
+    #: flags the product has no keyword for (with ``names`` None)
+    lacks: frozenset[str] = frozenset()
 
 
 KEYWORD_PRODUCTS: dict[str, KeywordProduct] = {
     "vllm-python": KeywordProduct("vllm."),
+    "vllm-omni": KeywordProduct("vllm."),
+    "xinference": KeywordProduct("vllm.", as_flags=True, lacks=frozenset({"--quantization"})),
+    "langchain-llamacpp": KeywordProduct("ggml.", names={"-c": "n_ctx", "-b": "n_batch", "-ngl": "n_gpu_layers"}),
     "llama-cpp-python": KeywordProduct(
         "ggml.",
         names={
@@ -65,11 +84,16 @@ def in_product_knobs(rem: Remedy, product: str | None) -> Remedy | None:
         return rem
     if spec.names is not None and any(k not in spec.names for k in rem.flags):
         return None
+    if any(k in spec.lacks for k in rem.flags):
+        return None
     keywords = {
         (spec.names[k] if spec.names is not None else keyword_name(k)):
             ("True" if v == "" else spec.values.get(k, {}).get(v, v))
         for k, v in rem.flags.items()
     }
+    if spec.as_flags:
+        rem.flags = {f"--{k}": v for k, v in keywords.items()}
+        return rem
     rem.settings = {**keywords, **rem.settings}
     rem.flags = {}
     return rem

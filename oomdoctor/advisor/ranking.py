@@ -62,10 +62,12 @@ def _tier(r: Remedy, own: frozenset[str] | set[str], cause: str | None) -> int:
 
 def _rank_key(r: Remedy, own: frozenset[str] | set[str] = frozenset(), cause: str | None = None,
               some_fit: bool = False) -> tuple[int, ...]:
-    """The cause's own knob first, expensive changes last; within each, what fits, then how sure, then cost.
+    """The cause's own knob first, expensive changes last; within each, a last resort after the others
+    (``last_resort``: the engine's own advice lists it last), then what fits, how sure, and cost.
     A remedy not enough alone comes after every other when some remedy fits (``some_fit``)."""
-    return (int(some_fit and r.fits is False), _tier(r, own, cause), _FITS[r.fits], _CONFIDENCE[r.confidence],
-            _cost(r), r.rank)
+    last = any(remedy_info(p).last_resort for p in _parts(r))
+    return (int(some_fit and r.fits is False), _tier(r, own, cause), int(last), _FITS[r.fits],
+            _CONFIDENCE[r.confidence], _cost(r), r.rank)
 
 
 #: a remedy whose saving is below this share of the shortfall is dropped (it changes nothing the

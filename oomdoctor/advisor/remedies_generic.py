@@ -249,6 +249,15 @@ def free_other_processes(inp: AdviceInput) -> Remedy | None:
 def _free_unlisted(inp: AdviceInput) -> Remedy | None:
     """The account shows memory held outside this process without naming the processes."""
     cause = inp.finding.cause
+    if inp.finding.kind == "vllm.kv-cache.no-blocks" and cause is not None and cause.id == "kv-budget-exhausted":
+        # vLLM's budget is a share of the whole GPU: what other processes hold is not in its profile
+        return Remedy(
+            id="gpu.free-other-processes",
+            title=remedy_text("gpu.free-other-processes", "title_check"),
+            run=[list_gpu_processes()],
+            confidence="low",
+            why=remedy_text("gpu.free-other-processes", "why_noblocks"),
+        )
     if cause is None or cause.id != "other-processes" or inp.finding.account is None:
         return None
     acc = inp.finding.account

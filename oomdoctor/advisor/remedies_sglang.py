@@ -10,8 +10,11 @@ from __future__ import annotations
 from oomdoctor.advisor._engine_util import as_float, as_int, checkpoint_quantized, engine_of, setting
 from oomdoctor.advisor.engine_args import default_of
 from oomdoctor.advisor.kv_pages import PageShortfall, forced_backend, page_shortfall
+from oomdoctor.advisor.memory_model import parse_version
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.advisor.sglang_fit import release_cuda_graph_max_bs
+from oomdoctor.advisor.unsized import unsized_remedy
 from oomdoctor.advisor.values import ceil_to, floor_to, fmt_fraction, round_down
 from oomdoctor.i18n import join_sentences
 from oomdoctor.report import Remedy
@@ -34,11 +37,58 @@ def _current_fraction(inp: AdviceInput) -> float | None:
     return as_float(setting(inp, "mem_fraction_static"))
 
 
+#: SGLang's warning that the pool filled while decoding and running requests were retracted
+RETRACT_RULE = "sglang.kv-pool-retract"
+#: SGLang's --schedule-conservativeness default (server_args.py 0.3.0-0.5.3) and the step offered
+SCHEDULE_CONSERVATIVENESS_DEFAULT = 1.0
+SCHEDULE_CONSERVATIVENESS_STEP = 0.3
+
+
+def _raise_for_retraction(cur: float | None) -> Remedy | None:
+    """A larger pool for the retraction warning: optional, the scheduler copes on its own."""
+    rid = "sglang.mem-fraction-static.raise"
+    if cur is None:
+        return unsized_remedy(rid, "retract")
+    value = round(cur + SGLANG_LOWER_STEP, 2)
+    if value > SGLANG_MAX_FRACTION:
+        return None
+    return Remedy(
+        id=rid,
+        title=remedy_text(rid, "title", fraction=fmt_fraction(value)),
+        flags={"--mem-fraction-static": fmt_fraction(value)},
+        fits=None,
+        confidence="low",
+        why=remedy_text(rid, "why_retract_sized", current=cur, value=fmt_fraction(value), maximum=SGLANG_MAX_FRACTION),
+    )
+
+
+@remedy("sglang.schedule-conservativeness")
+def schedule_conservativeness(inp: AdviceInput) -> Remedy | None:
+    """``--schedule-conservativeness`` up by 0.3 (from 1.0, its default in 0.3.0-0.5.3): the
+    scheduler reserves more KV tokens per running request before admitting new ones."""
+    if not _mine(inp) or inp.finding.rule != RETRACT_RULE:
+        return None
+    cur = as_float(setting(inp, "schedule_conservativeness"))
+    base = cur if cur is not None else SCHEDULE_CONSERVATIVENESS_DEFAULT
+    value = round(base + SCHEDULE_CONSERVATIVENESS_STEP, 2)
+    key = "why" if cur is not None else "why_default"
+    return Remedy(
+        id="sglang.schedule-conservativeness",
+        title=remedy_text("sglang.schedule-conservativeness", "title", value=str(value)),
+        flags={"--schedule-conservativeness": str(value)},
+        fits=None,
+        confidence="medium",
+        why=remedy_text("sglang.schedule-conservativeness", key, current=str(base), value=str(value)),
+    )
+
+
 @remedy("sglang.mem-fraction-static.raise")
 def raise_fraction(inp: AdviceInput) -> Remedy | None:
     if not _mine(inp):
         return None
     cur = _current_fraction(inp)
+    if inp.finding.rule == RETRACT_RULE:
+        return _raise_for_retraction(cur)
     suggested = as_float(inp.fig("suggested_mem_fraction_static"))
     pre = as_int(inp.context.extra.get("sglang_avail_before_load_bytes"))
     post = as_int(inp.context.extra.get("sglang_avail_after_load_bytes"))
@@ -91,7 +141,12 @@ def lower_fraction(inp: AdviceInput) -> Remedy | None:
         return None
     cur = _current_fraction(inp)
     if cur is None:
-        return None
+        if inp.finding.phase != "cudagraph-capture":
+            return None
+        # SGLang's own first advice when capture fails (cuda_graph_runner.py 0.4.6-0.5.3): worded
+        rem = unsized_remedy("sglang.mem-fraction-static.lower", "capture")
+        rem.confidence = "medium"
+        return rem
     req, total = inp.fig("requested_bytes"), inp.fig("total_bytes") or inp.context.gpu_total_bytes
     step = SGLANG_LOWER_STEP
     if req and total:
@@ -119,12 +174,29 @@ def _captured_sizes(inp: AdviceInput) -> list[int]:
     return [int(x) for x in str(raw).replace(",", " ").split() if x.isdigit()]
 
 
+def _release_default_max_bs(inp: AdviceInput) -> tuple[int | None, dict[str, object]]:
+    """SGLang's default largest captured batch for the run's release, GPU and TP (None when one is unknown)."""
+    text = inp.context.engine_version or inp.hints.get("version")
+    version = parse_version(text)
+    total = as_int(inp.fig("total_bytes")) or inp.context.gpu_total_bytes
+    if version is None or not total:
+        return None, {}
+    tp = as_int(setting(inp, "tp_size", "tensor_parallel_size")) or inp.context.tensor_parallel_size or 1
+    default = release_cuda_graph_max_bs(version, total / 2**20, tp)
+    return default, {"version": text, "gpu": total, "tp": tp}
+
+
 @remedy("sglang.cuda-graph-max-bs")
 def cuda_graph_max_bs(inp: AdviceInput) -> Remedy | None:
     if not _mine(inp):
         return None
     sizes = _captured_sizes(inp)
     cur = as_int(setting(inp, "cuda_graph_max_bs")) or (max(sizes) if sizes else None)
+    why_key = "why"
+    extra: dict[str, object] = {}
+    if cur is None:
+        cur, extra = _release_default_max_bs(inp)
+        why_key = "why_default"
     if cur is None or cur < 2:
         return None
     value = cur // 2
@@ -137,7 +209,7 @@ def cuda_graph_max_bs(inp: AdviceInput) -> Remedy | None:
         flags={"--cuda-graph-max-bs": str(value)},
         fits=None,
         confidence="medium",
-        why=remedy_text("sglang.cuda-graph-max-bs", "why", current=cur, value=value),
+        why=remedy_text("sglang.cuda-graph-max-bs", why_key, current=cur, value=value, **extra),
         tradeoff=remedy_text("sglang.cuda-graph-max-bs", "cost", value=value),
     )
 
@@ -158,7 +230,7 @@ def disable_cuda_graph(inp: AdviceInput) -> Remedy | None:
 
 @remedy("sglang.chunked-prefill-size")
 def chunked_prefill(inp: AdviceInput) -> Remedy | None:
-    if not _mine(inp) or inp.fig("step") == "Decode":
+    if not _mine(inp) or inp.fig("step") == "Decode" or inp.finding.rule == RETRACT_RULE:
         return None  # a decode-time OOM: smaller prefill chunks do not shrink what running requests hold
     cur = as_int(setting(inp, "sglang_chunked_prefill_size", "chunked_prefill_size"))
     avail = as_int(inp.fig("available_tokens"))

@@ -191,13 +191,46 @@ def kv_cache_memory_bytes(inp: AdviceInput) -> Remedy | None:
     )
 
 
+def no_blocks(inp: AdviceInput) -> bool:
+    """vLLM's "No available memory for the cache blocks" with the budget exhausted (not the CUDA-graph
+    estimate): weights, the profile run's activation peak and graphs took all of
+    gpu_memory_utilization × total. Its knobs beyond the message's own are offered worded when the
+    log does not size them (research vllm-memory-model.md §1.1, §2.3)."""
+    cause = inp.finding.cause
+    return inp.finding.kind == "vllm.kv-cache.no-blocks" and cause is not None and cause.id == "kv-budget-exhausted"
+
+
+#: rounding of a lowered --max-model-len
+MAX_MODEL_LEN_STEP = 256
+
+
+def _max_model_len_for_profile(inp: AdviceInput) -> Remedy | None:
+    """Half the run's --max-model-len for "no cache blocks": without chunked prefill the profile
+    batch is max(max_model_len, 2048) tokens; worded when the log does not give the length."""
+    f = get_facts(inp)
+    cur = f.max_model_len.value if f.max_model_len else None
+    value = round_down(cur // 2, MAX_MODEL_LEN_STEP) if cur else 0
+    if not cur or value < 2048:
+        return unsized_remedy("vllm.max-model-len", "noblocks")
+    return Remedy(
+        id="vllm.max-model-len",
+        title=remedy_text("vllm.max-model-len", "title", tokens=value),
+        flags={"--max-model-len": str(value)},
+        fits=None,
+        confidence="low",
+        why=remedy_text("vllm.max-model-len", "why_noblocks_sized", current=cur, value=value),
+        tradeoff=remedy_text("vllm.max-model-len", "cost", tokens=value),
+        sources=f.sources("max_model_len"),
+    )
+
+
 @remedy("vllm.max-model-len")
 def max_model_len(inp: AdviceInput) -> Remedy | None:
     if not is_vllm(inp):
         return None
     cap = kv_capacity_tokens(inp)
     if cap is None:
-        return None
+        return _max_model_len_for_profile(inp) if no_blocks(inp) else None
     f = get_facts(inp)
     tokens, why, src = cap
     bs = _block(f)
@@ -719,7 +752,7 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
         return None
     cur = inp.context.max_num_batched_tokens
     if not cur or cur <= 512:
-        return None
+        return unsized_remedy("vllm.max-num-batched-tokens", "noblocks") if (not cur and no_blocks(inp)) else None
     f = get_facts(inp)
     short = shortage(inp)
     act = f.activation.value if f.activation else None
@@ -834,6 +867,8 @@ def tensor_parallel(inp: AdviceInput) -> Remedy | None:
     assumed = g is None and cause == "weights-exceed-device"
     if assumed:
         g = (ASSUMED_MAX_GPUS, "not in the log: the smallest count that fits, if you have that many")
+    if g is None and no_blocks(inp) and f.tp == 1:
+        return unsized_remedy("vllm.tensor-parallel-size", "noblocks")  # how many GPUs are visible is not known
     if g is None or g[0] < 2:
         return None
     n = g[0]

@@ -65,6 +65,33 @@ def default_cuda_graph_max_bs(gpu_mem_mib: float, tp: int) -> int:
     return 512
 
 
+def release_cuda_graph_max_bs(version: tuple[int, int, int] | None, gpu_mem_mib: float, tp: int) -> int | None:
+    """The largest batch size SGLang ``version`` captures CUDA graphs for when neither
+    ``--cuda-graph-max-bs`` nor ``--cuda-graph-bs`` is given (no speculative decoding, no DP
+    attention), or None for a version not read. ``gpu_mem_mib``: the GPU's total in MiB.
+
+    0.4.0 (server_args.py): 8 below 25 000 MiB, else 160. 0.4.6: below 25 000 MiB 8 (TP < 4) or 80,
+    else cuda_graph_runner.py's list, up to 160 (256 above 81 920 MiB). 0.4.7: the same below
+    25 000 MiB, else up to 160, 256 above 96 GiB, 512 above 180 000 MiB. 0.4.8-0.5.2: below 35 GiB
+    8 or 80, else up to 160, 256 above 90 GiB, 512 above 160 000 MiB. 0.5.3 on:
+    :func:`default_cuda_graph_max_bs`."""
+    if version is None or version < (0, 4, 0) or (0, 4, 1) <= version < (0, 4, 6):
+        return None  # 0.4.1-0.4.5 not read
+    if version < (0, 4, 1):
+        return 8 if gpu_mem_mib < 25_000 else 160
+    if version < (0, 4, 8):
+        if gpu_mem_mib < 25_000:
+            return 8 if tp < 4 else 80
+        if version < (0, 4, 7):
+            return 256 if gpu_mem_mib > 81920 else 160
+        return 512 if gpu_mem_mib > 180_000 else 256 if gpu_mem_mib > 96 * 1024 else 160
+    if version < (0, 5, 3):
+        if gpu_mem_mib < 35 * 1024:
+            return 8 if tp < 4 else 80
+        return 512 if gpu_mem_mib > 160_000 else 256 if gpu_mem_mib > 90 * 1024 else 160
+    return default_cuda_graph_max_bs(gpu_mem_mib, tp)
+
+
 def default_fraction(version: tuple[int, int, int] | None, gpu_mem_mib: float, tp: int,
                      chunked_prefill_size: int | None = None) -> float:
     """``--mem-fraction-static`` when none is given, per version (server_args.py ``__post_init__`` /
