@@ -163,3 +163,9 @@ def test_ollama_estimate_that_covered_the_buffer_gives_no_overhead() -> None:
     log = log.replace('memory.graph.partial="677.5 MiB"', 'memory.graph.partial="1.6 GiB"')
     [f] = oomdoctor.diagnose(log.encode()).findings
     assert "ollama.gpu-overhead" not in _remedies(f)
+
+
+def test_flash_attention_auto_set_to_enabled_gets_no_fa_remedy() -> None:
+    r = diagnose("llamacpp/synthetic-pp-retry-failed.log")
+    assert r.context.extra["llama_flash_attn"] == "enabled"
+    assert all("ggml.flash-attn" not in _remedies(f) for f in r.findings)
