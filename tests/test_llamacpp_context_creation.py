@@ -169,3 +169,13 @@ def test_flash_attention_auto_set_to_enabled_gets_no_fa_remedy() -> None:
     r = diagnose("llamacpp/synthetic-pp-retry-failed.log")
     assert r.context.extra["llama_flash_attn"] == "enabled"
     assert all("ggml.flash-attn" not in _remedies(f) for f in r.findings)
+
+
+def test_llama_cpp_python_gets_the_computed_split_as_a_keyword_list() -> None:
+    launch = "python -m llama_cpp.server --model m.gguf --n_gpu_layers -1 --n_ctx 32768 --n_batch 4096 --n_ubatch 4096\n"
+    log = launch + (FIXTURES / "llamacpp/synthetic-pp-retry-failed.log").read_text(encoding="utf-8")
+    f = oomdoctor.diagnose(log.encode()).findings[1]
+    assert f.product == "llama-cpp-python"
+    ts = next(x for x in f.remedies if x.id == "ggml.tensor-split")
+    assert (ts.flags, ts.settings) == ({}, {"tensor_split": "[71, 29]"})
+    assert [c.text for c in ts.code] == ["Llama(..., tensor_split=[71, 29])"]
