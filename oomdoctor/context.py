@@ -301,9 +301,17 @@ class ContextCollector:
             # device in ``extra["<name>_by_device"]``, never as one value for the whole run
             for name, text in groups.items():
                 if name != PER_DEVICE_GROUP and text is not None and name.endswith("_bytes"):
+                    key = f"{name}_by_device"
+                    slot = f"{key}/{device.strip()}"
+                    if at is not None and self._set_at.get(slot, at) > at:
+                        continue  # a later line set it
                     value = convert(name, text, {}, units)
                     if value is not None:
-                        ctx.extra.setdefault(f"{name}_by_device", {})[device.strip()] = value
+                        table = ctx.extra.setdefault(key, {})
+                        table[device.strip()] = value
+                        ctx.extra[key] = dict(sorted(table.items()))  # the same order however read
+                        if at is not None:
+                            self._set_at[slot] = at
             return
         for name, text in groups.items():
             if text is None:
