@@ -179,3 +179,14 @@ def test_llama_cpp_python_gets_the_computed_split_as_a_keyword_list() -> None:
     ts = next(x for x in f.remedies if x.id == "ggml.tensor-split")
     assert (ts.flags, ts.settings) == ({}, {"tensor_split": "[71, 29]"})
     assert [c.text for c in ts.code] == ["Llama(..., tensor_split=[71, 29])"]
+
+
+def test_several_cuda_devices_listed_make_a_device_0_failure_a_split_question() -> None:
+    one = (
+        "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4096.00 MiB on device 0: cudaMalloc failed: out of memory\n"
+        "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 4294967296\n"
+        "graph_reserve: failed to allocate compute buffers\n"
+    )
+    two = "ggml_cuda_init: found 2 CUDA devices:\n" + one
+    assert "ggml.tensor-split" not in _remedies(oomdoctor.diagnose(one.encode()).findings[0])
+    assert _remedies(oomdoctor.diagnose(two.encode()).findings[0])["ggml.tensor-split"] == {}

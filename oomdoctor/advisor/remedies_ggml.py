@@ -684,6 +684,7 @@ def tensor_split(inp: AdviceInput) -> Remedy | None:
         _device_index(dev) >= 1 or (as_int(inp.fig("gpu_index")) or 0) >= 1
         or len(_by_device(inp, "llama_free_bytes") or _by_device(inp, "llama_model_bytes")) > 1
         or bool(inp.context.extra.get("llama_n_copies"))
+        or (as_int(setting(inp, "llama_gpu_devices")) or 0) > 1
         or _command_value(inp, ("-ts", "--tensor-split")) is not None
     )
     if not multi or dev is None:
