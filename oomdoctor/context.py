@@ -178,6 +178,11 @@ def product_for_engine(engine: str | None, products: Mapping[str, Product]) -> s
     return max(named, key=lambda p: p.priority).id if named else None
 
 
+#: a context rule's group naming the device a line's sizes belong to (llama.cpp's "CUDA1 KV buffer
+#: size = ..."): its ``*_bytes`` groups are kept per device (see ContextCollector.apply_groups)
+PER_DEVICE_GROUP = "device_name"
+
+
 class ContextCollector:
     """Accumulates :class:`Context` from context-rule matches as lines pass."""
 
@@ -290,6 +295,24 @@ class ContextCollector:
         what reading in order leaves.
         """
         ctx = self.context
+        device = groups.get(PER_DEVICE_GROUP)
+        if device is not None:
+            # one device's figure of several (llama.cpp's buffer lines, one per device): kept per
+            # device in ``extra["<name>_by_device"]``, never as one value for the whole run
+            for name, text in groups.items():
+                if name != PER_DEVICE_GROUP and text is not None and name.endswith("_bytes"):
+                    key = f"{name}_by_device"
+                    slot = f"{key}/{device.strip()}"
+                    if at is not None and self._set_at.get(slot, at) > at:
+                        continue  # a later line set it
+                    value = convert(name, text, {}, units)
+                    if value is not None:
+                        table = ctx.extra.setdefault(key, {})
+                        table[device.strip()] = value
+                        ctx.extra[key] = dict(sorted(table.items()))  # the same order however read
+                        if at is not None:
+                            self._set_at[slot] = at
+            return
         for name, text in groups.items():
             if text is None:
                 continue

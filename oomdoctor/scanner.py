@@ -404,6 +404,7 @@ class Scanner(LineAssembly, RepeatRuns, EvidenceAside, RuleMatching, Folding, Li
         self._block_base = -1
         self._far: FarSpans | None = None
         self._recovered_at: deque[tuple[int, str | None]] = deque(maxlen=64)
+        self._retried_at: deque[tuple[int, str | None]] = deque(maxlen=64)
         self._last_line = 0
         #: the source's bytes while it is small enough to be a paste (see PASTE_BYTES)
         self._paste: bytearray | None = bytearray()

@@ -20,7 +20,8 @@ EXAMPLES = [(cid, i, ex) for cid, entry in cause_table().items() for i, ex in en
 @pytest.mark.parametrize("cause_id,i,example", EXAMPLES, ids=[f"{c}:example[{i}]" for c, i, _ in EXAMPLES])
 def test_cause_examples(cause_id: str, i: int, example: object) -> None:
     report = oomdoctor.diagnose(example.log.encode(), source="<example>")  # type: ignore[attr-defined]
-    errs = [f for f in report.findings if f.severity == "error"]
+    # a recovered failure's cause (pipeline-parallel-fallback) is named on its warning
+    errs = [f for f in report.findings if f.severity == "error"] or report.findings
     assert errs, "no finding"
     assert errs[0].cause is not None and errs[0].cause.id == cause_id, errs[0].cause
 

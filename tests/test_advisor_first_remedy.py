@@ -64,7 +64,8 @@ def test_a_cpu_compute_buffer_that_exhausts_ram_gets_a_smaller_ubatch_first() ->
         "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer\n\n"
         "ggml_gallocr_reserve_n: failed to allocate CPU buffer of size 139183763104\n"
     ))
-    assert f.phase == "inference"
+    # a compute buffer with no line saying which step reserved it (context creation or decoding)
+    assert f.phase == "unknown"
     first = f.remedies[0]
     assert (first.id, first.flags, first.saves_bytes) == ("ggml.ubatch-size", {"-ub": "256", "-b": "256"}, 69591881552)
 
@@ -165,7 +166,7 @@ def test_a_small_kv_cache_gets_no_kv_type_for_a_large_compute_buffer() -> None:
         "llama_new_context_with_model: n_ctx      = 2048\n"
         "llama_kv_cache_init:      CUDA0 KV buffer size =   256.00 MiB\n" + _COMPUTE_2_5G
     ))
-    assert f.phase == "inference"
+    assert f.phase == "kv-cache-alloc"  # reserved while llama_new_context_with_model creates the context
     assert "ggml.kv-cache-type" not in remedy_ids(f)
 
 

@@ -36,7 +36,13 @@ def _failures() -> list[tuple[str, str, str]]:
         f = findings[0]
         lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
         span = lines[f["location"]["line"] - 1 : f["location"]["end_line"]]
-        out.append((f"{log.parent.name}/{log.stem}", "\n".join(span), f["severity"]))
+        severity = f["severity"]
+        alone = oomdoctor.diagnose("\n".join(span).encode("utf-8"), source="<span>").findings
+        if severity == "warning" and not any(x.severity == "warning" for x in alone):
+            # recovered by a line after the span (llama.cpp's "retrying without pipeline
+            # parallelism"): the span alone is the failure, an error
+            severity = "error"
+        out.append((f"{log.parent.name}/{log.stem}", "\n".join(span), severity))
     return out
 
 

@@ -38,6 +38,9 @@ PHASE_GAPS = {
     "other-017": "TGI raises 'Not enough memory to handle N prefill tokens' only in warmup(), and the excerpt "
     "says 'Method Warmup encountered an error' over a warmup frame: warmup is what it shows; the label "
     "counts the warm-up of a server as inference",
+    "other-005": "llama.cpp's 'llama_new_context_with_model: failed to allocate compute buffers' after the "
+    "context's n_ctx and KV-cache lines: the compute buffers reserved while creating the context at start-up, "
+    "kv-cache-alloc is what the excerpt shows; the label says inference",
     "other-021": "SGLang raises 'Not enough memory. Please try to increase --mem-fraction-static' while "
     "sizing the KV pool at start-up (model_runner init_memory_pool): kv-cache-alloc is what the message "
     "shows; the label says inference",

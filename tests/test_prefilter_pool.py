@@ -99,7 +99,10 @@ def test_reports_are_identical_with_and_without_workers(
     assert with_workers == without
     assert len(with_workers["findings"]) > 20
     assert sum(used) == path.stat().st_size  # every chunk came from a worker
-    assert counted == answered and sum(answered) > 10  # each answer used came with its counts
+    # each answer used came with its counts; how many blocks are answered whole depends on where
+    # the fixtures' bytes put the chunk bounds (12 of 104 before three llama.cpp/ollama fixtures
+    # were added in Dec 2026, 7 of 107 after), so the floor is a handful, not a layout
+    assert counted == answered and sum(answered) > 5
 
 
 def test_newlines_are_counted_before_each_candidate_and_in_all() -> None:

@@ -275,6 +275,9 @@ COSTS = {
     "gpu.free-other-processes": 1, "gpu.rank-devices": 1, "sglang.schedule-conservativeness": 2, "vllm.deep-gemm-warmup": 2, "xpu.split-allocation": 2, "rl.rollout-gpu-memory-utilization": 1, "torch.max-split-size": 1,
     "vllm.gpu-memory-utilization.fit-free": 1, "vllm.kv-cache-memory-bytes": 1,
     "training.offload-pin-memory-off": 1, "monai.output-device": 1, "diffusers.vae-tiling": 1,
+    # optional: the run went on (pipeline parallelism's fallback); rebalancing layers and ollama's
+    # own reserve cost no speed or quality
+    "ggml.ubatch-size.pipeline": 1, "ggml.tensor-split": 2, "ollama.gpu-overhead": 2,
     "host.add-swap": 2, "ray.reduce-parallelism": 2, "vllm.gpu-memory-utilization.lower": 2, "vllm.gpu-memory-utilization.raise": 2,
     "vllm.gpu-memory-utilization.raise-for-kv": 2,
     "torch.reduce-batch": 3, "training.shard-state": 3, "vllm.cudagraph-capture-size": 3, "vllm.cudagraph-estimate-off": 3,

@@ -74,4 +74,4 @@ def as_float(v: Any) -> float | None:
 
 
 def is_true(v: Any) -> bool:
-    return str(v).strip().lower() in ("true", "1", "yes", "on")
+    return str(v).strip().lower() in ("true", "1", "yes", "on", "enabled")

@@ -96,6 +96,10 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         return "host-ram", []  # DeepSpeed pinning host memory for CPU offload (the frame says so)
     if "pinned" in rule or fig.get("buffer_type") == "CPU" or _host_allocator(finding):
         return "host-ram", ["request"]  # a host buffer (pinned memory, llama.cpp's CPU buffer, PyTorch's CPU allocator)
+    # -- llama.cpp retried the compute buffers with one copy instead of pipeline parallelism's ------
+    if kind.startswith("ggml.") and finding.severity == "warning" and context.extra.get("oom_retried") \
+            and ggml_compute_buffer(finding):
+        return "pipeline-parallel-fallback", ["request"]
     # -- RL colocation: training and a rollout engine take turns on one GPU -----------------------
     if context.extra.get("colocation_frame"):
         return "colocation", ["capacity", "this-process", "free", "request"]
@@ -211,7 +215,8 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     # -- the KV cache itself ------------------------------------------------------------------
     if phase == "kv-cache-alloc" and (
         rule == "llama.kv-cache-failed"
-        or kind.startswith(("ggml.", "vllm-rs."))
+        or (kind.startswith("ggml.") and "kv cache" in finding.message.lower())
+        or kind.startswith("vllm-rs.")
         or (kind.startswith("torch.") and engine in ("vllm", "sglang"))
     ):
         # the failing allocation is the cache (sized from the budget, or from n_ctx), not an activation
@@ -298,6 +303,13 @@ _CONTEXT_INIT = regex.compile(r"\bfile=\S*(?:cutorch/init\.c|THCGeneral\.cp*)\b|
 #: ``[[{{node dense/kernel/Initializer/random_uniform}}]]`` (tf.Variable's initial_value op is
 #: created under the ``Initializer`` name scope: tensorflow/python/ops/variables.py, 1.x)
 _TF_INITIALIZER = regex.compile(r"\[\[(?:Node: |\{\{node )([\w./-]*/Initializer/[\w./-]*)")
+
+
+def ggml_compute_buffer(finding: Finding) -> bool:
+    """The failing ggml allocation is a compute buffer (ggml_gallocr_reserve_n reserving the graph,
+    "failed to allocate compute buffers"), not the KV cache or the weights, whichever step ran it."""
+    text = finding.message.lower()
+    return "kv cache" not in text and ("gallocr" in text or "compute" in text or "graph_reserve" in text)
 
 
 def _tf_initializer(message: str) -> str | None:
@@ -397,6 +409,9 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "xla_small": req if (finding.kind.startswith("xla.") and req is not None and req < XLA_SMALL_REQUEST) else None,
         "kv_alloc": req if finding.phase == "kv-cache-alloc" and finding.kind.startswith("torch.") else None,
         "n_ctx": context.max_model_len if engine_for(finding, context) in ("llama.cpp", "ggml", "ollama") else None,
+        # llama.cpp's pipeline parallelism: its copies, and the device whose buffer failed
+        "pp_copies": context.extra.get("llama_n_copies"),
+        "pp_device": fig.get("buffer_type") if finding.kind.startswith("ggml.") else None,
         # llama.cpp's server retried down to a batch of n_batch tokens and found no free KV cell
         "kv_full_batch": fig.get("n_batch") if finding.rule == "llama.server-kv-cache-full" else None,
         **_sibling_values(finding, context),

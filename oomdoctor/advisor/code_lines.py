@@ -34,6 +34,8 @@ from oomdoctor.report import CodeLanguage, CodeLine, Remedy
 _SETTING_KEY = re.compile(r"[A-Za-z_][\w.\-]*", re.ASCII)
 _SETTING_VALUE = re.compile(r"[\w.+\-/:@]+", re.ASCII)
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+#: a list of numbers as a keyword takes it (llama-cpp-python's ``tensor_split=[71, 29]``)
+_NUMBER_LIST = re.compile(r"\[\d+(?:\.\d+)?(?:, \d+(?:\.\d+)?)*\]")
 _PLAIN_YAML = re.compile(r"[A-Za-z_][\w.\-/]*", re.ASCII)
 _YAML_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"})
 
@@ -51,7 +53,7 @@ def is_words(value: str) -> bool:
 def is_code_setting(key: str, value: str) -> bool:
     """Whether ``key=value`` is a setting as a config file takes it, not words about one
     (``batch_size``: "half of the current value", ``model``: "an AWQ or GPTQ 4-bit checkpoint")."""
-    return bool(_SETTING_KEY.fullmatch(key) and _SETTING_VALUE.fullmatch(value))
+    return bool(_SETTING_KEY.fullmatch(key) and (_SETTING_VALUE.fullmatch(value) or _NUMBER_LIST.fullmatch(value)))
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,7 @@ def python_value(value: str) -> str:
     """``value`` as a Python literal: ``true`` -> ``True``, numbers as they are, words quoted."""
     if value.lower() in ("true", "false"):
         return value.capitalize()
-    if _NUMBER.fullmatch(value) or (value[:1] in "\"'" and isinstance(_literal(value), str)):
+    if _NUMBER.fullmatch(value) or _NUMBER_LIST.fullmatch(value) or (value[:1] in "\"'" and isinstance(_literal(value), str)):
         return value
     return json.dumps(value)
 

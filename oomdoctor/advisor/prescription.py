@@ -29,7 +29,7 @@ CAUSES: tuple[str, ...] = (
     "other-processes", "memory-cap", "fragmentation", "weights-exceed-device", "kv-cache-too-small",
     "kv-cache-exceeds-free", "kv-budget-exhausted", "kv-page-granularity", "cudagraph-capture", "sampler-warmup",
     "engine-headroom", "activation-peak", "training-state", "oversized-request", "driver-fault", "colocation",
-    "placement", "host-ram", "container-limit", "shared-memory", "unknown",
+    "placement", "host-ram", "container-limit", "shared-memory", "pipeline-parallel-fallback", "unknown",
 )  # fmt: skip
 
 

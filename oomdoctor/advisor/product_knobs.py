@@ -48,6 +48,9 @@ class KeywordProduct:
     as_flags: bool = False
     #: flags the product has no keyword for (with ``names`` None)
     lacks: frozenset[str] = frozenset()
+    #: flags whose comma-separated value the keyword takes as a Python list (``-ts 60,40`` ->
+    #: ``tensor_split=[60, 40]``)
+    lists: frozenset[str] = frozenset()
 
 
 KEYWORD_PRODUCTS: dict[str, KeywordProduct] = {
@@ -59,11 +62,17 @@ KEYWORD_PRODUCTS: dict[str, KeywordProduct] = {
         "ggml.",
         names={
             "-ngl": "n_gpu_layers", "-c": "n_ctx", "-ub": "n_ubatch", "-b": "n_batch", "-fa": "flash_attn",
-            "--cache-type-k": "type_k", "--cache-type-v": "type_v",
+            "--cache-type-k": "type_k", "--cache-type-v": "type_v", "-ts": "tensor_split",
         },
         values={"-fa": {"on": "True"}, "--cache-type-k": {"q8_0": "8"}, "--cache-type-v": {"q8_0": "8"}},
+        lists=frozenset({"-ts"}),
     ),
 }
+
+
+def _as_list(value: str) -> str:
+    """``60,40`` -> ``[60, 40]``."""
+    return "[" + ", ".join(p.strip() for p in value.split(",")) + "]"
 
 
 def keyword_name(flag: str) -> str:
@@ -88,7 +97,7 @@ def in_product_knobs(rem: Remedy, product: str | None) -> Remedy | None:
         return None
     keywords = {
         (spec.names[k] if spec.names is not None else keyword_name(k)):
-            ("True" if v == "" else spec.values.get(k, {}).get(v, v))
+            ("True" if v == "" else _as_list(v) if k in spec.lists else spec.values.get(k, {}).get(v, v))
         for k, v in rem.flags.items()
     }
     if spec.as_flags:

@@ -17,6 +17,7 @@ from oomdoctor.advisor.unsized import unsized_remedy
 from oomdoctor.advisor.values import round_down
 from oomdoctor.i18n import join_sentences
 from oomdoctor.report import Remedy
+from oomdoctor.units import format_size
 
 #: memory kept free for the KV cache and compute buffers when the log does not show them
 GGML_HEADROOM_BYTES = 2**30
@@ -34,9 +35,74 @@ def _kv_on_host(inp: AdviceInput) -> bool:
     return buf == "CPU" or buf.endswith("_Host")
 
 
+def _by_device(inp: AdviceInput, name: str) -> dict[str, int]:
+    """One of llama.cpp's per-device sizes (``llama_kv_bytes``, ``llama_model_bytes``,
+    ``llama_compute_bytes``, ``llama_free_bytes``: context rule llamacpp.buffers-by-device), GPU
+    devices only (not CPU or a host buffer)."""
+    table = inp.context.extra.get(f"{name}_by_device") or {}
+    return {d: int(v) for d, v in table.items() if isinstance(v, (int, float)) and not _host_device(d)}
+
+
+def _host_device(name: str) -> bool:
+    return name.upper().startswith("CPU") or name.endswith("_Host") or name.endswith("_Mapped")
+
+
+def _failing_device(inp: AdviceInput) -> str | None:
+    """The device whose buffer failed: the buffer type the message names (CUDA1), else the device
+    index it names among the devices the log lists."""
+    buf = inp.fig("buffer_type")
+    if isinstance(buf, str) and buf and not _host_device(buf):
+        return buf
+    idx = inp.fig("gpu_index")
+    if isinstance(idx, int):
+        names = set(_by_device(inp, "llama_free_bytes")) | set(_by_device(inp, "llama_kv_bytes")) \
+            | set(_by_device(inp, "llama_model_bytes"))
+        found = [n for n in names if _device_index(n) == idx]
+        return found[0] if len(found) == 1 else None
+    return None
+
+
+def _device_index(name: str | None) -> int:
+    """The index a device name ends in (CUDA1 -> 1); -1 without one."""
+    digits = (name or "")[len((name or "").rstrip("0123456789")):]
+    return int(digits) if digits else -1
+
+
 def _gpu_kv(inp: AdviceInput) -> int | None:
-    """KV-cache bytes held on a GPU (None when the log shows the cache in host memory)."""
+    """KV-cache bytes held on the failing GPU (None when the log shows the cache in host memory).
+    With the model over several GPUs, that GPU's own KV buffer, not the total ("KV self size")."""
+    dev = _failing_device(inp)
+    per_device = _by_device(inp, "llama_kv_bytes")
+    if dev is not None and len(per_device) > 1:
+        return per_device.get(dev)
     return None if _kv_on_host(inp) else inp.context.kv_cache_bytes
+
+
+def _compute_buffer(inp: AdviceInput) -> bool:
+    """The failing allocation is a compute buffer (at context creation or while decoding)."""
+    from oomdoctor.advisor.cause import ggml_compute_buffer
+
+    return ggml_compute_buffer(inp.finding)
+
+
+def _kv_failure(inp: AdviceInput) -> bool:
+    """The log says the failing allocation is the KV cache ("failed to allocate buffer for kv cache")."""
+    return inp.finding.rule == "llama.kv-cache-failed" or "kv cache" in inp.finding.message.lower()
+
+
+def _batch_phase(inp: AdviceInput) -> bool:
+    """The batch may size the failing allocation: while decoding (inference), or at context creation
+    (kv-cache-alloc) when the log does not say it was the KV cache (the compute buffers are reserved
+    right after it)."""
+    phase = inp.finding.phase
+    return phase == "inference" or (phase == "kv-cache-alloc" and not _kv_failure(inp)) or (
+        phase == "unknown" and _compute_buffer(inp)  # a compute buffer whose step the log does not show
+    )
+
+
+def _attention_phase(inp: AdviceInput) -> bool:
+    """The attention's buffers may be what failed: the KV cache or a compute buffer."""
+    return inp.finding.phase in ("inference", "kv-cache-alloc") or _batch_phase(inp)
 
 
 def _is_ollama(inp: AdviceInput) -> bool:
@@ -115,7 +181,14 @@ def n_gpu_layers(inp: AdviceInput) -> Remedy | None:
             assumed = remedy_text("ggml.n-gpu-layers", "why_assumed", n_layer=n_layer)
         offloaded = n_layer + 1
     free = as_int(setting(inp, "llama_device_free_bytes")) or _hint_bytes(inp)
-    fit = _layers_fit("ggml.n-gpu-layers", offloaded, free, _per_layer(inp, offloaded), _failed_request(inp))
+    per_layer = _per_layer(inp, offloaded)
+    model, dev = _by_device(inp, "llama_model_bytes"), _failing_device(inp)
+    if offloaded and dev in model and len(model) > 1 and inp.finding.phase != "weights-load":
+        # the layers are split over several GPUs: one layer fewer frees the failing GPU's share of a
+        # layer (its weight buffer over the layers offloaded), and no one device's free memory
+        # bounds the total
+        free, per_layer = None, model[dev] / offloaded
+    fit = _layers_fit("ggml.n-gpu-layers", offloaded, free, per_layer, _failed_request(inp))
     if fit is None:
         return _unsized_layers(inp, "ggml.n-gpu-layers")
     value, why, computed = fit
@@ -150,6 +223,27 @@ def num_gpu(inp: AdviceInput) -> Remedy | None:
     free = as_int(setting(inp, "ollama_memory_available_bytes", "llama_device_free_bytes")) or _hint_bytes(inp)
     repeating = as_int(setting(inp, "ollama_weights_repeating_bytes"))
     per_layer = repeating / (model_layers - 1) if (repeating and model_layers and model_layers > 1) else _per_layer(inp, offloaded)
+    short = ollama_shortfall(inp)
+    if short is not None and per_layer and offloaded:
+        # ollama's layer plan left room for its graph estimate, and the buffer needed more: the
+        # layers to drop are those whose weights free the shortfall, not the whole buffer
+        req, graph, missing = short
+        drop = math.ceil(missing / per_layer)
+        if drop < offloaded:
+            value = offloaded - drop
+            return Remedy(
+                id="ollama.num-gpu",
+                title=remedy_text("ollama.num-gpu", "title", layers=value),
+                settings={"num_gpu": str(value)},
+                saves_bytes=int(drop * per_layer),
+                fits=True,
+                confidence="medium",
+                why=join_sentences([
+                    remedy_text("ollama.num-gpu", "why_estimate", graph=graph, request=req, missing=missing,
+                                per_layer=per_layer, drop=drop, offloaded=offloaded, layers=value),
+                    remedy_text("ollama.num-gpu", "why_set"),
+                ]),
+            )
     fit = _layers_fit("ollama.num-gpu", offloaded, free, per_layer, _failed_request(inp))
     if fit is None:
         return _num_gpu_unsized(inp)
@@ -212,11 +306,12 @@ def _ctx_plan(inp: AdviceInput, n_ctx: int, half: int) -> CtxPlan:
     * otherwise half of n_ctx.
     """
     req = inp.fig("requested_bytes") or inp.fig("buffer_bytes")
-    if inp.finding.phase == "kv-cache-alloc" and req:
+    if inp.finding.phase == "kv-cache-alloc" and req and _kv_failure(inp):
         per = req / n_ctx
         return CtxPlan(half, "why_alloc", int(req), per, None, int(req - half * per))
     kv = _gpu_kv(inp)
-    same_gpu = str(inp.context.extra.get("llama_kv_buffer_type") or "") == str(inp.fig("buffer_type") or "")
+    same_gpu = str(inp.context.extra.get("llama_kv_buffer_type") or "") == str(inp.fig("buffer_type") or "") \
+        or _failing_device(inp) in _by_device(inp, "llama_kv_bytes")
     if kv and req and same_gpu:
         per = kv / n_ctx
         cut = math.ceil(req / per)
@@ -292,9 +387,17 @@ def num_ctx(inp: AdviceInput) -> Remedy | None:
     )
 
 
+def _ollama_kv_too_small(inp: AdviceInput, share: float) -> bool:
+    """ollama's estimate fell short of a compute buffer by more than ``share`` of the KV cache its
+    offload line states (memory.required.kv) could give back: a KV change cannot cover it."""
+    short = ollama_shortfall(inp)
+    kv = as_int(setting(inp, "ollama_required_kv_bytes"))
+    return bool(short and kv is not None and kv * share < short[2])
+
+
 @remedy("ollama.num-parallel")
 def num_parallel(inp: AdviceInput) -> Remedy | None:
-    if not _is_ollama(inp) or inp.finding.phase == "weights-load":
+    if not _is_ollama(inp) or inp.finding.phase == "weights-load" or _ollama_kv_too_small(inp, 1.0):
         return None
     cur = as_int(setting(inp, "ollama_num_parallel", "parallel"))
     if cur is not None and cur <= 1:
@@ -345,7 +448,8 @@ def kv_cache_type(inp: AdviceInput) -> Remedy | None:
 
 @remedy("ollama.kv-cache-type")
 def ollama_kv_cache_type(inp: AdviceInput) -> Remedy | None:
-    if not _is_ollama(inp) or _kv_quantized(inp) or inp.finding.phase == "weights-load" or _kv_type_pointless(inp):
+    if not _is_ollama(inp) or _kv_quantized(inp) or inp.finding.phase == "weights-load" or _kv_type_pointless(inp) \
+            or _ollama_kv_too_small(inp, 1 - Q8_0_RATIO):
         return None
     kv = _gpu_kv(inp)
     return Remedy(
@@ -368,7 +472,7 @@ def _fa_on(inp: AdviceInput) -> bool:
 
 @remedy("ggml.flash-attn")
 def flash_attn(inp: AdviceInput) -> Remedy | None:
-    if not _is_llamacpp(inp) or _fa_on(inp) or inp.finding.phase not in ("inference", "kv-cache-alloc"):
+    if not _is_llamacpp(inp) or _fa_on(inp) or not _attention_phase(inp):
         return None
     return Remedy(
         id="ggml.flash-attn",
@@ -382,7 +486,7 @@ def flash_attn(inp: AdviceInput) -> Remedy | None:
 
 @remedy("ollama.flash-attention")
 def ollama_flash_attention(inp: AdviceInput) -> Remedy | None:
-    if not _is_ollama(inp) or _fa_on(inp) or inp.finding.phase not in ("inference", "kv-cache-alloc"):
+    if not _is_ollama(inp) or _fa_on(inp) or not _attention_phase(inp):
         return None
     return Remedy(
         id="ollama.flash-attention",
@@ -400,7 +504,7 @@ LLAMACPP_DEFAULT_UBATCH = 512
 
 @remedy("ggml.ubatch-size")
 def ubatch_size(inp: AdviceInput) -> Remedy | None:
-    if not _is_llamacpp(inp) or inp.finding.phase != "inference":
+    if not _is_llamacpp(inp) or not _batch_phase(inp):
         return None
     if inp.finding.rule == "ggml.context-pool-exhausted" and n_batch_pool(inp) is not None:
         # GGML-era ggml's fixed context pool (no -ub before 2024) overflowed by a stated batch
@@ -426,7 +530,7 @@ def ubatch_size(inp: AdviceInput) -> Remedy | None:
 @remedy("ollama.num-batch")
 def ollama_num_batch(inp: AdviceInput) -> Remedy | None:
     """ollama's counterpart of -ub/-b: the runner's batch (num_batch, default 512) sizes the compute buffer."""
-    if not _is_ollama(inp) or inp.finding.phase != "inference":
+    if not _is_ollama(inp) or not _batch_phase(inp):
         return None
     stated = as_int(setting(inp, "ollama_num_batch", "batch_size"))
     cur = stated or OLLAMA_NUM_BATCH
@@ -501,4 +605,162 @@ def ctx_size_raise(inp: AdviceInput) -> Remedy | None:
         fits=None,
         confidence="medium",
         why=remedy_text("ggml.ctx-size.raise", "why", n_ctx=n_ctx, tokens=value),
+    )
+
+
+def _ubatch_now(inp: AdviceInput) -> int:
+    return (as_int(setting(inp, "llama_n_ubatch", "ubatch_size"))
+            or as_int(_command_value(inp, ("-ub", "--ubatch-size"))) or LLAMACPP_DEFAULT_UBATCH)
+
+
+@remedy("ggml.ubatch-size.pipeline")
+def ubatch_size_pipeline(inp: AdviceInput) -> Remedy | None:
+    """llama.cpp fell back from pipeline parallelism to one compute-buffer copy (a recovered
+    failure): optional, the n_ubatch at which the pipelined buffer fits where the single one did.
+    The buffer grows with n_ubatch, so n_ubatch × (single buffer that fitted / pipelined request),
+    rounded down to a power of two; only when the log prints both on the failing device."""
+    cause = inp.finding.cause
+    if not _is_llamacpp(inp) or cause is None or cause.id != "pipeline-parallel-fallback":
+        return None
+    dev = _failing_device(inp)
+    req = as_int(inp.fig("buffer_bytes") or inp.fig("requested_bytes"))
+    single = _by_device(inp, "llama_compute_bytes").get(dev or "")
+    if not dev or not req or not single or single >= req:
+        return None
+    cur = _ubatch_now(inp)
+    scaled = cur * single / req
+    if scaled < 32:
+        return None
+    value = 1 << math.floor(math.log2(scaled))
+    if value >= cur:
+        return None
+    return Remedy(
+        id="ggml.ubatch-size.pipeline",
+        title=remedy_text("ggml.ubatch-size.pipeline", "title", batch=value),
+        flags={"-ub": str(value)},
+        fits=None,
+        confidence="medium",
+        why=remedy_text("ggml.ubatch-size.pipeline", "why", device=dev, request=req, current=cur, single=single, batch=value),
+    )
+
+
+#: percent steps of a --tensor-split (llama.cpp normalises the proportions it is given)
+TS_TOTAL = 100
+
+
+def _split_figures(inp: AdviceInput, dev: str) -> tuple[list[str], dict[str, int], dict[str, int], bool] | None:
+    """(devices in index order, free at load per device, bytes the device needs besides its layers,
+    whether a compute buffer was assumed) when the log gives every GPU's free memory, model and KV
+    buffers; None otherwise."""
+    free = _by_device(inp, "llama_free_bytes")
+    model = _by_device(inp, "llama_model_bytes")
+    kv = _by_device(inp, "llama_kv_bytes")
+    devices = sorted(free, key=lambda d: (len(d), d))
+    if len(devices) < 2 or dev not in devices or any(d not in model or d not in kv for d in devices):
+        return None
+    req = as_int(inp.fig("buffer_bytes") or inp.fig("requested_bytes"))
+    if not req:
+        return None
+    compute = _by_device(inp, "llama_compute_bytes")
+    fixed = {d: (req if d == dev else compute.get(d, req)) for d in devices}
+    assumed = any(d not in compute for d in devices if d != dev)
+    return devices, free, fixed, assumed
+
+
+@remedy("ggml.tensor-split")
+def tensor_split(inp: AdviceInput) -> Remedy | None:
+    """A ggml buffer failed on one of several GPUs: rebalance the layers with --tensor-split.
+
+    Named formula (only with every GPU's free memory at load, model and KV buffers in the log, and
+    a failure after the weights loaded): room_d = free_d − fixed_d − headroom, where fixed_d is the
+    device's compute buffer (the failed request on the failing device; the printed one, else the
+    failed request, on the others); the layers' bytes (model + KV buffers, which follow the split)
+    are shared in proportion to room_d, in whole percent, the failing device's share rounded down.
+    The saving is on the failing device alone: its layers' bytes now − its share of all of them."""
+    if not _is_llamacpp(inp) or inp.finding.phase == "weights-load":
+        return None
+    dev = _failing_device(inp)
+    multi = (
+        _device_index(dev) >= 1 or (as_int(inp.fig("gpu_index")) or 0) >= 1
+        or len(_by_device(inp, "llama_free_bytes") or _by_device(inp, "llama_model_bytes")) > 1
+        or bool(inp.context.extra.get("llama_n_copies"))
+        or (as_int(setting(inp, "llama_gpu_devices")) or 0) > 1
+        or _command_value(inp, ("-ts", "--tensor-split")) is not None
+    )
+    if not multi or dev is None:
+        return None
+    on_dev = sum(_by_device(inp, n).get(dev, 0) for n in ("llama_model_bytes", "llama_kv_bytes"))
+    req = as_int(inp.fig("buffer_bytes") or inp.fig("requested_bytes"))
+    if on_dev and req and req > on_dev:
+        return None  # more than all the layers the log shows on that GPU: a split cannot free it
+    figs = _split_figures(inp, dev)
+    if figs is None:
+        return unsized_remedy("ggml.tensor-split", device=dev)
+    devices, free, fixed, assumed = figs
+    model, kv = _by_device(inp, "llama_model_bytes"), _by_device(inp, "llama_kv_bytes")
+    layers = {d: model[d] + kv[d] for d in devices}
+    room = {d: max(free[d] - fixed[d] - GGML_HEADROOM_BYTES, 0) for d in devices}
+    total_room, total_layers = sum(room.values()), sum(layers.values())
+    if total_room < total_layers or room[dev] <= 0:
+        return None  # no split holds them all: fewer layers on the GPUs, not another split
+    share = {d: room[d] * TS_TOTAL // total_room for d in devices}
+    biggest = max((d for d in devices if d != dev), key=lambda d: room[d])
+    share[biggest] += TS_TOTAL - sum(share.values())
+    saves = layers[dev] - share[dev] * total_layers // TS_TOTAL
+    if saves <= 0 or share[dev] <= 0:
+        return None  # the failing GPU holds no more than its share already
+    split = ",".join(str(share[d]) for d in devices)
+    return Remedy(
+        id="ggml.tensor-split",
+        title=remedy_text("ggml.tensor-split", "title", device=dev, split=split),
+        flags={"-ts": split},
+        saves_bytes=int(saves),
+        fits=None,
+        confidence="medium",
+        why=remedy_text(
+            "ggml.tensor-split", "why", device=dev, headroom=GGML_HEADROOM_BYTES, layers=total_layers,
+            saves=saves, room=" : ".join(f"{d} {format_size(room[d])}" for d in devices),
+            assumed=remedy_text("ggml.tensor-split", "assumed_request" if assumed else "assumed_printed",
+                                request=inp.fig("buffer_bytes") or inp.fig("requested_bytes")),
+        ),
+    )
+
+
+def _ollama_graph(inp: AdviceInput) -> int | None:
+    """The compute graph ollama planned its layers with: max(memory.graph.full, .partial) (ollama
+    v0.5.7 llm/memory.go EstimateGPULayers reserves the larger on every GPU)."""
+    vals = [as_int(setting(inp, k)) for k in ("ollama_graph_full_bytes", "ollama_graph_partial_bytes")]
+    known = [v for v in vals if v]
+    return max(known) if known else None
+
+
+def ollama_shortfall(inp: AdviceInput) -> tuple[int, int, int] | None:
+    """(failed compute buffer, ollama's graph estimate, how much more the buffer needed) when a
+    compute buffer failed and ollama's estimate in its offload line was smaller."""
+    if not _is_ollama(inp) or not _compute_buffer(inp):
+        return None
+    graph = _ollama_graph(inp)
+    req = as_int(inp.fig("buffer_bytes") or inp.fig("requested_bytes"))
+    if not graph or not req or req <= graph:
+        return None
+    return req, graph, req - graph
+
+
+@remedy("ollama.gpu-overhead")
+def ollama_gpu_overhead(inp: AdviceInput) -> Remedy | None:
+    """ollama's estimate of the compute graph was short of the buffer that failed: OLLAMA_GPU_OVERHEAD
+    (bytes per GPU, envconfig since v0.3.10) = the shortfall, rounded up to a MiB, so the layer plan
+    leaves that room."""
+    short = ollama_shortfall(inp)
+    if short is None:
+        return None
+    req, graph, missing = short
+    value = math.ceil(missing / 2**20) * 2**20
+    return Remedy(
+        id="ollama.gpu-overhead",
+        title=remedy_text("ollama.gpu-overhead", "title", overhead=value),
+        env={"OLLAMA_GPU_OVERHEAD": str(value)},
+        fits=True,
+        confidence="medium",
+        why=remedy_text("ollama.gpu-overhead", "why", graph=graph, request=req, overhead=value),
     )

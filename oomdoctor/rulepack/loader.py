@@ -64,7 +64,7 @@ _NAMED_GROUP = re.compile(r"\(\?P?<[A-Za-z_]")
 
 #: named groups whose reading depends on the lines before it or counts each line: a periodic
 #: context rule (read only at its latest line) may not have them
-ORDERED_GROUPS = frozenset({"args", "engine", "engine_version", "oom_recovered", "k8s_block", "k8s_memory_bytes"})
+ORDERED_GROUPS = frozenset({"args", "engine", "engine_version", "oom_recovered", "oom_retried", "k8s_block", "k8s_memory_bytes"})
 
 _GROUP_NAME = re.compile(r"\(\?P?<([A-Za-z_]\w*)>")
 

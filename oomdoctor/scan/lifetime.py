@@ -84,7 +84,24 @@ class Lifetime(ScanState):
         failure was caught and retried, a warning, not the error that ended the run."""
         ranks = {o.rank} | o.merged_ranks
         end = max(o.last_line, o.finding.location.end_line)
-        return any(end < n <= end + AFTER_LINES and rank in ranks for n, rank in self._recovered_at)
+        if any(end < n <= end + AFTER_LINES and rank in ranks for n, rank in self._recovered_at):
+            return True
+        # a retry another way (a context rule's ``oom_retried`` group: llama.cpp's "compute buffer
+        # allocation failed, retrying without pipeline parallelism"): recovered unless the retry
+        # failed too, a failure of the same rank after the retry line (while it is open or since)
+        retries = [n for n, rank in self._retried_at if end < n <= end + AFTER_LINES and rank in ranks]
+        if not retries:
+            return False
+        after, source = retries[0], o.finding.location.source
+        failed_again = any(
+            x is not o and x.line > after and x.rank in ranks and x.finding.location.source == source
+            for x in self._open
+        ) or any(
+            f.location.line > after and f.location.source == source
+            and (set(f.ranks) & ranks if f.ranks else None in ranks)
+            for f in self._findings
+        )
+        return not failed_again
 
     def _age_open(self, final: bool, last_line: int | None = None) -> None:
         """Close the open findings ``AFTER_LINES`` behind ``last_line`` (default: the last line

@@ -335,6 +335,8 @@ class LineAssembly(ScanState):
             self._collector.apply_groups(groups, ctx.rule.parser, ctx.rule.units, engine, self._line_base + line.number)
             if groups.get("oom_recovered"):  # the failure just before was caught and retried
                 self._recovered_at.append((line.number, line.rank))
+            if groups.get("oom_retried"):  # the failure just before is retried another way
+                self._retried_at.append((line.number, line.rank))
         # rule candidates
         if rules:
             self._lead_from_block(line)

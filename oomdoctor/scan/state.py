@@ -235,6 +235,9 @@ class ScanState:
     _timed_progress: deque[tuple[int, str, tuple[int, ...]]]
     #: lines saying the program recovered from an out-of-memory error just before (line, rank)
     _recovered_at: deque[tuple[int, str | None]]
+    #: lines saying the program retries the failed allocation another way (line, rank): the failure
+    #: just before is recovered from unless a failure of the same rank follows the line
+    _retried_at: deque[tuple[int, str | None]]
     _run_start: int
     #: called before each candidate line is read (a service's deadline: see server.limits.analyse)
     tick: Callable[[], None] | None
