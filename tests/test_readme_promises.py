@@ -205,14 +205,17 @@ def test_a_setting_in_words_is_prose_not_code() -> None:
     from oomdoctor.render.text import render_findings_text
     from oomdoctor.report import Finding, Location, Remedy
 
-    r = Remedy(id="r", title="Halve the batch", settings={"gradient_checkpointing": "true", "batch_size": "half of it",
+    r = Remedy(id="r", title="Halve the batch", settings={"num_workers": "2", "batch_size": "half of it",
                                                            "model": "an AWQ or GPTQ 4-bit checkpoint of x/y"})
-    assert remedy_snippet(r) == "TrainingArguments(..., gradient_checkpointing=True)"
+    assert remedy_snippet(r) == "DataLoader(..., num_workers=2)"
     assert setting_lines(r) == ["batch_size: half of it", "model: an AWQ or GPTQ 4-bit checkpoint of x/y"]
+    # TrainingArguments only where the program is a Trainer's: with no product known, prose
+    hf = Remedy(id="r", title="Recompute activations", settings={"gradient_checkpointing": "true"})
+    assert remedy_snippet(hf) == "" and setting_lines(hf) == ["gradient_checkpointing: true"]
     f = Finding(rule="x", kind="torch.cuda-oom", engine="pytorch", severity="error", title="t", message="m",
                 location=Location(source="a.log", line=1, end_line=1), remedies=[r])
     lines = render_findings_text([f], width=100).splitlines()
-    assert "     Python:" in lines and "       TrainingArguments(..., gradient_checkpointing=True)" in lines
+    assert "     Python:" in lines and "       DataLoader(..., num_workers=2)" in lines
     assert "     batch_size: half of it" in lines
 
 
@@ -227,3 +230,14 @@ def test_a_flag_and_a_config_setting_never_share_a_code_line() -> None:
     md = "\n".join(remedy_code_markdown(r))
     assert "   - flags of docker run:\n     ```shell\n     --memory 20g\n     ```" in md
     assert "   - YAML, Kubernetes container spec:\n     ```yaml\n" in md
+
+
+def test_training_arguments_only_for_a_trainer_program() -> None:
+    """The generic training keys are TrainingArguments code in a transformers Trainer's program and
+    prose in a plain PyTorch one (review C: a bare PyTorch traceback was told TrainingArguments)."""
+    from oomdoctor.advisor.code_lines import code_lines
+    from oomdoctor.report import Remedy
+
+    r = Remedy(id="training.gradient-checkpointing", title="t", settings={"gradient_checkpointing": "true"})
+    assert [c.text for c in code_lines(r, product="transformers")] == ["TrainingArguments(..., gradient_checkpointing=True)"]
+    assert code_lines(r, product="pytorch") == [] and code_lines(r, product=None) == []

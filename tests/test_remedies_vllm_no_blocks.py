@@ -21,8 +21,9 @@ V0_ERROR = "ValueError: No available memory for the cache blocks. Try increasing
 
 def test_the_messages_own_advice_leads_then_the_profile_knobs_worded() -> None:
     f = only_error(diagnose_text(V1))
+    # (V1: the profile batch is max_num_batched_tokens whatever the length, so no --max-model-len)
     assert remedy_ids(f) == [
-        "vllm.gpu-memory-utilization.raise", "vllm.max-num-batched-tokens", "vllm.max-model-len",
+        "vllm.gpu-memory-utilization.raise", "vllm.max-num-batched-tokens",
         "gpu.free-other-processes", "vllm.tensor-parallel-size",
     ]
     assert f.remedies[0].flags == {"--gpu-memory-utilization": "0.95"}
@@ -46,3 +47,11 @@ def test_the_cudagraph_estimate_case_keeps_its_own_list() -> None:
     f = only_error(diagnose_text(log))
     assert f.cause is not None and f.cause.id == "cudagraph-capture"
     assert "vllm.max-model-len" not in remedy_ids(f) and "vllm.max-num-batched-tokens" not in remedy_ids(f)
+
+
+def test_v0_without_chunked_prefill_never_lowers_the_budget_below_the_length() -> None:
+    """V0's SchedulerConfig refuses max_num_batched_tokens below max_model_len without chunked
+    prefill: the length is the knob (halved), the batched-token budget is not offered below it."""
+    f = only_error(diagnose_text(V0_CONFIG + V0_ERROR))
+    assert "vllm.max-num-batched-tokens" not in remedy_ids(f)
+    assert remedy(f, "vllm.max-model-len").flags == {"--max-model-len": "4096"}

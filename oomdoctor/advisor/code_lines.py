@@ -118,6 +118,10 @@ GENERIC_FORMS: dict[str, Form] = {
     "torch.cuda.set_per_process_memory_fraction": Form("python", "torch.cuda.set_per_process_memory_fraction", "key-call"),
 }
 
+#: products whose training runs through transformers' Trainer, so TrainingArguments (or a subclass:
+#: TRL's and unsloth's SFTConfig) takes the generic training keys; elsewhere they are prose
+TRAINING_ARGS_PRODUCTS = frozenset({"transformers", "hf-trainer", "trl", "unsloth", "accelerate", "deepspeed"})
+
 #: the program whose command line takes a product's (else an engine's) flags
 PROGRAMS: dict[str, str] = {
     "vllm-serve": "vllm serve",
@@ -154,7 +158,11 @@ def form_of(key: str, product: str | None, host: bool) -> Form | None:
         return Form("json", N_("DeepSpeed config"), "json")
     if p in PRODUCT_FORMS and (p not in ("hf-trainer", "transformers") or key in GENERIC_FORMS):
         return PRODUCT_FORMS[p]
-    return GENERIC_FORMS.get(key)
+    form = GENERIC_FORMS.get(key)
+    if form is _TRAINING_ARGS and p not in TRAINING_ARGS_PRODUCTS:
+        # a plain PyTorch program (or one the log does not name) has no TrainingArguments: prose
+        return None
+    return form
 
 
 def _literal(text: str) -> object:

@@ -37,6 +37,7 @@ from oomdoctor.advisor.values import (
     fmt_fraction,
     round_down,
 )
+from oomdoctor.advisor.vllm_budget import is_v0
 from oomdoctor.i18n import _, join_sentences
 from oomdoctor.report import Remedy
 from oomdoctor.units import format_size
@@ -204,9 +205,19 @@ def no_blocks(inp: AdviceInput) -> bool:
 MAX_MODEL_LEN_STEP = 256
 
 
+def v0_engine(inp: AdviceInput) -> bool:
+    """The log is V0's: a V0 rule's wording, V0's "Initializing an LLM engine" (V1 says "a V1 LLM
+    engine"), or a release before 0.8 (V1 the default from 0.8.0)."""
+    article = str(inp.context.extra.get("vllm_engine_article") or "").strip()
+    return inp.finding.rule.startswith("vllm.v0.") or article == "an" or is_v0(get_facts(inp).version)
+
+
 def _max_model_len_for_profile(inp: AdviceInput) -> Remedy | None:
-    """Half the run's --max-model-len for "no cache blocks": without chunked prefill the profile
-    batch is max(max_model_len, 2048) tokens; worded when the log does not give the length."""
+    """Half the run's --max-model-len for "no cache blocks": in V0 without chunked prefill the profile
+    batch is max(max_model_len, 2048) tokens; worded when the log does not give the length. Not in V1
+    (or an unknown engine): there the profile batch is max_num_batched_tokens, whatever the length."""
+    if not v0_engine(inp):
+        return None
     f = get_facts(inp)
     cur = f.max_model_len.value if f.max_model_len else None
     value = round_down(cur // 2, MAX_MODEL_LEN_STEP) if cur else 0
@@ -751,12 +762,22 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
     if not is_vllm(inp):
         return None
     cur = inp.context.max_num_batched_tokens
+    v0 = v0_engine(inp)
     if not cur or cur <= 512:
-        return unsized_remedy("vllm.max-num-batched-tokens", "noblocks") if (not cur and no_blocks(inp)) else None
+        # (V0 without chunked prefill takes no budget below max_model_len: the length is the knob there)
+        return unsized_remedy("vllm.max-num-batched-tokens", "noblocks") if (not cur and no_blocks(inp) and not v0) else None
     f = get_facts(inp)
     short = shortage(inp)
     act = f.activation.value if f.activation else None
     value = max(512, round_down(cur // 2, 256))
+    # V0 without chunked prefill refuses a budget below max_model_len (SchedulerConfig._verify_args:
+    # "max_num_batched_tokens (N) is smaller than max_model_len (M)"); whether chunked prefill is on the
+    # log may not say, so a V0 value never goes below the length
+    floor = f.max_model_len.value if (v0 and f.max_model_len) else 0
+    if value < floor:
+        value = floor
+    if value >= cur:
+        return None
     why = remedy_text("vllm.max-num-batched-tokens", "why", tokens=cur)
     saves = act // 2 if act else None
     fits: bool | None = None
@@ -766,7 +787,7 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
     elif act and short and short[0] > 0:
         # activation ∝ batched tokens: keep the share of the peak that is not missing
         exact = round_down(cur * (act - short[0]) / act, 256)
-        if 512 <= exact < cur:
+        if max(512, floor) <= exact < cur:
             value = exact
             saves = int(act * (cur - value) / cur)
             fits = None if shortage_is_lower_bound(inp) else True
