@@ -8,6 +8,8 @@ these calculators word that, with the log's own figures.
 
 from __future__ import annotations
 
+from oomdoctor.advisor._engine_util import engine_of
+from oomdoctor.advisor.cause import LARGEST_DEVICE
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.report import Remedy, RunStep
@@ -18,8 +20,18 @@ _ROCM_FACTS = "rocm-smi --showmeminfo vram; python -c 'import torch; print(torch
 _XPU_FACTS = "sycl-ls; python -c 'import torch; print(torch.__version__, torch.xpu.get_device_properties(0))'"
 
 
-def _facts_command(kind: str) -> str:
-    if kind.startswith("torch.hip"):
+#: TensorFlow's own view of its devices and build (on ROCm, rocm-smi for the device)
+_TF_BUILD = "python -c 'import tensorflow as tf; print(tf.__version__, tf.config.list_physical_devices(\"GPU\"))'"
+
+
+def _facts_command(inp: AdviceInput) -> str:
+    """The driver's and the framework's view, for the vendor and the framework the failure shows
+    (a HIP error is ROCm's, whatever the framework: TensorFlow-ROCm's HIP_ERROR_OutOfMemory)."""
+    kind = inp.finding.kind
+    rocm = kind.startswith("torch.hip") or str(inp.fig("error") or "").startswith("HIP_")
+    if engine_of(inp) == "tensorflow":
+        return ("rocm-smi --showmeminfo vram; " if rocm else "nvidia-smi; ") + _TF_BUILD
+    if rocm:
         return _ROCM_FACTS
     if kind.startswith("torch.xpu"):
         return _XPU_FACTS
@@ -43,8 +55,12 @@ def driver_facts(inp: AdviceInput) -> Remedy | None:
     free, req, total = figures
     api = inp.finding.rule == "torch.cuda-runtime-oom" and inp.fig("api") == "driver"
     step = inp.finding.rule == "torch.cuda-runtime-oom" and not api and inp.context.extra.get("optimizer_frame")
+    # TensorFlow reserving a pool from a device size no GPU has: the binding and the build first
+    bogus = engine_of(inp) == "tensorflow" and req is not None and req > LARGEST_DEVICE
     why = (
-        remedy_text("ask.driver-facts", "why_api")
+        remedy_text("ask.driver-facts", "why_bogus", request=req)
+        if bogus
+        else remedy_text("ask.driver-facts", "why_api")
         if api
         else remedy_text("ask.driver-facts", "why_step")
         if step
@@ -54,9 +70,10 @@ def driver_facts(inp: AdviceInput) -> Remedy | None:
     )
     return Remedy(
         id="ask.driver-facts",
-        title=remedy_text("ask.driver-facts", "title_api" if api else "title_step" if step else "title"),
-        run=[RunStep(label=remedy_text("ask.driver-facts", "step"), command=_facts_command(inp.finding.kind))],
-        confidence="low",
+        title=remedy_text("ask.driver-facts", "title_bogus" if bogus else "title_api" if api else "title_step" if step else "title"),
+        run=[RunStep(label=remedy_text("ask.driver-facts", "step_tf" if engine_of(inp) == "tensorflow" else "step"),
+                     command=_facts_command(inp))],
+        confidence="medium" if bogus else "low",
         why=why,
         sources={"free": "message", "requested": "message"},
     )
