@@ -246,18 +246,23 @@ def free_other_processes(inp: AdviceInput) -> Remedy | None:
     )
 
 
+def _look_first(title: str, why: str) -> Remedy:
+    """Other processes' memory to look at with the device's tool, no size promised."""
+    return Remedy(
+        id="gpu.free-other-processes",
+        title=remedy_text("gpu.free-other-processes", title),
+        run=[list_gpu_processes()],
+        confidence="low",
+        why=remedy_text("gpu.free-other-processes", why),
+    )
+
+
 def _free_unlisted(inp: AdviceInput) -> Remedy | None:
     """The account shows memory held outside this process without naming the processes."""
     cause = inp.finding.cause
     if inp.finding.kind == "vllm.kv-cache.no-blocks" and cause is not None and cause.id == "kv-budget-exhausted":
         # vLLM's budget is a share of the whole GPU: what other processes hold is not in its profile
-        return Remedy(
-            id="gpu.free-other-processes",
-            title=remedy_text("gpu.free-other-processes", "title_check"),
-            run=[list_gpu_processes()],
-            confidence="low",
-            why=remedy_text("gpu.free-other-processes", "why_noblocks"),
-        )
+        return _look_first("title_check", "why_noblocks")
     if cause is None or cause.id != "other-processes" or inp.finding.account is None:
         return None
     acc = inp.finding.account
@@ -270,13 +275,7 @@ def _free_unlisted(inp: AdviceInput) -> Remedy | None:
     why_key = "why_held" if elsewhere or outside is None else "why_outside"
     if held is None or total is None:
         # the cause was read from where it failed, not from sizes: say how to look, promise nothing
-        return Remedy(
-            id="gpu.free-other-processes",
-            title=remedy_text("gpu.free-other-processes", "title"),
-            run=[list_gpu_processes()],
-            confidence="low",
-            why=remedy_text("gpu.free-other-processes", "why_unsized"),
-        )
+        return _look_first("title", "why_unsized")
     gpu = inp.fig("gpu_index")
     return Remedy(
         id="gpu.free-other-processes",
