@@ -369,8 +369,8 @@ def test_lorax_keeps_tgi_0_9s_input_flag() -> None:
 
 def test_tensorflow_reserving_a_pool_larger_than_any_gpu_is_a_bogus_device_size() -> None:
     """other-037: TensorFlow on ROCm asks the device for 127.99 TiB, then a tenth less each time: the
-    device reported a bogus size. The device binding and the build first (review C: growth only hides
-    it), asked on ROCm with rocm-smi and TensorFlow's own view; none of JAX's variables."""
+    device reported a bogus size. Memory growth first (what worked, per the thread), then the device
+    binding and the build, asked on ROCm with rocm-smi and TensorFlow's own view; none of JAX's variables."""
     f = only_error(diagnose_text(
         "2023-11-01 16:19:17.812101: E tensorflow/compiler/xla/stream_executor/rocm/rocm_driver.cc:606] failed to "
         "allocate 127.99TiB (140729850295296 bytes) from device: HIP_ERROR_OutOfMemory\n"
@@ -380,10 +380,10 @@ def test_tensorflow_reserving_a_pool_larger_than_any_gpu_is_a_bogus_device_size(
     assert (f.engine, f.product) == ("tensorflow", "tensorflow")
     assert f.cause is not None and f.cause.id == "driver-fault"
     assert f.cause.summary.startswith("TensorFlow tried to reserve a pool of 127.99 TiB, more than any GPU has")
-    assert [r.id for r in f.remedies[:2]] == ["ask.driver-facts", "tf.memory-growth"]
-    assert f.remedies[0].title.startswith("Check which GPU the job is bound to")
-    assert f.remedies[0].run[0].command.startswith("rocm-smi --showmeminfo vram; python -c 'import tensorflow as tf;")
-    assert f.remedies[1].env == {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    assert [r.id for r in f.remedies[:2]] == ["tf.memory-growth", "ask.driver-facts"]
+    assert f.remedies[0].env == {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    assert f.remedies[1].title.startswith("Check which GPU the job is bound to")
+    assert f.remedies[1].run[0].command.startswith("rocm-smi --showmeminfo vram; python -c 'import tensorflow as tf;")
     assert not [r for r in f.remedies if any(k.startswith("XLA_PYTHON_CLIENT") for k in r.env)]
 
 

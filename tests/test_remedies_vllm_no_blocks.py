@@ -21,16 +21,15 @@ V0_ERROR = "ValueError: No available memory for the cache blocks. Try increasing
 
 def test_the_messages_own_advice_leads_then_the_profile_knobs_worded() -> None:
     f = only_error(diagnose_text(V1))
-    # (V1: the profile batch is max_num_batched_tokens whatever the length, so no --max-model-len)
+    # (V1: the profile batch is max_num_batched_tokens whatever the length, so no --max-model-len; and
+    # other processes fail V1's start-up check instead, so no look at them)
     assert remedy_ids(f) == [
-        "vllm.gpu-memory-utilization.raise", "vllm.max-num-batched-tokens",
-        "gpu.free-other-processes", "vllm.tensor-parallel-size",
+        "vllm.gpu-memory-utilization.raise", "vllm.max-num-batched-tokens", "vllm.tensor-parallel-size",
     ]
     assert f.remedies[0].flags == {"--gpu-memory-utilization": "0.95"}
     # the log sizes none of the others: no flag carries a made-up value
     assert all(not r.flags and not r.settings for r in f.remedies[1:])
     assert f.remedies[1].title == "Lower --max-num-batched-tokens (the profile run's batch)"
-    assert remedy(f, "gpu.free-other-processes").run[0].command.startswith("nvidia-smi --query-compute-apps")
     assert remedy(f, "vllm.tensor-parallel-size").title.endswith("if several are visible")
 
 
@@ -55,3 +54,9 @@ def test_v0_without_chunked_prefill_never_lowers_the_budget_below_the_length() -
     f = only_error(diagnose_text(V0_CONFIG + V0_ERROR))
     assert "vllm.max-num-batched-tokens" not in remedy_ids(f)
     assert remedy(f, "vllm.max-model-len").flags == {"--max-model-len": "4096"}
+
+
+def test_v0_no_blocks_looks_at_other_processes() -> None:
+    """V0 profiles every process's memory into its peak: other processes shrink its KV budget."""
+    f = only_error(diagnose_text(V0_CONFIG + V0_ERROR))
+    assert remedy(f, "gpu.free-other-processes").run[0].command.startswith("nvidia-smi --query-compute-apps")

@@ -73,7 +73,7 @@ def driver_facts(inp: AdviceInput) -> Remedy | None:
         title=remedy_text("ask.driver-facts", "title_bogus" if bogus else "title_api" if api else "title_step" if step else "title"),
         run=[RunStep(label=remedy_text("ask.driver-facts", "step_tf" if engine_of(inp) == "tensorflow" else "step"),
                      command=_facts_command(inp))],
-        confidence="medium" if bogus else "low",
+        confidence="low",
         why=why,
         sources={"free": "message", "requested": "message"},
     )

@@ -261,8 +261,12 @@ def _free_unlisted(inp: AdviceInput) -> Remedy | None:
     """The account shows memory held outside this process without naming the processes."""
     cause = inp.finding.cause
     if inp.finding.kind == "vllm.kv-cache.no-blocks" and cause is not None and cause.id == "kv-budget-exhausted":
-        # vLLM's budget is a share of the whole GPU: what other processes hold is not in its profile
-        return _look_first("title_check", "why_noblocks")
+        from oomdoctor.advisor.remedies_vllm import v0_engine
+
+        # V0's budget (total × utilization − the profiled peak, which counts every process's memory)
+        # shrinks with what other processes hold; V1 counts only its own increase and refuses to start
+        # when the free memory is below its budget, so other processes never end in "no cache blocks"
+        return _look_first("title_check", "why_noblocks") if v0_engine(inp) else None
     if cause is None or cause.id != "other-processes" or inp.finding.account is None:
         return None
     acc = inp.finding.account
