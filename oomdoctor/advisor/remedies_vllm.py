@@ -888,8 +888,8 @@ def tensor_parallel(inp: AdviceInput) -> Remedy | None:
     assumed = g is None and cause == "weights-exceed-device"
     if assumed:
         g = (ASSUMED_MAX_GPUS, "not in the log: the smallest count that fits, if you have that many")
-    if g is None and no_blocks(inp) and f.tp == 1:
-        return unsized_remedy("vllm.tensor-parallel-size", "noblocks")  # how many GPUs are visible is not known
+    # ("no cache blocks" with the GPU count unknown gets no worded "if several are visible": on one
+    # GPU that sends the user to hardware they lack; the expert labels call it harmful, vllm-013/-014)
     if g is None or g[0] < 2:
         return None
     n = g[0]
