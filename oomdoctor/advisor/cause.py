@@ -110,11 +110,11 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         # IPEX refuses any block over 4 GB on a device without 2D block arrays, before it looks at
         # free memory: the platform's limit, not the memory's
         return "driver-fault", ["request", "capacity"]
-    if rule == "torch.cuda-runtime-oom" and fig.get("api") == "driver":
+    if driver_api_oom(finding):
         # c10's driver-API check ("CUDA driver error: out of memory"): in the caching allocator, the
         # expandable segments' virtual-memory calls (remedies_vmm.py), not a lack of memory as such
         return "driver-fault", []
-    if _tf_bogus_pool(finding, context, req):
+    if tf_bogus_pool(finding, context, req):
         # TensorFlow's allocator reserves its pool from the memory the device reports (other-037:
         # 127.99 TiB, then a tenth less at each failure): no tensor is that large, the driver
         # reported a bogus size (ROCm on an unsupported card, a broken device binding)
@@ -229,7 +229,7 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         # DeepSpeed moving (or broadcasting) the whole model to each rank at start-up, or
         # nn.Module.to() moving it: the model placed whole, before any batch or optimizer state exists
         return "placement", ["capacity", "request", "free"]
-    if rule == "torch.cuda-runtime-oom" and context.extra.get("optimizer_frame") and req is None:
+    if optimizer_step_frame(finding, context) and req is None:
         # a CUDA runtime call failing in the optimizer step, not the caching allocator: optimizer
         # states are tensors the allocator would have refused with a size ("Tried to allocate"); a
         # bare runtime OOM there is pinned host buffers (CPU offload), NCCL or a kernel's resources
@@ -303,6 +303,17 @@ _CONTEXT_INIT = regex.compile(r"\bfile=\S*(?:cutorch/init\.c|THCGeneral\.cp*)\b|
 #: ``[[{{node dense/kernel/Initializer/random_uniform}}]]`` (tf.Variable's initial_value op is
 #: created under the ``Initializer`` name scope: tensorflow/python/ops/variables.py, 1.x)
 _TF_INITIALIZER = regex.compile(r"\[\[(?:Node: |\{\{node )([\w./-]*/Initializer/[\w./-]*)")
+
+
+def driver_api_oom(finding: Finding) -> bool:
+    """c10's driver-API check failed ("CUDA driver error: out of memory", torch 2.1 on): in the caching
+    allocator that is the expandable segments' virtual-memory path (remedies_vmm.py)."""
+    return finding.rule == "torch.cuda-runtime-oom" and finding.figures.get("api") == "driver"
+
+
+def optimizer_step_frame(finding: Finding, context: Context) -> str | None:
+    """The optimizer-step frame of a bare CUDA runtime OOM (no size: not the caching allocator)."""
+    return context.extra.get("optimizer_frame") if finding.rule == "torch.cuda-runtime-oom" else None
 
 
 def ggml_compute_buffer(finding: Finding) -> bool:
@@ -397,9 +408,9 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "ddp_buckets": req if context.extra.get("gradient_frame") else None,
         "pinned_frame": context.extra.get("pinned_frame"),
         "gpu_unused": context.extra.get("gpu_unused"),
-        "runtime_step": context.extra.get("optimizer_frame") if finding.rule == "torch.cuda-runtime-oom" else None,
+        "runtime_step": optimizer_step_frame(finding, context),
         # (an empty string fills the template: the driver-API summary needs no figure)
-        "driver_api": "" if (finding.rule == "torch.cuda-runtime-oom" and fig.get("api") == "driver") else None,
+        "driver_api": "" if driver_api_oom(finding) else None,
         "host_oversize": _host_oversize(finding),
         # colocation read from the account (not from the engine's wake-up frame): the engine's share
         "engine_held": (max(x for x in (others, outside) if x is not None)
@@ -415,7 +426,7 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         # llama.cpp's server retried down to a batch of n_batch tokens and found no free KV cell
         "kv_full_batch": fig.get("n_batch") if finding.rule == "llama.server-kv-cache-full" else None,
         **_sibling_values(finding, context),
-        "bogus_pool": req if _tf_bogus_pool(finding, context, req) else None,
+        "bogus_pool": req if tf_bogus_pool(finding, context, req) else None,
         "platform_cap": req if finding.rule == "ipex.xpu-allocation-size-cap" else None,
     }  # fmt: skip
 
@@ -433,7 +444,7 @@ def _retraction(finding: Finding) -> dict[str, Any]:
     }
 
 
-def _tf_bogus_pool(finding: Finding, context: Context, req: int | None) -> bool:
+def tf_bogus_pool(finding: Finding, context: Context, req: int | None) -> bool:
     """TensorFlow's allocator reserving a pool larger than any GPU from what the device reported."""
     return (finding.rule == "xla.stream-executor-alloc-failed" and engine_for(finding, context) == "tensorflow"
             and req is not None and req > LARGEST_DEVICE)

@@ -82,11 +82,12 @@ def _shortfall(inp: AdviceInput) -> int | None:
     return short if short and short > 0 else None
 
 
-def _saves_too_little(rem: Remedy, rid: str, inp: AdviceInput) -> bool:
-    """The remedy's saving, computed from the log, is below the shortfall and its calculator did not
-    judge the fit itself. A remedy that removes the failing allocation (no graphs to capture while the
-    failure is capturing them) is not measured by its saving."""
-    short = _shortfall(inp)
+def _saves_too_little(rem: Remedy, rid: str, inp: AdviceInput, short: int | None = None) -> bool:
+    """The remedy's saving, computed from the log, is below the shortfall (``short``, else read from
+    the account) and its calculator did not judge the fit itself. A remedy that removes the failing
+    allocation (no graphs to capture while the failure is capturing them) is not measured by its saving."""
+    if short is None:
+        short = _shortfall(inp)
     if short is None or rem.fits is not None or rem.saves_bytes is None or rem.saves_bytes >= short:
         return False
     cause = inp.finding.cause
@@ -221,6 +222,7 @@ def _rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
     ids = list(ids)
     out: list[Remedy] = []
     short_alone: set[int] = set()  # remedies found short by _saves_too_little: still parts of a combination
+    shortfall = _shortfall(inp)
     seen: set[tuple[tuple[str, str], ...]] = set()
     for order, rid in enumerate(ids):
         rem = calculator(rid)(inp)
@@ -234,12 +236,12 @@ def _rank_remedies(ids: Iterable[str], inp: AdviceInput) -> list[Remedy]:
             rem.fits = None  # "fits" only when the account shows it
         if rem.confidence == "high" and not all(_stated(v) for k, v in rem.sources.items() if k not in _ROUNDING):
             rem.confidence = "medium"  # "high" only when every number used is stated by the log
-        if _saves_too_little(rem, rid, inp):
-            if (rem.saves_bytes or 0) < NEGLIGIBLE_SAVING * (_shortfall(inp) or 0):
+        if shortfall is not None and _saves_too_little(rem, rid, inp, shortfall):
+            if (rem.saves_bytes or 0) < NEGLIGIBLE_SAVING * shortfall:
                 continue  # a tenth of what is missing, or less: it changes nothing the failure needs
             rem.fits = False
             rem.why = join_sentences([rem.why, _("It saves {saves}, less than the {short} missing: not enough alone.").format(
-                saves=format_size(rem.saves_bytes or 0), short=format_size(_shortfall(inp) or 0))])
+                saves=format_size(rem.saves_bytes or 0), short=format_size(shortfall))])
             short_alone.add(id(rem))
         key = tuple(sorted(_changes(rem).items()))
         if key and key in seen:

@@ -9,14 +9,15 @@ these calculators word that, with the log's own figures.
 from __future__ import annotations
 
 from oomdoctor.advisor._engine_util import engine_of
-from oomdoctor.advisor.cause import LARGEST_DEVICE
+from oomdoctor.advisor.cause import driver_api_oom, optimizer_step_frame, tf_bogus_pool
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.advisor.run_steps import ROCM_SMI_VRAM
 from oomdoctor.report import Remedy, RunStep
 
 #: the driver, the device as the driver sees it, and the framework build: what decides a driver fault
 _NVIDIA_FACTS = "nvidia-smi; python -c 'import torch; print(torch.__version__, torch.version.cuda)'"
-_ROCM_FACTS = "rocm-smi --showmeminfo vram; python -c 'import torch; print(torch.__version__, torch.version.hip)'"
+_ROCM_FACTS = f"{ROCM_SMI_VRAM}; python -c 'import torch; print(torch.__version__, torch.version.hip)'"
 _XPU_FACTS = "sycl-ls; python -c 'import torch; print(torch.__version__, torch.xpu.get_device_properties(0))'"
 
 
@@ -30,7 +31,7 @@ def _facts_command(inp: AdviceInput) -> str:
     kind = inp.finding.kind
     rocm = kind.startswith("torch.hip") or str(inp.fig("error") or "").startswith("HIP_")
     if engine_of(inp) == "tensorflow":
-        return ("rocm-smi --showmeminfo vram; " if rocm else "nvidia-smi; ") + _TF_BUILD
+        return f"{ROCM_SMI_VRAM if rocm else 'nvidia-smi'}; {_TF_BUILD}"
     if rocm:
         return _ROCM_FACTS
     if kind.startswith("torch.xpu"):
@@ -53,10 +54,11 @@ def driver_facts(inp: AdviceInput) -> Remedy | None:
     if figures is None:
         return None
     free, req, total = figures
-    api = inp.finding.rule == "torch.cuda-runtime-oom" and inp.fig("api") == "driver"
-    step = inp.finding.rule == "torch.cuda-runtime-oom" and not api and inp.context.extra.get("optimizer_frame")
-    # TensorFlow reserving a pool from a device size no GPU has: the binding and the build first
-    bogus = engine_of(inp) == "tensorflow" and req is not None and req > LARGEST_DEVICE
+    api = driver_api_oom(inp.finding)
+    step = not api and optimizer_step_frame(inp.finding, inp.context)
+    tf = engine_of(inp) == "tensorflow"
+    # TensorFlow reserving a pool from a device size no GPU has: the binding and the build
+    bogus = tf_bogus_pool(inp.finding, inp.context, req)
     why = (
         remedy_text("ask.driver-facts", "why_bogus", request=req)
         if bogus
@@ -71,7 +73,7 @@ def driver_facts(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="ask.driver-facts",
         title=remedy_text("ask.driver-facts", "title_bogus" if bogus else "title_api" if api else "title_step" if step else "title"),
-        run=[RunStep(label=remedy_text("ask.driver-facts", "step_tf" if engine_of(inp) == "tensorflow" else "step"),
+        run=[RunStep(label=remedy_text("ask.driver-facts", "step_tf" if tf else "step"),
                      command=_facts_command(inp))],
         confidence="low",
         why=why,
@@ -115,7 +117,7 @@ def _device_tool(inp: AdviceInput) -> str | None:
     none known for the others (an Apple GPU, a TPU, an Intel GPU, a Vulkan device)."""
     f = inp.finding
     if f.kind.startswith("torch.hip") or f.rule.startswith("torch.hip"):
-        return "rocm-smi --showmeminfo vram"
+        return ROCM_SMI_VRAM
     buffer = inp.fig("buffer_type")
     if (
         f.kind.startswith("host.")  # (host memory: the GPU's tool does not show it)

@@ -13,6 +13,7 @@ from oomdoctor.advisor.cause import (
 )
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.advisor.remedies_vllm import v0_engine
 from oomdoctor.advisor.run_steps import list_gpu_processes, list_processes_by_gpu
 from oomdoctor.advisor.siblings import ranks_share_gpu, sibling_bytes, sibling_pids
 from oomdoctor.advisor.training_frames import shows_training_state
@@ -261,8 +262,6 @@ def _free_unlisted(inp: AdviceInput) -> Remedy | None:
     """The account shows memory held outside this process without naming the processes."""
     cause = inp.finding.cause
     if inp.finding.kind == "vllm.kv-cache.no-blocks" and cause is not None and cause.id == "kv-budget-exhausted":
-        from oomdoctor.advisor.remedies_vllm import v0_engine
-
         # V0's budget (total × utilization − the profiled peak, which counts every process's memory)
         # shrinks with what other processes hold; V1 counts only its own increase and refuses to start
         # when the free memory is below its budget, so other processes never end in "no cache blocks"

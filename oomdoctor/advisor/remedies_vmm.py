@@ -10,24 +10,21 @@ where plain cudaMalloc may not. Turning the segments off is the zero-cost test.
 
 from __future__ import annotations
 
+from oomdoctor.advisor.cause import driver_api_oom
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.advisor.remedies_generic import alloc_conf_var
 from oomdoctor.report import Remedy
-
-
-def driver_api_oom(inp: AdviceInput) -> bool:
-    """The failure is c10's driver-API check ("CUDA driver error: out of memory")."""
-    return inp.finding.rule == "torch.cuda-runtime-oom" and inp.finding.figures.get("api") == "driver"
 
 
 @remedy("torch.expandable-segments-off")
 def expandable_segments_off(inp: AdviceInput) -> Remedy | None:
-    if not driver_api_oom(inp):
+    if not driver_api_oom(inp.finding):
         return None
     return Remedy(
         id="torch.expandable-segments-off",
         title=remedy_text("torch.expandable-segments-off", "title"),
-        env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"},
+        env={alloc_conf_var(inp): "expandable_segments:False"},
         fits=None,
         confidence="medium",
         why=remedy_text("torch.expandable-segments-off", "why"),
