@@ -153,3 +153,24 @@ def test_one_host_allocation_beyond_most_machines_ram_is_the_request() -> None:
     assert "host.add-swap" not in remedy_ids(big)
     small = only_error(diagnose_text(line.format(2 * 2**30)))
     assert small.cause is not None and not small.cause.summary.startswith("One host allocation")
+
+
+def test_a_llama_converter_killed_for_host_ram_is_sized_by_its_parameters() -> None:
+    """fresh-097: pyllama's converter with ``--model_size 65B`` killed by the shell: the converter holds
+    the whole 16-bit checkpoint in RAM (transformers' convert_llama_weights_to_hf.py says so), so RAM +
+    swap must reach 65 × 10⁹ × 2 bytes = 121.07 GiB -> 122 GiB. The reporter's 64 GB RAM + 70 GB swap
+    worked. A kill with no model size stays unsized."""
+    from tests.engines_util import diagnose_text
+
+    f = only_error(diagnose("other/fresh-097.log"))
+    swap = remedy(f, "host.add-swap")
+    assert remedy_ids(f)[0] == "host.add-swap"
+    assert swap.settings == {"swap size": "RAM + swap of at least 122 GiB together"}
+    assert swap.why.startswith(
+        "The converter loads the whole 65 B-parameter checkpoint into RAM at once: 65 × 10⁹ parameters × 2 bytes"
+        " (16-bit) = 121.07 GiB."
+    )
+    plain = only_error(diagnose_text("$ python3 convert.py --out ./hf\n[1]    16261 killed     python3 convert.py\n"))
+    assert remedy(plain, "host.add-swap").settings == {
+        "swap size": "at least the peak resident size of the job (not in the log)"
+    }

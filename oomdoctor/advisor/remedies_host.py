@@ -62,6 +62,29 @@ def add_swap(inp: AdviceInput) -> Remedy | None:
     )
 
 
+#: bytes a parameter takes in the 16-bit checkpoints LLaMA's converters read (consolidated.*.pth)
+CONVERT_BYTES_PER_PARAM = 2
+
+
+def converted_weights_bytes(inp: AdviceInput) -> int | None:
+    """The whole checkpoint a LLaMA converter holds in RAM: ``--model_size`` N B × 10⁹ × 2 bytes.
+
+    transformers' convert_llama_weights_to_hf.py (4.44.2) loads every consolidated shard at once
+    ("you need to be able to host the whole model in RAM"); pyllama's converter takes the same
+    argument. Context rule ``convert.llama-model-size``.
+    """
+    billions = as_float(inp.context.extra.get("convert_params_billions"))
+    if not billions:
+        return None
+    return int(billions * 1e9 * CONVERT_BYTES_PER_PARAM)
+
+
+def format_billions(weights: int) -> str:
+    """65e9 × 2 bytes -> "65"; 6.7e9 -> "6.7" (the parameter count as the argument wrote it)."""
+    billions = weights / CONVERT_BYTES_PER_PARAM / 1e9
+    return f"{billions:g}"
+
+
 def _add_swap_unsized(inp: AdviceInput) -> Remedy | None:
     """The kernel killed the process for host RAM and the log does not size it: swap for the peak,
     left to the reader to size. A failed allocation is not such a peak: one request that host RAM
@@ -88,6 +111,21 @@ def _add_swap_unsized(inp: AdviceInput) -> Remedy | None:
         return None  # Ray's own memory monitor killed the workers at its threshold: swap does not stop it
     if inp.finding.kind == "ollama.system-memory-insufficient":
         return None  # ollama compared the model's steady need with the RAM: not a peak to spill
+    converted = converted_weights_bytes(inp)
+    if converted:
+        return Remedy(
+            id="host.add-swap",
+            title=remedy_text("host.add-swap", "title"),
+            settings={
+                "swap size": remedy_text("host.add-swap", "setting_convert", gib=math.ceil(converted / 2**30))
+            },
+            fits=None,
+            confidence="medium",
+            why=remedy_text(
+                "host.add-swap", "why_convert", params=format_billions(converted), weights=converted
+            ),
+            sources={"weights": "context"},
+        )
     return Remedy(
         id="host.add-swap",
         title=remedy_text("host.add-swap", "title"),
