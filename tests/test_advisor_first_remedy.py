@@ -208,7 +208,76 @@ def test_torch_memory_saver_curesult_2_is_an_oom_of_the_colocated_rollout() -> N
     ))
     assert (f.rule, f.figures.get("function")) == ("torch-memory-saver.curesult-oom", "cu_mem_create")
     assert f.cause is not None and f.cause.id == "colocation"
+    # verl's own offload settings (verl 0.5.0 _generated_ppo_trainer.yaml) first, then the rollout's share
+    assert remedy_ids(f)[:2] == ["rl.free-training-memory", "rl.rollout-gpu-memory-utilization"]
+
+
+_WAKE_UP = (
+    '  File "/usr/local/lib/python3.10/dist-packages/vllm/engine/llm_engine.py", line 1859, in wake_up\n'
+    "    self.model_executor.wake_up()\n"
+    '  File "/usr/local/lib/python3.10/dist-packages/vllm/worker/worker.py", line 140, in wake_up\n'
+    "    allocator.wake_up()\n"
+    '  File "/usr/local/lib/python3.10/dist-packages/vllm/device_allocator/cumem.py", line 207, in wake_up\n'
+    "    create_and_map(handle)\n"
+    '  File "/usr/local/lib/python3.10/dist-packages/vllm/device_allocator/cumem.py", line 75, in create_and_map\n'
+    "    python_create_and_map(*allocation_handle)\n"
+    "RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62\n"
+)
+
+
+def test_sleep_mode_wake_up_is_the_llm_class_and_frees_the_trainer_first() -> None:
+    """fresh-048's traceback (no framework named): LLM.wake_up() is the LLM class's API (`vllm serve`
+    has /wake_up only under VLLM_SERVER_DEV_MODE), and the trainer's memory is freed before it."""
+    f = only_error(diagnose_text(_WAKE_UP))
+    assert f.product == "vllm-python"
+    assert f.cause is not None and f.cause.id == "colocation"
+    first = f.remedies[0]
+    assert first.id == "rl.free-training-memory" and list(first.settings) == ["torch.cuda.empty_cache()"]
+    share = remedy(f, "rl.rollout-gpu-memory-utilization")
+    assert "0.1" not in share.settings["gpu_memory_utilization"]  # no step the log does not size
+
+
+def test_verl_wake_up_offloads_the_actor_in_verls_settings() -> None:
+    f = only_error(diagnose_text("python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.gpu_memory_utilization=0.6 \\\n"
+                                 + _WAKE_UP))
+    assert f.remedies[0].settings == {
+        "actor_rollout_ref.actor.fsdp_config.param_offload": "True",
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload": "True",
+        "actor_rollout_ref.ref.fsdp_config.param_offload": "True",
+    }
+    # no training-side figure: the share's step is the stated assumption, 0.6 - 0.1
+    assert remedy(f, "rl.rollout-gpu-memory-utilization").settings == {
+        "actor_rollout_ref.rollout.gpu_memory_utilization": "0.5"}
+
+
+def test_verl_offload_already_on_is_not_offered_again() -> None:
+    f = only_error(diagnose_text("python3 -m verl.trainer.main_ppo actor_rollout_ref.actor.fsdp_config.param_offload=True \\\n"
+                                 + _WAKE_UP))
+    assert "rl.free-training-memory" not in remedy_ids(f)
     assert f.remedies[0].id == "rl.rollout-gpu-memory-utilization"
+
+
+def test_openrlhf_deepspeed_sleep_needs_colocate_all_models() -> None:
+    """fresh-049's shape: OpenRLHF's Ray actor; --deepspeed_enable_sleep (openrlhf 0.8.5) acts only with
+    --colocate_all_models, which the log does not show: offered after the share, at low confidence."""
+    log = "".join(f"(ActorModelRayActor pid=348952) {line}\n" for line in _WAKE_UP.splitlines())
+    f = only_error(diagnose_text(log))
+    assert remedy_ids(f)[:2] == ["rl.rollout-gpu-memory-utilization", "rl.free-training-memory"]
+    off = remedy(f, "rl.free-training-memory")
+    assert (off.settings, off.confidence) == ({"--deepspeed_enable_sleep": "", "--colocate_all_models": ""}, "low")
+
+
+def test_training_side_oom_sizes_the_rollout_share_from_the_message() -> None:
+    """fresh-053's message: (2.63 GiB − 2.61 GiB) / 79.11 GiB rounds up to one 0.05 step."""
+    f = only_error(diagnose_text(
+        "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.63 GiB. GPU 3 has a total "
+        "capacity of 79.11 GiB of which 2.61 GiB is free. Including non-PyTorch memory, this process has 0 bytes "
+        "memory in use. Of the allocated memory 48.16 GiB is allocated by PyTorch, and 3.48 GiB is reserved by "
+        "PyTorch but unallocated.\n"
+        '[rank0]:   File "/mnt/users/ms-swift/swift/cli/rlhf.py", line 5, in <module>\n'
+    ))
+    assert "rl.free-training-memory" not in remedy_ids(f)  # the trainer needs its state while training
+    assert f.remedies[0].settings == {"--vllm_gpu_memory_utilization": "at least 0.05 lower than now"}
 
 
 def test_only_the_engines_own_remedies_become_keywords() -> None:
