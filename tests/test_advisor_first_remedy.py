@@ -280,6 +280,24 @@ def test_training_side_oom_sizes_the_rollout_share_from_the_message() -> None:
     assert f.remedies[0].settings == {"--vllm_gpu_memory_utilization": "at least 0.05 lower than now"}
 
 
+def test_sglang_weights_nearly_filling_the_gpu_size_the_fraction_and_say_it_is_tight() -> None:
+    """fresh-112: "Load weight end" states 21.73 GB free after 166.59 GB of weights, so 188.32 GB before:
+    1 − 21.73/188.32 = 0.8846, + 0.05 for a pool = 0.94; that leaves 11.30 GiB outside the pool, less
+    than SGLang's own default reserve, so the weights are the cause and fp8 is offered beside it."""
+    f = only_error(diagnose_text(
+        "[2025-07-02 07:41:58 DP0 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, "
+        "avail mem=21.73 GB, mem usage=166.59 GB.\n"
+        "[2025-07-02 07:41:59 DP0 TP0] max_total_tokens=131072 is larger than the profiled value -561981. "
+        "Use the profiled value instead.\n"
+    ))
+    assert f.cause is not None and f.cause.id == "weights-exceed-device"
+    first = f.remedies[0]
+    assert (first.id, first.flags, first.confidence) == (
+        "sglang.mem-fraction-static.raise", {"--mem-fraction-static": "0.94"}, "low")
+    assert "11.30 GiB outside the pool" in first.why
+    assert remedy(f, "sglang.quantization").flags == {"--quantization": "fp8"}
+
+
 def test_only_the_engines_own_remedies_become_keywords() -> None:
     """docker run's --shm-size is no keyword of LLM(...); a llama.cpp flag llama-cpp-python lacks drops the remedy."""
     from oomdoctor.advisor.product_knobs import in_product_knobs

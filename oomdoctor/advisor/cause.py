@@ -14,6 +14,7 @@ import regex
 from oomdoctor.advisor.account import Unaccounted, unaccounted
 from oomdoctor.advisor.kv_pages import page_shortfall
 from oomdoctor.advisor.prescription import summary
+from oomdoctor.advisor.sglang_fit import weights_leave_no_room
 from oomdoctor.advisor.siblings import sibling_bytes, sibling_pids
 from oomdoctor.advisor.training_frames import frame_stage, shows_training_state
 from oomdoctor.i18n import _, join_sentences
@@ -175,6 +176,9 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         return "weights-exceed-device", ["capacity", "weights", "cap"]
     if kind == "vllm.kv-cache.max-len-exceeds":
         return "kv-cache-too-small", ["kv-needed", "kv-available", "kv-tokens", "max-len-tokens"]
+    if rule in ("sglang.not-enough-memory", "sglang.profiled-tokens-negative") and weights_leave_no_room(context):
+        # the weights leave less than SGLang's own reserve and a minimal pool (sglang_fit)
+        return "weights-exceed-device", ["capacity", "weights", "cap"]
     if kind == "vllm.kv-cache.no-blocks" or rule in ("sglang.not-enough-memory", "sglang.profiled-tokens-negative"):
         graphs = a("cudagraphs")
         if (graphs is not None and capacity is None and graphs >= 16 * GiB) or (
