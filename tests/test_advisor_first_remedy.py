@@ -451,7 +451,10 @@ def test_lorax_keeps_tgi_0_9s_input_flag() -> None:
         "2024-03-20T07:57:45.117908Z ERROR lorax_launcher: Webserver Crashed\n"
     ))
     assert f.product == "lorax"
-    assert f.remedies[0].flags == {"--max-batch-prefill-tokens": "512", "--max-input-length": "512"}
+    assert remedy(f, "tgi.max-batch-prefill-tokens").flags == {"--max-batch-prefill-tokens": "512",
+                                                               "--max-input-length": "512"}
+    # 1024 is below LoRAX's default prefill budget (4096 up to v0.10.0): quantizing leads
+    assert f.remedies[0].flags == {"--quantize": "eetq"}
 
 
 def test_tensorflow_reserving_a_pool_larger_than_any_gpu_is_a_bogus_device_size() -> None:
@@ -658,3 +661,45 @@ def test_a_4_bit_model_moved_whole_to_each_rank_is_sharded_on_load_not_re_quanti
     for absent in ("weights.quantize-on-load", "torch.reduce-batch", "training.gradient-checkpointing",
                    "training.optim-8bit", "training.lora"):
         assert absent not in ids, absent
+
+
+# --- TGI's warm-up failing below the launcher's default prefill budget ------------------------------
+
+_TGI_SMALL = ("RuntimeError: Not enough memory to handle 1024 prefill tokens. You need to decrease "
+              "`--max-batch-prefill-tokens`\n")
+
+
+def test_tgi_warmup_failing_below_the_default_prefill_quantizes_first() -> None:
+    """other-017: 1024 < the launcher's default 4096 (TGI v1.0-v3.3): the weights fill the GPU, so
+    --quantize leads and halving the prefill again is the stopgap after it."""
+    f = only_error(diagnose_text(_TGI_SMALL))
+    assert f.cause is not None and f.cause.id == "weights-exceed-device"
+    assert (f.remedies[0].id, f.remedies[0].flags, f.remedies[0].confidence) == (
+        "tgi.quantize", {"--quantize": "eetq"}, "medium")
+    prefill = remedy(f, "tgi.max-batch-prefill-tokens")
+    # TGI's rule kept: --max-batch-prefill-tokens ≥ the input limit
+    assert prefill.flags == {"--max-batch-prefill-tokens": "512", "--max-input-length": "512"}
+    assert prefill.confidence == "medium" and "stopgap" in prefill.why
+
+
+def test_tgi_quantize_speaks_the_releases_values() -> None:
+    """eetq arrived in TGI 1.1.0; 1.0.3 has bitsandbytes-nf4 (launcher/src/main.rs enum Quantization)."""
+    f = only_error(diagnose_text("docker run ghcr.io/huggingface/text-generation-inference:1.0.3 --model-id x\n"
+                                 + _TGI_SMALL))
+    assert f.remedies[0].flags == {"--quantize": "bitsandbytes-nf4"}
+
+
+def test_tgi_default_prefill_failure_keeps_the_prefill_first() -> None:
+    """At 4096 (the default itself) the prefill budget is the lever, as before."""
+    f = only_error(diagnose_text(_TGI_SMALL.replace("1024", "4096")))
+    assert f.remedies[0].id == "tgi.max-batch-prefill-tokens"
+    assert f.remedies[0].flags["--max-batch-prefill-tokens"] == "2048"
+
+
+def test_tgi_num_shard_only_raises_a_known_smaller_shard_count() -> None:
+    """The launcher shards over every visible GPU by default (find_num_shards (None, None)); a run
+    with num_shard: Some(1) on a 4-GPU host is told --num-shard 4."""
+    log = ('INFO text_generation_launcher: Args { model_id: "m", num_shard: Some(1), quantize: None }\n' + _TGI_SMALL)
+    f = only_error(oomdoctor.diagnose(log, hints={"gpus": "4"}))
+    assert f.remedies[0].flags == {"--num-shard": "4"}  # the GPUs are there: no model change needed
+    assert "tgi.num-shard" not in remedy_ids(only_error(diagnose_text(log)))

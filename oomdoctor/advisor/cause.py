@@ -14,6 +14,7 @@ import regex
 from oomdoctor.advisor.account import Unaccounted, unaccounted
 from oomdoctor.advisor.kv_pages import page_shortfall
 from oomdoctor.advisor.prescription import summary
+from oomdoctor.advisor.remedies_tgi import small_warmup_prefill
 from oomdoctor.advisor.sglang_fit import weights_leave_no_room
 from oomdoctor.advisor.siblings import sibling_bytes, sibling_pids
 from oomdoctor.advisor.training_frames import frame_stage, shows_training_state
@@ -172,6 +173,9 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     if rule in ("sglang.memory-unbalanced", "vllm.startup.memory-profiling-error", "vllm.v1.profiling.free-memory-grew"):
         return "other-processes", []
     # -- engine budgets ------------------------------------------------------------------------
+    if rule == "tgi.prefill-tokens" and small_warmup_prefill(fig):
+        # TGI's warm-up failed below the launcher's default prefill budget: the weights fill the GPU
+        return "weights-exceed-device", ["capacity", "weights", "cap"]
     if kind == "vllm.weights.not-enough-memory" or rule == "sglang.weights-leave-no-kv" or startup:
         return "weights-exceed-device", ["capacity", "weights", "cap"]
     if kind == "vllm.kv-cache.max-len-exceeds":
