@@ -414,6 +414,17 @@ def test_a_jobs_ranks_stacked_on_one_gpu_are_a_placement_not_processes_to_stop()
     first = f.remedies[0]
     assert first.saves_bytes == 15794742232  # each stated size in bytes, summed: 1.16 + 1.28 + 1.14 + 1.20 + 7.69 + 1.08 + 1.16 GiB
     assert [s.command for s in first.run] == ["nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv"]
+    # in TensorRT-LLM's terms: its 8 MPI ranks (7 siblings + this one) need 8 GPUs visible and a world of 8;
+    # not torch.cuda.set_device, which only the user's own PyTorch code calls
+    assert (first.env, first.settings) == ({"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}, {"tp_size": "8"})
+    assert "torch.cuda.set_device" not in first.why
+
+
+def test_trtllm_ranks_on_gpu0_with_fewer_gpus_known_shrink_the_world() -> None:
+    """The same 8 ranks on a host the hints say has 4 GPUs: tp_size 4 over GPUs 0-3."""
+    f = only_error(oomdoctor.diagnose(_RANKS_ON_GPU0, hints={"gpus": "4"}))
+    first = f.remedies[0]
+    assert (first.env, first.settings) == ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, {"tp_size": "4"})
 
 
 def test_scattered_pids_without_ranks_are_other_processes() -> None:
