@@ -714,3 +714,36 @@ def test_tgi_num_shard_only_raises_a_known_smaller_shard_count() -> None:
     f = only_error(oomdoctor.diagnose(log, hints={"gpus": "4"}))
     assert f.remedies[0].flags == {"--num-shard": "4"}  # the GPUs are there: no model change needed
     assert "tgi.num-shard" not in remedy_ids(only_error(diagnose_text(log)))
+
+
+# --- Stable Diffusion WebUI Forge (github lllyasviel/stable-diffusion-webui-forge, dfdcbab6) -------
+
+def test_forge_runtime_oom_speaks_forges_own_knobs() -> None:
+    """fixtures/pytorch/synthetic-forge-runtime-oom: the [GPU Setting] line gives 7164 MB to the
+    weights and 1024 MB to computation: GPU Weights 7164 − 1024 = 6140 MB; then Forge's own flags."""
+    f = only_error(diagnose("pytorch/synthetic-forge-runtime-oom.log"))
+    assert f.product == "sd-webui-forge"
+    assert remedy_ids(f) == ["forge.gpu-weights", "forge.always-offload-from-vram", "forge.resolution-batch",
+                             "forge.cuda-malloc"]
+    first = f.remedies[0]
+    assert first.settings == {"GPU Weights (MB)": "6140"}
+    assert [s.command for s in first.run] == ["nvidia-smi"]  # Windows' graphics processes hold VRAM too
+    assert remedy(f, "forge.always-offload-from-vram").flags == {"--always-offload-from-vram": ""}
+    assert remedy(f, "forge.cuda-malloc").flags == {"--cuda-malloc": ""}
+    assert remedy(f, "forge.resolution-batch").settings["Batch size"] == "1"
+
+
+def test_forge_without_its_gpu_setting_line_lowers_gpu_weights_in_words() -> None:
+    f = only_error(diagnose_text(
+        '  File "C:\\\\stable-diffusion-webui-forge\\\\modules_forge\\\\main_thread.py", line 30, in work\n'
+        "RuntimeError: CUDA error: out of memory\n"
+    ))
+    assert f.product == "sd-webui-forge"
+    assert f.remedies[0].id == "forge.gpu-weights"
+    assert f.remedies[0].settings["GPU Weights (MB)"].startswith("lower than now")
+
+
+def test_a1111_version_line_is_not_forge() -> None:
+    f = only_error(diagnose_text("Version: v1.10.1\nRuntimeError: CUDA error: out of memory\n"))
+    assert f.product != "sd-webui-forge"
+    assert not [i for i in remedy_ids(f) if i.startswith("forge.")]

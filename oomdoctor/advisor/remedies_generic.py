@@ -344,6 +344,8 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
         return None  # the failing frame allocates optimizer state, ZeRO partitions or DDP buckets: no batch in them
     if product_of(inp) in _ONE_PROMPT_PRODUCTS:
         return None  # a chat UI generates one prompt at a time: it has no batch size to lower
+    if product_of(inp) == "sd-webui-forge":
+        return None  # Forge's batch is a field of its page: forge.resolution-batch speaks it
     req = inp.fig("requested_bytes")
     return Remedy(
         id="torch.reduce-batch",
