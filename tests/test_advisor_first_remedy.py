@@ -208,7 +208,94 @@ def test_torch_memory_saver_curesult_2_is_an_oom_of_the_colocated_rollout() -> N
     ))
     assert (f.rule, f.figures.get("function")) == ("torch-memory-saver.curesult-oom", "cu_mem_create")
     assert f.cause is not None and f.cause.id == "colocation"
+    # verl's own offload settings (verl 0.5.0 _generated_ppo_trainer.yaml) first, then the rollout's share
+    assert remedy_ids(f)[:2] == ["rl.free-training-memory", "rl.rollout-gpu-memory-utilization"]
+
+
+_WAKE_UP = (
+    '  File "/usr/local/lib/python3.10/dist-packages/vllm/engine/llm_engine.py", line 1859, in wake_up\n'
+    "    self.model_executor.wake_up()\n"
+    '  File "/usr/local/lib/python3.10/dist-packages/vllm/worker/worker.py", line 140, in wake_up\n'
+    "    allocator.wake_up()\n"
+    '  File "/usr/local/lib/python3.10/dist-packages/vllm/device_allocator/cumem.py", line 207, in wake_up\n'
+    "    create_and_map(handle)\n"
+    '  File "/usr/local/lib/python3.10/dist-packages/vllm/device_allocator/cumem.py", line 75, in create_and_map\n'
+    "    python_create_and_map(*allocation_handle)\n"
+    "RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62\n"
+)
+
+
+def test_sleep_mode_wake_up_is_the_llm_class_and_frees_the_trainer_first() -> None:
+    """fresh-048's traceback (no framework named): LLM.wake_up() is the LLM class's API (`vllm serve`
+    has /wake_up only under VLLM_SERVER_DEV_MODE), and the trainer's memory is freed before it."""
+    f = only_error(diagnose_text(_WAKE_UP))
+    assert f.product == "vllm-python"
+    assert f.cause is not None and f.cause.id == "colocation"
+    first = f.remedies[0]
+    assert first.id == "rl.free-training-memory" and list(first.settings) == ["torch.cuda.empty_cache()"]
+    share = remedy(f, "rl.rollout-gpu-memory-utilization")
+    assert "0.1" not in share.settings["gpu_memory_utilization"]  # no step the log does not size
+
+
+def test_verl_wake_up_offloads_the_actor_in_verls_settings() -> None:
+    f = only_error(diagnose_text("python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.gpu_memory_utilization=0.6 \\\n"
+                                 + _WAKE_UP))
+    assert f.remedies[0].settings == {
+        "actor_rollout_ref.actor.fsdp_config.param_offload": "True",
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload": "True",
+        "actor_rollout_ref.ref.fsdp_config.param_offload": "True",
+    }
+    # no training-side figure: the share's step is the stated assumption, 0.6 - 0.1
+    assert remedy(f, "rl.rollout-gpu-memory-utilization").settings == {
+        "actor_rollout_ref.rollout.gpu_memory_utilization": "0.5"}
+
+
+def test_verl_offload_already_on_is_not_offered_again() -> None:
+    f = only_error(diagnose_text("python3 -m verl.trainer.main_ppo actor_rollout_ref.actor.fsdp_config.param_offload=True \\\n"
+                                 + _WAKE_UP))
+    assert "rl.free-training-memory" not in remedy_ids(f)
     assert f.remedies[0].id == "rl.rollout-gpu-memory-utilization"
+
+
+def test_openrlhf_deepspeed_sleep_needs_colocate_all_models() -> None:
+    """fresh-049's shape: OpenRLHF's Ray actor; --deepspeed_enable_sleep (openrlhf 0.8.5) acts only with
+    --colocate_all_models, which the log does not show: offered after the share, at low confidence."""
+    log = "".join(f"(ActorModelRayActor pid=348952) {line}\n" for line in _WAKE_UP.splitlines())
+    f = only_error(diagnose_text(log))
+    assert remedy_ids(f)[:2] == ["rl.rollout-gpu-memory-utilization", "rl.free-training-memory"]
+    off = remedy(f, "rl.free-training-memory")
+    assert (off.settings, off.confidence) == ({"--deepspeed_enable_sleep": "", "--colocate_all_models": ""}, "low")
+
+
+def test_training_side_oom_sizes_the_rollout_share_from_the_message() -> None:
+    """fresh-053's message: (2.63 GiB − 2.61 GiB) / 79.11 GiB rounds up to one 0.05 step."""
+    f = only_error(diagnose_text(
+        "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.63 GiB. GPU 3 has a total "
+        "capacity of 79.11 GiB of which 2.61 GiB is free. Including non-PyTorch memory, this process has 0 bytes "
+        "memory in use. Of the allocated memory 48.16 GiB is allocated by PyTorch, and 3.48 GiB is reserved by "
+        "PyTorch but unallocated.\n"
+        '[rank0]:   File "/mnt/users/ms-swift/swift/cli/rlhf.py", line 5, in <module>\n'
+    ))
+    assert "rl.free-training-memory" not in remedy_ids(f)  # the trainer needs its state while training
+    assert f.remedies[0].settings == {"--vllm_gpu_memory_utilization": "at least 0.05 lower than now"}
+
+
+def test_sglang_weights_nearly_filling_the_gpu_size_the_fraction_and_say_it_is_tight() -> None:
+    """fresh-112: "Load weight end" states 21.73 GB free after 166.59 GB of weights, so 188.32 GB before:
+    1 − 21.73/188.32 = 0.8846, + 0.05 for a pool = 0.94; that leaves 11.30 GiB outside the pool, less
+    than SGLang's own default reserve, so the weights are the cause and fp8 is offered beside it."""
+    f = only_error(diagnose_text(
+        "[2025-07-02 07:41:58 DP0 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, "
+        "avail mem=21.73 GB, mem usage=166.59 GB.\n"
+        "[2025-07-02 07:41:59 DP0 TP0] max_total_tokens=131072 is larger than the profiled value -561981. "
+        "Use the profiled value instead.\n"
+    ))
+    assert f.cause is not None and f.cause.id == "weights-exceed-device"
+    first = f.remedies[0]
+    assert (first.id, first.flags, first.confidence) == (
+        "sglang.mem-fraction-static.raise", {"--mem-fraction-static": "0.94"}, "low")
+    assert "11.30 GiB outside the pool" in first.why
+    assert remedy(f, "sglang.quantization").flags == {"--quantization": "fp8"}
 
 
 def test_only_the_engines_own_remedies_become_keywords() -> None:
@@ -327,6 +414,17 @@ def test_a_jobs_ranks_stacked_on_one_gpu_are_a_placement_not_processes_to_stop()
     first = f.remedies[0]
     assert first.saves_bytes == 15794742232  # each stated size in bytes, summed: 1.16 + 1.28 + 1.14 + 1.20 + 7.69 + 1.08 + 1.16 GiB
     assert [s.command for s in first.run] == ["nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv"]
+    # in TensorRT-LLM's terms: its 8 MPI ranks (7 siblings + this one) need 8 GPUs visible and a world of 8;
+    # not torch.cuda.set_device, which only the user's own PyTorch code calls
+    assert (first.env, first.settings) == ({"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}, {"tp_size": "8"})
+    assert "torch.cuda.set_device" not in first.why
+
+
+def test_trtllm_ranks_on_gpu0_with_fewer_gpus_known_shrink_the_world() -> None:
+    """The same 8 ranks on a host the hints say has 4 GPUs: tp_size 4 over GPUs 0-3."""
+    f = only_error(oomdoctor.diagnose(_RANKS_ON_GPU0, hints={"gpus": "4"}))
+    first = f.remedies[0]
+    assert (first.env, first.settings) == ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, {"tp_size": "4"})
 
 
 def test_scattered_pids_without_ranks_are_other_processes() -> None:
@@ -364,7 +462,10 @@ def test_lorax_keeps_tgi_0_9s_input_flag() -> None:
         "2024-03-20T07:57:45.117908Z ERROR lorax_launcher: Webserver Crashed\n"
     ))
     assert f.product == "lorax"
-    assert f.remedies[0].flags == {"--max-batch-prefill-tokens": "512", "--max-input-length": "512"}
+    assert remedy(f, "tgi.max-batch-prefill-tokens").flags == {"--max-batch-prefill-tokens": "512",
+                                                               "--max-input-length": "512"}
+    # 1024 is below LoRAX's default prefill budget (4096 up to v0.10.0): quantizing leads
+    assert f.remedies[0].flags == {"--quantize": "eetq"}
 
 
 def test_tensorflow_reserving_a_pool_larger_than_any_gpu_is_a_bogus_device_size() -> None:
@@ -571,3 +672,78 @@ def test_a_4_bit_model_moved_whole_to_each_rank_is_sharded_on_load_not_re_quanti
     for absent in ("weights.quantize-on-load", "torch.reduce-batch", "training.gradient-checkpointing",
                    "training.optim-8bit", "training.lora"):
         assert absent not in ids, absent
+
+
+# --- TGI's warm-up failing below the launcher's default prefill budget ------------------------------
+
+_TGI_SMALL = ("RuntimeError: Not enough memory to handle 1024 prefill tokens. You need to decrease "
+              "`--max-batch-prefill-tokens`\n")
+
+
+def test_tgi_warmup_failing_below_the_default_prefill_quantizes_first() -> None:
+    """other-017: 1024 < the launcher's default 4096 (TGI v1.0-v3.3): the weights fill the GPU, so
+    --quantize leads and halving the prefill again is the stopgap after it."""
+    f = only_error(diagnose_text(_TGI_SMALL))
+    assert f.cause is not None and f.cause.id == "weights-exceed-device"
+    assert (f.remedies[0].id, f.remedies[0].flags, f.remedies[0].confidence) == (
+        "tgi.quantize", {"--quantize": "eetq"}, "medium")
+    prefill = remedy(f, "tgi.max-batch-prefill-tokens")
+    # TGI's rule kept: --max-batch-prefill-tokens ≥ the input limit
+    assert prefill.flags == {"--max-batch-prefill-tokens": "512", "--max-input-length": "512"}
+    assert prefill.confidence == "medium" and "stopgap" in prefill.why
+
+
+def test_tgi_quantize_speaks_the_releases_values() -> None:
+    """eetq arrived in TGI 1.1.0; 1.0.3 has bitsandbytes-nf4 (launcher/src/main.rs enum Quantization)."""
+    f = only_error(diagnose_text("docker run ghcr.io/huggingface/text-generation-inference:1.0.3 --model-id x\n"
+                                 + _TGI_SMALL))
+    assert f.remedies[0].flags == {"--quantize": "bitsandbytes-nf4"}
+
+
+def test_tgi_default_prefill_failure_keeps_the_prefill_first() -> None:
+    """At 4096 (the default itself) the prefill budget is the lever, as before."""
+    f = only_error(diagnose_text(_TGI_SMALL.replace("1024", "4096")))
+    assert f.remedies[0].id == "tgi.max-batch-prefill-tokens"
+    assert f.remedies[0].flags["--max-batch-prefill-tokens"] == "2048"
+
+
+def test_tgi_num_shard_only_raises_a_known_smaller_shard_count() -> None:
+    """The launcher shards over every visible GPU by default (find_num_shards (None, None)); a run
+    with num_shard: Some(1) on a 4-GPU host is told --num-shard 4."""
+    log = ('INFO text_generation_launcher: Args { model_id: "m", num_shard: Some(1), quantize: None }\n' + _TGI_SMALL)
+    f = only_error(oomdoctor.diagnose(log, hints={"gpus": "4"}))
+    assert f.remedies[0].flags == {"--num-shard": "4"}  # the GPUs are there: no model change needed
+    assert "tgi.num-shard" not in remedy_ids(only_error(diagnose_text(log)))
+
+
+# --- Stable Diffusion WebUI Forge (github lllyasviel/stable-diffusion-webui-forge, dfdcbab6) -------
+
+def test_forge_runtime_oom_speaks_forges_own_knobs() -> None:
+    """fixtures/pytorch/synthetic-forge-runtime-oom: the [GPU Setting] line gives 7164 MB to the
+    weights and 1024 MB to computation: GPU Weights 7164 − 1024 = 6140 MB; then Forge's own flags."""
+    f = only_error(diagnose("pytorch/synthetic-forge-runtime-oom.log"))
+    assert f.product == "sd-webui-forge"
+    assert remedy_ids(f) == ["forge.gpu-weights", "forge.always-offload-from-vram", "forge.resolution-batch",
+                             "forge.cuda-malloc"]
+    first = f.remedies[0]
+    assert first.settings == {"GPU Weights (MB)": "6140"}
+    assert [s.command for s in first.run] == ["nvidia-smi"]  # Windows' graphics processes hold VRAM too
+    assert remedy(f, "forge.always-offload-from-vram").flags == {"--always-offload-from-vram": ""}
+    assert remedy(f, "forge.cuda-malloc").flags == {"--cuda-malloc": ""}
+    assert remedy(f, "forge.resolution-batch").settings["Batch size"] == "1"
+
+
+def test_forge_without_its_gpu_setting_line_lowers_gpu_weights_in_words() -> None:
+    f = only_error(diagnose_text(
+        '  File "C:\\\\stable-diffusion-webui-forge\\\\modules_forge\\\\main_thread.py", line 30, in work\n'
+        "RuntimeError: CUDA error: out of memory\n"
+    ))
+    assert f.product == "sd-webui-forge"
+    assert f.remedies[0].id == "forge.gpu-weights"
+    assert f.remedies[0].settings["GPU Weights (MB)"].startswith("lower than now")
+
+
+def test_a1111_version_line_is_not_forge() -> None:
+    f = only_error(diagnose_text("Version: v1.10.1\nRuntimeError: CUDA error: out of memory\n"))
+    assert f.product != "sd-webui-forge"
+    assert not [i for i in remedy_ids(f) if i.startswith("forge.")]

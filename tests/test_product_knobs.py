@@ -44,6 +44,8 @@ NOT_KNOBS: dict[tuple[str, str, str], str] = {
     ("hf-trainer", "settings", "get_peft_model(model, ...)"): "a code change (peft), not a setting",
     ("trtllm", "settings", "kv_cache_free_gpu_mem_fraction (Triton config.pbtxt)"): "Triton's tensorrtllm_backend "
     "parameter, with its location in brackets in the key",
+    ("vllm-python", "settings", "torch.cuda.empty_cache()"): "a call in the program that embeds LLM, before "
+    "llm.wake_up() (sleep mode), not a keyword of LLM(...)",
     ("trtllm", "settings", "max_batch_size (trtllm-build)"): "trtllm-build's --max_batch_size, with the program in "
     "brackets in the key (fixed when the engine is built)",
 }

@@ -14,6 +14,8 @@ import regex
 from oomdoctor.advisor.account import Unaccounted, unaccounted
 from oomdoctor.advisor.kv_pages import page_shortfall
 from oomdoctor.advisor.prescription import summary
+from oomdoctor.advisor.remedies_tgi import small_warmup_prefill
+from oomdoctor.advisor.sglang_fit import weights_leave_no_room
 from oomdoctor.advisor.siblings import sibling_bytes, sibling_pids
 from oomdoctor.advisor.training_frames import frame_stage, shows_training_state
 from oomdoctor.i18n import _, join_sentences
@@ -171,10 +173,16 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     if rule in ("sglang.memory-unbalanced", "vllm.startup.memory-profiling-error", "vllm.v1.profiling.free-memory-grew"):
         return "other-processes", []
     # -- engine budgets ------------------------------------------------------------------------
+    if rule == "tgi.prefill-tokens" and small_warmup_prefill(fig):
+        # TGI's warm-up failed below the launcher's default prefill budget: the weights fill the GPU
+        return "weights-exceed-device", ["capacity", "weights", "cap"]
     if kind == "vllm.weights.not-enough-memory" or rule == "sglang.weights-leave-no-kv" or startup:
         return "weights-exceed-device", ["capacity", "weights", "cap"]
     if kind == "vllm.kv-cache.max-len-exceeds":
         return "kv-cache-too-small", ["kv-needed", "kv-available", "kv-tokens", "max-len-tokens"]
+    if rule in ("sglang.not-enough-memory", "sglang.profiled-tokens-negative") and weights_leave_no_room(context):
+        # the weights leave less than SGLang's own reserve and a minimal pool (sglang_fit)
+        return "weights-exceed-device", ["capacity", "weights", "cap"]
     if kind == "vllm.kv-cache.no-blocks" or rule in ("sglang.not-enough-memory", "sglang.profiled-tokens-negative"):
         graphs = a("cudagraphs")
         if (graphs is not None and capacity is None and graphs >= 16 * GiB) or (

@@ -199,16 +199,32 @@ def rank_devices(inp: AdviceInput) -> Remedy | None:
     # a PyTorch program selects its rank's device itself; an engine (vLLM, SGLang, TGI, TensorRT-LLM)
     # maps its workers, and the launcher's mapping is the knob there
     own = product_of(inp) in _SETS_ITS_DEVICE
+    env: dict[str, str] = {}
+    settings = {"torch.cuda.set_device": remedy_text("gpu.rank-devices", "set_device")} if own else {}
+    why = remedy_text("gpu.rank-devices", "why", count=len(pids), pids=f"{pids[0]}–{pids[-1]}", held=held,
+                      gpu="?" if gpu is None else gpu)
+    if product_of(inp) == "trtllm":
+        # TensorRT-LLM starts one MPI rank per GPU of its world (tp_size × pp_size) and each rank takes
+        # the device of its rank among those visible: the GPUs exposed and tp_size are the knobs
+        ranks = len(pids) + 1  # the listed siblings and this process ("this process has ...")
+        hinted = inp.hints.get("gpus")
+        gpus = int(hinted) if hinted and hinted.isdigit() else inp.context.gpu_count
+        world = ranks if not gpus or gpus >= ranks else 1 << (gpus.bit_length() - 1)
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(world))}
+        settings = {"tp_size": str(max(1, world // (inp.context.pipeline_parallel_size or 1)))}
+        why = remedy_text("gpu.rank-devices", "why_trtllm", count=len(pids), pids=f"{pids[0]}–{pids[-1]}", held=held,
+                          gpu="?" if gpu is None else gpu, ranks=ranks, world=world,
+                          visible=env["CUDA_VISIBLE_DEVICES"])
     return Remedy(
         id="gpu.rank-devices",
         title=remedy_text("gpu.rank-devices", "title", gpu="?" if gpu is None else gpu),
-        settings={"torch.cuda.set_device": remedy_text("gpu.rank-devices", "set_device")} if own else {},
+        env=env,
+        settings=settings,
         run=[list_processes_by_gpu()],
         saves_bytes=held,
         fits=(free + held >= req) if req else None,
         confidence="high",
-        why=remedy_text("gpu.rank-devices", "why", count=len(pids), pids=f"{pids[0]}–{pids[-1]}", held=held,
-                        gpu="?" if gpu is None else gpu),
+        why=why,
         sources={"sibling ranks": "message"},
     )
 
@@ -328,6 +344,8 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
         return None  # the failing frame allocates optimizer state, ZeRO partitions or DDP buckets: no batch in them
     if product_of(inp) in _ONE_PROMPT_PRODUCTS:
         return None  # a chat UI generates one prompt at a time: it has no batch size to lower
+    if product_of(inp) == "sd-webui-forge":
+        return None  # Forge's batch is a field of its page: forge.resolution-batch speaks it
     req = inp.fig("requested_bytes")
     return Remedy(
         id="torch.reduce-batch",

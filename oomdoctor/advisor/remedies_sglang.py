@@ -13,7 +13,7 @@ from oomdoctor.advisor.kv_pages import PageShortfall, forced_backend, page_short
 from oomdoctor.advisor.memory_model import parse_version
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
-from oomdoctor.advisor.sglang_fit import release_cuda_graph_max_bs
+from oomdoctor.advisor.sglang_fit import release_cuda_graph_max_bs, sglang_default_reserve
 from oomdoctor.advisor.unsized import unsized_remedy
 from oomdoctor.advisor.values import ceil_to, floor_to, fmt_fraction, round_down
 from oomdoctor.i18n import join_sentences
@@ -92,18 +92,34 @@ def raise_fraction(inp: AdviceInput) -> Remedy | None:
     suggested = as_float(inp.fig("suggested_mem_fraction_static"))
     pre = as_int(inp.context.extra.get("sglang_avail_before_load_bytes"))
     post = as_int(inp.context.extra.get("sglang_avail_after_load_bytes"))
+    weights = inp.context.weights_bytes if inp.context.extra.get("sglang_avail_after_load_bytes") is not None else None
     if suggested is not None:
         value = floor_to(suggested, 2) + 0.01
         why = remedy_text("sglang.mem-fraction-static.raise", "why_suggested", suggested=suggested, value=fmt_fraction(value))
         conf = "high"
-    elif pre and post is not None and pre > 0:
-        minimum = 1 - post / pre
+    elif post is not None and (pre or weights):
+        # "Load weight end" alone states both: free before loading = free after + the weights' usage
+        before = pre if pre else post + (weights or 0)
+        minimum = 1 - post / before
         value = ceil_to(minimum + SGLANG_MIN_KV_SHARE, 2)
         why = remedy_text(
-            "sglang.mem-fraction-static.raise", "why_measured", before=pre, after=post, minimum=f"{minimum:.4f}",
-            kv_share=f"{SGLANG_MIN_KV_SHARE:.2f}", value=fmt_fraction(value),
+            "sglang.mem-fraction-static.raise", "why_measured" if pre else "why_measured_end", before=before,
+            after=post, weights=weights, minimum=f"{minimum:.4f}", kv_share=f"{SGLANG_MIN_KV_SHARE:.2f}",
+            value=fmt_fraction(value),
         )
         conf = "medium"
+        tp = as_int(setting(inp, "tp_size", "tensor_parallel_size")) or inp.context.tensor_parallel_size or 1
+        reserve = sglang_default_reserve(before, inp.context.engine_version, tp)
+        if value > SGLANG_MAX_FRACTION and ceil_to(minimum, 2) < SGLANG_MAX_FRACTION:
+            value = SGLANG_MAX_FRACTION  # a pool still forms below the ceiling: the ceiling, said to be tight
+            why = join_sentences([why, remedy_text("sglang.mem-fraction-static.raise", "why_capped",
+                                                   maximum=fmt_fraction(SGLANG_MAX_FRACTION))])
+        if value <= SGLANG_MAX_FRACTION and (1 - value) * before < reserve:
+            # what stays outside the pool is less than SGLang's own default keeps for activations and
+            # CUDA graphs on this GPU: the fraction may build a pool and fail right after
+            conf = "low"
+            why = join_sentences([why, remedy_text("sglang.mem-fraction-static.raise", "why_tight",
+                                                   outside=int((1 - value) * before), reserve=reserve)])
     elif cur is not None and cur < SGLANG_DEFAULT_FRACTION:
         value = SGLANG_DEFAULT_FRACTION
         why = remedy_text("sglang.mem-fraction-static.raise", "why_default", current=cur, default=SGLANG_DEFAULT_FRACTION)
@@ -129,7 +145,7 @@ def raise_fraction(inp: AdviceInput) -> Remedy | None:
         id="sglang.mem-fraction-static.raise",
         title=remedy_text("sglang.mem-fraction-static.raise", "title", fraction=fmt_fraction(value)),
         flags={"--mem-fraction-static": fmt_fraction(value)},
-        fits=True if conf != "low" else None,
+        fits=True if conf == "high" or (conf == "medium" and suggested is None) else None,
         confidence=conf,  # type: ignore[arg-type]
         why=why,
     )

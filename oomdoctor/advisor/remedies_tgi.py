@@ -50,6 +50,41 @@ def _input_flag(inp: AdviceInput) -> str:
     return "--max-input-length"
 
 
+#: the launcher's --max-batch-prefill-tokens when none is given: TGI v0.9-v1.4 `default_value = "4096"`,
+#: 2.x-3.x `default_optimal` 4096 (capped by the model's max_position_embeddings and the VRAM); LoRAX
+#: v0.1.0-v0.10.0 `default_value = "4096"` (launcher/src/main.rs at those tags). A warm-up that fails
+#: below it fails at a prefill smaller than the one the server is built to run: the weights nearly
+#: fill the GPU.
+TGI_DEFAULT_PREFILL = 4096
+
+
+def small_warmup_prefill(figures: dict[str, object]) -> bool:
+    """The warm-up's "Not enough memory to handle N prefill tokens" (v0.9.4+, no total tokens: the KV
+    cache is sized after warm-up) with N below the launcher's default prefill budget."""
+    n = as_int(figures.get("prefill_tokens"))
+    return n is not None and figures.get("max_total_tokens") is None and n < TGI_DEFAULT_PREFILL
+
+
+#: --quantize values by release (launcher/src/main.rs `enum Quantization`): TGI v1.0.0 bitsandbytes and
+#: gptq, v1.0.3 adds bitsandbytes-nf4, v1.1.0 adds eetq (and deprecates bitsandbytes in its favour);
+#: LoRAX v0.1.0 bitsandbytes and gptq, v0.4.0 bitsandbytes-nf4, v0.8.0 eetq
+_QUANTIZE_BY_VERSION = {
+    "tgi": ((1, 1, 0), (1, 0, 3)),
+    "lorax": ((0, 8, 0), (0, 4, 0)),
+}
+
+
+def _quantize_value(inp: AdviceInput) -> str:
+    """eetq (8-bit) where the release has it or the release is unknown; 4-bit NF4 bitsandbytes, else
+    bitsandbytes, before it."""
+    product = "lorax" if product_of(inp) == "lorax" else "tgi"
+    version = parse_version(inp.context.engine_version) if inp.context.engine_version else None
+    eetq, nf4 = _QUANTIZE_BY_VERSION[product]
+    if version is None or version >= eetq:
+        return "eetq"
+    return "bitsandbytes-nf4" if version >= nf4 else "bitsandbytes"
+
+
 #: TGI 1.x launcher's --max-input-length default (launcher/src/main.rs, `default_value = "1024"`); 2.x
 #: derives --max-input-tokens from the model's config
 TGI1_MAX_INPUT_DEFAULT = 1024
@@ -84,9 +119,11 @@ def max_batch_prefill_tokens(inp: AdviceInput) -> Remedy | None:
         title=remedy_text("tgi.max-batch-prefill-tokens", "title", value=value),
         flags=flags,
         fits=None,
-        confidence="high" if inp.fig("prefill_tokens") else "medium",
+        confidence="high" if inp.fig("prefill_tokens") and not small_warmup_prefill(inp.figures) else "medium",
         why=join_sentences(
-            t for t in (remedy_text("tgi.max-batch-prefill-tokens", "why", tokens=n, step=TGI_TOKEN_STEP, value=value), extra) if t
+            t for t in (remedy_text("tgi.max-batch-prefill-tokens", "why", tokens=n, step=TGI_TOKEN_STEP, value=value), extra,
+                        remedy_text("tgi.max-batch-prefill-tokens", "why_stopgap", default=TGI_DEFAULT_PREFILL)
+                        if small_warmup_prefill(inp.figures) else "") if t
         ),
         tradeoff=remedy_text("tgi.max-batch-prefill-tokens", "cost_input" if extra else "cost"),
     )
@@ -196,14 +233,46 @@ def max_total_tokens(inp: AdviceInput) -> Remedy | None:
 def quantize(inp: AdviceInput) -> Remedy | None:
     if not _mine(inp) or checkpoint_quantized(inp.context) or setting(inp, "quantize"):
         return None
+    value = _quantize_value(inp)
+    key = "" if value == "eetq" else "_bnb"
+    small = small_warmup_prefill(inp.figures)
     return Remedy(
         id="tgi.quantize",
-        title=remedy_text("tgi.quantize", "title"),
-        flags={"--quantize": "eetq"},
-        saves_bytes=inp.context.weights_bytes // 2 if inp.context.weights_bytes else None,
+        title=remedy_text("tgi.quantize", "title" + key),
+        flags={"--quantize": value},
+        saves_bytes=inp.context.weights_bytes // (4 if value == "bitsandbytes-nf4" else 2)
+        if inp.context.weights_bytes else None,
         fits=None,
-        confidence="low",
-        why=remedy_text("tgi.quantize", "why"),
+        # a warm-up that fails below the default prefill: the weights are what fills the GPU
+        confidence="medium" if small else "low",
+        why=join_sentences([remedy_text("tgi.quantize", "why" + key)] + (
+            [remedy_text("tgi.quantize", "why_small", tokens=inp.fig("prefill_tokens"), default=TGI_DEFAULT_PREFILL)]
+            if small else [])),
+        tradeoff=remedy_text("tgi.quantize", "cost_bnb") if key else "",
+    )
+
+
+@remedy("tgi.num-shard")
+def num_shard(inp: AdviceInput) -> Remedy | None:
+    """Shard over the GPUs the log shows beside the shards it runs. The launcher already shards over
+    every visible GPU when neither --num-shard nor --sharded is given (find_num_shards: (None, None) =>
+    num_cuda_devices(), TGI v1.0.0 ... v3.3.7, LoRAX alike), so only a known, smaller shard count is raised."""
+    if not _mine(inp):
+        return None
+    gpus = as_int(inp.hints.get("gpus")) or inp.context.gpu_count
+    shards = as_int(setting(inp, "num_shard")) or inp.context.tensor_parallel_size
+    if not gpus or not shards or gpus <= shards:
+        return None
+    value = 1 << (gpus.bit_length() - 1)  # a power of two: the attention heads divide by it
+    if value <= shards:
+        return None
+    return Remedy(
+        id="tgi.num-shard",
+        title=remedy_text("tgi.num-shard", "title", value=value),
+        flags={"--num-shard": str(value)},
+        fits=None,
+        confidence="medium",
+        why=remedy_text("tgi.num-shard", "why", gpus=gpus, shards=shards, value=value),
     )
 
 

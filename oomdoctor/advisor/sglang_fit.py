@@ -244,3 +244,29 @@ def plan_sglang(geo: ModelGeometry, gpu: GpuSpec | None, *, gpus: int, **kwargs:
     shown = tried[: tried.index(best) + 1] if best.fits else tried
     best.plans = [(r.tensor_parallel_size, r.fits, r.capacity_tokens) for r in shown]
     return best
+
+
+#: the share of the memory before loading a minimal KV pool takes (remedies_sglang SGLANG_MIN_KV_SHARE)
+MIN_KV_SHARE = 0.05
+
+
+def sglang_default_reserve(before: int, version: str | None, tp: int = 1) -> int:
+    """What SGLang's own default ``--mem-fraction-static`` keeps outside the static pool for
+    activations and CUDA graphs, on a GPU whose free memory before loading was ``before``
+    (:func:`default_fraction`, per version; no DP attention or speculative decoding: a lower bound)."""
+    return int(before * (1 - default_fraction(parse_version(version) if version else None, before / MiB, tp)))
+
+
+def weights_leave_no_room(context: Context) -> bool:
+    """SGLang's "Load weight end" shows the weights leaving less free than SGLang's own reserve plus
+    a minimal KV pool (MIN_KV_SHARE of the memory before loading): no ``--mem-fraction-static`` gives
+    both a pool and the room activations and CUDA graphs take by default. Before loading = the
+    "Load weight begin" figure, else free after + the weights' usage."""
+    post = context.extra.get("sglang_avail_after_load_bytes")
+    weights = context.weights_bytes
+    if not isinstance(post, (int, float)) or not weights:
+        return False
+    pre = context.extra.get("sglang_avail_before_load_bytes")
+    before = int(pre) if isinstance(pre, (int, float)) and pre > 0 else int(post) + weights
+    tp = context.tensor_parallel_size or 1
+    return post - MIN_KV_SHARE * before < sglang_default_reserve(before, context.engine_version, tp)
