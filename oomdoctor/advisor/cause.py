@@ -477,10 +477,19 @@ def _zero_stage(fig: dict[str, Any], context: Context) -> str | None:
 _NAMES_OUTSIDE = ("other-processes", "colocation", "placement")
 
 
+def pytorch_allocator_oom(finding: Finding) -> bool:
+    """A PyTorch caching-allocator OOM: its kind, or a fragment of its message with no "CUDA out of
+    memory" words (generic.oom) that still has the allocator's own "reserved ... by PyTorch" figure."""
+    if finding.kind.startswith(("torch.cuda", "torch.hip")):
+        return True
+    fig = finding.figures
+    return finding.kind == "generic.oom" and ("reserved_bytes" in fig or "reserved_unallocated_bytes" in fig)
+
+
 def outside_allocator(finding: Finding, cause_id: str | None) -> Unaccounted | None:
     """A PyTorch OOM whose figures leave a large share of the card outside PyTorch's allocator
     (:func:`~oomdoctor.advisor.account.unaccounted`), where the cause does not already say so."""
-    if cause_id in _NAMES_OUTSIDE or not finding.kind.startswith(("torch.cuda", "torch.hip")):
+    if cause_id in _NAMES_OUTSIDE or not pytorch_allocator_oom(finding):
         return None
     return unaccounted(finding.figures)
 
@@ -513,11 +522,28 @@ def _outside_words(gap: Unaccounted, finding: Finding) -> str:
     return join_sentences(out)
 
 
+def _shortfall_words(finding: Finding, account: Account, text: str) -> str | None:
+    """A PyTorch OOM's gap in words, "896.00 MiB requested with 759.38 MiB free: 137.00 MiB short", where
+    the message gives both figures, something was free (else the request is the gap) and the summary
+    does not already state the free figure."""
+    if not pytorch_allocator_oom(finding):
+        return None
+    a = account.get
+    req, free, short = a("request"), a("free"), a("shortfall")
+    if req is None or not free or not short or format_size(free) in text:
+        return None
+    return _("{request} requested with {free} free: {short} short.").format(
+        request=format_size(req), free=format_size(free), short=format_size(short))
+
+
 def name_cause(finding: Finding, context: Context, account: Account) -> Cause:
     """The cause of ``finding``, its summary in words (with the account's numbers) and its evidence;
     a large share of the card outside PyTorch's allocator is named after the cause's own words."""
     cause_id, names = _pick(finding, context, account)
     text = summary(cause_id, _values(finding, account, context))
+    short = _shortfall_words(finding, account, text)
+    if short:
+        text = join_sentences([text, short])
     gap = outside_allocator(finding, cause_id)
     if gap is not None:
         text = join_sentences([text, _outside_words(gap, finding)])
