@@ -278,6 +278,10 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         # TensorFlow failed creating a variable (its initializer op), before any step ran: no batch's
         # activations exist yet, so the GPU was nearly full before this program's first step
         return "other-processes", ["request"]
+    if bare_runtime_oom(finding, context):
+        # c10's runtime check with no size: a CUDA call outside the caching allocator (which raises
+        # OutOfMemoryError with "Tried to allocate"): the log does not show that a batch's activations failed
+        return "unknown", []
     if phase == "training" or engine in _TRAINING_TOOLS:
         if fig.get("zero_stage") is not None or context.extra.get("zero_stage") is not None:
             return "training-state", []
@@ -309,6 +313,27 @@ def driver_api_oom(finding: Finding) -> bool:
     """c10's driver-API check failed ("CUDA driver error: out of memory", torch 2.1 on): in the caching
     allocator that is the expandable segments' virtual-memory path (remedies_vmm.py)."""
     return finding.rule == "torch.cuda-runtime-oom" and finding.figures.get("api") == "driver"
+
+
+#: the unnamed programs (plain PyTorch) whose bare runtime OOM is read as a call outside the allocator
+_UNNAMED_PRODUCTS = (None, "pytorch")
+
+
+def bare_runtime_oom(finding: Finding, context: Context) -> bool:
+    """c10's "CUDA error: out of memory" (C10_CUDA_CHECK on a runtime call: torch c10/cuda/CUDAException.h)
+    in a program the log does not name, with no size: the caching allocator would have raised
+    OutOfMemoryError with "Tried to allocate N", so the call that failed is outside it (creating the
+    context, a cuBLAS/cuDNN workspace, a kernel, host-pinned memory) or the GPU is held by another
+    process. Not THC's storage allocation ("at .../THCStorage.cu": a tensor's storage), the context's
+    creation (named apart), the driver-API check or a failing frame that names the step."""
+    if finding.rule != "torch.cuda-runtime-oom" or finding.product not in _UNNAMED_PRODUCTS:
+        return False
+    if context.engine not in (None, "pytorch", "python") or context.product not in _UNNAMED_PRODUCTS:
+        return False
+    fig, message = finding.figures, finding.message
+    if fig.get("requested_bytes") is not None or fig.get("api") == "driver":
+        return False
+    return "THCStorage" not in message and not _context_init(message) and not optimizer_step_frame(finding, context)
 
 
 def optimizer_step_frame(finding: Finding, context: Context) -> str | None:
@@ -409,6 +434,8 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "pinned_frame": context.extra.get("pinned_frame"),
         "gpu_unused": context.extra.get("gpu_unused"),
         "runtime_step": optimizer_step_frame(finding, context),
+        # (an empty string fills the template: the bare runtime OOM's summary needs no figure)
+        "runtime_call": "" if bare_runtime_oom(finding, context) else None,
         # (an empty string fills the template: the driver-API summary needs no figure)
         "driver_api": "" if driver_api_oom(finding) else None,
         "host_oversize": _host_oversize(finding),
