@@ -444,6 +444,9 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
                         if not context.extra.get("colocation_frame") and (others, outside) != (None, None) else None),
         "context_init": _context_init(finding.message) if req is None and finding.kind.startswith("torch.") else None,
         "tf_init": _tf_initializer(finding.message) if finding.kind.startswith("xla.") else None,
+        # a JAX buffer the message sizes but does not shape: what it holds is not in the log
+        "xla_buffer": req if (finding.kind.startswith("xla.") and engine_for(finding, context) in ("jax", "xla")
+                              and not fig.get("tensor_shape")) else None,
         "xla_small": req if (finding.kind.startswith("xla.") and req is not None and req < XLA_SMALL_REQUEST) else None,
         "kv_alloc": req if finding.phase == "kv-cache-alloc" and finding.kind.startswith("torch.") else None,
         "n_ctx": context.max_model_len if engine_for(finding, context) in ("llama.cpp", "ggml", "ollama") else None,
