@@ -471,13 +471,66 @@ _FRESH_054 = ("RuntimeError: CUDA out of memory. Tried to allocate 256.00 MiB (G
               "documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF")
 
 
-def test_9b_bare_oom_holding_the_card_may_need_sharding() -> None:
-    """fresh-054: 13.65 of 14.56 GiB held by this process (94 %, over FULL_SHARE) for a 256 MiB request:
-    the resident state is the bulk, so ZeRO-3 / FSDP is offered, marked 'if this is training'."""
+#: a plain DDP script's reducer failing (the frames of torch 2.1 nn/parallel/distributed.py, the
+#: wording of its 2.1 OOM message), the user's own file and nothing of transformers or DeepSpeed
+_PLAIN_DDP = """Traceback (most recent call last):
+  File "/home/user/train.py", line 61, in main
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+  File "/usr/local/lib/python3.10/dist-packages/torch/nn/parallel/distributed.py", line 811, in __init__
+    self._ddp_init_helper(
+  File "/usr/local/lib/python3.10/dist-packages/torch/nn/parallel/distributed.py", line 1100, in _ddp_init_helper
+    self.reducer = dist.Reducer(
+torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 12.50 GiB. GPU 0 has a total capacty of 23.65 GiB \
+of which 10.28 GiB is free. Including non-PyTorch memory, this process has 13.36 GiB memory in use. Of the allocated \
+memory 12.90 GiB is allocated by PyTorch, and 12.97 MiB is reserved by PyTorch but unallocated. If reserved but \
+unallocated memory is large try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory \
+Management and PYTORCH_CUDA_ALLOC_CONF
+"""
+
+
+def test_9b_bare_oom_holding_the_card_shards_only_where_the_log_shows_several_gpus() -> None:
+    """fresh-054: 13.65 of 14.56 GiB held by this process for a 256 MiB request, and nothing in the
+    message names DeepSpeed, a rank or a second GPU: ZeRO-3 shards over ranks and saves nothing on one
+    GPU, so it is not offered. The same message with a rank label ("[rank1]: ", torch's
+    per-rank prefix) shows several ranks: ZeRO-3 / FSDP, "if this is training"."""
     f = only_error(diagnose_text(_FRESH_054))
-    r = remedy(f, "training.shard-state")
-    assert r.rank <= 3 and r.confidence == "low" and "if this is training" in r.title
+    assert "training.shard-state" not in remedy_ids(f)
+    assert remedy_ids(f)[:2] == ["torch.reduce-batch", "training.gradient-checkpointing"]
+    ranked = only_error(diagnose_text("[rank1]: " + _FRESH_054))
+    assert ranked.ranks == ["rank1"]
+    r = remedy(ranked, "training.shard-state")
+    assert r.rank == 2 and r.confidence == "low" and r.title.endswith("with DeepSpeed ZeRO-3 or FSDP (if this is training)")
     assert r.settings == {"zero_optimization.stage": "3"} and not r.flags and not r.env
+
+
+def test_9b_training_on_one_gpu_gets_zero_offload_not_sharding() -> None:
+    """The fresh-054 message under a loss.backward() frame (phase training) and no rank or second GPU:
+    at most ZeRO-Offload, the optimizer states in host memory (deepspeed 0.14 offload_optimizer, device
+    cpu, valid for stages 1-3), never zero_optimization.stage 3 alone."""
+    text = ('Traceback (most recent call last):\n  File "/home/u/train.py", line 40, in <module>\n'
+            '    loss.backward()\n  File "/usr/lib/python3/site-packages/torch/_tensor.py", line 522, in backward\n'
+            '    torch.autograd.backward(\n' + _FRESH_054)
+    f = only_error(diagnose_text(text))
+    assert f.phase == "training" and f.ranks == []
+    r = remedy(f, "training.shard-state")
+    assert r.settings == {"zero_optimization.stage": "2", "zero_optimization.offload_optimizer.device": "cpu"}
+    assert r.title == "Move the optimizer states to CPU memory with DeepSpeed ZeRO-Offload (one GPU)"
+    assert r.confidence == "low" and r.rank == 3
+    assert r.tradeoff.startswith("Needs the training loop run through deepspeed.initialize")
+
+
+def test_9b_plain_ddp_reducer_failure_shards_with_fsdp_first() -> None:
+    """A plain PyTorch script wrapping its model in DistributedDataParallel (no Trainer, no DeepSpeed):
+    the reducer's gradient buckets do not fit (cause training-state). The first remedy follows the
+    cause: FSDP in place of DDP (torch.distributed.fsdp.FullyShardedDataParallel), not 8-bit Adam
+    (no optimizer state exists yet at DDP's construction)."""
+    f = only_error(diagnose_text(_PLAIN_DDP))
+    assert f.cause is not None and f.cause.id == "training-state" and f.product == "pytorch"
+    first = f.remedies[0]
+    assert first.id == "training.shard-state" and first.confidence == "medium"
+    assert first.settings == {"torch.distributed.fsdp.FullyShardedDataParallel": "model, in place of DistributedDataParallel(model)"}
+    assert first.title == "Wrap the model in FullyShardedDataParallel instead of DistributedDataParallel"
+    assert remedy_ids(f).index("training.optim-8bit") > 0
 
 
 def test_9c_bare_oom_with_room_held_elsewhere_gets_no_sharding() -> None:

@@ -38,6 +38,7 @@ NOT_KNOBS: dict[tuple[str, str, str], str] = {
     (ANY, "settings", "model"): "choosing another checkpoint, not a knob (LLaMA-Factory's key is model_name_or_path; "
     "vllm serve takes the model as its positional argument)",
     ("pytorch", "settings", "batch_size"): "a plain PyTorch program's own batch size: its name is the program's",
+    ("jax", "settings", "batch_size"): "a JAX program's own batch (or walkers, chains): its name is the program's",
     ("monai", "settings", "batch_size"): "the program's own batch (its DataLoader's): sliding_window_inference's "
     "sw_batch_size is windows per forward pass, not the batch",
     ("hf-trainer", "settings", "TrainingArguments(fsdp=...)"): "code, not a key: the TrainingArguments key is fsdp",

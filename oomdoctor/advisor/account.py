@@ -85,6 +85,10 @@ def other_processes(fig: dict[str, Any]) -> list[dict[str, Any]]:
 #: driver's own reservations, which every process has
 UNACCOUNTED_BYTES = 2 * 2**30
 UNACCOUNTED_SHARE = 0.05
+#: on a small card (below UNACCOUNTED_BYTES / this share, 8 GiB) the absolute floor would hide what
+#: matters: from this share of the card up, memory outside the allocator is worth naming whatever its
+#: size (0.71 of a 1.96 GiB card is more than a quarter of it: a display, a context, another process)
+UNACCOUNTED_SMALL_CARD_SHARE = 0.25
 
 
 class Unaccounted(NamedTuple):
@@ -102,13 +106,14 @@ class Unaccounted(NamedTuple):
 
 
 def unaccounted(fig: dict[str, Any]) -> Unaccounted | None:
-    """The memory held outside PyTorch's allocator, when it is more than :data:`UNACCOUNTED_BYTES`
-    and :data:`UNACCOUNTED_SHARE` of the card (None below that, or where a figure is missing)."""
+    """The memory held outside PyTorch's allocator, when it is more than :data:`UNACCOUNTED_SHARE` of
+    the card and either more than :data:`UNACCOUNTED_BYTES` or at least
+    :data:`UNACCOUNTED_SMALL_CARD_SHARE` of it (None below that, or where a figure is missing)."""
     total, free, held = _int(fig.get("total_bytes")), _int(fig.get("free_bytes")), allocator_held(fig)
     if total is None or free is None or held is None:
         return None
     gap = total - free - held
-    if gap <= max(UNACCOUNTED_BYTES, UNACCOUNTED_SHARE * total):
+    if gap <= UNACCOUNTED_SHARE * total or (gap <= UNACCOUNTED_BYTES and gap < UNACCOUNTED_SMALL_CARD_SHARE * total):
         return None
     hidden = own_in_use_contradicted(fig)
     in_use = _int(fig.get("in_use_bytes"))

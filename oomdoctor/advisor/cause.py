@@ -286,6 +286,10 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         # TensorFlow failed creating a variable (its initializer op), before any step ran: no batch's
         # activations exist yet, so the GPU was nearly full before this program's first step
         return "other-processes", ["request"]
+    if bare_runtime_oom(finding, context):
+        # c10's runtime check with no size: a CUDA call outside the caching allocator (which raises
+        # OutOfMemoryError with "Tried to allocate"): the log does not show that a batch's activations failed
+        return "unknown", []
     if phase == "training" or engine in _TRAINING_TOOLS:
         if fig.get("zero_stage") is not None or context.extra.get("zero_stage") is not None:
             return "training-state", []
@@ -317,6 +321,27 @@ def driver_api_oom(finding: Finding) -> bool:
     """c10's driver-API check failed ("CUDA driver error: out of memory", torch 2.1 on): in the caching
     allocator that is the expandable segments' virtual-memory path (remedies_vmm.py)."""
     return finding.rule == "torch.cuda-runtime-oom" and finding.figures.get("api") == "driver"
+
+
+#: the unnamed programs (plain PyTorch) whose bare runtime OOM is read as a call outside the allocator
+_UNNAMED_PRODUCTS = (None, "pytorch")
+
+
+def bare_runtime_oom(finding: Finding, context: Context) -> bool:
+    """c10's "CUDA error: out of memory" (C10_CUDA_CHECK on a runtime call: torch c10/cuda/CUDAException.h)
+    in a program the log does not name, with no size: the caching allocator would have raised
+    OutOfMemoryError with "Tried to allocate N", so the call that failed is outside it (creating the
+    context, a cuBLAS/cuDNN workspace, a kernel, host-pinned memory) or the GPU is held by another
+    process. Not THC's storage allocation ("at .../THCStorage.cu": a tensor's storage), the context's
+    creation (named apart), the driver-API check or a failing frame that names the step."""
+    if finding.rule != "torch.cuda-runtime-oom" or finding.product not in _UNNAMED_PRODUCTS:
+        return False
+    if context.engine not in (None, "pytorch", "python") or context.product not in _UNNAMED_PRODUCTS:
+        return False
+    fig, message = finding.figures, finding.message
+    if fig.get("requested_bytes") is not None or fig.get("api") == "driver":
+        return False
+    return "THCStorage" not in message and not _context_init(message) and not optimizer_step_frame(finding, context)
 
 
 def optimizer_step_frame(finding: Finding, context: Context) -> str | None:
@@ -417,6 +442,8 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "pinned_frame": context.extra.get("pinned_frame"),
         "gpu_unused": context.extra.get("gpu_unused"),
         "runtime_step": optimizer_step_frame(finding, context),
+        # (an empty string fills the template: the bare runtime OOM's summary needs no figure)
+        "runtime_call": "" if bare_runtime_oom(finding, context) else None,
         # (an empty string fills the template: the driver-API summary needs no figure)
         "driver_api": "" if driver_api_oom(finding) else None,
         "host_oversize": _host_oversize(finding),
@@ -425,6 +452,9 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
                         if not context.extra.get("colocation_frame") and (others, outside) != (None, None) else None),
         "context_init": _context_init(finding.message) if req is None and finding.kind.startswith("torch.") else None,
         "tf_init": _tf_initializer(finding.message) if finding.kind.startswith("xla.") else None,
+        # a JAX buffer the message sizes but does not shape: what it holds is not in the log
+        "xla_buffer": req if (finding.kind.startswith("xla.") and engine_for(finding, context) in ("jax", "xla")
+                              and not fig.get("tensor_shape")) else None,
         "xla_small": req if (finding.kind.startswith("xla.") and req is not None and req < XLA_SMALL_REQUEST) else None,
         "kv_alloc": req if finding.phase == "kv-cache-alloc" and finding.kind.startswith("torch.") else None,
         "n_ctx": context.max_model_len if engine_for(finding, context) in ("llama.cpp", "ggml", "ollama") else None,
@@ -485,10 +515,19 @@ def _zero_stage(fig: dict[str, Any], context: Context) -> str | None:
 _NAMES_OUTSIDE = ("other-processes", "colocation", "placement")
 
 
+def pytorch_allocator_oom(finding: Finding) -> bool:
+    """A PyTorch caching-allocator OOM: its kind, or a fragment of its message with no "CUDA out of
+    memory" words (generic.oom) that still has the allocator's own "reserved ... by PyTorch" figure."""
+    if finding.kind.startswith(("torch.cuda", "torch.hip")):
+        return True
+    fig = finding.figures
+    return finding.kind == "generic.oom" and ("reserved_bytes" in fig or "reserved_unallocated_bytes" in fig)
+
+
 def outside_allocator(finding: Finding, cause_id: str | None) -> Unaccounted | None:
     """A PyTorch OOM whose figures leave a large share of the card outside PyTorch's allocator
     (:func:`~oomdoctor.advisor.account.unaccounted`), where the cause does not already say so."""
-    if cause_id in _NAMES_OUTSIDE or not finding.kind.startswith(("torch.cuda", "torch.hip")):
+    if cause_id in _NAMES_OUTSIDE or not pytorch_allocator_oom(finding):
         return None
     return unaccounted(finding.figures)
 
@@ -521,11 +560,28 @@ def _outside_words(gap: Unaccounted, finding: Finding) -> str:
     return join_sentences(out)
 
 
+def _shortfall_words(finding: Finding, account: Account, text: str) -> str | None:
+    """A PyTorch OOM's gap in words, "896.00 MiB requested with 759.38 MiB free: 137.00 MiB short", where
+    the message gives both figures, something was free (else the request is the gap) and the summary
+    does not already state the free figure."""
+    if not pytorch_allocator_oom(finding):
+        return None
+    a = account.get
+    req, free, short = a("request"), a("free"), a("shortfall")
+    if req is None or not free or not short or format_size(free) in text:
+        return None
+    return _("{request} requested with {free} free: {short} short.").format(
+        request=format_size(req), free=format_size(free), short=format_size(short))
+
+
 def name_cause(finding: Finding, context: Context, account: Account) -> Cause:
     """The cause of ``finding``, its summary in words (with the account's numbers) and its evidence;
     a large share of the card outside PyTorch's allocator is named after the cause's own words."""
     cause_id, names = _pick(finding, context, account)
     text = summary(cause_id, _values(finding, account, context))
+    short = _shortfall_words(finding, account, text)
+    if short:
+        text = join_sentences([text, short])
     gap = outside_allocator(finding, cause_id)
     if gap is not None:
         text = join_sentences([text, _outside_words(gap, finding)])

@@ -9,7 +9,7 @@ these calculators word that, with the log's own figures.
 from __future__ import annotations
 
 from oomdoctor.advisor._engine_util import engine_of
-from oomdoctor.advisor.cause import driver_api_oom, optimizer_step_frame, tf_bogus_pool
+from oomdoctor.advisor.cause import bare_runtime_oom, driver_api_oom, optimizer_step_frame, tf_bogus_pool
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.run_steps import ROCM_SMI_VRAM
@@ -170,4 +170,22 @@ def gpu_visible(inp: AdviceInput) -> Remedy | None:
         confidence="medium",
         why=remedy_text("ask.gpu-visible", "why", evidence=evidence),
         sources={"evidence": "log"},
+    )
+
+
+@remedy("ask.runtime-call")
+def runtime_call(inp: AdviceInput) -> Remedy | None:
+    """c10's bare "CUDA error: out of memory" in an unnamed program (cause.bare_runtime_oom): no size, no
+    holder, and CUDA reports kernel errors asynchronously (the message's own hint), so the first step
+    looks: nvidia-smi for what else holds the GPU, CUDA_LAUNCH_BLOCKING=1 (the variable the message
+    names) for the call that really failed."""
+    if not bare_runtime_oom(inp.finding, inp.context):
+        return None
+    return Remedy(
+        id="ask.runtime-call",
+        title=remedy_text("ask.runtime-call", "title"),
+        env={"CUDA_LAUNCH_BLOCKING": "1"},
+        run=[RunStep(label=remedy_text("ask.runtime-call", "step"), command="nvidia-smi")],
+        confidence="low",
+        why=remedy_text("ask.runtime-call", "why"),
     )

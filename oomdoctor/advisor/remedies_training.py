@@ -232,25 +232,75 @@ LORA: dict[str, tuple[str, str, str]] = {
 #: a program the log does not name (plain PyTorch) shards with DeepSpeed ZeRO-3 (its config's
 #: ``zero_optimization.stage``, deepspeed 0.14 runtime/zero/config.py) or PyTorch's FSDP
 SHARD_UNNAMED = ("zero_optimization.stage", "3")
+#: a plain PyTorch DistributedDataParallel program shards by wrapping the model in FSDP instead
+#: (torch 2.1 torch/distributed/fsdp/fully_sharded_data_parallel.py: ``FullyShardedDataParallel``,
+#: default ``sharding_strategy`` FULL_SHARD: parameters, gradients and optimizer states)
+SHARD_DDP = ("torch.distributed.fsdp.FullyShardedDataParallel", "model, in place of DistributedDataParallel(model)")
+#: ZeRO-Offload on one GPU (deepspeed 0.14 runtime/zero/config.py: ``offload_optimizer`` "Valid for ZeRO
+#: stage 1, 2, 3", device ``cpu`` in zero/offload_config.py): sharding over one rank divides nothing,
+#: moving the optimizer states and step to host memory is what frees the GPU
+OFFLOAD_ONE_GPU = {"zero_optimization.stage": "2", "zero_optimization.offload_optimizer.device": "cpu"}
+
+
+def several_gpus(inp: AdviceInput) -> bool:
+    """The log shows more than one GPU or rank: a rank label on the failing line, tensor/pipeline
+    parallelism, a GPU count above one, DistributedDataParallel's reducer frame, or a launcher that
+    runs ranks (DeepSpeed, accelerate). A bare PyTorch message shows none of them."""
+    ctx = inp.context
+    parallel = (ctx.tensor_parallel_size or 1) * (ctx.pipeline_parallel_size or 1)
+    return (bool(inp.finding.ranks) or parallel > 1 or (ctx.gpu_count or 0) > 1
+            or bool(ctx.extra.get("gradient_frame")) or engine_of(inp) in ("deepspeed", "accelerate"))
+
+
+def _unnamed_shard(inp: AdviceInput) -> Remedy | None:
+    """Sharding (or, on one GPU, offloading) for a program the log does not name. ZeRO-3 / FSDP divide
+    the training state by the number of ranks, so they are offered only where the log shows several;
+    a training run on one GPU (or one the log does not count) gets ZeRO-Offload; a failure the log
+    does not show to be training gets neither."""
+    if several_gpus(inp) and (_training(inp) or (_maybe_training(inp) and resident_fills_card(inp))):
+        if inp.context.extra.get("gradient_frame"):
+            knob, value = SHARD_DDP
+            return Remedy(
+                id="training.shard-state",
+                title=remedy_text("training.shard-state", "title_ddp"),
+                settings={knob: value},
+                fits=None,
+                confidence="medium",
+                why=remedy_text("training.shard-state", "why_ddp"),
+            )
+        knob, value = SHARD_UNNAMED
+        sure = _training(inp)
+        return Remedy(
+            id="training.shard-state",
+            title=remedy_text("training.shard-state", "title_unnamed" if sure else "title_maybe"),
+            settings={knob: value},
+            fits=None,
+            confidence="medium" if sure else "low",
+            why=remedy_text("training.shard-state", "why" if sure else "why_maybe"),
+        )
+    if _training(inp) and resident_fills_card(inp) and inp.finding.kind.startswith(("torch.cuda", "torch.hip")):
+        # (DeepSpeed's CUDA and ROCm builds; an XPU or MPS run has no such offload to turn on)
+        return Remedy(
+            id="training.shard-state",
+            title=remedy_text("training.shard-state", "title_offload"),
+            settings=dict(OFFLOAD_ONE_GPU),
+            fits=None,
+            confidence="low",
+            why=remedy_text("training.shard-state", "why_offload"),
+            tradeoff=remedy_text("training.shard-state", "cost_offload"),
+        )
+    return None
 
 
 @remedy("training.shard-state")
 def shard_state(inp: AdviceInput) -> Remedy | None:
     """ZeRO-3 / FSDP in the program's own setting (a DeepSpeed config has training.deepspeed-zero).
 
-    A bare PyTorch failure that may be training (no phase, no program named) gets it too, titled
-    "if this is training", when this process holds most of the card: sharding shrinks the resident
-    state that batch size and checkpointing do not touch."""
-    if _maybe_training(inp) and product_of(inp) in (None, "pytorch") and resident_fills_card(inp):
-        knob, value = SHARD_UNNAMED
-        return Remedy(
-            id="training.shard-state",
-            title=remedy_text("training.shard-state", "title_maybe"),
-            settings={knob: value},
-            fits=None,
-            confidence="low",
-            why=remedy_text("training.shard-state", "why_maybe"),
-        )
+    A plain PyTorch program (no product named) gets ZeRO-3 / FSDP only where the log shows several
+    GPUs or ranks (:func:`several_gpus`), FSDP in place of DistributedDataParallel where DDP's
+    reducer failed, and on one GPU at most ZeRO-Offload for a run the log shows training."""
+    if product_of(inp) in (None, "pytorch") and not _is_deepspeed(inp):
+        return _unnamed_shard(inp)
     if not _training(inp) or (_is_deepspeed(inp) and product_of(inp) not in SHARD):
         return None
     if inp.finding.cause is not None and inp.finding.cause.id == "activation-peak":

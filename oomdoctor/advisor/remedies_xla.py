@@ -64,7 +64,8 @@ def unified_memory(inp: AdviceInput) -> Remedy | None:
         env={"TF_FORCE_UNIFIED_MEMORY": "1", "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{UNIFIED_FRACTION:.1f}"},
         fits=(need <= UNIFIED_FRACTION * total) if total else None,
         confidence="medium",
-        why=remedy_text("xla.unified-memory", "why", request=req, fraction=UNIFIED_FRACTION),
+        # (the GPU's size is not in the log: whether the buffer exceeds what it could give is not known)
+        why=remedy_text("xla.unified-memory", "why" if total else "why_unknown", request=req, fraction=UNIFIED_FRACTION),
     )
 
 
@@ -123,7 +124,21 @@ BATCHED_RANK = 3
 def reduce_batch(inp: AdviceInput) -> Remedy | None:
     shape = inp.fig("tensor_shape")
     if not shape or not isinstance(shape, list):
-        return None
+        req = inp.fig("requested_bytes")
+        cause = inp.finding.cause
+        if not _is_jax(inp) or not req or inp.finding.phase != "training" or cause is None \
+                or cause.id != "activation-peak":
+            return None
+        # JAX names no shape ("Out of memory while trying to allocate N bytes") in a training step: the
+        # step's buffers grow with the samples it processes, whatever the program calls them (batch, walkers)
+        return Remedy(
+            id="xla.reduce-batch",
+            title=remedy_text("xla.reduce-batch", "title_unknown"),
+            settings={"batch_size": remedy_text("xla.reduce-batch", "setting")},
+            fits=None,
+            confidence="low",
+            why=remedy_text("xla.reduce-batch", "why_request", request=req),
+        )
     elems = 1
     for d in shape:
         elems *= int(d)
