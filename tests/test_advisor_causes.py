@@ -512,11 +512,25 @@ def test_9b_training_on_one_gpu_gets_zero_offload_not_sharding() -> None:
             '    torch.autograd.backward(\n' + _FRESH_054)
     f = only_error(diagnose_text(text))
     assert f.phase == "training" and f.ranks == []
-    r = remedy(f, "training.shard-state")
+    assert "training.shard-state" not in remedy_ids(f)
+    r = remedy(f, "training.zero-offload")
     assert r.settings == {"zero_optimization.stage": "2", "zero_optimization.offload_optimizer.device": "cpu"}
     assert r.title == "Move the optimizer states to CPU memory with DeepSpeed ZeRO-Offload (one GPU)"
     assert r.confidence == "low" and r.rank == 3
     assert r.tradeoff.startswith("Needs the training loop run through deepspeed.initialize")
+
+
+def test_9b_bare_message_gets_zero_offload_after_checkpointing_if_training() -> None:
+    """The bare fresh-054 message (no phase, no program, no second GPU, the process holding most of
+    the card): ZeRO-Offload is the one-GPU form of DeepSpeed's ZeRO (built for a single GPU), so it
+    is offered "if this is training", after the cheaper batch and checkpointing, and ZeRO-3 is not."""
+    f = only_error(diagnose_text(_FRESH_054))
+    assert f.phase == "unknown"
+    assert remedy_ids(f)[:3] == ["torch.reduce-batch", "training.gradient-checkpointing", "training.zero-offload"]
+    r = remedy(f, "training.zero-offload")
+    assert r.title == "Move the optimizer states to CPU memory with DeepSpeed ZeRO-Offload (if this is training)"
+    assert r.settings == {"zero_optimization.stage": "2", "zero_optimization.offload_optimizer.device": "cpu"}
+    assert "training.shard-state" not in remedy_ids(f)
 
 
 def test_9b_plain_ddp_reducer_failure_shards_with_fsdp_first() -> None:

@@ -253,10 +253,9 @@ def several_gpus(inp: AdviceInput) -> bool:
 
 
 def _unnamed_shard(inp: AdviceInput) -> Remedy | None:
-    """Sharding (or, on one GPU, offloading) for a program the log does not name. ZeRO-3 / FSDP divide
-    the training state by the number of ranks, so they are offered only where the log shows several;
-    a training run on one GPU (or one the log does not count) gets ZeRO-Offload; a failure the log
-    does not show to be training gets neither."""
+    """Sharding for a program the log does not name. ZeRO-3 / FSDP divide the training state by the
+    number of ranks, so they are offered only where the log shows several; one GPU (or one the log
+    does not count) gets ZeRO-Offload instead (:func:`zero_offload`)."""
     if several_gpus(inp) and (_training(inp) or (_maybe_training(inp) and resident_fills_card(inp))):
         if inp.context.extra.get("gradient_frame"):
             knob, value = SHARD_DDP
@@ -278,17 +277,6 @@ def _unnamed_shard(inp: AdviceInput) -> Remedy | None:
             confidence="medium" if sure else "low",
             why=remedy_text("training.shard-state", "why" if sure else "why_maybe"),
         )
-    if _training(inp) and resident_fills_card(inp) and inp.finding.kind.startswith(("torch.cuda", "torch.hip")):
-        # (DeepSpeed's CUDA and ROCm builds; an XPU or MPS run has no such offload to turn on)
-        return Remedy(
-            id="training.shard-state",
-            title=remedy_text("training.shard-state", "title_offload"),
-            settings=dict(OFFLOAD_ONE_GPU),
-            fits=None,
-            confidence="low",
-            why=remedy_text("training.shard-state", "why_offload"),
-            tradeoff=remedy_text("training.shard-state", "cost_offload"),
-        )
     return None
 
 
@@ -298,7 +286,7 @@ def shard_state(inp: AdviceInput) -> Remedy | None:
 
     A plain PyTorch program (no product named) gets ZeRO-3 / FSDP only where the log shows several
     GPUs or ranks (:func:`several_gpus`), FSDP in place of DistributedDataParallel where DDP's
-    reducer failed, and on one GPU at most ZeRO-Offload for a run the log shows training."""
+    reducer failed; on one GPU, :func:`zero_offload` instead."""
     if product_of(inp) in (None, "pytorch") and not _is_deepspeed(inp):
         return _unnamed_shard(inp)
     if not _training(inp) or (_is_deepspeed(inp) and product_of(inp) not in SHARD):
@@ -307,6 +295,32 @@ def shard_state(inp: AdviceInput) -> Remedy | None:
         return None  # a named training program's activations have its batch and checkpointing knobs
     placing = inp.finding.cause is not None and inp.finding.cause.id == "placement"
     return knob_remedy("training.shard-state", SHARD, inp, "why_placement" if placing else "why")
+
+
+@remedy("training.zero-offload")
+def zero_offload(inp: AdviceInput) -> Remedy | None:
+    """ZeRO-Offload for a program the log does not name, on one GPU (or one the log does not count):
+    sharding divides nothing there, moving the optimizer states to host memory does."""
+    if product_of(inp) not in (None, "pytorch") or _is_deepspeed(inp) or several_gpus(inp):
+        return None
+    sure = _training(inp)
+    if (
+        (sure or _maybe_training(inp))
+        and resident_fills_card(inp)
+        and inp.finding.kind.startswith(("torch.cuda", "torch.hip"))
+    ):
+        # (DeepSpeed's CUDA and ROCm builds; an XPU or MPS run has no such offload to turn on).
+        # ZeRO-Offload was built for one GPU (deepspeed's "ZeRO-Offload" tutorial trains on a single
+        # V100), so a bare message that may be training gets it too, titled "if this is training"
+        return Remedy(
+            id="training.zero-offload",
+            title=remedy_text("training.zero-offload", "title" if sure else "title_maybe"),
+            settings=dict(OFFLOAD_ONE_GPU),
+            fits=None,
+            confidence="low",
+            why=remedy_text("training.zero-offload", "why"),
+        )
+    return None
 
 
 @remedy("training.lora")
