@@ -99,11 +99,14 @@ def test_without_a_stated_batch_no_batch_value_is_invented() -> None:
     assert "ggml.n-batch-pool" not in remedy_ids(f)
 
 
-def test_llama_cpp_python_gets_its_own_keyword_for_the_kv_cache_type() -> None:
-    """other-002 (llama-cpp-python): type_k/type_v take ggml_type numbers, q8_0 is 8 (ggml.h)."""
+def test_llama_cpp_python_gets_its_own_keyword_for_flash_attention() -> None:
+    """other-002 (llama-cpp-python): a compute buffer failed with flash attention not shown on, so
+    Llama(flash_attn=True) is offered, and no q8_0 KV cache (type_k/type_v): it does not shrink that
+    buffer, and the flash attention it needs does by itself."""
     f = only_error(diagnose("llamacpp/other-002.log"))
-    kv = remedy(f, "ggml.kv-cache-type")
-    assert (kv.flags, kv.settings) == ({}, {"type_k": "8", "type_v": "8", "flash_attn": "True"})
+    fa = remedy(f, "ggml.flash-attn")
+    assert (fa.flags, fa.settings) == ({}, {"flash_attn": "True"})
+    assert "ggml.kv-cache-type" not in remedy_ids(f)
 
 
 _KV_FULL = (
@@ -178,12 +181,31 @@ def test_a_kv_cache_in_host_memory_gets_no_kv_type_for_a_gpu_buffer() -> None:
     assert "ggml.kv-cache-type" not in remedy_ids(f)
 
 
-def test_a_large_gpu_kv_cache_still_gets_the_kv_type() -> None:
+def test_a_large_gpu_kv_cache_still_gets_the_kv_type_with_flash_attention_on() -> None:
+    """Flash attention on: the compute buffer no longer holds the attention scores, and the KV
+    cache q8_0 gives back makes room for it."""
+    f = only_error(diagnose_text(
+        "llama_new_context_with_model: n_ctx      = 65536\n"
+        "llama_new_context_with_model: flash_attn = 1\n"
+        "llama_kv_cache_init:      CUDA0 KV buffer size =  8192.00 MiB\n" + _COMPUTE_2_5G
+    ))
+    assert remedy(f, "ggml.kv-cache-type").saves_bytes == 4026531840  # 8 GiB x (1 - 8.5/16)
+    assert "ggml.flash-attn" not in remedy_ids(f)
+
+
+def test_a_compute_buffer_without_flash_attention_gets_flash_attention_not_the_kv_type() -> None:
+    """The same failure with flash attention not shown on: the buffer is the attention scratch
+    (n_ctx × n_ubatch per head); q8_0 does not shrink it. At 65536 tokens the context leads, sized
+    by the KV cache it frees (flash attention state unknown: the buffer counted as fixed):
+    8 GiB / 65536 = 128 KiB per token, ⌈2560 MiB / 128 KiB⌉ = 20480 tokens fewer → 45056."""
     f = only_error(diagnose_text(
         "llama_new_context_with_model: n_ctx      = 65536\n"
         "llama_kv_cache_init:      CUDA0 KV buffer size =  8192.00 MiB\n" + _COMPUTE_2_5G
     ))
-    assert remedy(f, "ggml.kv-cache-type").saves_bytes == 4026531840  # 8 GiB x (1 - 8.5/16)
+    assert "ggml.kv-cache-type" not in remedy_ids(f)
+    assert [(r.id, r.flags) for r in f.remedies[:3]] == [
+        ("ggml.ctx-size", {"-c": "45056"}), ("ggml.flash-attn", {"-fa": "on"}), ("ggml.ubatch-size", {"-ub": "256", "-b": "256"}),
+    ]
 
 
 def test_no_utilization_step_for_a_shortfall_no_gpu_could_give_back() -> None:

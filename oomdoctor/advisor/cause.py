@@ -356,6 +356,63 @@ def ggml_compute_buffer(finding: Finding) -> bool:
     return "kv cache" not in text and ("gallocr" in text or "compute" in text or "graph_reserve" in text)
 
 
+def ggml_kv_update(finding: Finding) -> bool:
+    """The failing ggml compute buffer is the KV cache's update graph (K-shift or defragmentation):
+    llama_kv_cache_update_impl's "failed to allocate compute buffers" (b4xxx), llama_kv_self_update,
+    or "failed to allocate compute graph for K-shift" (src/llama-kv-cache.cpp, b5640 to b7698 as bundled in
+    node-llama-cpp 3.10.0 to 3.15.0)."""
+    text = finding.message.lower()
+    return "kv_cache_update" in text or "kv_self_update" in text or "for k-shift" in text
+
+
+#: from this many tokens a context is "long": llama.cpp's full training context of a modern model
+#: (32768 and up), against the 4096 tokens its -c defaulted to up to b7347
+LONG_CTX = 32768
+
+
+def ggml_fa_on(context: Context) -> bool:
+    """The log shows flash attention on (``flash_attn = 1``/``true``, or ``auto`` resolved to enabled)."""
+    return str(context.extra.get("llama_flash_attn") or "").lower() in ("1", "true", "on", "enabled", "yes")
+
+
+def ggml_fa_off(context: Context) -> bool:
+    """The log shows flash attention off (``flash_attn = 0``/``false``/``disabled``, or ``auto``
+    resolved to disabled); unknown (no line, ``auto`` unresolved) is neither on nor off."""
+    return str(context.extra.get("llama_flash_attn") or "").lower() in ("0", "false", "off", "disabled", "no")
+
+
+def ggml_ctx_is_train(context: Context) -> int | None:
+    """n_ctx when it equals the model's training context (print_info's ``n_ctx_train``) and is long
+    (LONG_CTX and up): what llama.cpp creates for ``-c 0`` / ``n_ctx=0`` in any build
+    (src/llama-context.cpp), and when -c is not given in builds from b7698 (common/common.h
+    ``n_ctx = 0; // context size, 0 == context the model was trained with``; still ``4096`` at
+    b7347: the releases bundled in node-llama-cpp 3.15.0 and 3.14.5)."""
+    n_ctx, train = context.max_model_len, context.extra.get("llama_n_ctx_train")
+    return n_ctx if isinstance(n_ctx, int) and n_ctx == train and n_ctx >= LONG_CTX else None
+
+
+def _ggml_attention(finding: Finding, context: Context, req: int | None) -> dict[str, Any]:
+    """llama.cpp's compute buffer that failed (not ollama's, whose context is num_ctx): without
+    flash attention it holds the attention scores of n_ctx × n_ubatch per head, so it grows with the
+    context (``attn_buffer``, ``attn_ctx``); the context, when it is the model's whole training
+    context (``train_ctx``)."""
+    engine = engine_for(finding, context)
+    none = {"attn_buffer": None, "attn_ctx": None, "train_ctx": None, "attn_ubatch": None, "kv_shift": None}
+    if engine not in ("llama.cpp", "ggml") or not ggml_compute_buffer(finding) or req is None \
+            or finding.phase == "weights-load":
+        return none
+    if ggml_kv_update(finding):
+        return {**none, "kv_shift": req}
+    fa = ggml_fa_on(context)
+    return {
+        "kv_shift": None,
+        "attn_buffer": None if fa else req,
+        "attn_ctx": None if fa else context.max_model_len,
+        "attn_ubatch": context.extra.get("llama_n_ubatch"),
+        "train_ctx": ggml_ctx_is_train(context),
+    }
+
+
 def _tf_initializer(message: str) -> str | None:
     m = _TF_INITIALIZER.search(message)
     return m.group(1) if m else None
@@ -458,6 +515,7 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "xla_small": req if (finding.kind.startswith("xla.") and req is not None and req < XLA_SMALL_REQUEST) else None,
         "kv_alloc": req if finding.phase == "kv-cache-alloc" and finding.kind.startswith("torch.") else None,
         "n_ctx": context.max_model_len if engine_for(finding, context) in ("llama.cpp", "ggml", "ollama") else None,
+        **_ggml_attention(finding, context, req),
         # llama.cpp's pipeline parallelism: its copies, and the device whose buffer failed
         "pp_copies": context.extra.get("llama_n_copies"),
         "pp_device": fig.get("buffer_type") if finding.kind.startswith("ggml.") else None,

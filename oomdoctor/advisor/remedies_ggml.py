@@ -8,9 +8,9 @@ never gets a llama.cpp flag, since ollama starts its runner itself.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
-from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, setting
+from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, product_of, setting
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.unsized import unsized_remedy
@@ -83,6 +83,17 @@ def _compute_buffer(inp: AdviceInput) -> bool:
     from oomdoctor.advisor.cause import ggml_compute_buffer
 
     return ggml_compute_buffer(inp.finding)
+
+
+def _kv_update(inp: AdviceInput) -> bool:
+    """The failing compute buffer is the KV cache's own update graph (the K-shift of a context shift,
+    or defragmentation), not a batch's: llama.cpp's llama_kv_cache_update_impl ("failed to allocate
+    compute buffers", b4xxx) and llama_kv_cache::update ("failed to allocate compute graph for
+    K-shift", b5640 to b7698, node-llama-cpp 3.10.0 to 3.15.0). That graph rotates the whole cache,
+    n_ctx tokens, whatever the batch."""
+    from oomdoctor.advisor.cause import ggml_kv_update
+
+    return ggml_kv_update(inp.finding)
 
 
 def _kv_failure(inp: AdviceInput) -> bool:
@@ -293,6 +304,7 @@ class CtxPlan(NamedTuple):
     per_token: float | None  #: kv / n_ctx
     cut: int | None  #: tokens fewer that free the failed request (why_cut)
     saves: int | None
+    room: int | None = None  #: free memory at load less the weights on the failing GPU (why_attn_free)
 
 
 def _ctx_plan(inp: AdviceInput, n_ctx: int, half: int) -> CtxPlan:
@@ -310,6 +322,9 @@ def _ctx_plan(inp: AdviceInput, n_ctx: int, half: int) -> CtxPlan:
         per = req / n_ctx
         return CtxPlan(half, "why_alloc", int(req), per, None, int(req - half * per))
     kv = _gpu_kv(inp)
+    attn = _attn_ctx_plan(inp, n_ctx, kv, as_int(req))
+    if attn is not None:
+        return attn
     same_gpu = str(inp.context.extra.get("llama_kv_buffer_type") or "") == str(inp.fig("buffer_type") or "") \
         or _failing_device(inp) in _by_device(inp, "llama_kv_bytes")
     if kv and req and same_gpu:
@@ -319,6 +334,51 @@ def _ctx_plan(inp: AdviceInput, n_ctx: int, half: int) -> CtxPlan:
         if total >= CTX_STEP:
             return CtxPlan(total, "why_cut", int(kv), per, cut, int((n_ctx - total) * per))
     return CtxPlan(half, "why_kv" if kv else "why", kv, None, None, kv // 2 if kv else None)
+
+
+def _attn_scales(inp: AdviceInput) -> bool:
+    """A compute buffer failed without flash attention: it holds n_ctx × n_ubatch attention scores
+    per head, so it grows with the context like the KV cache does."""
+    from oomdoctor.advisor.cause import ggml_fa_on
+
+    return _compute_buffer(inp) and not ggml_fa_on(inp.context)
+
+
+def _free_for_layers(inp: AdviceInput) -> int | None:
+    """Free memory at load on the failing GPU less its weights (llama.cpp's "MiB free" and "model
+    buffer size" lines): what its KV cache and compute buffers had; None unless the log shows both."""
+    dev = _failing_device(inp)
+    free, model = _by_device(inp, "llama_free_bytes"), _by_device(inp, "llama_model_bytes")
+    if dev is not None and dev in free and dev in model:
+        return free[dev] - model[dev]
+    if len(free) == 1 and len(model) == 1 and set(free) == set(model):
+        (d,) = free
+        return free[d] - model[d]
+    return None
+
+
+def _attn_ctx_plan(inp: AdviceInput, n_ctx: int, kv: int | None, req: int | None) -> CtxPlan | None:
+    """The context at which a compute buffer that grows with it fits (no flash attention): both the
+    KV cache (kv) and the compute buffer (the failed request) are linear in n_ctx, so at n tokens they
+    take (kv + req) × n / n_ctx. Named formula: with the GPU's free memory at load less its weights
+    (room), n = n_ctx × (room − 1 GiB headroom) / (kv + req); without it, the tokens whose KV cache
+    pays for the shorter context's compute buffer, n = n_ctx × kv / (kv + req) (nothing else free).
+    Rounded down to 256; None when the log lacks the figures or the result is no context at all,
+    and unless the log shows flash attention off (with it on the compute buffer barely grows with
+    the context, and the KV cache alone must make room for it: _ctx_plan's why_cut)."""
+    from oomdoctor.advisor.cause import ggml_fa_off
+
+    if not req or not kv or not _compute_buffer(inp) or not ggml_fa_off(inp.context):
+        return None
+    room = _free_for_layers(inp)
+    if room is not None and room - GGML_HEADROOM_BYTES < kv + req:
+        tokens, key = n_ctx * (room - GGML_HEADROOM_BYTES) / (kv + req), "why_attn_free"
+    else:
+        tokens, key = n_ctx * kv / (kv + req), "why_attn"
+    total = round_down(int(tokens), CTX_STEP)
+    if total < CTX_STEP or total >= n_ctx:
+        return None
+    return CtxPlan(total, key, int(kv), (kv + req) / n_ctx, None, int((n_ctx - total) * (kv + req) / n_ctx), room)
 
 
 #: llama.cpp server's messages when a request's tokens find no free cell in the KV cache: the
@@ -332,7 +392,7 @@ def ctx_size(inp: AdviceInput) -> Remedy | None:
         return None
     v = _ctx_value(inp)
     if v is None:
-        return None
+        return _ctx_unsized(inp)
     n_ctx, half = v
     plan = _ctx_plan(inp, n_ctx, half)
     value = plan.total
@@ -341,14 +401,53 @@ def ctx_size(inp: AdviceInput) -> Remedy | None:
         title=remedy_text("ggml.ctx-size", "title" if value == half else "title_cut", tokens=value),
         flags={"-c": str(value)},
         saves_bytes=plan.saves,
-        fits=None,
-        confidence="medium",
-        why=remedy_text(
-            "ggml.ctx-size", plan.key, n_ctx=n_ctx, kv=plan.kv, per_token=plan.per_token, cut=plan.cut,
-            request=inp.fig("requested_bytes") or inp.fig("buffer_bytes"), tokens=value,
-        ),
+        # sized from the GPU's free memory with headroom: fits (as far as the buffer is linear in n_ctx)
+        fits=True if plan.key == "why_attn_free" else None,
+        confidence=_ctx_confidence(inp, n_ctx),
+        why=_ctx_why(inp, plan, n_ctx),
         tradeoff=remedy_text("ggml.ctx-size", "cost", value=value),
     )
+
+
+def _ctx_unsized(inp: AdviceInput) -> Remedy | None:
+    """A compute buffer that grows with the context (no flash attention, or the K-shift graph)
+    failed and the log does not show n_ctx: the context is still a lever, named without a value
+    (its ``title_bare`` wording), at low confidence, after the knobs the log can size."""
+    if inp.finding.phase == "weights-load" or not (_attn_scales(inp) or _kv_update(inp)) \
+            or as_int(setting(inp, "ctx_size")) or _command_value(inp, ("-c", "--ctx-size")) is not None:
+        return None
+    if _kv_update(inp):
+        return unsized_remedy("ggml.ctx-size", "bare")
+    # Python bindings take the context as the n_ctx keyword (Llama(n_ctx=...), LlamaCpp(n_ctx=...))
+    python = product_of(inp) in ("llama-cpp-python", "langchain-llamacpp")
+    return unsized_remedy("ggml.ctx-size", "attn_bare_py" if python else "attn_bare")
+
+
+def _ctx_why(inp: AdviceInput, plan: CtxPlan, n_ctx: int) -> str:
+    from oomdoctor.advisor.cause import ggml_ctx_is_train
+
+    why = remedy_text(
+        "ggml.ctx-size", plan.key, n_ctx=n_ctx, kv=plan.kv, per_token=plan.per_token, cut=plan.cut,
+        request=inp.fig("requested_bytes") or inp.fig("buffer_bytes"), tokens=plan.total,
+        headroom=GGML_HEADROOM_BYTES, room=plan.room,
+    )
+    train = ggml_ctx_is_train(inp.context) if _is_llamacpp(inp) else None
+    if not train:
+        return why
+    key = "why_train_py" if product_of(inp) in ("llama-cpp-python", "langchain-llamacpp") else "why_train"
+    return join_sentences([why, remedy_text("ggml.ctx-size", key, n_ctx=train)])
+
+
+def _ctx_confidence(inp: AdviceInput, n_ctx: int) -> Literal["medium", "low"]:
+    """A compute buffer that failed at a short context (below LONG_CTX) without flash attention is
+    not the context's doing first: flash attention and the batch come before a shorter context."""
+    from oomdoctor.advisor.cause import LONG_CTX
+
+    return "low" if _attn_scales(inp) and n_ctx < LONG_CTX else "medium"
+
+
+#: the plans whose context is computed from the log's figures (not halved)
+_COMPUTED_PLANS = ("why_cut", "why_attn", "why_attn_free")
 
 
 @remedy("ollama.num-ctx")
@@ -366,14 +465,14 @@ def num_ctx(inp: AdviceInput) -> Remedy | None:
     value = round_down(plan.total // parallel, CTX_STEP)
     if value < CTX_STEP:
         return None
-    computed = plan.key == "why_cut"
+    computed = plan.key in _COMPUTED_PLANS
     return Remedy(
         id="ollama.num-ctx",
         title=remedy_text("ollama.num-ctx", "title_cut" if computed else "title", tokens=value),
         settings={"num_ctx": str(value)},
         saves_bytes=plan.saves,
         fits=None,
-        confidence="medium",
+        confidence=_ctx_confidence(inp, n_ctx),
         why=join_sentences(t for t in (
             remedy_text(
                 "ollama.num-ctx", "why_parallel" if parallel > 1 else "why", n_ctx=n_ctx, parallel=parallel, per_slot=per_slot
@@ -381,7 +480,8 @@ def num_ctx(inp: AdviceInput) -> Remedy | None:
             remedy_text(
                 "ggml.ctx-size", plan.key, n_ctx=n_ctx, kv=plan.kv, per_token=plan.per_token, cut=plan.cut,
                 request=inp.fig("requested_bytes") or inp.fig("buffer_bytes"), tokens=plan.total,
-            ) if plan.key in ("why_alloc", "why_cut") else "",
+                headroom=GGML_HEADROOM_BYTES, room=plan.room,
+            ) if plan.key in ("why_alloc", *_COMPUTED_PLANS) else "",
         ) if t),
         tradeoff=remedy_text("ollama.num-ctx", "cost", value=value),
     )
@@ -422,9 +522,12 @@ NEGLIGIBLE_SHARE = 0.1
 
 
 def _kv_type_pointless(inp: AdviceInput) -> bool:
-    """A smaller KV type cannot answer this failure: the log puts the cache in host memory (a GPU
-    allocation failed), or the cache is so small that q8_0 saves under a tenth of the failed request."""
-    if _kv_on_host(inp):
+    """A smaller KV type cannot answer this failure: a compute buffer failed while the log does not
+    show flash attention on (a quantized cache does not shrink that buffer, and the flash attention
+    a quantized V cache needs shrinks it by itself: ggml.flash-attn, with no quality cost), the log
+    puts the cache in host memory (a GPU allocation failed), or the cache is so small that q8_0
+    saves under a tenth of the failed request."""
+    if _kv_on_host(inp) or _attn_scales(inp):
         return True
     kv, req = _gpu_kv(inp), _failed_request(inp)
     return bool(kv and req and kv * (1 - Q8_0_RATIO) < NEGLIGIBLE_SHARE * req)
@@ -472,21 +575,22 @@ def _fa_on(inp: AdviceInput) -> bool:
 
 @remedy("ggml.flash-attn")
 def flash_attn(inp: AdviceInput) -> Remedy | None:
-    if not _is_llamacpp(inp) or _fa_on(inp) or not _attention_phase(inp):
-        return None
+    if not _is_llamacpp(inp) or _fa_on(inp) or not _attention_phase(inp) or _kv_update(inp) \
+            or inp.finding.rule == "ggml.context-pool-exhausted":
+        return None  # (GGML-era ggml's fixed context pool: those builds had no flash attention)
     return Remedy(
         id="ggml.flash-attn",
         title=remedy_text("ggml.flash-attn", "title"),
         flags={"-fa": _fa_flag_value(inp)},
         fits=None,
-        confidence="medium",
+        confidence="low" if _ubatch_raised(inp) else "medium",
         why=remedy_text("ggml.flash-attn", "why"),
     )
 
 
 @remedy("ollama.flash-attention")
 def ollama_flash_attention(inp: AdviceInput) -> Remedy | None:
-    if not _is_ollama(inp) or _fa_on(inp) or not _attention_phase(inp):
+    if not _is_ollama(inp) or _fa_on(inp) or not _attention_phase(inp) or _kv_update(inp):
         return None
     return Remedy(
         id="ollama.flash-attention",
@@ -504,7 +608,7 @@ LLAMACPP_DEFAULT_UBATCH = 512
 
 @remedy("ggml.ubatch-size")
 def ubatch_size(inp: AdviceInput) -> Remedy | None:
-    if not _is_llamacpp(inp) or not _batch_phase(inp):
+    if not _is_llamacpp(inp) or not _batch_phase(inp) or _kv_update(inp):
         return None
     if inp.finding.rule == "ggml.context-pool-exhausted" and n_batch_pool(inp) is not None:
         # GGML-era ggml's fixed context pool (no -ub before 2024) overflowed by a stated batch
@@ -530,7 +634,7 @@ def ubatch_size(inp: AdviceInput) -> Remedy | None:
 @remedy("ollama.num-batch")
 def ollama_num_batch(inp: AdviceInput) -> Remedy | None:
     """ollama's counterpart of -ub/-b: the runner's batch (num_batch, default 512) sizes the compute buffer."""
-    if not _is_ollama(inp) or not _batch_phase(inp):
+    if not _is_ollama(inp) or not _batch_phase(inp) or _kv_update(inp):
         return None
     stated = as_int(setting(inp, "ollama_num_batch", "batch_size"))
     cur = stated or OLLAMA_NUM_BATCH
@@ -588,6 +692,24 @@ def n_batch_pool(inp: AdviceInput) -> Remedy | None:
     )
 
 
+@remedy("ggml.no-context-shift")
+def no_context_shift(inp: AdviceInput) -> Remedy | None:
+    """The K-shift graph of a context shift failed (llama.cpp's server shifting a full context
+    instead of stopping): ``--no-context-shift`` (a switch in every sampled build, b3889 to b10361;
+    context shift is off by default from a build between b6122 and b6301, which adds
+    ``--context-shift``) stops the server from shifting, so the graph is never built."""
+    if not _is_llamacpp(inp) or not _kv_update(inp):
+        return None
+    return Remedy(
+        id="ggml.no-context-shift",
+        title=remedy_text("ggml.no-context-shift", "title"),
+        flags={"--no-context-shift": ""},
+        fits=None,
+        confidence="medium",
+        why=remedy_text("ggml.no-context-shift", "why"),
+    )
+
+
 @remedy("ggml.ctx-size.raise")
 def ctx_size_raise(inp: AdviceInput) -> Remedy | None:
     """llama.cpp's server found no free space in its KV cache for a request: the context it was
@@ -606,6 +728,13 @@ def ctx_size_raise(inp: AdviceInput) -> Remedy | None:
         confidence="medium",
         why=remedy_text("ggml.ctx-size.raise", "why", n_ctx=n_ctx, tokens=value),
     )
+
+
+def _ubatch_raised(inp: AdviceInput) -> bool:
+    """The log states a physical batch above llama.cpp's default: every part of the compute buffer
+    grows with it, so halving it comes before flash attention (which drops only the attention scores)."""
+    stated = as_int(setting(inp, "llama_n_ubatch", "ubatch_size")) or as_int(_command_value(inp, ("-ub", "--ubatch-size")))
+    return bool(stated and stated > LLAMACPP_DEFAULT_UBATCH)
 
 
 def _ubatch_now(inp: AdviceInput) -> int:
