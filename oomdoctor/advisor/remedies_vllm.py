@@ -38,6 +38,7 @@ from oomdoctor.advisor.values import (
     round_down,
 )
 from oomdoctor.advisor.vllm_budget import is_v0
+from oomdoctor.advisor.vllm_weights_budget import weights_over_budget
 from oomdoctor.i18n import _, join_sentences
 from oomdoctor.report import Remedy
 from oomdoctor.units import format_size
@@ -115,6 +116,8 @@ def kv_capacity_tokens(inp: AdviceInput) -> tuple[int, str, str] | None:
 def shortage_is_lower_bound(inp: AdviceInput) -> bool:
     """True when :func:`shortage` only knows part of the need (no blocks, one request's KV unknown)."""
     f = get_facts(inp)
+    if weights_over_budget(inp.finding, inp.context) is not None:
+        return True  # the weights after the failing one are not counted
     return inp.finding.kind == "vllm.kv-cache.no-blocks" and not (f.bytes_per_token and f.max_model_len)
 
 
@@ -155,6 +158,14 @@ def shortage(inp: AdviceInput) -> tuple[int, str] | None:
             length = f.max_model_len.value  # type: ignore[union-attr]
             return miss, remedy_text(_KV, "basis_budget_one", kv=int(kv), length=length, one=one)
         return miss, remedy_text(_KV, "basis_budget", kv=int(kv))
+    building = weights_over_budget(inp.finding, inp.context)
+    if building is not None:
+        # the weights being created already exceed the budget: what must leave the GPU is the excess
+        # over it, not the request's excess over the free memory (vllm_weights_budget.py)
+        return building.over, remedy_text(
+            _KV, "basis_building", built=building.built, request=building.request, budget=building.budget,
+            util=f"{building.utilization:.2f}", total=building.total,
+        )
     desired, free = inp.fig("desired_bytes"), inp.fig("free_bytes")
     if desired and free is not None:
         return int(desired - free), remedy_text(_KV, "basis_desired", desired=desired, free=free)
@@ -885,6 +896,10 @@ def tensor_parallel(inp: AdviceInput) -> Remedy | None:
     g = _gpus(inp)
     f = get_facts(inp)
     cause = inp.finding.cause.id if inp.finding.cause else None
+    building = weights_over_budget(inp.finding, inp.context)
+    if g is None and building is not None:
+        # weights over the budget with the GPU count unknown: the knob in words, no count to act on
+        return unsized_remedy("vllm.tensor-parallel-size", "building", budget=building.budget)
     assumed = g is None and cause == "weights-exceed-device"
     if assumed:
         g = (ASSUMED_MAX_GPUS, "not in the log: the smallest count that fits, if you have that many")
@@ -1044,12 +1059,17 @@ def quantization_4bit(inp: AdviceInput) -> Remedy | None:
     geo: ModelGeometry | None = f.geometry.value if f.geometry else None
     if geo is not None and geo.weight_bytes_per_param:
         return None
+    building = weights_over_budget(inp.finding, inp.context)
     if geo is not None and geo.params:
         params = geo.params * 1e9 / (f.tp * f.pp)
         src = f.geometry.source  # type: ignore[union-attr]
     elif f.weights is not None and not inp.context.quantization:
         params = f.weights.value / 2  # assumes a bf16/fp16 checkpoint: 2 bytes per parameter
         src = f.weights.source + " (weights ÷ 2 bytes, assuming a 16-bit checkpoint)"
+    elif building is not None and not inp.context.quantization:
+        # the model being created: at least what PyTorch holds plus the failing request
+        params = (building.built + building.request) / 2
+        src = "message (allocated + requested ÷ 2 bytes, at least, assuming a 16-bit checkpoint)"
     else:
         return None
     now = f.weights.value if f.weights else int(params * 2)
@@ -1067,7 +1087,8 @@ def quantization_4bit(inp: AdviceInput) -> Remedy | None:
         fits=fits,
         confidence="medium",
         why=remedy_text(
-            "vllm.quantization-4bit", "why", per_param=FOUR_BIT_BYTES_PER_PARAM, params=f"{params / 1e9:.2f}", after=after, now=now
+            "vllm.quantization-4bit", "why_at_least" if (building is not None and geo is None and f.weights is None) else "why",
+            per_param=FOUR_BIT_BYTES_PER_PARAM, params=f"{params / 1e9:.2f}", after=after, now=now,
         ),
         sources={"parameters": src, **f.sources("weights")},
     )
