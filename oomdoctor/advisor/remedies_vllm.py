@@ -363,6 +363,14 @@ TAKEN_SHARE = 0.2
 UTILIZATION_STEP = 0.05
 
 
+def _negative_kv_budget(inp: AdviceInput) -> bool:
+    """vLLM's "no cache blocks" with the KV budget the log states at or below zero ("Available KV
+    cache memory: -2.77 GiB"): what a raise must give back is known, the deficit plus one request."""
+    avail = inp.fig("kv_cache_available_bytes")
+    kv = avail if avail is not None else inp.context.kv_cache_bytes
+    return inp.finding.kind == "vllm.kv-cache.no-blocks" and kv is not None and kv <= 0
+
+
 @remedy(_RAISE)
 def raise_utilization(inp: AdviceInput) -> Remedy | None:
     """vLLM's own advice ("Try increasing gpu_memory_utilization") when the log shows no shortfall.
@@ -397,6 +405,23 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
 
         if short[0] > (target - util) * max(g.memory_bytes for g in gpus()):
             return None
+    blind = _negative_kv_budget(inp) and short is not None and short[0] > 0 and gain is None
+    if blind:
+        # a stated KV budget at or below zero and no total: the step gives back (target − util) ×
+        # total, enough only on a GPU of missing / (target − util) or more; not known to be enough
+        assert short is not None
+        return Remedy(
+            id=_RAISE,
+            title=remedy_text(_RAISE, "title", fraction=fmt_fraction(target)),
+            flags={"--gpu-memory-utilization": fmt_fraction(target)},
+            fits=False,
+            confidence="low",
+            why=remedy_text(
+                _RAISE, "why_blind", missing=short[0], basis=short[1], util=fmt_fraction(util),
+                target=fmt_fraction(target), min_total=-(-short[0] * 100 // round((target - util) * 100)),
+            ),
+            sources=f.sources("utilization", "free", "total"),
+        )
     unknown = (
         remedy_text(_RAISE, "missing_no_total", missing=short[0])
         if short and short[0] > 0 else remedy_text(_RAISE, "missing_unknown")
