@@ -422,9 +422,12 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
             ),
             sources=f.sources("utilization", "free", "total"),
         )
+    tokens, max_len = as_int(inp.fig("kv_cache_tokens")), as_int(inp.fig("max_seq_len"))
     unknown = (
-        remedy_text(_RAISE, "missing_no_total", missing=short[0])
-        if short and short[0] > 0 else remedy_text(_RAISE, "missing_unknown")
+        remedy_text(_RAISE, "missing_no_total", missing=short[0]) if short and short[0] > 0
+        # the message gives the tokens: what is missing is known in tokens, not in bytes
+        else remedy_text(_RAISE, "missing_tokens", short=max_len - tokens, max_len=max_len, tokens=tokens)
+        if (tokens and max_len and max_len > tokens) else remedy_text(_RAISE, "missing_unknown")
     )
     # the profiler reserved a stated CUDA-graph estimate: when the raise gives back less than that
     # ((target - util) x total, or an unknown amount), the estimate is the budget's real sink
@@ -839,6 +842,82 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
         confidence="medium",
         why=why,
         sources={"max_num_batched_tokens": "context", **f.sources("activation")},
+    )
+
+
+#: V0's max_num_batched_tokens with chunked prefill on and none given: 2048 from 0.6.0, 512 before
+#: (config.py SchedulerConfig, 0.5.5 and 0.6.0-0.7.3)
+V0_CHUNKED_BUDGET = 2048
+V0_CHUNKED_BUDGET_BEFORE_0_6 = 512
+#: V0 turns chunked prefill on by itself above this max_model_len (engine/arg_utils.py, 0.5.3-0.7.3)
+V0_LONG_CONTEXT = 32768
+_CHUNKED = "vllm.enable-chunked-prefill"
+#: with the activation peak unknown, chunked prefill is offered for a profile batch of at least this
+#: many chunks (8192 tokens from 0.6.0): a long --max-model-len, whose profile peak it divides by 4+
+LONG_PROFILE_FACTOR = 4
+
+
+def _v0_chunked_prefill(inp: AdviceInput, length: int) -> bool | None:
+    """Whether V0 runs this log with chunked prefill: the launch args' or engine config's word, else a
+    budget below the length (V0 without chunked prefill refuses one, SchedulerConfig._verify_args), else
+    None (not shown)."""
+    for name in ("enable_chunked_prefill", "chunked_prefill_enabled"):
+        v = str(inp.context.launch_args.get(name, "")).strip().lower()
+        if v in ("true", "1"):
+            return True
+        if v in ("false", "0"):
+            return False
+    cur = inp.context.max_num_batched_tokens
+    if cur and cur < length:
+        return True
+    return None
+
+
+@remedy(_CHUNKED)
+def enable_chunked_prefill(inp: AdviceInput) -> Remedy | None:
+    """V0 without chunked prefill profiles max(max_model_len, 2048) tokens (config.py SchedulerConfig
+    __post_init__, vllm 0.6.6 and 0.7.3): a long --max-model-len inflates the profile's activation peak,
+    which the budget pays before the KV cache. --enable-chunked-prefill, with its default budget for the
+    release (2048 tokens; 512 before 0.6.0), profiles that many instead. For the profile run's own
+    failure or a KV cache sized after it ("no cache blocks", "max seq len is larger than ...")."""
+    if not is_vllm(inp) or not v0_engine(inp):
+        return None
+    kind, phase = inp.finding.kind, inp.finding.phase
+    if not (kind in ("vllm.kv-cache.max-len-exceeds", "vllm.kv-cache.no-blocks") or phase == "profiling"):
+        return None
+    f = get_facts(inp)
+    if not f.max_model_len:
+        return None
+    length = int(f.max_model_len.value)
+    chunk = V0_CHUNKED_BUDGET if (f.version is None or f.version >= (0, 6, 0)) else V0_CHUNKED_BUDGET_BEFORE_0_6
+    profile = max(length, 2048)
+    state = _v0_chunked_prefill(inp, length)
+    if state is None:
+        state = length > V0_LONG_CONTEXT  # V0's own default (its exceptions aside: it then says it is off)
+    cur = inp.context.max_num_batched_tokens
+    if state or profile <= chunk or (cur and cur > profile):
+        return None  # already on, nothing to cut, or a budget the user set (chunked prefill keeps it)
+    act = f.activation.value if f.activation else None
+    if not act and profile < LONG_PROFILE_FACTOR * chunk:
+        return None  # the peak unknown and the profile batch not much larger than the chunk: little to gain
+    why = remedy_text(_CHUNKED, "why", profile=profile, chunk=chunk)
+    saves = fits = None
+    if act:
+        saves = int(act * (profile - chunk) / profile)
+        fits = covers(saves, inp)
+        why += remedy_text(_CHUNKED, "why_peak", peak=act, profile=profile, after=act - saves, saves=saves)
+    short = shortage(inp)
+    if short and short[0] > 0:
+        why += remedy_text(_CHUNKED, "why_missing", missing=short[0], basis=short[1])
+    return Remedy(
+        id=_CHUNKED,
+        title=remedy_text(_CHUNKED, "title", chunk=chunk, profile=profile),
+        flags={"--enable-chunked-prefill": ""},
+        saves_bytes=saves,
+        fits=fits,
+        confidence="medium",
+        why=why,
+        sources={"max_model_len": f.max_model_len.source, **f.sources("activation")},
     )
 
 
