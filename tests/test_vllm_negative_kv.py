@@ -72,3 +72,29 @@ def test_no_figure_keeps_the_messages_advice_first() -> None:
     )
     r = _raise(f)
     assert r.fits is None and f.remedies[0] is r
+
+
+def _raise_calc(kind: str = "vllm.kv-cache.no-blocks", ctx: dict | None = None, **figures: int):  # type: ignore[no-untyped-def]
+    from oomdoctor.advisor.registry import AdviceInput, calculator
+    from oomdoctor.report import Context, Finding, Location
+
+    finding = Finding(rule="t", kind=kind, engine="vllm", severity="error", phase="kv-cache-alloc", title="t",
+                      message="m", location=Location(line=1, end_line=1), figures=dict(figures))
+    context = Context(engine="vllm", engine_version="0.10.1", **(ctx or {}))
+    return calculator("vllm.gpu-memory-utilization.raise")(AdviceInput(finding, context, {}))
+
+
+def test_blind_raise_boundaries() -> None:
+    llama = {"model": "meta-llama/Llama-3.1-8B", "max_model_len": 8192, "kv_cache_bytes": 5 * 2**30}
+    # a stated budget of 0 is no budget: one 8192-token request (128 KiB a token) = 1 GiB is missing, and
+    # 0.95 − 0.90 covers it only on a GPU of 1 GiB / 0.05 = 20 GiB or more (the message's figure wins
+    # over the context's positive KV size)
+    r = _raise_calc(ctx=llama, kv_cache_available_bytes=0)
+    assert r is not None and r.fits is False and "20.00 GiB or more" in r.why
+    above = _raise_calc(ctx=llama, kv_cache_available_bytes=1)
+    assert above is not None and above.fits is None
+    # only tokens: what is missing is said in tokens
+    tokens = _raise_calc(kind="vllm.kv-cache.max-len-exceeds", kv_cache_tokens=3664, max_seq_len=4096)
+    assert tokens is not None and "lacks 432 tokens (4096 − 3664)" in tokens.why
+    same = _raise_calc(kind="vllm.kv-cache.max-len-exceeds", kv_cache_tokens=4096, max_seq_len=4096)
+    assert same is not None and "The log does not show how much is missing" in same.why

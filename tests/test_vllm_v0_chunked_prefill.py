@@ -66,3 +66,26 @@ def test_only_v0_long_and_off() -> None:
     assert calc(_inp(16384, kind="torch.cuda-oom", phase="profiling")) is not None
     before = calc(_inp(4096, version="0.5.5"))
     assert before is not None and "takes 512 tokens, not 4096" in before.title
+
+
+def _ctx_inp(length: int, version: str = "0.6.6", **ctx: object) -> AdviceInput:
+    inp = _inp(length, version)
+    return AdviceInput(inp.finding, inp.context.model_copy(update=ctx), {})
+
+
+def test_boundaries() -> None:
+    calc = calculator(CHUNKED)
+    # V0 turns it on by itself above 32768 only: 32768 is still off
+    assert calc(_inp(32768)) is not None and calc(_inp(32769)) is None
+    # a budget equal to the length is V0's own default without chunked prefill; one below it means it is on
+    assert calc(_ctx_inp(16384, max_num_batched_tokens=16384)) is not None
+    assert calc(_ctx_inp(16384, max_num_batched_tokens=16383)) is None
+    assert calc(_ctx_inp(16384, max_num_batched_tokens=16385)) is None  # a budget the user set: kept
+    r = calc(_inp(8192, version="0.6.0"))
+    assert r is not None and "takes 2048 tokens, not 8192" in r.title
+    # the peak known: any profile batch above the chunk; the profile is at least 2048 tokens
+    peak = 2 * GiB
+    assert calc(_ctx_inp(2048, activation_peak_bytes=peak)) is None  # 2048 tokens: nothing to cut
+    small = calc(_ctx_inp(1024, version="0.5.5", activation_peak_bytes=peak))
+    assert small is not None and "takes 512 tokens, not 2048" in small.title
+    assert small.saves_bytes == peak * (2048 - 512) // 2048
