@@ -77,7 +77,7 @@ FIXTURE_FINDINGS = _fixture_findings()
 def test_the_fixtures_where_both_apply() -> None:
     assert sorted({name for name, *_ in FIXTURE_FINDINGS}) == [
         "synthetic-cuda-graph-oom", "synthetic-decode-then-cuda-oom", "synthetic-v0-worker-capture-oom",
-        "synthetic-v1-failed-to-load-model", "synthetic-v1-worker-failed-profiling",
+        "synthetic-v1-failed-to-load-model", "synthetic-v1-negative-kv-budget", "synthetic-v1-worker-failed-profiling",
     ]
 
 

@@ -279,7 +279,7 @@ COSTS = {
     # own reserve cost no speed or quality
     "ggml.ubatch-size.pipeline": 1, "ggml.tensor-split": 2, "ollama.gpu-overhead": 2,
     "host.add-swap": 2, "ray.reduce-parallelism": 2, "vllm.gpu-memory-utilization.lower": 2, "vllm.gpu-memory-utilization.raise": 2,
-    "vllm.gpu-memory-utilization.raise-for-kv": 2,
+    "vllm.gpu-memory-utilization.raise-for-kv": 2, "vllm.enable-chunked-prefill": 2,
     "torch.reduce-batch": 3, "training.shard-state": 3, "vllm.cudagraph-capture-size": 3, "vllm.cudagraph-estimate-off": 3,
     "vllm.max-num-batched-tokens": 3, "vllm.max-num-batched-tokens.raise": 3, "vllm.max-num-seqs": 3,
     "vllm.kv-cache-dtype-fp8": 4, "vllm.max-model-len": 4, "weights.offload": 4,

@@ -18,6 +18,7 @@ from oomdoctor.advisor.remedies_tgi import small_warmup_prefill
 from oomdoctor.advisor.sglang_fit import weights_leave_no_room
 from oomdoctor.advisor.siblings import sibling_bytes, sibling_pids
 from oomdoctor.advisor.training_frames import frame_stage, shows_training_state
+from oomdoctor.advisor.vllm_weights_budget import weights_over_budget
 from oomdoctor.i18n import _, join_sentences
 from oomdoctor.report import Account, Cause, Context, Finding
 from oomdoctor.units import format_size
@@ -524,7 +525,18 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         **_sibling_values(finding, context),
         "bogus_pool": req if tf_bogus_pool(finding, context, req) else None,
         "platform_cap": req if finding.rule == "ipex.xpu-allocation-size-cap" else None,
+        **_building_values(finding, context),
     }  # fmt: skip
+
+
+def _building_values(finding: Finding, context: Context) -> dict[str, Any]:
+    """vLLM building its model past its budget (vllm_weights_budget.py): the model built so far, the
+    budget and by how much they exceed it."""
+    over = weights_over_budget(finding, context)
+    if over is None:
+        return {"built": None, "budget": None, "budget_util": None, "budget_total": None, "over": None}
+    return {"built": over.built, "budget": over.budget, "budget_util": f"{over.utilization:.2f}",
+            "budget_total": over.total, "over": over.over}
 
 
 def _retraction(finding: Finding) -> dict[str, Any]:

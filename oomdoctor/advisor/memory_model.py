@@ -321,8 +321,12 @@ def _bytes_per_token(finding: Finding | None, context: Context, f: Facts) -> Val
     bs = f.block_size.value
     if needed and max_len:
         return Value(needed / (ceil_div(int(max_len), bs) * bs), "message")
-    if context.kv_cache_bytes and context.kv_cache_tokens and context.kv_cache_bytes > 0:
-        return Value(context.kv_cache_bytes / context.kv_cache_tokens, "context")
+    # the tokens the KV cache holds: the log's size line, else V0's "# GPU blocks: N" × the block size,
+    # else the message's own count ("... stored in KV cache (21456)", blocks × block size in V0)
+    tokens = context.kv_cache_tokens or (context.num_gpu_blocks * bs if context.num_gpu_blocks else None) or _fig(
+        finding, "kv_cache_tokens")
+    if context.kv_cache_bytes and tokens and context.kv_cache_bytes > 0:
+        return Value(context.kv_cache_bytes / int(tokens), "context")
     if f.geometry is not None:
         geo: ModelGeometry = f.geometry.value
         if not geo.sliding_window_layers:

@@ -38,6 +38,7 @@ from oomdoctor.advisor.values import (
     round_down,
 )
 from oomdoctor.advisor.vllm_budget import is_v0
+from oomdoctor.advisor.vllm_weights_budget import weights_over_budget
 from oomdoctor.i18n import _, join_sentences
 from oomdoctor.report import Remedy
 from oomdoctor.units import format_size
@@ -115,6 +116,8 @@ def kv_capacity_tokens(inp: AdviceInput) -> tuple[int, str, str] | None:
 def shortage_is_lower_bound(inp: AdviceInput) -> bool:
     """True when :func:`shortage` only knows part of the need (no blocks, one request's KV unknown)."""
     f = get_facts(inp)
+    if weights_over_budget(inp.finding, inp.context) is not None:
+        return True  # the weights after the failing one are not counted
     return inp.finding.kind == "vllm.kv-cache.no-blocks" and not (f.bytes_per_token and f.max_model_len)
 
 
@@ -155,6 +158,14 @@ def shortage(inp: AdviceInput) -> tuple[int, str] | None:
             length = f.max_model_len.value  # type: ignore[union-attr]
             return miss, remedy_text(_KV, "basis_budget_one", kv=int(kv), length=length, one=one)
         return miss, remedy_text(_KV, "basis_budget", kv=int(kv))
+    building = weights_over_budget(inp.finding, inp.context)
+    if building is not None:
+        # the weights being created already exceed the budget: what must leave the GPU is the excess
+        # over it, not the request's excess over the free memory (vllm_weights_budget.py)
+        return building.over, remedy_text(
+            _KV, "basis_building", built=building.built, request=building.request, budget=building.budget,
+            util=f"{building.utilization:.2f}", total=building.total,
+        )
     desired, free = inp.fig("desired_bytes"), inp.fig("free_bytes")
     if desired and free is not None:
         return int(desired - free), remedy_text(_KV, "basis_desired", desired=desired, free=free)
@@ -352,6 +363,14 @@ TAKEN_SHARE = 0.2
 UTILIZATION_STEP = 0.05
 
 
+def _negative_kv_budget(inp: AdviceInput) -> bool:
+    """vLLM's "no cache blocks" with the KV budget the log states at or below zero ("Available KV
+    cache memory: -2.77 GiB"): what a raise must give back is known, the deficit plus one request."""
+    avail = inp.fig("kv_cache_available_bytes")
+    kv = avail if avail is not None else inp.context.kv_cache_bytes
+    return inp.finding.kind == "vllm.kv-cache.no-blocks" and kv is not None and kv <= 0
+
+
 @remedy(_RAISE)
 def raise_utilization(inp: AdviceInput) -> Remedy | None:
     """vLLM's own advice ("Try increasing gpu_memory_utilization") when the log shows no shortfall.
@@ -386,9 +405,29 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
 
         if short[0] > (target - util) * max(g.memory_bytes for g in gpus()):
             return None
+    blind = _negative_kv_budget(inp) and short is not None and short[0] > 0 and gain is None
+    if blind:
+        # a stated KV budget at or below zero and no total: the step gives back (target − util) ×
+        # total, enough only on a GPU of missing / (target − util) or more; not known to be enough
+        assert short is not None
+        return Remedy(
+            id=_RAISE,
+            title=remedy_text(_RAISE, "title", fraction=fmt_fraction(target)),
+            flags={"--gpu-memory-utilization": fmt_fraction(target)},
+            fits=False,
+            confidence="low",
+            why=remedy_text(
+                _RAISE, "why_blind", missing=short[0], basis=short[1], util=fmt_fraction(util),
+                target=fmt_fraction(target), min_total=-(-short[0] * 100 // round((target - util) * 100)),
+            ),
+            sources=f.sources("utilization", "free", "total"),
+        )
+    tokens, max_len = as_int(inp.fig("kv_cache_tokens")), as_int(inp.fig("max_seq_len"))
     unknown = (
-        remedy_text(_RAISE, "missing_no_total", missing=short[0])
-        if short and short[0] > 0 else remedy_text(_RAISE, "missing_unknown")
+        remedy_text(_RAISE, "missing_no_total", missing=short[0]) if short and short[0] > 0
+        # the message gives the tokens: what is missing is known in tokens, not in bytes
+        else remedy_text(_RAISE, "missing_tokens", short=max_len - tokens, max_len=max_len, tokens=tokens)
+        if (tokens and max_len and max_len > tokens) else remedy_text(_RAISE, "missing_unknown")
     )
     # the profiler reserved a stated CUDA-graph estimate: when the raise gives back less than that
     # ((target - util) x total, or an unknown amount), the estimate is the budget's real sink
@@ -806,6 +845,82 @@ def max_num_batched_tokens(inp: AdviceInput) -> Remedy | None:
     )
 
 
+#: V0's max_num_batched_tokens with chunked prefill on and none given: 2048 from 0.6.0, 512 before
+#: (config.py SchedulerConfig, 0.5.5 and 0.6.0-0.7.3)
+V0_CHUNKED_BUDGET = 2048
+V0_CHUNKED_BUDGET_BEFORE_0_6 = 512
+#: V0 turns chunked prefill on by itself above this max_model_len (engine/arg_utils.py, 0.5.3-0.7.3)
+V0_LONG_CONTEXT = 32768
+_CHUNKED = "vllm.enable-chunked-prefill"
+#: with the activation peak unknown, chunked prefill is offered for a profile batch of at least this
+#: many chunks (8192 tokens from 0.6.0): a long --max-model-len, whose profile peak it divides by 4+
+LONG_PROFILE_FACTOR = 4
+
+
+def _v0_chunked_prefill(inp: AdviceInput, length: int) -> bool | None:
+    """Whether V0 runs this log with chunked prefill: the launch args' or engine config's word, else a
+    budget below the length (V0 without chunked prefill refuses one, SchedulerConfig._verify_args), else
+    None (not shown)."""
+    for name in ("enable_chunked_prefill", "chunked_prefill_enabled"):
+        v = str(inp.context.launch_args.get(name, "")).strip().lower()
+        if v in ("true", "1"):
+            return True
+        if v in ("false", "0"):
+            return False
+    cur = inp.context.max_num_batched_tokens
+    if cur and cur < length:
+        return True
+    return None
+
+
+@remedy(_CHUNKED)
+def enable_chunked_prefill(inp: AdviceInput) -> Remedy | None:
+    """V0 without chunked prefill profiles max(max_model_len, 2048) tokens (config.py SchedulerConfig
+    __post_init__, vllm 0.6.6 and 0.7.3): a long --max-model-len inflates the profile's activation peak,
+    which the budget pays before the KV cache. --enable-chunked-prefill, with its default budget for the
+    release (2048 tokens; 512 before 0.6.0), profiles that many instead. For the profile run's own
+    failure or a KV cache sized after it ("no cache blocks", "max seq len is larger than ...")."""
+    if not is_vllm(inp) or not v0_engine(inp):
+        return None
+    kind, phase = inp.finding.kind, inp.finding.phase
+    if not (kind in ("vllm.kv-cache.max-len-exceeds", "vllm.kv-cache.no-blocks") or phase == "profiling"):
+        return None
+    f = get_facts(inp)
+    if not f.max_model_len:
+        return None
+    length = int(f.max_model_len.value)
+    chunk = V0_CHUNKED_BUDGET if (f.version is None or f.version >= (0, 6, 0)) else V0_CHUNKED_BUDGET_BEFORE_0_6
+    profile = max(length, 2048)
+    state = _v0_chunked_prefill(inp, length)
+    if state is None:
+        state = length > V0_LONG_CONTEXT  # V0's own default (its exceptions aside: it then says it is off)
+    cur = inp.context.max_num_batched_tokens
+    if state or profile <= chunk or (cur and cur > profile):
+        return None  # already on, nothing to cut, or a budget the user set (chunked prefill keeps it)
+    act = f.activation.value if f.activation else None
+    if not act and profile < LONG_PROFILE_FACTOR * chunk:
+        return None  # the peak unknown and the profile batch not much larger than the chunk: little to gain
+    why = remedy_text(_CHUNKED, "why", profile=profile, chunk=chunk)
+    saves = fits = None
+    if act:
+        saves = int(act * (profile - chunk) / profile)
+        fits = covers(saves, inp)
+        why += remedy_text(_CHUNKED, "why_peak", peak=act, profile=profile, after=act - saves, saves=saves)
+    short = shortage(inp)
+    if short and short[0] > 0:
+        why += remedy_text(_CHUNKED, "why_missing", missing=short[0], basis=short[1])
+    return Remedy(
+        id=_CHUNKED,
+        title=remedy_text(_CHUNKED, "title", chunk=chunk, profile=profile),
+        flags={"--enable-chunked-prefill": ""},
+        saves_bytes=saves,
+        fits=fits,
+        confidence="medium",
+        why=why,
+        sources={"max_model_len": f.max_model_len.source, **f.sources("activation")},
+    )
+
+
 @remedy(_LOWER)
 def lower_utilization(inp: AdviceInput) -> Remedy | None:
     if not is_vllm(inp):
@@ -885,6 +1000,10 @@ def tensor_parallel(inp: AdviceInput) -> Remedy | None:
     g = _gpus(inp)
     f = get_facts(inp)
     cause = inp.finding.cause.id if inp.finding.cause else None
+    building = weights_over_budget(inp.finding, inp.context)
+    if g is None and building is not None:
+        # weights over the budget with the GPU count unknown: the knob in words, no count to act on
+        return unsized_remedy("vllm.tensor-parallel-size", "building", budget=building.budget)
     assumed = g is None and cause == "weights-exceed-device"
     if assumed:
         g = (ASSUMED_MAX_GPUS, "not in the log: the smallest count that fits, if you have that many")
@@ -1044,12 +1163,17 @@ def quantization_4bit(inp: AdviceInput) -> Remedy | None:
     geo: ModelGeometry | None = f.geometry.value if f.geometry else None
     if geo is not None and geo.weight_bytes_per_param:
         return None
+    building = weights_over_budget(inp.finding, inp.context)
     if geo is not None and geo.params:
         params = geo.params * 1e9 / (f.tp * f.pp)
         src = f.geometry.source  # type: ignore[union-attr]
     elif f.weights is not None and not inp.context.quantization:
         params = f.weights.value / 2  # assumes a bf16/fp16 checkpoint: 2 bytes per parameter
         src = f.weights.source + " (weights ÷ 2 bytes, assuming a 16-bit checkpoint)"
+    elif building is not None and not inp.context.quantization:
+        # the model being created: at least what PyTorch holds plus the failing request
+        params = (building.built + building.request) / 2
+        src = "message (allocated + requested ÷ 2 bytes, at least, assuming a 16-bit checkpoint)"
     else:
         return None
     now = f.weights.value if f.weights else int(params * 2)
@@ -1067,7 +1191,8 @@ def quantization_4bit(inp: AdviceInput) -> Remedy | None:
         fits=fits,
         confidence="medium",
         why=remedy_text(
-            "vllm.quantization-4bit", "why", per_param=FOUR_BIT_BYTES_PER_PARAM, params=f"{params / 1e9:.2f}", after=after, now=now
+            "vllm.quantization-4bit", "why_at_least" if (building is not None and geo is None and f.weights is None) else "why",
+            per_param=FOUR_BIT_BYTES_PER_PARAM, params=f"{params / 1e9:.2f}", after=after, now=now,
         ),
         sources={"parameters": src, **f.sources("weights")},
     )

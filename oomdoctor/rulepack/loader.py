@@ -113,6 +113,8 @@ class CompiledPhase:
     #: frames named with their file ("PIECE::NAME" in ``frames``): (path piece, function name)
     file_frames: tuple[tuple[str, str], ...] = ()
     processes: frozenset[str] = frozenset()
+    #: frames that count only in a log of one engine (``engine_frames``): (engine, path piece, name)
+    engine_frames: tuple[tuple[str, str, str], ...] = ()
 
     def merged(self, other: CompiledPhase) -> CompiledPhase:
         """This phase's evidence and ``other``'s (of the same phase), this one's first."""
@@ -123,7 +125,7 @@ class CompiledPhase:
             self.rule, self.frames | other.frames, union(self.paths, other.paths),
             union(self.markers, other.markers), union(self.progress, other.progress),
             union(self.triggers, other.triggers), union(self.file_frames, other.file_frames),
-            self.processes | other.processes,
+            self.processes | other.processes, union(self.engine_frames, other.engine_frames),
         )
 
 
@@ -598,6 +600,11 @@ def load_pack(
                         for piece, _, name in (f.rpartition("::") for f in ph.frames if "::" in f)
                     ),
                     frozenset(ph.processes),
+                    tuple(
+                        (engine, piece.replace("\\", "/"), name)
+                        for engine, frames in ph.engine_frames.items()
+                        for piece, _, name in (f.rpartition("::") for f in frames)
+                    ),
                 )
                 # one table per phase: the generated evidence (rules/phases.generated.toml) and
                 # the hand-written (rules/phases.toml) of a phase are asked together, in the order

@@ -233,6 +233,14 @@ class PhaseRule(_Strict):
         default_factory=list,
         description="Pieces of traceback frames' file paths (a package's directory) that count like frame names.",
     )
+    engine_frames: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description=(
+            "Engine -> 'PIECE::NAME' frames that tell the phase only in a log of that engine (vLLM builds "
+            "its model under `with torch.device(...)`, so torch/utils/_device.py's __torch_function__ is "
+            "model construction there, and any step elsewhere); asked after every phase's own frames."
+        ),
+    )
     markers: list[str] = Field(
         default_factory=list, description="Regexes for lines that name the phase (near the failure)."
     )

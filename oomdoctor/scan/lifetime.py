@@ -34,6 +34,12 @@ class Lifetime(ScanState):
         for ph in self.pack.phases:
             if ph.frames & names or "%" + ph.rule.phase in names:
                 return ph.rule.phase
+        # a frame that tells the phase only in one engine's log ("%phase@engine"), of the log's engine
+        engine = self._collector.engine() if any("@" in n for n in names) else None
+        if engine:
+            for ph in self.pack.phases:
+                if f"%{ph.rule.phase}@{engine}" in names:
+                    return ph.rule.phase
         for ph in self.pack.phases:
             if ph.rule.phase in markers:
                 return ph.rule.phase

@@ -394,8 +394,8 @@ class LineAssembly(ScanState):
 
     def _path_phases(self, path: str, func: str = "") -> tuple[str, ...]:
         """``"%phase"`` for each phase whose packages hold the file at ``path``, or that names
-        ``func`` in that file ("PIECE::NAME" frames) (a traceback repeats its frames: the answers
-        are kept)."""
+        ``func`` in that file ("PIECE::NAME" frames), and ``"%phase@engine"`` for each that names it
+        for one engine only (a traceback repeats its frames: the answers are kept)."""
         key = f"{path}\0{func}"
         phases = self._phases_of_path.get(key)
         if phases is None:
@@ -405,6 +405,10 @@ class LineAssembly(ScanState):
             phases = tuple(
                 "%" + ph.rule.phase for ph in self.pack.phases
                 if any(p in unix for p in ph.paths) or any(f == func and p in unix for p, f in ph.file_frames)
+            ) + tuple(
+                # "%phase@engine": counts only in a log of that engine (Lifetime._phase_for)
+                f"%{ph.rule.phase}@{engine}" for ph in self.pack.phases
+                for engine, p, f in ph.engine_frames if f == func and p in unix
             )
             self._phases_of_path[key] = phases
         return phases
