@@ -630,11 +630,16 @@ def _outside_words(gap: Unaccounted, finding: Finding) -> str:
     return join_sentences(out)
 
 
-def _shortfall_words(finding: Finding, account: Account, text: str) -> str | None:
+#: causes whose summary states a larger gap of its own (the weights above a budget, above the card):
+#: the failing request's few MiB short would read as the whole problem
+_GAP_OF_ITS_OWN = frozenset({"weights-exceed-device"})
+
+
+def _shortfall_words(finding: Finding, account: Account, text: str, cause_id: str) -> str | None:
     """A PyTorch OOM's gap in words, "896.00 MiB requested with 759.38 MiB free: 137.00 MiB short", where
-    the message gives both figures, something was free (else the request is the gap) and the summary
-    does not already state the free figure."""
-    if not pytorch_allocator_oom(finding):
+    the message gives both figures, something was free (else the request is the gap), the summary
+    does not already state the free figure and the cause has no larger gap of its own."""
+    if not pytorch_allocator_oom(finding) or cause_id in _GAP_OF_ITS_OWN:
         return None
     a = account.get
     req, free, short = a("request"), a("free"), a("shortfall")
@@ -649,7 +654,7 @@ def name_cause(finding: Finding, context: Context, account: Account) -> Cause:
     a large share of the card outside PyTorch's allocator is named after the cause's own words."""
     cause_id, names = _pick(finding, context, account)
     text = summary(cause_id, _values(finding, account, context))
-    short = _shortfall_words(finding, account, text)
+    short = _shortfall_words(finding, account, text, cause_id)
     if short:
         text = join_sentences([text, short])
     gap = outside_allocator(finding, cause_id)
