@@ -273,6 +273,8 @@ COSTS = {
     "ask.driver-facts": 0, "ask.launch-facts": 0, "ask.request-shape": 0, "ask.gpu-visible": 0, "ask.runtime-call": 0, "xla.unified-memory": 3, "xla.mem-fraction": 1, "torch.expandable-segments-off": 0,
     "torch.expandable-segments": 0, "torch.memory-fraction": 0,
     "gpu.free-other-processes": 1, "gpu.rank-devices": 1, "sglang.schedule-conservativeness": 2, "vllm.deep-gemm-warmup": 2, "xpu.split-allocation": 2, "rl.rollout-gpu-memory-utilization": 1, "torch.max-split-size": 1,
+    "rl.free-training-memory": 1, "forge.gpu-weights": 1, "forge.always-offload-from-vram": 2, "forge.resolution-batch": 2,
+    "forge.cuda-malloc": 3,
     "vllm.gpu-memory-utilization.fit-free": 1, "vllm.kv-cache-memory-bytes": 1,
     "training.offload-pin-memory-off": 1, "monai.output-device": 1, "diffusers.vae-tiling": 1,
     # optional: the run went on (pipeline parallelism's fallback); rebalancing layers and ollama's
