@@ -49,6 +49,8 @@ NOT_KNOBS: dict[tuple[str, str, str], str] = {
     "llm.wake_up() (sleep mode), not a keyword of LLM(...)",
     ("trtllm", "settings", "max_batch_size (trtllm-build)"): "trtllm-build's --max_batch_size, with the program in "
     "brackets in the key (fixed when the engine is built)",
+    ("trtllm", "settings", "max_num_tokens (trtllm-build)"): "trtllm-build's --max_num_tokens for the engine a "
+    "Triton deployment runs, with the program in brackets in the key (fixed when the engine is built)",
 }
 
 #: (product, field, key) -> why the product lacks it: keys the advisor prints that the product does not have

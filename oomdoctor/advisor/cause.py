@@ -461,6 +461,16 @@ def _host_allocator(finding: Finding) -> bool:
     )
 
 
+def _trtllm_instance_call(finding: Finding, context: Context) -> str | None:
+    """The CUDA allocation call (``cudaMallocAsync``, as tllmBuffers.h makes it) that failed while
+    Triton created the model instance (``modelInstanceState``), else None."""
+    if finding.rule != "trtllm.cuda-runtime-oom" or "modelinstancestate" not in finding.message.lower():
+        return None
+    call = str(finding.figures.get("call") or "").lstrip(":")
+    # cudaMalloc / cudaMallocAsync: the runtime's buffers (tllmBuffers.h), not an IPC or NCCL call
+    return call if call.startswith("cudaMalloc") else None
+
+
 def _values(finding: Finding, account: Account, context: Context) -> dict[str, Any]:
     a = account.get
     fig = finding.figures
@@ -515,6 +525,11 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
                               and not fig.get("tensor_shape")) else None,
         "xla_small": req if (finding.kind.startswith("xla.") and req is not None and req < XLA_SMALL_REQUEST) else None,
         "kv_alloc": req if finding.phase == "kv-cache-alloc" and finding.kind.startswith("torch.") else None,
+        # TensorRT-LLM's executor failed creating the KV cache with this much free: its estimate was off
+        "trtllm_kv_free": fig.get("free_bytes") if finding.rule == "trtllm.executor-insufficient-memory" else None,
+        # a runtime buffer's allocation (tllmBuffers) while Triton created the model instance: which
+        # buffer (KV pool, activations, weights) the log does not say
+        "trtllm_buffer_call": _trtllm_instance_call(finding, context),
         "n_ctx": context.max_model_len if engine_for(finding, context) in ("llama.cpp", "ggml", "ollama") else None,
         **_ggml_attention(finding, context, req),
         # llama.cpp's pipeline parallelism: its copies, and the device whose buffer failed

@@ -98,6 +98,7 @@ PRODUCT_FORMS: dict[str, Form] = {
 KEY_FORMS: dict[tuple[str, str], Form] = {
     ("trtllm", "KvCacheConfig.free_gpu_memory_fraction"): _call("KvCacheConfig", "KvCacheConfig({})"),
     ("trtllm", "max_num_tokens"): _call("LLM", "LLM(..., {})"),
+    ("trtllm", "max_batch_size"): _call("LLM", "LLM(..., {})"),
 }
 
 #: the host's settings (the host.* remedies, whatever the product)
