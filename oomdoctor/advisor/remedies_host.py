@@ -205,6 +205,25 @@ def low_cpu_mem_usage(inp: AdviceInput) -> Remedy | None:
         return None
     if inp.finding.phase != "weights-load" and engine_of(inp) not in _HF_LOADERS:
         return None  # from_pretrained's settings only where the log shows Hugging Face loading the model
+    extra = inp.context.extra
+    if extra.get("training_launch"):
+        # a training program: the trainer wraps the model (FSDP, DeepSpeed) and keeps fp32 master
+        # weights under --fp16 AMP, so device_map and torch_dtype are not its knobs. Under FSDP,
+        # transformers (4.46.3 modeling_utils.py) loads with low_cpu_mem_usage on its own when
+        # fsdp_config's cpu_ram_efficient_loading is true (training_args.py: sync_module_states too)
+        why = remedy_text("host.low-cpu-mem-usage", "why_training")
+        if extra.get("training_fsdp"):
+            ranks = as_int(extra.get("training_ranks"))
+            why += " " + remedy_text("host.low-cpu-mem-usage", "why_fsdp_one_rank" if ranks == 1 else "why_fsdp")
+        return Remedy(
+            id="host.low-cpu-mem-usage",
+            title=remedy_text("host.low-cpu-mem-usage", "title"),
+            settings={"from_pretrained": "low_cpu_mem_usage=True"},
+            fits=None,
+            confidence="low",
+            why=why,
+            tradeoff=remedy_text("host.low-cpu-mem-usage", "cost_training"),
+        )
     return Remedy(
         id="host.low-cpu-mem-usage",
         title=remedy_text("host.low-cpu-mem-usage", "title"),
