@@ -32,6 +32,13 @@ def engine_of(inp: AdviceInput) -> str | None:
     return inp.context.engine or eng
 
 
+def one_request(inp: AdviceInput) -> bool:
+    """The log shows a program serving one item per request (an interrogator, captioner, tagger:
+    rules/pytorch.toml request.one-item-frame): no batch to halve."""
+    extra = inp.context.extra
+    return bool(extra.get("one_request_frame") or extra.get("one_request_line"))
+
+
 def product_of(inp: AdviceInput) -> str | None:
     """The program the user runs and configures: the finding's product, else the run's."""
     return inp.finding.product or inp.context.product

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from oomdoctor.advisor._engine_util import product_of
+from oomdoctor.advisor._engine_util import one_request, product_of
 from oomdoctor.advisor.account import other_processes, process_held
 from oomdoctor.advisor.cause import (
     FRAGMENTATION_SHARE,
@@ -346,6 +346,8 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
         return None  # a chat UI generates one prompt at a time: it has no batch size to lower
     if product_of(inp) == "sd-webui-forge":
         return None  # Forge's batch is a field of its page: forge.resolution-batch speaks it
+    if one_request(inp):
+        return None  # one image per request (an interrogator, captioner, tagger): no batch to halve
     req = inp.fig("requested_bytes")
     return Remedy(
         id="torch.reduce-batch",

@@ -9,10 +9,10 @@ program whose knob they do not know. Each knob cites where the program defines i
 
 from __future__ import annotations
 
-from oomdoctor.advisor._engine_util import checkpoint_quantized, engine_of, product_of
+from oomdoctor.advisor._engine_util import checkpoint_quantized, engine_of, one_request, product_of
 from oomdoctor.advisor.account import process_held
-from oomdoctor.advisor.cause import FULL_SHARE
-from oomdoctor.advisor.prescription import remedy_text
+from oomdoctor.advisor.cause import FULL_SHARE, engine_for
+from oomdoctor.advisor.prescription import prescribed, remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.siblings import ranks_share_gpu
 from oomdoctor.report import Remedy
@@ -125,11 +125,18 @@ def smaller_model(inp: AdviceInput) -> Remedy | None:
     """A smaller or quantized variant of the model, for a program whose knobs are not known."""
     if _own_levers(inp):
         return None
+    cause = inp.finding.cause
+    if inp.finding.rule == "torch.cuda-runtime-oom" and not one_request(inp) and (
+        cause is None or "weights.smaller-model" not in prescribed(cause.id, engine_for(inp.finding, inp.context), inp.finding.phase)
+    ):
+        # the runtime-OOM rule lists it for one item per request, where the model is all there is to
+        # shrink; elsewhere only a cause that calls for it (the weights do not fit) gives it
+        return None
     return Remedy(
         id="weights.smaller-model",
         title=remedy_text("weights.smaller-model", "title"),
         settings={"model": remedy_text("weights.smaller-model", "setting")},
         fits=None,
         confidence="low",
-        why=remedy_text("weights.smaller-model", "why"),
+        why=remedy_text("weights.smaller-model", "why_one_request" if one_request(inp) else "why"),
     )
