@@ -393,11 +393,15 @@ def test_mps_ratio_steps_and_bound() -> None:
     from oomdoctor.advisor.remedies_generic import mps_ratio_for
 
     gib = 2**30
-    assert mps_ratio_for(27 * gib, 27 * gib) == 1.8  # at the limit (rounded figures): one step above 1.7
-    assert mps_ratio_for(28 * gib, 27 * gib) == 1.8  # 1.763
-    assert mps_ratio_for(29 * gib, 27 * gib) == 1.9  # 1.826
-    assert mps_ratio_for(31 * gib, 27 * gib) == 2.0  # 1.952: the bound itself is allowed
+    # the ratio lets 5 % more than what failed through (MPS_HEADROOM): 1.7 x needed x 1.05 / limit
+    assert mps_ratio_for(27 * gib, 27 * gib) == 1.8  # at the limit (rounded figures): 1.785
+    assert mps_ratio_for(28 * gib, 27 * gib) == 1.9  # 1.763 alone, 1.851 with the headroom
+    assert mps_ratio_for(29 * gib, 27 * gib) == 2.0  # 1.917 with the headroom: the bound itself is allowed
+    assert mps_ratio_for(31 * gib, 27 * gib) == 2.0  # 1.952 fits under the bound, 2.049 with the headroom does not
     assert mps_ratio_for(32 * gib, 27 * gib) is None  # 2.015: above PyTorch's bound
+    # fresh-020: 6.04 GB + 1.04 GB + 459.07 MB against 6.77 GB: 1.890 needs 1.9, which would leave
+    # about 39 MiB; with the headroom 1.985, so 2.0
+    assert mps_ratio_for(6485400617 + 1116691497 + 481369784, 7269232148) == 2.0
 
 
 def test_mps_over_the_limit_by_exactly_what_the_message_says() -> None:
@@ -414,11 +418,12 @@ def test_mps_over_the_limit_by_exactly_what_the_message_says() -> None:
     assert f.cause is not None and f.cause.id == "activation-peak"  # 15.05 of 27.20 GB before the step
     (watermark,) = [r for r in f.remedies if r.id == "torch.mps-high-watermark"]
     assert f.remedies[0].id != "torch.mps-high-watermark"
-    # 1.7 x (15.05 + 11.91 + 1.16) / 27.20 = 1.7575: up to the next 0.1, 1.8 (PyTorch's bound is 2.0)
-    assert watermark.env == {"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "1.8"}
+    # 1.7 x (15.05 + 11.91 + 1.16) / 27.20 = 1.7575, x 1.05 headroom = 1.845: up to the next 0.1, 1.9
+    # (PyTorch's bound is 2.0)
+    assert watermark.env == {"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "1.9"}
     # 15.05 + 11.91 + 1.16 - 27.20 GB (binary) = 0.92 GiB = 942.08 MiB; 27.20 / 1.7 = 16.00 GiB recommended
     assert "942.08 MiB over the 27.20 GiB limit" in watermark.why
-    assert "about 16.00 GiB" in watermark.why and "1.8 × it is about 28.80 GiB" in watermark.why
+    assert "about 16.00 GiB" in watermark.why and "1.9 × it is about 30.40 GiB" in watermark.why
     no_limit = oomdoctor.diagnose(
         "RuntimeError: MPS backend out of memory (MPS allocated: 30.15 GiB, other allocations: 464.00 KiB). "
         "Tried to allocate 72.00 MiB on shared pool.\n"

@@ -52,7 +52,9 @@ def test_every_vllm_context_rule_has_an_example() -> None:
 
 def test_context_rules_set_no_error() -> None:
     """Context lines of a healthy start are never findings of severity error."""
-    logs = "\n".join(ex["log"] for c in PACK.contexts for ex in c.rule.match if "ValueError" not in ex["log"])
+    # (examples that are failures themselves: vLLM's ValueErrors, and the XLA failure whose file names jaxlib's client)
+    logs = "\n".join(ex["log"] for c in PACK.contexts for ex in c.rule.match
+                     if "ValueError" not in ex["log"] and "Resource exhausted" not in ex["log"])
     scanner = Scanner(PACK, source="<healthy>", advise=False)
     scanner.feed(logs.encode("utf-8") + b"\n")
     report = scanner.close()

@@ -140,8 +140,9 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     if fig.get("max_allowed_bytes") is not None:
         # MPS's "max allowed" is the allocator's high watermark, by default a multiple of the
         # machine's recommended working set: the device's limit, not a cap the user chose
-        mps, limit = fig.get("mps_allocated_bytes"), fig["max_allowed_bytes"]
-        if phase != "training" and isinstance(mps, int) and mps >= FULL_SHARE * limit:
+        # The message names no holder: MPS allocated near the limit is the weights only where the log
+        # shows them loading; else the batch's work is as likely, and its summary says the log does not tell
+        if phase == "weights-load" and _mps_full(finding):
             return "weights-exceed-device", ["allocated", "cap", "request"]
         return "activation-peak", ["allocated", "cap", "request"]
     # -- the memory is there, the allocation failed --------------------------------------------
@@ -316,6 +317,32 @@ _CONTEXT_INIT = regex.compile(r"\bfile=\S*(?:cutorch/init\.c|THCGeneral\.cp*)\b|
 #: ``[[{{node dense/kernel/Initializer/random_uniform}}]]`` (tf.Variable's initial_value op is
 #: created under the ``Initializer`` name scope: tensorflow/python/ops/variables.py, 1.x)
 _TF_INITIALIZER = regex.compile(r"\[\[(?:Node: |\{\{node )([\w./-]*/Initializer/[\w./-]*)")
+
+
+def _mps_full(finding: Finding) -> bool:
+    """MPS's own allocations fill most of its limit ("max allowed", the high watermark)."""
+    mps, limit = finding.figures.get("mps_allocated_bytes"), finding.figures.get("max_allowed_bytes")
+    return isinstance(mps, int) and isinstance(limit, int) and mps >= FULL_SHARE * limit
+
+
+def _mps_unshown(finding: Finding) -> dict[str, int | None]:
+    """An MPS failure near the limit whose log shows no phase: what holds the memory is not shown."""
+    fig = finding.figures
+    if finding.phase in ("training", "weights-load") or not _mps_full(finding):
+        return {"mps_held": None, "mps_other": None, "mps_limit": None}
+    return {"mps_held": fig["mps_allocated_bytes"], "mps_other": fig.get("other_allocations_bytes"),
+            "mps_limit": fig["max_allowed_bytes"]}
+
+
+def _ray_monitor(finding: Finding) -> dict[str, str | None]:
+    """Ray's memory monitor killed the workers (its raylet lines): the threshold it printed, else an
+    empty string for the summary that names the default."""
+    if not (finding.rule.startswith("ray.") and finding.kind == "host.oom-killed"):
+        return {"ray_threshold": None, "ray_monitor": None}
+    thr = finding.figures.get("memory_usage_threshold")
+    if isinstance(thr, (int, float)):
+        return {"ray_threshold": f"{thr:g}", "ray_monitor": None}
+    return {"ray_threshold": None, "ray_monitor": ""}
 
 
 def driver_api_oom(finding: Finding) -> bool:
@@ -515,6 +542,10 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         # (an empty string fills the template: the driver-API summary needs no figure)
         "driver_api": "" if driver_api_oom(finding) else None,
         "host_oversize": _host_oversize(finding),
+        # ggml-cuda's pinned host buffer: a warning of its own (it falls back to pageable memory)
+        "pinned_host": req if finding.kind == "ggml.pinned-alloc-failed" else None,
+        **_ray_monitor(finding),
+        **_mps_unshown(finding),
         # colocation read from the account (not from the engine's wake-up frame): the engine's share
         "engine_held": (max(x for x in (others, outside) if x is not None)
                         if not context.extra.get("colocation_frame") and (others, outside) != (None, None) else None),

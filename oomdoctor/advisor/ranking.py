@@ -35,6 +35,8 @@ def _cost(r: Remedy) -> int:
         return sum(remedy_info(x).cost for x in r.id[len("combined:") :].split("+"))
     if r.id == "vllm.cpu-offload-gb" and r.confidence == "low":
         return 20  # most of the weights over PCIe: worse than any model change
+    if r.id == "torch.mps-high-watermark" and r.env.get("PYTORCH_MPS_HIGH_WATERMARK_RATIO") == "0.0":
+        return 20  # no limit at all: PyTorch's message warns it "may cause system failure"
     return remedy_info(r.id).cost
 
 

@@ -366,14 +366,23 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
 #: 1.7 x; a ratio above 2.0 ("the allowed upper bound") is refused, and 0.0 disables the limit
 MPS_DEFAULT_HIGH_RATIO = 1.7
 MPS_HIGH_RATIO_BOUND = 2.0
+#: room asked above what failed: the next step allocates again, and a limit a few MiB above the
+#: failure fails on the next request (MPSAllocator.mm checks ratio <= the bound: 2.0 itself is allowed)
+MPS_HEADROOM = 0.05
 
 
 def mps_ratio_for(needed: int, limit: int) -> float | None:
-    """The high-watermark ratio, in 0.1 steps, above the default that lets ``needed`` bytes through a
-    ``limit`` set at the default ratio; None when that is above the allowed bound."""
-    ratio = MPS_DEFAULT_HIGH_RATIO * needed / limit
-    value = round(max(MPS_DEFAULT_HIGH_RATIO, floor_to(ratio, 1)) + 0.1, 1)
-    return value if value <= MPS_HIGH_RATIO_BOUND else None
+    """The high-watermark ratio, in 0.1 steps, above the default that lets ``needed`` bytes and
+    :data:`MPS_HEADROOM` more through a ``limit`` set at the default ratio; the bound itself where
+    only the headroom does not fit under it; None when ``needed`` alone is above the bound."""
+
+    def step(want: float) -> float:
+        ratio = MPS_DEFAULT_HIGH_RATIO * want / limit
+        return round(max(MPS_DEFAULT_HIGH_RATIO, floor_to(ratio, 1)) + 0.1, 1)
+
+    if step(needed) > MPS_HIGH_RATIO_BOUND:
+        return None
+    return min(step(needed * (1 + MPS_HEADROOM)), MPS_HIGH_RATIO_BOUND)
 
 
 @remedy("torch.mps-high-watermark")

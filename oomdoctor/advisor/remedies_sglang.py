@@ -21,6 +21,9 @@ from oomdoctor.report import Remedy
 
 #: default --mem-fraction-static of SGLang 0.4.x for one GPU of at most 80 GiB (upstream-messages.md)
 SGLANG_DEFAULT_FRACTION = 0.88
+#: at or below this (half the GPU or less) a fraction was more likely chosen to share the GPU than
+#: left at a default: raising it to the default may starve the other tenant
+SGLANG_SHARED_FRACTION = 0.5
 #: highest fraction recommended: CUDA graphs and activations live outside it
 SGLANG_MAX_FRACTION = 0.95
 #: share of GPU memory the KV pool should get at least, on top of SGLang's minimum viable fraction
@@ -123,6 +126,9 @@ def raise_fraction(inp: AdviceInput) -> Remedy | None:
     elif cur is not None and cur < SGLANG_DEFAULT_FRACTION:
         value = SGLANG_DEFAULT_FRACTION
         why = remedy_text("sglang.mem-fraction-static.raise", "why_default", current=cur, default=SGLANG_DEFAULT_FRACTION)
+        if cur <= SGLANG_SHARED_FRACTION:
+            # a fraction this low is a choice more often than a slip: the rest of the GPU may be another tenant's
+            why = join_sentences([why, remedy_text("sglang.mem-fraction-static.raise", "why_shared")])
         conf = "medium"
     elif cur is not None:
         value = round(cur + 0.02, 2)

@@ -138,5 +138,15 @@ def smaller_model(inp: AdviceInput) -> Remedy | None:
         settings={"model": remedy_text("weights.smaller-model", "setting")},
         fits=None,
         confidence="low",
-        why=remedy_text("weights.smaller-model", "why_one_request" if one_request(inp) else "why"),
+        why=remedy_text(
+            "weights.smaller-model",
+            "why_one_request" if one_request(inp) else "why_unshown" if _holder_unshown(inp) else "why",
+        ),
     )
+
+
+def _holder_unshown(inp: AdviceInput) -> bool:
+    """An Apple MPS failure whose log does not show the weights: MPS's message sizes the memory but
+    names no holder, so the weights are one possibility among the batch's work."""
+    cause = inp.finding.cause
+    return inp.finding.kind == "torch.mps-oom" and (cause is None or cause.id != "weights-exceed-device")

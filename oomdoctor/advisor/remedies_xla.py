@@ -8,8 +8,36 @@ from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.report import Remedy
 
-#: JAX preallocates this share of GPU memory by default
+#: JAX preallocates this share of GPU memory by default (jax docs/gpu_memory_allocation.rst, from
+#: jaxlib 0.4.14: commit 2432aa97a9 of 2023-07-13 "Change default memory allocation to 75% instead of 90%")
 JAX_DEFAULT_FRACTION = 0.75
+#: the default before that, from the first GPU memory docs (2019-07-29: "90% of currently-available
+#: GPU memory"; of the total GPU memory from jaxlib 0.4.1)
+JAX_OLD_DEFAULT_FRACTION = 0.9
+#: first jaxlib whose default is JAX_DEFAULT_FRACTION
+JAX_FRACTION_CHANGED = (0, 4, 14)
+
+
+def _version_tuple(text: str) -> tuple[int, ...] | None:
+    parts = []
+    for p in text.split(".")[:3]:
+        if not p.isdigit():
+            break
+        parts.append(int(p))
+    return tuple(parts) if parts else None
+
+
+def jax_default_fraction(inp: AdviceInput) -> tuple[float, bool]:
+    """JAX's default preallocated share for the jaxlib that wrote the log, and whether the log dates
+    that jaxlib as an early one: a jaxlib version it states, else the wording of jaxlib's first XLA
+    client (local_client.cc, 2019), else today's default."""
+    extra = inp.context.extra
+    version = _version_tuple(str(extra.get("jaxlib_version") or ""))
+    if version is not None:
+        return (JAX_DEFAULT_FRACTION, False) if version >= JAX_FRACTION_CHANGED else (JAX_OLD_DEFAULT_FRACTION, False)
+    if extra.get("jaxlib_local_client"):
+        return JAX_OLD_DEFAULT_FRACTION, True
+    return JAX_DEFAULT_FRACTION, False
 #: highest fraction recommended (the CUDA context and cuDNN workspaces live outside it)
 JAX_MAX_FRACTION = 0.95
 
@@ -22,7 +50,9 @@ def _is_jax(inp: AdviceInput) -> bool:
 def mem_fraction(inp: AdviceInput) -> Remedy | None:
     if not _is_jax(inp):
         return None
-    cur = as_float(setting(inp, "xla_mem_fraction")) or JAX_DEFAULT_FRACTION
+    default, early = jax_default_fraction(inp)
+    stated = as_float(setting(inp, "xla_mem_fraction"))
+    cur = stated or default
     if cur >= JAX_MAX_FRACTION:
         return None
     total = inp.context.gpu_total_bytes
@@ -34,8 +64,10 @@ def mem_fraction(inp: AdviceInput) -> Remedy | None:
         env={"XLA_PYTHON_CLIENT_MEM_FRACTION": f"{JAX_MAX_FRACTION:.2f}"},
         saves_bytes=int((JAX_MAX_FRACTION - cur) * total) if total else None,
         fits=fits,
-        confidence="medium",
+        # an early jaxlib's default leaves 5 points: little to gain
+        confidence="low" if early and not stated else "medium",
         why=remedy_text("xla.mem-fraction", "why_need", current=cur, need=need) if need
+        else remedy_text("xla.mem-fraction", "why_early", current=cur, value=JAX_MAX_FRACTION) if early and not stated
         else remedy_text("xla.mem-fraction", "why", current=cur),
     )
 
@@ -55,6 +87,10 @@ def unified_memory(inp: AdviceInput) -> Remedy | None:
         return None
     req = inp.fig("requested_bytes")
     if not req or req < _LARGE_REQUEST:
+        return None
+    if jax_default_fraction(inp)[1]:
+        # jaxlib's first XLA client (2019): the variable is known read by the PJRT clients (the
+        # plugin above), not by that one
         return None
     total = inp.context.gpu_total_bytes
     need = inp.fig("total_allocation_bytes") or req
