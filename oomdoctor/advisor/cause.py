@@ -140,9 +140,10 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
     if fig.get("max_allowed_bytes") is not None:
         # MPS's "max allowed" is the allocator's high watermark, by default a multiple of the
         # machine's recommended working set: the device's limit, not a cap the user chose
-        # The message names no holder: MPS allocated near the limit is the weights only where the log
-        # shows them loading; else the batch's work is as likely, and its summary says the log does not tell
-        if phase == "weights-load" and _mps_full(finding):
+        # The message names no holder: MPS allocated near the limit outside training is read as the
+        # weights (the usual case on a Mac), and unless the log shows them loading the summary says
+        # that this is the reading, not what the message shows (review D row 22)
+        if phase != "training" and _mps_full(finding):
             return "weights-exceed-device", ["allocated", "cap", "request"]
         return "activation-peak", ["allocated", "cap", "request"]
     # -- the memory is there, the allocation failed --------------------------------------------

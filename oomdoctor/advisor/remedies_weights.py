@@ -146,7 +146,6 @@ def smaller_model(inp: AdviceInput) -> Remedy | None:
 
 
 def _holder_unshown(inp: AdviceInput) -> bool:
-    """An Apple MPS failure whose log does not show the weights: MPS's message sizes the memory but
-    names no holder, so the weights are one possibility among the batch's work."""
-    cause = inp.finding.cause
-    return inp.finding.kind == "torch.mps-oom" and (cause is None or cause.id != "weights-exceed-device")
+    """An Apple MPS failure whose log does not show the weights loading: MPS's message sizes the memory
+    but names no holder, so the smaller model is offered on the reading that the weights are the bulk."""
+    return inp.finding.kind == "torch.mps-oom" and inp.finding.phase != "weights-load"
