@@ -371,10 +371,20 @@ def test_a_rule_from_a_rules_directory_gets_its_remedies(tmp_path: Path) -> None
 # -- the KV cache's own allocation is not an activation ---------------------------------------------
 
 _VLLM_KV_ALLOC = """\
+(APIServer pid=1) INFO 06-01 09:59:00 [utils.py:326] non-default args: {'gpu_memory_utilization': 0.98}
 (EngineCore pid=500) ERROR 06-01 10:00:00 [core.py:700]   File "/venv/lib/python3.12/site-packages/vllm/v1/worker/gpu_model_runner.py", line 6537, in _allocate_kv_cache_tensors
 (EngineCore pid=500) ERROR 06-01 10:00:00 [core.py:700]     tensor = torch.zeros(
 (EngineCore pid=500) ERROR 06-01 10:00:00 [core.py:700] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 200.00 MiB is free. Including non-PyTorch memory, this process has 78.98 GiB memory in use. Of the allocated memory 77.50 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.
 """
+
+
+def test_vllm_kv_cache_allocation_above_the_default_budget_computes_nothing_from_it() -> None:
+    # no utilization in the log, and PyTorch holds 77.50 GiB > 0.90 × 79.19 GiB = 71.27 GiB: the run's
+    # utilization is not the default, so no value is computed from 0.90
+    text = "\n".join(_VLLM_KV_ALLOC.splitlines()[1:]) + "\n"
+    f = only_error(oomdoctor.diagnose(text.encode(), source="<kv>"))
+    lower = next(r for r in f.remedies if r.id == "vllm.gpu-memory-utilization.lower")
+    assert lower.flags == {} and "71.27 GiB" in lower.why and "2.00 GiB / 79.19 GiB = 0.03" in lower.why
 
 
 def test_vllm_kv_cache_allocation_is_named_as_the_kv_cache_and_its_budget() -> None:
@@ -384,9 +394,9 @@ def test_vllm_kv_cache_allocation_is_named_as_the_kv_cache_and_its_budget() -> N
     assert f.cause.summary.startswith("Allocating the KV cache (2.00 GiB more) failed with this process already holding 78.98 GiB")
     assert "activation" not in f.cause.summary
     top = f.remedies[0]
-    # no utilization in the log: vLLM's default 0.90; 0.90 − 2.00 GiB / 79.19 GiB = 0.8747… → 0.87
-    assert top.id == "vllm.gpu-memory-utilization.lower" and top.flags == {"--gpu-memory-utilization": "0.87"}
-    assert top.title == "Size vLLM's budget to what the GPU can give (0.87)"
+    # the logged 0.98: 0.98 − 2.00 GiB / 79.19 GiB = 0.9547… → 0.95
+    assert top.id == "vllm.gpu-memory-utilization.lower" and top.flags == {"--gpu-memory-utilization": "0.95"}
+    assert top.title == "Size vLLM's budget to what the GPU can give (0.95)"
     assert "outside" not in top.title and "allocating 2.00 GiB more of it failed" in top.why
     # nothing that leaves the budget as it is: smaller weights only grow a budget-sized cache
     assert not {"vllm.quantization", "vllm.cpu-offload-gb", "vllm.enforce-eager", "torch.reduce-batch"} & {

@@ -216,7 +216,9 @@ def test_catalog_weights_larger_than_the_gpu_are_the_cause() -> None:
     f = only_error(diagnose_text(_MISTRAL_ON_11GB))
     assert f.account is not None and f.account.get("weights") == 14480000000
     assert f.cause is not None and f.cause.id == "weights-exceed-device"
-    assert remedy_ids(f)[:3] == ["vllm.quantization", "vllm.quantization-4bit", "vllm.tensor-parallel-size"]
+    # no online fp8: the version is unknown, and through 0.15 it creates the 16-bit weights before quantizing
+    assert remedy_ids(f)[:2] == ["vllm.quantization-4bit", "vllm.tensor-parallel-size"]
+    assert "vllm.quantization" not in remedy_ids(f)
     half = only_error(diagnose_text(_MISTRAL_ON_11GB.replace("--max-model-len 4096", "--max-model-len 4096 --tensor-parallel-size 2")))
     assert half.account is not None and half.account.get("weights") == 7240000000
     assert half.cause is not None and half.cause.id != "weights-exceed-device"

@@ -376,7 +376,7 @@ QUANT = [
 
 @pytest.mark.parametrize(("version", "gpu", "flag"), QUANT)
 def test_fp8_weights_by_version_and_gpu(version: str, gpu: str, flag: str | None) -> None:
-    f = _f(kind="torch.cuda-oom", phase="weights-load", requested_bytes=GiB, free_bytes=0)
+    f = _f(kind="torch.cuda-oom", phase="kv-cache-alloc", requested_bytes=GiB, free_bytes=0)
     r = _calc("vllm.quantization", f, _vllm(engine_version=version, weights_bytes=4 * GiB), gpu=gpu)
     if flag is None:
         assert r is None
@@ -386,8 +386,21 @@ def test_fp8_weights_by_version_and_gpu(version: str, gpu: str, flag: str | None
         assert r is not None and (r.flags, r.fits, r.saves_bytes) == ({"--quantization": flag}, True, 2 * GiB)
 
 
-def test_fp8_weights_note_without_fp8_tensor_cores() -> None:
+def test_fp8_weights_not_for_a_weights_load_failure_before_0_16() -> None:
+    """Through 0.15 online fp8 creates each weight in 16 bits and quantizes it after loading: a load
+    that fails at 16 bits fails the same way. From 0.16.0 the weights are created on the meta device
+    and quantized layer by layer; from 0.31.0 the method is fp8_per_tensor."""
     f = _f(kind="torch.cuda-oom", phase="weights-load", requested_bytes=GiB, free_bytes=0)
+    for version in ("0.6.0", "0.13.0", "0.15.1"):
+        assert _calc("vllm.quantization", f, _vllm(engine_version=version, weights_bytes=4 * GiB), gpu="H100") is None
+    r = _calc("vllm.quantization", f, _vllm(engine_version="0.16.0", weights_bytes=4 * GiB), gpu="H100")
+    assert r is not None and r.flags == {"--quantization": "fp8"}
+    r = _calc("vllm.quantization", f, _vllm(engine_version="0.31.0", weights_bytes=4 * GiB), gpu="H100")
+    assert r is not None and r.flags == {"--quantization": "fp8_per_tensor"}
+
+
+def test_fp8_weights_note_without_fp8_tensor_cores() -> None:
+    f = _f(kind="torch.cuda-oom", phase="kv-cache-alloc", requested_bytes=GiB, free_bytes=0)
     ctx = _vllm(engine_version="0.6.0", weights_bytes=4 * GiB)
     a100 = _calc("vllm.quantization", f, ctx, gpu="A100")
     h100 = _calc("vllm.quantization", f, ctx, gpu="H100")
@@ -703,7 +716,7 @@ def test_plan_splits_only_over_counts_that_divide_the_heads() -> None:
 def test_fp8_weights_wording(figs: dict[str, Any], why: str, fits: bool | None) -> None:
     figs = dict(figs)
     kind = figs.pop("kind", "vllm.kv-cache.max-len-exceeds")
-    r = _calc("vllm.quantization", _f(kind=kind, phase="weights-load", **figs),
+    r = _calc("vllm.quantization", _f(kind=kind, phase="kv-cache-alloc", **figs),
               _vllm(engine_version="0.6.0", weights_bytes=4 * GiB), gpu="H100")
     assert r is not None and (r.why, r.fits) == (why, fits)
 

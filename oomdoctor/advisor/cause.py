@@ -200,6 +200,10 @@ def _pick(finding: Finding, context: Context, account: Account) -> tuple[str, li
         # llama.cpp's server: a request's tokens found no free cell in the KV cache (n_ctx, shared by
         # the -np slots), even one at a time: the cache is too small for the request
         return "kv-cache-too-small", ["kv-cache"]
+    if kind == "vllm.kv-cache.preemption":
+        # V0's scheduler found no free KV block for a running sequence and preempted it: the cache
+        # is too small for the load (a warning, throughput only: core/scheduler.py _preempt)
+        return "kv-budget-exhausted", ["kv-cache"]
     if rule in ("sglang.kv-pool-exhausted", "sglang.req-slots-exhausted", "sglang.kv-pool-retract"):
         return "kv-budget-exhausted", ["kv-cache"]
     if phase == "cudagraph-capture" or "cuda-graph" in rule or "cudagraph" in rule:
@@ -532,6 +536,7 @@ def _values(finding: Finding, account: Account, context: Context) -> dict[str, A
         "page": pages.page_size if pages else None, "page_worst": pages.worst if pages else None,
         "evictable_tokens": fig.get("evictable_tokens") if pages else None,
         **_retraction(finding),
+        **_preemption(finding),
         "zero_stage": _zero_stage(fig, context),
         # DDP's reducer (its init frame): the request is its gradient buckets
         "ddp_buckets": req if context.extra.get("gradient_frame") else None,
@@ -597,6 +602,16 @@ def _retraction(finding: Finding) -> dict[str, Any]:
         "ratio_before": f"{ratio[0]:.2f}" if isinstance(ratio[0], float) else None,
         "ratio_after": f"{ratio[1]:.2f}" if isinstance(ratio[1], float) else None,
     }
+
+
+def _preemption(finding: Finding) -> dict[str, Any]:
+    """vLLM V0's preemption warning: the cumulative count and the mode (RECOMPUTE or SWAP)."""
+    if finding.kind != "vllm.kv-cache.preemption":
+        return {"vllm_preempted": None, "preemptions": None, "preemption_mode": None}
+    fig = finding.figures
+    mode = fig.get("preemption_mode")
+    return {"vllm_preempted": "", "preemptions": fig.get("preemptions"),
+            "preemption_mode": str(mode).lower() if mode else None}
 
 
 def tf_bogus_pool(finding: Finding, context: Context, req: int | None) -> bool:

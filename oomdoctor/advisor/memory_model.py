@@ -148,6 +148,25 @@ def fp8_kv_flag_value(version: Version | None) -> str | None:
     return "fp8"
 
 
+def fp8_online_value(version: Version | None) -> str:
+    """``--quantization`` value that quantizes a 16-bit checkpoint to fp8 while loading: ``fp8``
+    before 0.31.0; from 0.31.0 ``fp8`` refuses a checkpoint that is not fp8 ("no longer supports
+    online quantization. Please use `--quantization fp8_per_tensor`", 0.31.0
+    layers/quantization/fp8.py ``Fp8Config.__init__``)."""
+    return "fp8_per_tensor" if version is not None and version >= (0, 31, 0) else "fp8"
+
+
+def fp8_online_streams(version: Version | None) -> bool:
+    """Whether online fp8 keeps the load peak near the fp8 size. Through 0.15.x
+    ``Fp8LinearMethod``/``Fp8OnlineLinearMethod.create_weights`` allocate each weight on the GPU in
+    the checkpoint's 16-bit dtype and quantize only after it is loaded, so the whole 16-bit model is
+    created first (0.6.6, 0.10.1, 0.13.0, 0.15.0 quantization/fp8.py); from 0.16.0 the weights are
+    created on the meta device and materialized, loaded and quantized layer by layer (0.16.0
+    ``Fp8OnlineLinearMethod``, ``device="meta"``; 0.25.0+ quantization/online/fp8.py). False
+    when the version is unknown."""
+    return version is not None and version >= (0, 16, 0)
+
+
 def fp8_weights_min_cc(version: Version | None) -> int:
     """Minimum compute capability of ``--quantization fp8``: 89 (0.5.x), 80 (0.6.0+), 75 (0.20.0+)."""
     if version is None:

@@ -20,6 +20,8 @@ from oomdoctor.advisor.memory_model import (
     default_max_num_seqs,
     facts,
     fp8_kv_flag_value,
+    fp8_online_streams,
+    fp8_online_value,
     fp8_weights_min_cc,
     kv_budget,
     kv_bytes_for_len,
@@ -716,6 +718,8 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
     mamba = _mamba_bound(inp)
     if mamba is not None:
         return mamba
+    if inp.finding.kind == "vllm.kv-cache.preemption":
+        return _max_num_seqs_preemption(inp)
     dummy = inp.fig("num_dummy_requests") or inp.context.max_num_seqs
     src = "message" if inp.fig("num_dummy_requests") else "context"
     f = get_facts(inp)
@@ -744,6 +748,24 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
         why = remedy_text(
             "vllm.max-num-seqs", "why_rows", vocab=geo.vocab_size, row=row, request=req, drop=drop, seqs=value, dummy=dummy
         )
+    elif req and inp.fig("num_dummy_requests") and (free := inp.fig("free_bytes")) is not None and free < req:
+        # vLLM's sampler warm-up (v1/worker/gpu_model_runner.py _dummy_sampler_run, 0.10.1-0.13.0) runs
+        # one logits row per dummy request, max_num_seqs of them: the failing buffer scales with the count
+        fit = int(dummy * free // req)
+        value = max(1, min(value, 1 << (fit.bit_length() - 1))) if fit >= 1 else 1
+        after = int(req) * value // dummy
+        saves = int(req) - after
+        fits = True if after <= free else None
+        return Remedy(
+            id="vllm.max-num-seqs",
+            title=remedy_text("vllm.max-num-seqs", "title", seqs=value),
+            flags={"--max-num-seqs": str(value)},
+            saves_bytes=saves,
+            fits=fits,
+            confidence="medium",
+            why=remedy_text("vllm.max-num-seqs", "why_scaled", dummy=dummy, request=req, seqs=value, after=after, free=free),
+            sources={"dummy requests": "message", "buffer": "message"},
+        )
     # value < dummy here: dummy > 1, value = max(1, dummy // 2) and the rows can only lower it
     return Remedy(
         id="vllm.max-num-seqs",
@@ -754,6 +776,25 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
         confidence="low" if src == "default" else "medium",
         why=why,
         sources={"dummy requests": src, **f.sources("geometry")},
+    )
+
+
+def _max_num_seqs_preemption(inp: AdviceInput) -> Remedy:
+    """V0's preemption warning: fewer sequences at once need fewer KV blocks, so fewer are preempted
+    (vLLM's docs on preemption; the message itself names the memory knobs). Half the run's
+    --max-num-seqs when the log shows it, else the knob in words."""
+    cur = inp.context.max_num_seqs
+    if not cur or cur <= 1:
+        return unsized_remedy("vllm.max-num-seqs", "preemption")
+    value = cur // 2
+    return Remedy(
+        id="vllm.max-num-seqs",
+        title=remedy_text("vllm.max-num-seqs", "title", seqs=value),
+        flags={"--max-num-seqs": str(value)},
+        fits=None,
+        confidence="medium",
+        why=remedy_text("vllm.max-num-seqs", "why_preemption_sized", current=cur, seqs=value),
+        sources={"max_num_seqs": "context"},
     )
 
 
@@ -937,6 +978,16 @@ def lower_utilization(inp: AdviceInput) -> Remedy | None:
     if not (f.utilization and f.total and req):
         return None
     util, total = f.utilization.value, f.total.value
+    held = inp.fig("allocated_bytes")
+    if phase == "kv-cache-alloc" and f.utilization.source == "default" and held and held > util * total:
+        # while the KV cache is allocated no activation is live: PyTorch holds the weights and the
+        # cache sized to fit the budget. Holding more than the default budget means the run's
+        # utilization is not the default (or its profile underestimated), so a value computed from
+        # the default has no basis
+        return unsized_remedy(
+            _LOWER, "contradicted", held=int(held), util=fmt_fraction(util), total=total, budget=int(util * total),
+            request=req, step=fmt_fraction(ceil_to(req / total, 2)),
+        )
     exact = floor_to(util - req / total, 2)
     value = min(MAX_UTILIZATION, exact)
     if value >= util:
@@ -1004,6 +1055,9 @@ def tensor_parallel(inp: AdviceInput) -> Remedy | None:
     if g is None and building is not None:
         # weights over the budget with the GPU count unknown: the knob in words, no count to act on
         return unsized_remedy("vllm.tensor-parallel-size", "building", budget=building.budget)
+    if g is None and inp.finding.kind == "vllm.kv-cache.preemption":
+        # V0's preemption warning names tensor_parallel_size itself: in words, the count unknown
+        return unsized_remedy("vllm.tensor-parallel-size", "preemption")
     assumed = g is None and cause == "weights-exceed-device"
     if assumed:
         g = (ASSUMED_MAX_GPUS, "not in the log: the smallest count that fits, if you have that many")
@@ -1093,6 +1147,9 @@ def cpu_offload(inp: AdviceInput) -> Remedy | None:
     short = shortage(inp)
     if not short or short[0] <= 0:
         return None
+    building = weights_over_budget(inp.finding, inp.context)
+    if building is not None:
+        return _cpu_offload_over_budget(inp, short)
     gib = ceil_gib(short[0])
     if f.weights is not None and gib * GiB > f.weights.value:
         return None  # more than the weights: offloading cannot make it fit
@@ -1109,6 +1166,46 @@ def cpu_offload(inp: AdviceInput) -> Remedy | None:
     )
 
 
+def _cpu_offload_over_budget(inp: AdviceInput, short: tuple[int, str]) -> Remedy | None:
+    """The weights exceed vLLM's budget (vllm_weights_budget.py): offloading only the overage leaves
+    the budget with no room for the KV cache, and vLLM then stops with no cache blocks. The value
+    adds one max-model-len request's KV cache when the log gives the length and the per-token
+    size; otherwise it is the overage marked "at least", not enough alone."""
+    f = get_facts(inp)
+    building = weights_over_budget(inp.finding, inp.context)
+    assert building is not None
+    if f.weights is not None and f.weights.value - building.budget > short[0]:
+        # the model's whole weights are known (its config): their excess, not only what was built
+        short = (int(f.weights.value - building.budget), remedy_text(
+            "vllm.cpu-offload-gb", "basis_weights", weights=int(f.weights.value), budget=building.budget))
+    bpt = f.bytes_per_token.value if f.bytes_per_token else None
+    length = int(f.max_model_len.value) if f.max_model_len else None
+    if bpt and length:
+        one = int(length * bpt)
+        gib = ceil_gib(short[0] + one)
+        why = remedy_text("vllm.cpu-offload-gb", "why_over_kv", missing=short[0], detail=short[1],
+                          length=length, one=one, gib=gib)
+        title = remedy_text("vllm.cpu-offload-gb", "title", gib=gib)
+        fits: bool | None = None  # the profile's activations are not counted
+    else:
+        gib = ceil_gib(short[0])
+        why = remedy_text("vllm.cpu-offload-gb", "why_over", missing=short[0], detail=short[1], gib=gib)
+        title = remedy_text("vllm.cpu-offload-gb", "title_at_least", gib=gib)
+        fits = False
+    if f.weights is not None and gib * GiB > f.weights.value:
+        return None  # more than the weights: offloading cannot make it fit
+    return Remedy(
+        id="vllm.cpu-offload-gb",
+        title=title,
+        flags={"--cpu-offload-gb": str(gib)},
+        saves_bytes=gib * GiB,
+        fits=fits,
+        confidence="low",
+        why=why,
+        sources={**f.sources("weights", "max_model_len", "bytes_per_token"), "overage": "message"},
+    )
+
+
 @remedy("vllm.quantization")
 def quantization(inp: AdviceInput) -> Remedy | None:
     if not is_vllm(inp) or checkpoint_quantized(inp.context):
@@ -1119,6 +1216,11 @@ def quantization(inp: AdviceInput) -> Remedy | None:
     geo: ModelGeometry | None = f.geometry.value if f.geometry else None
     if geo is not None and (geo.weight_bytes_per_param or geo.dtype.startswith("fp8")):
         return None  # already quantized checkpoint
+    loading = inp.finding.phase == "weights-load"
+    if loading and not fp8_online_streams(f.version):
+        # through 0.15 (or an unknown version) online fp8 creates the whole model in 16 bits before it
+        # quantizes: a load that fails at 16 bits fails the same way (memory_model.fp8_online_streams)
+        return None
     min_cc = fp8_weights_min_cc(f.version)
     w = f.weights.value if f.weights else None
     short = shortage(inp)
@@ -1141,7 +1243,7 @@ def quantization(inp: AdviceInput) -> Remedy | None:
     return Remedy(
         id="vllm.quantization",
         title=remedy_text("vllm.quantization", "title"),
-        flags={"--quantization": "fp8"},
+        flags={"--quantization": fp8_online_value(f.version)},
         saves_bytes=saves,
         fits=fits,
         confidence="medium" if w else "low",
@@ -1149,6 +1251,7 @@ def quantization(inp: AdviceInput) -> Remedy | None:
         + (remedy_text("vllm.quantization", "why_sizes", weights=w, half=w // 2) if w else "")
         + (remedy_text("vllm.quantization", "why_missing", missing=short[0]) if short and short[0] > 0 else "")
         + remedy_text("vllm.quantization", "why_end")
+        + (remedy_text("vllm.quantization", "why_streams") if loading else "")
         + gpu_note,
         sources=f.sources("weights", "gpu"),
     )
@@ -1282,7 +1385,9 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
     kv_opts: list[tuple[str, float]] = [("", 1.0)]
     if kv_value and f.kv_dtype_bytes >= 2:
         kv_opts.append((kv_value, 1 / f.kv_dtype_bytes))
-    utils = [util0] + ([cap_util] if cap_util > util0 else [])
+    # (not while the weights load: the free figure then is not what the KV cache will find)
+    raise_ok = cap_util > util0 and inp.finding.phase != "weights-load"
+    utils = [util0] + ([cap_util] if raise_ok else [])
     best: tuple[tuple[int, int, int], dict[str, str], dict[str, str], str] | None = None
     for tp in tps:
         for wname, wf in weight_opts:
@@ -1307,8 +1412,10 @@ def plan_remedy(inp: AdviceInput) -> Remedy | None:
                     if tp != f.tp:
                         flags["--tensor-parallel-size"] = str(tp)
                         ids.append("vllm.tensor-parallel-size")
+                    if wname == "fp8" and not fp8_online_streams(f.version) and weights_all / (tp * f.pp) > total * util:
+                        continue  # online fp8 would first create these weights in 16 bits, over the budget
                     if wname == "fp8":
-                        flags["--quantization"] = "fp8"
+                        flags["--quantization"] = fp8_online_value(f.version)
                         ids.append("vllm.quantization")
                     elif wname == "4bit":
                         settings["model"] = _four_bit_checkpoint(inp.context.model)

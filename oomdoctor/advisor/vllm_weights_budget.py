@@ -3,8 +3,10 @@
 vLLM creates the model's parameters on the GPU under ``with set_default_torch_dtype(...)``,
 ``with target_device:`` (vllm 0.10.1 model_executor/model_loader/base_loader.py
 ``BaseModelLoader.load_model``; 0.6.6 model_loader/loader.py the same), so an allocation that fails
-there (its traceback ends in torch/utils/_device.py's ``__torch_function__``, phase weights-load)
-is a weight. PyTorch's "allocated" figure is then the model built so far. When that and the
+there (its traceback ends in torch/utils/_device.py's ``__torch_function__``, or in a
+``create_weights``/``load_weights``/model-loader frame; phase weights-load) is a weight; so is one
+vLLM rewraps as "Failed to create unquantized linear weights: CUDA out of memory ..." (a linear.py log line
+of a build outside the 0.11.1-0.34.0 releases, which let the error through unwrapped). PyTorch's "allocated" figure is then the model built so far. When that and the
 request already exceed ``gpu_memory_utilization × total`` (0.9 by default; 0.92 from 0.20), the
 weights alone exceed the budget the KV cache must also fit in: lowering the utilization cannot help
 (the budget does not bind while the weights load) and raising it leaves no KV cache; what is
@@ -43,8 +45,11 @@ def weights_over_budget(finding: Finding, context: Context) -> WeightsOverBudget
     """The figures when ``finding`` is a PyTorch OOM while vLLM builds its model and the model built so
     far plus the request exceed ``gpu_memory_utilization × total``; else None."""
     engine = finding.engine if finding.engine == "vllm" else context.engine
-    if engine != "vllm" or finding.phase != "weights-load" or not finding.kind.startswith("torch."):
+    if engine != "vllm" or finding.phase != "weights-load":
         return None
+    if not (finding.kind.startswith("torch.") or finding.kind == "vllm.weights.not-enough-memory"):
+        return None  # a PyTorch OOM, or vLLM's own weights failure carrying PyTorch's figures ("Failed
+        # to create unquantized linear weights: CUDA out of memory ..."); its other wording has none
     fig = finding.figures
     built, request = _int(fig.get("allocated_bytes")), _int(fig.get("requested_bytes"))
     total = _int(fig.get("total_bytes")) or _int(context.gpu_total_bytes)
