@@ -105,3 +105,15 @@ def test_preemption_halves_the_logged_max_num_seqs() -> None:
     f = _one(args + _PREEMPT)
     seqs = next(r for r in f.remedies if r.id == "vllm.max-num-seqs")
     assert seqs.flags == {"--max-num-seqs": "128"} and "half of 256 is 128" in seqs.why
+
+
+def test_preemption_inside_an_rl_rollout_gets_no_vllm_flags() -> None:
+    """new-039: verl's rollout engine logs V0's preemption warning. verl configures vLLM through its own
+    settings (actor_rollout_ref.rollout.*), so vLLM's CLI flags are not offered there; the cause still
+    says what the warning means."""
+    from tests.engines_util import diagnose
+
+    f = diagnose("vllm/new-039.log").findings[0]
+    assert f.product == "verl" and f.kind == "vllm.kv-cache.preemption" and f.severity == "warning"
+    assert f.cause is not None and f.cause.id == "kv-budget-exhausted"
+    assert not any(r.flags for r in f.remedies)

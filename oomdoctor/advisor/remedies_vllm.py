@@ -60,6 +60,17 @@ def is_vllm(inp: AdviceInput) -> bool:
     return inp.finding.engine == "vllm" or inp.context.engine == "vllm"
 
 
+#: RL frameworks that run vLLM as their rollout engine: they configure it through their own settings
+#: (verl's actor_rollout_ref.rollout.*, OpenRLHF's --vllm_*, ...), so vLLM's CLI flags are not theirs
+RL_ROLLOUT_PRODUCTS = frozenset({"verl", "openrlhf", "ms-swift", "trl"})
+
+
+def _preemption_elsewhere(inp: AdviceInput) -> bool:
+    """V0's preemption warning inside an RL framework's rollout: no vLLM flag to give (the framework's
+    rollout settings are not sized by this warning)."""
+    return inp.finding.kind == "vllm.kv-cache.preemption" and inp.finding.product in RL_ROLLOUT_PRODUCTS
+
+
 def get_facts(inp: AdviceInput) -> Facts:
     cached = inp.__dict__.get("_facts")
     if cached is None:
@@ -381,6 +392,8 @@ def raise_utilization(inp: AdviceInput) -> Remedy | None:
     never above oomdoctor's ceiling or free/total.
     """
     if not is_vllm(inp) or _kv_bytes_set(inp) or raise_utilization_for_kv(inp) is not None:
+        return None
+    if _preemption_elsewhere(inp):
         return None
     f = get_facts(inp)
     if not f.utilization:
@@ -719,7 +732,7 @@ def max_num_seqs(inp: AdviceInput) -> Remedy | None:
     if mamba is not None:
         return mamba
     if inp.finding.kind == "vllm.kv-cache.preemption":
-        return _max_num_seqs_preemption(inp)
+        return None if _preemption_elsewhere(inp) else _max_num_seqs_preemption(inp)
     dummy = inp.fig("num_dummy_requests") or inp.context.max_num_seqs
     src = "message" if inp.fig("num_dummy_requests") else "context"
     f = get_facts(inp)
@@ -1057,7 +1070,7 @@ def tensor_parallel(inp: AdviceInput) -> Remedy | None:
         return unsized_remedy("vllm.tensor-parallel-size", "building", budget=building.budget)
     if g is None and inp.finding.kind == "vllm.kv-cache.preemption":
         # V0's preemption warning names tensor_parallel_size itself: in words, the count unknown
-        return unsized_remedy("vllm.tensor-parallel-size", "preemption")
+        return None if _preemption_elsewhere(inp) else unsized_remedy("vllm.tensor-parallel-size", "preemption")
     assumed = g is None and cause == "weights-exceed-device"
     if assumed:
         g = (ASSUMED_MAX_GPUS, "not in the log: the smallest count that fits, if you have that many")
