@@ -342,6 +342,11 @@ class ContextCollector:
                         self._set_at[name] = at
             else:
                 value = convert(name, text, {}, units)
+                if name.endswith("_pids"):  # one process per line (a launcher's list of its ranks): every one kept
+                    pids = set(ctx.extra.get(name) or ())
+                    pids.add(text.strip())
+                    ctx.extra[name] = sorted(pids, key=lambda p: (len(p), p))
+                    continue
                 if name == "k8s_memory_bytes":  # a `memory:` line is the limit only inside a Limits block
                     if value is not None and str(ctx.extra.get("k8s_block", "")).lower() == "limits" and (
                         at is None or self._set_at.get("memory_limit_bytes", at) <= at

@@ -118,7 +118,7 @@ def _role_after(text: str) -> str | None:
 
 def role_figures(text: str) -> dict[str, Any]:
     """Figures of an unknown out-of-memory message: every size whose role its words tell
-    (the first size of each role), and the GPU index."""
+    (the first size of each role), and the GPU index where it names one GPU only."""
     pats = _patterns()
     out: dict[str, Any] = {}
     prev_end = 0
@@ -143,7 +143,8 @@ def role_figures(text: str) -> dict[str, Any]:
         except (SizeError, ValueError):
             continue
         out[role] = value
-    g = pats.gpu.search(text)
-    if g is not None:
-        out["gpu_index"] = int(g.group("n"))
+    indices = {int(g.group("n")) for g in pats.gpu.finditer(text)}
+    if len(indices) == 1:
+        # (two GPUs named: several ranks' messages run together, and which one a size is of is not told)
+        out["gpu_index"] = indices.pop()
     return out

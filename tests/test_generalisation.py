@@ -23,6 +23,7 @@ from tests.corpus import FIXTURES
 from tests.sampling import in_sample, stratified
 
 LOGS = sorted(FIXTURES.glob("*/*.log"))
+PACK = default_pack()
 
 
 def _failures() -> list[tuple[str, str, str]]:
@@ -31,6 +32,9 @@ def _failures() -> list[tuple[str, str, str]]:
     for log in LOGS:
         golden = json.loads(log.with_suffix(".expected.json").read_text())
         findings = [f for f in golden["findings"] if f["severity"] == "error"] or golden["findings"]
+        # a stand-in (a rule with needs_phase: the failure's own line is cut) is told by the lines
+        # around its span, the phase they show, by design: not by the span alone
+        findings = [f for f in findings if PACK.rule(f["rule"]).rule.needs_phase is None]
         if not findings:
             continue
         f = findings[0]

@@ -35,7 +35,9 @@ def test_a_healthy_vllm_start(capsys: pytest.CaptureFixture[str], monkeypatch: p
 
 def test_thin_headroom_outside_the_budget_is_a_warning(capsys: pytest.CaptureFixture[str],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    assert _text(FIX / "vllm" / "vllm-029.log", capsys, monkeypatch) == (
+    # (the worker's error cut during capture is a warning finding above the summary)
+    out = _text(FIX / "vllm" / "vllm-029.log", capsys, monkeypatch)
+    assert out.endswith(
         "What the log shows:\n"
         "  weights   20.64 GiB\n"
         "  KV cache  21.20 GiB\n"
@@ -43,7 +45,7 @@ def test_thin_headroom_outside_the_budget_is_a_warning(capsys: pytest.CaptureFix
         "  Warning: only 911.97 MiB of the GPU is left outside the engine's budget: another process on this\n"
         "    GPU, or a larger CUDA-graph capture, may not fit\n"
         "\n"
-        "oomdoctor: no out-of-memory failure found.\n"
+        "oomdoctor: no out-of-memory failure; 1 memory warning.\n"
     )
 
 

@@ -270,7 +270,7 @@ def test_summary_takes_the_first_complete_template_else_the_last(monkeypatch: py
 #: remedies.toml costs: the ranking's tie-break and the line between knobs and model/hardware
 #: changes (cost >= 6, ranked last unless the cause is the weights). Every other remedy costs 5.
 COSTS = {
-    "ask.driver-facts": 0, "ask.launch-facts": 0, "ask.request-shape": 0, "ask.gpu-visible": 0, "ask.runtime-call": 0, "xla.unified-memory": 3, "xla.mem-fraction": 1, "torch.expandable-segments-off": 0,
+    "ask.driver-facts": 0, "ask.launch-facts": 0, "ask.request-shape": 0, "ask.gpu-visible": 0, "ask.runtime-call": 0, "ask.error-line": 0, "xla.unified-memory": 3, "xla.mem-fraction": 1, "torch.expandable-segments-off": 0,
     "torch.expandable-segments": 0, "torch.memory-fraction": 0,
     "gpu.free-other-processes": 1, "gpu.rank-devices": 1, "sglang.schedule-conservativeness": 2, "vllm.deep-gemm-warmup": 2, "xpu.split-allocation": 2, "rl.rollout-gpu-memory-utilization": 1, "torch.max-split-size": 1,
     "rl.free-training-memory": 1, "forge.gpu-weights": 1, "forge.always-offload-from-vram": 2, "forge.resolution-batch": 2,

@@ -189,3 +189,18 @@ def runtime_call(inp: AdviceInput) -> Remedy | None:
         confidence="low",
         why=remedy_text("ask.runtime-call", "why"),
     )
+
+
+@remedy("ask.error-line")
+def error_line(inp: AdviceInput) -> Remedy | None:
+    """A stand-in finding (a worker failed while capturing CUDA graphs, its exception's line cut
+    from the log): the line that names the exception decides between room for the graphs and
+    another fault, so the first step keeps it."""
+    if inp.finding.kind != "vllm.worker-error-during-capture":
+        return None
+    return Remedy(
+        id="ask.error-line",
+        title=remedy_text("ask.error-line", "title"),
+        confidence="low",
+        why=remedy_text("ask.error-line", "why"),
+    )

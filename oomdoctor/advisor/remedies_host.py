@@ -37,6 +37,17 @@ def resident_bytes(inp: AdviceInput) -> int | None:
     return sum(p or 0 for p in parts)
 
 
+def launcher_ranks(inp: AdviceInput) -> int:
+    """How many rank processes the log's launcher ran on this host (DeepSpeed's launcher names
+    each as it ends them all: context rule ``deepspeed.launcher-ranks``), the killed one counted;
+    1 when the log shows no launcher's list."""
+    pids = {str(p) for p in inp.context.extra.get("launcher_rank_pids") or ()}
+    if not pids:
+        return 1
+    killed = inp.fig("pid")
+    return len(pids | {str(killed)}) if killed is not None else len(pids)
+
+
 #: a host allocation this small failing while weights load is one buffer of many: the host is full,
 #: not the request too large for it
 SMALL_HOST_REQUEST = 2**30
@@ -51,6 +62,20 @@ def add_swap(inp: AdviceInput) -> Remedy | None:
     rss = resident_bytes(inp)
     if not rss:
         return _add_swap_unsized(inp)
+    ranks = launcher_ranks(inp)
+    anon = as_int(inp.fig("anon_rss_bytes"))
+    if ranks > 1 and anon:
+        shared = rss - anon
+        total = ranks * anon + shared
+        return Remedy(
+            id="host.add-swap",
+            title=remedy_text("host.add-swap", "title"),
+            settings={"swap size": remedy_text("host.add-swap", "setting", gib=math.ceil(total / 2**30))},
+            fits=None,
+            confidence="low",
+            why=remedy_text("host.add-swap", "why_ranks", ranks=ranks, anon=anon, shared=shared, total=total),
+            sources={"rss": "message", "ranks": "log"},
+        )
     return Remedy(
         id="host.add-swap",
         title=remedy_text("host.add-swap", "title"),
@@ -205,6 +230,10 @@ def low_cpu_mem_usage(inp: AdviceInput) -> Remedy | None:
         return None
     if inp.finding.phase != "weights-load" and engine_of(inp) not in _HF_LOADERS:
         return None  # from_pretrained's settings only where the log shows Hugging Face loading the model
+    if engine_of(inp) == "deepspeed" and as_int(inp.context.extra.get("zero_stage")) == 3:
+        # transformers raises "DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with
+        # passing a `device_map`" (4.46.0 modeling_utils.py): under ZeRO-3 zero.Init is the per-rank lever
+        return None
     extra = inp.context.extra
     if extra.get("training_launch"):
         # a training program: the trainer wraps the model (FSDP, DeepSpeed) and keeps fp32 master
@@ -223,6 +252,16 @@ def low_cpu_mem_usage(inp: AdviceInput) -> Remedy | None:
             confidence="low",
             why=why,
             tradeoff=remedy_text("host.low-cpu-mem-usage", "cost_training"),
+        )
+    if engine_of(inp) == "deepspeed":
+        return Remedy(
+            id="host.low-cpu-mem-usage",
+            title=remedy_text("host.low-cpu-mem-usage", "title"),
+            settings={"from_pretrained": "low_cpu_mem_usage=True", "use_safetensors": "True"},
+            fits=None,
+            confidence="low",
+            why=remedy_text("host.low-cpu-mem-usage", "why_deepspeed"),
+            tradeoff=remedy_text("host.low-cpu-mem-usage", "cost_deepspeed"),
         )
     return Remedy(
         id="host.low-cpu-mem-usage",

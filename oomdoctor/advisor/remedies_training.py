@@ -4,6 +4,8 @@ log when it prints them ("Instantaneous batch size per device", "Gradient Accumu
 
 from __future__ import annotations
 
+import re
+
 from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, product_of, setting
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
@@ -242,14 +244,30 @@ SHARD_DDP = ("torch.distributed.fsdp.FullyShardedDataParallel", "model, in place
 OFFLOAD_ONE_GPU = {"zero_optimization.stage": "2", "zero_optimization.offload_optimizer.device": "cpu"}
 
 
+#: the device a PyTorch CUDA OOM names: "(GPU 3; 79.15 GiB total capacity" (torch < 2.1) or "GPU 3 has
+#: a total capacity of" (torch >= 2.1, c10/cuda/CUDACachingAllocator.cpp)
+_GPU_NAMED = re.compile(r"\bGPU (\d+)(?:;| has a total capacity)")
+#: two ranks writing the same message at once, their pieces interleaved on one line
+#: ("torch.cudatorch.cuda..OutOfMemoryErrorOutOfMemoryError: : CUDA out of memory")
+_INTERLEAVED = re.compile(r"(?:torch\.cuda){2}|(?:(?:torch\.(?:cuda\.)?)?OutOfMemoryError){2}")
+
+
+def messages_of_several_ranks(message: str) -> bool:
+    """Whether one finding's text is several ranks' messages: it names more than one GPU index, or
+    two copies of the message were written into each other."""
+    return len(set(_GPU_NAMED.findall(message))) > 1 or bool(_INTERLEAVED.search(message))
+
+
 def several_gpus(inp: AdviceInput) -> bool:
     """The log shows more than one GPU or rank: a rank label on the failing line, tensor/pipeline
-    parallelism, a GPU count above one, DistributedDataParallel's reducer frame, or a launcher that
-    runs ranks (DeepSpeed, accelerate). A bare PyTorch message shows none of them."""
+    parallelism, a GPU count above one, DistributedDataParallel's reducer frame, a launcher that
+    runs ranks (DeepSpeed, accelerate), or the failing text itself: two ranks' messages on one
+    line, naming two GPUs. A bare PyTorch message shows none of them."""
     ctx = inp.context
     parallel = (ctx.tensor_parallel_size or 1) * (ctx.pipeline_parallel_size or 1)
     return (bool(inp.finding.ranks) or parallel > 1 or (ctx.gpu_count or 0) > 1
-            or bool(ctx.extra.get("gradient_frame")) or engine_of(inp) in ("deepspeed", "accelerate"))
+            or bool(ctx.extra.get("gradient_frame")) or engine_of(inp) in ("deepspeed", "accelerate")
+            or messages_of_several_ranks(inp.finding.message))
 
 
 def _unnamed_shard(inp: AdviceInput) -> Remedy | None:

@@ -988,6 +988,8 @@ def lower_utilization(inp: AdviceInput) -> Remedy | None:
         return None
     f = get_facts(inp)
     req = inp.fig("requested_bytes")
+    if not req and phase == "cudagraph-capture" and f.utilization and f.total:
+        return _room_for_graphs(f)
     if not (f.utilization and f.total and req):
         return None
     util, total = f.utilization.value, f.total.value
@@ -1020,6 +1022,35 @@ def lower_utilization(inp: AdviceInput) -> Remedy | None:
             _LOWER, ("why" + kv + "_capped") if value < exact else "why" + kv,
             request=req, util=fmt_fraction(util), total=total, exact=fmt_fraction(exact), cap=fmt_fraction(MAX_UTILIZATION),
         ),
+        sources=f.sources("utilization", "total"),
+    )
+
+
+#: vLLM's own bound on CUDA-graph memory, "CUDA graphs can take additional 1~3 GiB memory per GPU"
+#: (vllm 0.5-0.6 vllm/worker/model_runner.py, printed before capture)
+GRAPH_ROOM_BYTES = 3 * 1024**3
+
+
+def _room_for_graphs(f: Facts) -> Remedy | None:
+    """A failure while capturing CUDA graphs with no request size (its error line cut): the budget
+    that leaves less than vLLM's own 3 GiB bound outside it, lowered to leave that much."""
+    assert f.utilization is not None and f.total is not None
+    util, total = f.utilization.value, f.total.value
+    left = int(total * (1 - util))
+    if left >= GRAPH_ROOM_BYTES:
+        return None  # the budget leaves the graphs the room vLLM says they take: not the lever
+    exact = floor_to(1 - GRAPH_ROOM_BYTES / total, 2)
+    value = min(MAX_UTILIZATION, exact)
+    if value >= util or value <= 0.1:
+        return None
+    return Remedy(
+        id=_LOWER,
+        title=remedy_text(_LOWER, "title", fraction=fmt_fraction(value)),
+        flags={"--gpu-memory-utilization": fmt_fraction(value)},
+        saves_bytes=int((util - value) * total),
+        fits=None,
+        confidence="medium" if f.utilization.source != "default" else "low",
+        why=remedy_text(_LOWER, "why_capture", util=fmt_fraction(util), total=total, left=left, exact=fmt_fraction(exact)),
         sources=f.sources("utilization", "total"),
     )
 

@@ -69,6 +69,11 @@ class Rule(_Strict):
     kind: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
     severity: Literal["error", "warning"] = "error"
     phase: Phase | None = Field(default=None, description="Fixed phase; inferred from the log when absent.")
+    needs_phase: Phase | None = Field(
+        default=None,
+        description="A stand-in for a failure whose own line is missing: its finding is kept only when its phase "
+        "(inferred from the log) is this one and no other rule's finding in the same source explains the failure.",
+    )
     priority: int = Field(default=0, description="Higher wins when several rules match the same line.")
     triggers: list[str] = Field(min_length=1, description="Literals (case-insensitive) for the prefilter.")
     pattern: str = Field(min_length=1, description="Anchor regex; must start on the trigger line.")

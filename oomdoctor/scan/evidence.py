@@ -40,6 +40,7 @@ from oomdoctor.scan.state import (
     UNSEARCHED_SPANS,
     FarSpans,
     ScanState,
+    ray_repeat,
 )
 
 
@@ -229,7 +230,8 @@ class EvidenceAside(ScanState):
             return
         number -= count_newlines(between) + lines
         for ln in normalise(number, raw):
-            self._progress.extend((ln.number, phase) for phase in self._progress_phases(ln, mask))
+            if not ray_repeat(ln.text):
+                self._progress.extend((ln.number, phase) for phase in self._progress_phases(ln, mask))
 
     def _far_search(self, read: Callable[[int, int], bytes], far: FarSpans) -> tuple[int, int, bytes, int] | None:
         """The latest progress line of the far spans, read again backwards in pieces of

@@ -105,7 +105,8 @@ class Folding(ScanState):
             ranks=[rank] if rank else [],
             figures=figures,
         )
-        if rule.rule.engine not in _GENERIC_ENGINES:
+        if rule.rule.engine not in _GENERIC_ENGINES and rule.rule.needs_phase is None:
+            # (a stand-in's line, a CUDA error's tail, is no engine's: it may yet be dropped)
             self._collector.vote_engine(rule.rule.engine, anchor.number)
         o = _Open(finding, rank, anchor.number, last_line=anchor.number)
         self._seen[id(finding)] = (anchor.number, {rank})

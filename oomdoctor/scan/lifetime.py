@@ -117,6 +117,9 @@ class Lifetime(ScanState):
         for o in self._open:
             if final or last - o.line > AFTER_LINES:
                 o.finding.phase = self._phase_for(o)  # type: ignore[assignment]
+                self._stand_in_phase(o)
+                if not self._stand_in_holds(o.finding):
+                    continue
                 if o.finding.severity == "error" and self._recovered(o):
                     o.finding.severity = "warning"
                 self._findings.append(o.finding)
@@ -124,6 +127,43 @@ class Lifetime(ScanState):
             else:
                 still.append(o)
         self._open = still
+
+    def _needs_phase(self, finding: Finding) -> str | None:
+        """The phase a stand-in rule's finding needs (``needs_phase``), None for any other rule."""
+        try:
+            return self.pack.rule(finding.rule).rule.needs_phase
+        except KeyError:
+            return None
+
+    def _stand_in_phase(self, o: _Open) -> None:
+        """A stand-in's failure line is cut, and with it often its own traceback's inner frames
+        (a worker's stops at the outer ``initialize_cache``): the phase it needs is taken when
+        the latest progress line names it and another rank's frames or a marker line show it too."""
+        need = self._needs_phase(o.finding)
+        if need is None or o.finding.phase == need or o.progress_phase != need:
+            return
+        foreign = set(o.foreign)
+        for ph in self.pack.phases:
+            if ph.rule.phase != need:
+                continue
+            if ph.frames & foreign or "@" + need in foreign or "%" + need in foreign or need in o.marker_phases:
+                o.finding.phase = need
+                return
+
+    def _stand_in_holds(self, finding: Finding) -> bool:
+        """Whether a stand-in's finding (a rule with ``needs_phase``: a worker's failure whose own
+        error line is missing) is kept: only in the phase it names, and only while no other rule's
+        finding in its source, before it or still open, names the failure itself."""
+        need = self._needs_phase(finding)
+        if need is None:
+            return True
+        if finding.phase != need:
+            return False
+        source = finding.location.source
+        return not any(
+            g is not finding and g.location.source == source and self._needs_phase(g) is None
+            for g in self._findings + [x.finding for x in self._open]
+        )
 
     def _end_of_source(self) -> None:
         self._resolve_deferred(self._last_line + 1)
@@ -226,7 +266,8 @@ class Lifetime(ScanState):
             self._end_of_source()
             self._done = True
         ctx = self.context()
-        findings = list(self._findings)
+        # a stand-in closed before another rule's finding about the same failure opened gives way to it
+        findings = [f for f in self._findings if self._stand_in_holds(f)]
         report = self._report(ctx, findings)
         if self._advise and findings:  # (no finding: nothing to advise, and nothing of it to import)
             from oomdoctor.advisor import advise

@@ -19,6 +19,7 @@ from oomdoctor.scan.state import (
     LEAD_LINES,
     PASTE_BYTES,
     ScanState,
+    ray_repeat,
 )
 
 #: a frame line cut before its end ('File "/usr/lib/python3/site-packages/vllm/model_exe'), the rest
@@ -311,7 +312,7 @@ class LineAssembly(ScanState):
                     if o.line <= line.number <= o.line + AFTER_LINES:
                         o.marker_phases.append(ph.rule.phase)
                 self._frames.append((line.number, "@" + ph.rule.phase, line.rank))
-            if search_any(self._progress_patterns[i], text):
+            if not ray_repeat(text) and search_any(self._progress_patterns[i], text):
                 self._progress.append((line.number, ph.rule.phase))
                 stated = line_time(line)
                 if stated is not None:

@@ -39,6 +39,17 @@ MARKER_LEAD = 3
 #: interleaved after the error: "Loading checkpoint shards: 3%")
 PROGRESS_LAG = 3
 
+#: Ray's log deduplicator's summary of lines it held back ("... [repeated 30x across cluster]",
+#: ray/_private/ray_logging.py): printed at a later flush, so where it stands says nothing about
+#: when its step ran, and it is no progress line (the first copy was printed when it happened)
+RAY_REPEAT_SUFFIX = "across cluster]"
+
+
+def ray_repeat(text: str) -> bool:
+    """Whether ``text`` is a Ray deduplicator's late summary of a line printed before."""
+    return text.rstrip().endswith(RAY_REPEAT_SUFFIX)
+
+
 #: a failure repeated by another rank within this many lines is the same failure
 SAME_FAILURE_LINES = 400
 
