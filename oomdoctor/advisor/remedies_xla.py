@@ -156,6 +156,18 @@ def memory_growth(inp: AdviceInput) -> Remedy | None:
 BATCHED_RANK = 3
 
 
+def _halve_unknown_batch(why: str) -> Remedy:
+    """Halve whatever batch size the program uses: the log does not show its value."""
+    return Remedy(
+        id="xla.reduce-batch",
+        title=remedy_text("xla.reduce-batch", "title_unknown"),
+        settings={"batch_size": remedy_text("xla.reduce-batch", "setting")},
+        fits=None,
+        confidence="low",
+        why=why,
+    )
+
+
 @remedy("xla.reduce-batch")
 def reduce_batch(inp: AdviceInput) -> Remedy | None:
     shape = inp.fig("tensor_shape")
@@ -167,27 +179,13 @@ def reduce_batch(inp: AdviceInput) -> Remedy | None:
             return None
         # JAX names no shape ("Out of memory while trying to allocate N bytes") in a training step: the
         # step's buffers grow with the samples it processes, whatever the program calls them (batch, walkers)
-        return Remedy(
-            id="xla.reduce-batch",
-            title=remedy_text("xla.reduce-batch", "title_unknown"),
-            settings={"batch_size": remedy_text("xla.reduce-batch", "setting")},
-            fits=None,
-            confidence="low",
-            why=remedy_text("xla.reduce-batch", "why_request", request=req),
-        )
+        return _halve_unknown_batch(remedy_text("xla.reduce-batch", "why_request", request=req))
     elems = 1
     for d in shape:
         elems *= int(d)
     if len(shape) < BATCHED_RANK or shape[0] < 2:
         # the shape does not show the batch: halve whatever batch size the program uses
-        return Remedy(
-            id="xla.reduce-batch",
-            title=remedy_text("xla.reduce-batch", "title_unknown"),
-            settings={"batch_size": remedy_text("xla.reduce-batch", "setting")},
-            fits=None,
-            confidence="low",
-            why=remedy_text("xla.reduce-batch", "why_unknown", shape=shape, elements=f"{elems:,}"),
-        )
+        return _halve_unknown_batch(remedy_text("xla.reduce-batch", "why_unknown", shape=shape, elements=f"{elems:,}"))
     value = shape[0] // 2
     return Remedy(
         id="xla.reduce-batch",
