@@ -12,6 +12,7 @@ from typing import Literal, NamedTuple
 
 from oomdoctor.advisor._engine_util import as_int, engine_of, is_true, product_of, setting
 from oomdoctor.advisor.prescription import remedy_text
+from oomdoctor.advisor.product_knobs import KEYWORD_PRODUCTS
 from oomdoctor.advisor.registry import AdviceInput, remedy
 from oomdoctor.advisor.unsized import unsized_remedy
 from oomdoctor.advisor.values import round_down
@@ -419,8 +420,14 @@ def _ctx_unsized(inp: AdviceInput) -> Remedy | None:
     if _kv_update(inp):
         return unsized_remedy("ggml.ctx-size", "bare")
     # Python bindings take the context as the n_ctx keyword (Llama(n_ctx=...), LlamaCpp(n_ctx=...))
-    python = product_of(inp) in ("llama-cpp-python", "langchain-llamacpp")
-    return unsized_remedy("ggml.ctx-size", "attn_bare_py" if python else "attn_bare")
+    return unsized_remedy("ggml.ctx-size", "attn_bare_py" if _python_binding(inp) else "attn_bare")
+
+
+def _python_binding(inp: AdviceInput) -> bool:
+    """The program takes llama.cpp's arguments as Python keywords (product_knobs.KEYWORD_PRODUCTS of
+    the ggml family: llama-cpp-python's Llama, LangChain's LlamaCpp)."""
+    spec = KEYWORD_PRODUCTS.get(product_of(inp) or "")
+    return spec is not None and spec.family == "ggml."
 
 
 def _ctx_why(inp: AdviceInput, plan: CtxPlan, n_ctx: int) -> str:
@@ -434,7 +441,7 @@ def _ctx_why(inp: AdviceInput, plan: CtxPlan, n_ctx: int) -> str:
     train = ggml_ctx_is_train(inp.context) if _is_llamacpp(inp) else None
     if not train:
         return why
-    key = "why_train_py" if product_of(inp) in ("llama-cpp-python", "langchain-llamacpp") else "why_train"
+    key = "why_train_py" if _python_binding(inp) else "why_train"
     return join_sentences([why, remedy_text("ggml.ctx-size", key, n_ctx=train)])
 
 

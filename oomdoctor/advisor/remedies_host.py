@@ -224,7 +224,10 @@ def container_limit(inp: AdviceInput) -> Remedy | None:
 _HF_LOADERS = ("transformers", "accelerate", "diffusers", "deepspeed", "hf-trainer")
 
 
-@remedy("host.low-cpu-mem-usage")
+LOW_CPU = "host.low-cpu-mem-usage"
+
+
+@remedy(LOW_CPU)
 def low_cpu_mem_usage(inp: AdviceInput) -> Remedy | None:
     if engine_of(inp) in (*_SERVING, *_GGML) or inp.finding.phase not in ("weights-load", "unknown"):
         return None
@@ -240,37 +243,28 @@ def low_cpu_mem_usage(inp: AdviceInput) -> Remedy | None:
         # weights under --fp16 AMP, so device_map and torch_dtype are not its knobs. Under FSDP,
         # transformers (4.46.3 modeling_utils.py) loads with low_cpu_mem_usage on its own when
         # fsdp_config's cpu_ram_efficient_loading is true (training_args.py: sync_module_states too)
-        why = remedy_text("host.low-cpu-mem-usage", "why_training")
+        why = remedy_text(LOW_CPU, "why_training")
         if extra.get("training_fsdp"):
             ranks = as_int(extra.get("training_ranks"))
-            why += " " + remedy_text("host.low-cpu-mem-usage", "why_fsdp_one_rank" if ranks == 1 else "why_fsdp")
-        return Remedy(
-            id="host.low-cpu-mem-usage",
-            title=remedy_text("host.low-cpu-mem-usage", "title"),
-            settings={"from_pretrained": "low_cpu_mem_usage=True"},
-            fits=None,
-            confidence="low",
-            why=why,
-            tradeoff=remedy_text("host.low-cpu-mem-usage", "cost_training"),
+            why += " " + remedy_text(LOW_CPU, "why_fsdp_one_rank" if ranks == 1 else "why_fsdp")
+        return _low_cpu_mem(
+            {"from_pretrained": "low_cpu_mem_usage=True"}, why, remedy_text(LOW_CPU, "cost_training")
         )
     if engine_of(inp) == "deepspeed":
-        return Remedy(
-            id="host.low-cpu-mem-usage",
-            title=remedy_text("host.low-cpu-mem-usage", "title"),
-            settings={"from_pretrained": "low_cpu_mem_usage=True", "use_safetensors": "True"},
-            fits=None,
-            confidence="low",
-            why=remedy_text("host.low-cpu-mem-usage", "why_deepspeed"),
-            tradeoff=remedy_text("host.low-cpu-mem-usage", "cost_deepspeed"),
+        return _low_cpu_mem(
+            {"from_pretrained": "low_cpu_mem_usage=True", "use_safetensors": "True"},
+            remedy_text(LOW_CPU, "why_deepspeed"), remedy_text(LOW_CPU, "cost_deepspeed"),
         )
-    return Remedy(
-        id="host.low-cpu-mem-usage",
-        title=remedy_text("host.low-cpu-mem-usage", "title"),
-        settings={"from_pretrained": 'low_cpu_mem_usage=True, torch_dtype="auto", device_map="auto"', "use_safetensors": "True"},
-        fits=None,
-        confidence="low",
-        why=remedy_text("host.low-cpu-mem-usage", "why"),
+    return _low_cpu_mem(
+        {"from_pretrained": 'low_cpu_mem_usage=True, torch_dtype="auto", device_map="auto"', "use_safetensors": "True"},
+        remedy_text(LOW_CPU, "why"),
     )
+
+
+def _low_cpu_mem(settings: dict[str, str], why: str, tradeoff: str = "") -> Remedy:
+    """``host.low-cpu-mem-usage`` with the loading settings one kind of program takes."""
+    return Remedy(id=LOW_CPU, title=remedy_text(LOW_CPU, "title"), settings=settings, fits=None,
+                  confidence="low", why=why, tradeoff=tradeoff)
 
 
 @remedy("host.shm-size")

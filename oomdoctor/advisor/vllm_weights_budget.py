@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from oomdoctor.advisor._engine_util import as_int
 from oomdoctor.advisor.memory_model import default_utilization, parse_version
 from oomdoctor.report import Context, Finding
 
@@ -37,10 +38,6 @@ class WeightsOverBudget:
         return self.built + self.request - self.budget
 
 
-def _int(v: object) -> int | None:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
 def weights_over_budget(finding: Finding, context: Context) -> WeightsOverBudget | None:
     """The figures when ``finding`` is a PyTorch OOM while vLLM builds its model and the model built so
     far plus the request exceed ``gpu_memory_utilization × total``; else None."""
@@ -51,8 +48,8 @@ def weights_over_budget(finding: Finding, context: Context) -> WeightsOverBudget
         return None  # a PyTorch OOM, or vLLM's own weights failure carrying PyTorch's figures ("Failed
         # to create unquantized linear weights: CUDA out of memory ..."); its other wording has none
     fig = finding.figures
-    built, request = _int(fig.get("allocated_bytes")), _int(fig.get("requested_bytes"))
-    total = _int(fig.get("total_bytes")) or _int(context.gpu_total_bytes)
+    built, request = as_int(fig.get("allocated_bytes")), as_int(fig.get("requested_bytes"))
+    total = as_int(fig.get("total_bytes")) or as_int(context.gpu_total_bytes)
     if not built or not request or not total:
         return None
     stated = fig.get("gpu_memory_utilization") or context.gpu_memory_utilization
