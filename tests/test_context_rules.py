@@ -64,12 +64,13 @@ def test_context_rules_set_no_error() -> None:
     scanned alone is an error); everything else, concatenated, must raise none. Before, the failure
     examples were in the concatenation and passed only because later lines happened to read as the
     program going on (a recovered failure)."""
-    failures = {c.rule.id for c in PACK.contexts for ex in c.rule.match if _alone_is_a_failure(ex["log"])}
+    examples = [(c.rule.id, ex["log"], _alone_is_a_failure(ex["log"])) for c in PACK.contexts for ex in c.rule.match]
+    failures = {rid for rid, _, failing in examples if failing}
     # the products read from failure messages, V1's free-memory ValueError, jaxlib's first client's failure
     assert failures and all(
         rid.startswith("product.") or rid in ("vllm.v1-startup-memory", "jax.local-client") for rid in failures
     ), failures
-    logs = "\n".join(ex["log"] for c in PACK.contexts for ex in c.rule.match if not _alone_is_a_failure(ex["log"]))
+    logs = "\n".join(log for _, log, failing in examples if not failing)
     scanner = Scanner(PACK, source="<healthy>", advise=False)
     scanner.feed(logs.encode("utf-8") + b"\n")
     report = scanner.close()

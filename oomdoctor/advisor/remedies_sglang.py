@@ -40,6 +40,11 @@ def _current_fraction(inp: AdviceInput) -> float | None:
     return as_float(setting(inp, "mem_fraction_static"))
 
 
+
+def _tp(inp: AdviceInput) -> int:
+    """The run's tensor parallelism: its --tp-size (or the context's), 1 when the log shows none."""
+    return as_int(setting(inp, "tp_size", "tensor_parallel_size")) or inp.context.tensor_parallel_size or 1
+
 #: SGLang's warning that the pool filled while decoding and running requests were retracted
 RETRACT_RULE = "sglang.kv-pool-retract"
 #: SGLang's --schedule-conservativeness default (server_args.py 0.3.0-0.5.3) and the step offered
@@ -111,7 +116,7 @@ def raise_fraction(inp: AdviceInput) -> Remedy | None:
             value=fmt_fraction(value),
         )
         conf = "medium"
-        tp = as_int(setting(inp, "tp_size", "tensor_parallel_size")) or inp.context.tensor_parallel_size or 1
+        tp = _tp(inp)
         reserve = sglang_default_reserve(before, inp.context.engine_version, tp)
         if value > SGLANG_MAX_FRACTION and ceil_to(minimum, 2) < SGLANG_MAX_FRACTION:
             value = SGLANG_MAX_FRACTION  # a pool still forms below the ceiling: the ceiling, said to be tight
@@ -203,7 +208,7 @@ def _release_default_max_bs(inp: AdviceInput) -> tuple[int | None, dict[str, obj
     total = as_int(inp.fig("total_bytes")) or inp.context.gpu_total_bytes
     if version is None or not total:
         return None, {}
-    tp = as_int(setting(inp, "tp_size", "tensor_parallel_size")) or inp.context.tensor_parallel_size or 1
+    tp = _tp(inp)
     default = release_cuda_graph_max_bs(version, total / 2**20, tp)
     return default, {"version": text, "gpu": total, "tp": tp}
 
@@ -370,7 +375,7 @@ def tp_size(inp: AdviceInput) -> Remedy | None:
     if not _mine(inp):
         return None
     gpus = as_int(inp.hints.get("gpus")) or inp.context.gpu_count
-    tp = as_int(setting(inp, "tp_size", "tensor_parallel_size")) or inp.context.tensor_parallel_size or 1
+    tp = _tp(inp)
     if not gpus or tp * 2 > gpus:
         return None
     return Remedy(
