@@ -303,7 +303,8 @@ class LineAssembly(ScanState):
                 phases = sorted(set(phases) | ph_idx)
             contexts = [self.pack.contexts[i] for i in sorted(ctx_idx)]
             rules = [self.pack.rules[i] for i in sorted(rule_idx)]
-        # phase markers and progress lines
+        # phase markers and progress lines (a Ray deduplicator's late repeat is no progress)
+        repeat = ray_repeat(text)
         for i in phases:
             ph = self.pack.phases[i]
             self._timing = f'phase "{ph.rule.phase}"'
@@ -312,7 +313,7 @@ class LineAssembly(ScanState):
                     if o.line <= line.number <= o.line + AFTER_LINES:
                         o.marker_phases.append(ph.rule.phase)
                 self._frames.append((line.number, "@" + ph.rule.phase, line.rank))
-            if not ray_repeat(text) and search_any(self._progress_patterns[i], text):
+            if not repeat and search_any(self._progress_patterns[i], text):
                 self._progress.append((line.number, ph.rule.phase))
                 stated = line_time(line)
                 if stated is not None:
