@@ -270,6 +270,11 @@ def several_gpus(inp: AdviceInput) -> bool:
             or messages_of_several_ranks(inp.finding.message))
 
 
+def _unnamed_program(inp: AdviceInput) -> bool:
+    """A plain PyTorch program: no product named and no DeepSpeed (whose config has its own knobs)."""
+    return product_of(inp) in (None, "pytorch") and not _is_deepspeed(inp)
+
+
 def _unnamed_shard(inp: AdviceInput) -> Remedy | None:
     """Sharding for a program the log does not name. ZeRO-3 / FSDP divide the training state by the
     number of ranks, so they are offered only where the log shows several; one GPU (or one the log
@@ -305,7 +310,7 @@ def shard_state(inp: AdviceInput) -> Remedy | None:
     A plain PyTorch program (no product named) gets ZeRO-3 / FSDP only where the log shows several
     GPUs or ranks (:func:`several_gpus`), FSDP in place of DistributedDataParallel where DDP's
     reducer failed; on one GPU, :func:`zero_offload` instead."""
-    if product_of(inp) in (None, "pytorch") and not _is_deepspeed(inp):
+    if _unnamed_program(inp):
         return _unnamed_shard(inp)
     if not _training(inp) or (_is_deepspeed(inp) and product_of(inp) not in SHARD):
         return None
@@ -319,7 +324,7 @@ def shard_state(inp: AdviceInput) -> Remedy | None:
 def zero_offload(inp: AdviceInput) -> Remedy | None:
     """ZeRO-Offload for a program the log does not name, on one GPU (or one the log does not count):
     sharding divides nothing there, moving the optimizer states to host memory does."""
-    if product_of(inp) not in (None, "pytorch") or _is_deepspeed(inp) or several_gpus(inp):
+    if not _unnamed_program(inp) or several_gpus(inp):
         return None
     sure = _training(inp)
     if (
