@@ -29,6 +29,7 @@ from oomdoctor.advisor.memory_model import (
 )
 from oomdoctor.advisor.prescription import remedy_text
 from oomdoctor.advisor.registry import AdviceInput, remedy
+from oomdoctor.advisor.remedies_rl import FRAMEWORK_OF_PRODUCT
 from oomdoctor.advisor.unsized import unsized_remedy
 from oomdoctor.advisor.values import (
     MAX_UTILIZATION,
@@ -60,15 +61,11 @@ def is_vllm(inp: AdviceInput) -> bool:
     return inp.finding.engine == "vllm" or inp.context.engine == "vllm"
 
 
-#: RL frameworks that run vLLM as their rollout engine: they configure it through their own settings
-#: (verl's actor_rollout_ref.rollout.*, OpenRLHF's --vllm_*, ...), so vLLM's CLI flags are not theirs
-RL_ROLLOUT_PRODUCTS = frozenset({"verl", "openrlhf", "ms-swift", "trl"})
-
-
 def _preemption_elsewhere(inp: AdviceInput) -> bool:
     """V0's preemption warning inside an RL framework's rollout: no vLLM flag to give (the framework's
-    rollout settings are not sized by this warning)."""
-    return inp.finding.kind == "vllm.kv-cache.preemption" and inp.finding.product in RL_ROLLOUT_PRODUCTS
+    rollout settings are not sized by this warning). The RL frameworks are remedies_rl's: they configure
+    vLLM through their own settings (verl's actor_rollout_ref.rollout.*, OpenRLHF's --vllm_*, ...)."""
+    return inp.finding.kind == "vllm.kv-cache.preemption" and inp.finding.product in FRAMEWORK_OF_PRODUCT
 
 
 def get_facts(inp: AdviceInput) -> Facts:
